@@ -185,7 +185,7 @@ def plan(
             raise PlanInputError("invalid_demand", f"demand in {origin} must be a finite number >= 0")
 
     spare = dict(caps)
-    served: dict[str, dict[str, float]] = {origin: {} for origin in demand}
+    served: dict[str, dict[str, float]] = {origin: {} for origin in sorted(demand)}
     excess: dict[str, float] = {}
     for origin in sorted(demand):
         local = min(demand[origin], spare.get(origin, 0.0))
@@ -197,7 +197,7 @@ def plan(
     if policy == WATERFALL:
         _spill(excess, spare, served, caps, distances)
 
-    unserved = {origin: max(0.0, excess[origin]) for origin in demand}
+    unserved = {origin: max(0.0, excess[origin]) for origin in sorted(demand)}
     return Plan(policy=policy, served=served, unserved=unserved, flows=_flows(demand, caps, served, unserved))
 
 
