@@ -1,0 +1,405 @@
+"""HAProxy runtime API and master CLI clients (sync, one command per connection).
+
+Pure Python, no Django. Two sockets matter on a Spillway node:
+
+* the **stats socket** (``stats socket ... level admin`` in the config, served by the
+  worker): ``show stat``, ``set server``, ``show servers state``...
+* the **master socket** (``-S path,level,admin`` on the command line): ``show proc``
+  and ``reload``.
+
+Both speak "send one line, read until HAProxy closes". The byte transport is
+pluggable (``send=``) so the SSH transport can reuse all parsing and the reload
+verification through a forwarded unix socket.
+
+Measured on HAProxy 2.6.12 (see docs in ``MasterSocket.reload_and_verify``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import errno
+import io
+import os
+import re
+import socket
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
+
+ServerState = Literal["ready", "drain", "maint"]
+
+# `send(command, timeout_s) -> response text`. Must raise RuntimeUnavailable when the
+# socket cannot be reached (the reload poller treats that as "master busy").
+Sender = Callable[[str, float], str]
+
+# HAProxy proxy/server names: letters, digits, '-', '_', '.', ':'. Anything else
+# (spaces, ';', newlines) could smuggle a second command onto the CLI line.
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+
+
+class RuntimeApiError(Exception):
+    """HAProxy answered, but refused the command; ``message`` is HAProxy's own text."""
+
+    def __init__(self, command: str, message: str) -> None:
+        self.command = command
+        self.message = message.strip()
+        super().__init__(f"HAProxy refused {command!r}: {self.message}")
+
+
+class RuntimeUnavailable(Exception):
+    """The socket could not be reached or did not answer in time."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"HAProxy socket {path} unavailable: {reason}")
+
+
+def unix_socket_sender(path: str) -> Sender:
+    """A Sender over a local unix socket: connect, send one line, read to EOF."""
+
+    def send(command: str, timeout_s: float) -> str:
+        deadline = time.monotonic() + timeout_s
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout_s)
+            try:
+                sock.connect(path)
+            except FileNotFoundError as exc:
+                raise RuntimeUnavailable(path, "socket file does not exist") from exc
+            except OSError as exc:
+                raise RuntimeUnavailable(path, exc.strerror or str(exc)) from exc
+            chunks: list[bytes] = []
+            received = 0
+            try:
+                sock.sendall(command.encode() + b"\n")
+                while True:
+                    sock.settimeout(max(0.001, deadline - time.monotonic()))
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    received += len(chunk)
+                    if received > _MAX_RESPONSE_BYTES:
+                        raise RuntimeUnavailable(path, "response larger than 64 MiB")
+            except TimeoutError as exc:
+                raise RuntimeUnavailable(path, f"no complete answer within {timeout_s:.1f}s") from exc
+            except OSError as exc:
+                # The master closes the connection abruptly when it re-executes on
+                # `reload`; what was read so far is all there is.
+                if exc.errno not in (errno.ECONNRESET, errno.EPIPE):
+                    raise RuntimeUnavailable(path, exc.strerror or str(exc)) from exc
+            return b"".join(chunks).decode("utf-8", errors="replace")
+        finally:
+            sock.close()
+
+    return send
+
+
+def _check_name(kind: str, value: str) -> str:
+    if not _NAME_RE.match(value):
+        raise ValueError(f"invalid HAProxy {kind} name {value!r}: use letters, digits, '-', '_', '.', ':'")
+    return value
+
+
+def _int_or_none(value: str | None) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class StatRow:
+    """One line of ``show stat``; numeric fields are None where HAProxy leaves them empty."""
+
+    pxname: str
+    svname: str
+    type: int  # 0 frontend, 1 backend, 2 server, 3 listener
+    scur: int | None
+    slim: int | None
+    status: str
+    weight: int | None
+    rate: int | None  # per second; requests/s for HTTP backends and servers
+    check_status: str
+    check_code: int | None
+    req_rate: int | None  # frontends only
+    req_tot: int | None
+    raw: dict[str, str] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def is_server(self) -> bool:
+        return self.type == 2
+
+
+def parse_show_stat(text: str) -> list[StatRow]:
+    """Parse ``show stat`` CSV by header name, so new columns in later versions don't shift us."""
+    lines = text.splitlines()
+    if not lines or not lines[0].startswith("# "):
+        raise ValueError(f"not a show stat answer: {text[:200]!r}")
+    header = [h for h in lines[0][2:].split(",")]
+    rows: list[StatRow] = []
+    for values in csv.reader(io.StringIO("\n".join(line for line in lines[1:] if line.strip()))):
+        raw = dict(zip(header, values, strict=False))
+        rows.append(
+            StatRow(
+                pxname=raw.get("pxname", ""),
+                svname=raw.get("svname", ""),
+                type=_int_or_none(raw.get("type")) or 0,
+                scur=_int_or_none(raw.get("scur")),
+                slim=_int_or_none(raw.get("slim")),
+                status=raw.get("status", ""),
+                weight=_int_or_none(raw.get("weight")),
+                rate=_int_or_none(raw.get("rate")),
+                check_status=raw.get("check_status", ""),
+                check_code=_int_or_none(raw.get("check_code")),
+                req_rate=_int_or_none(raw.get("req_rate")),
+                req_tot=_int_or_none(raw.get("req_tot")),
+                raw=raw,
+            )
+        )
+    return rows
+
+
+class HAProxySocket:
+    """Client for the stats socket (``level admin``). One command per connection."""
+
+    def __init__(self, path: str, timeout_s: float = 2.0, *, send: Sender | None = None) -> None:
+        self.path = path
+        self.timeout_s = timeout_s
+        self._send = send or unix_socket_sender(path)
+
+    def command(self, command: str) -> str:
+        """Send a raw command and return HAProxy's answer text (no error interpretation)."""
+        if "\n" in command or "\r" in command:
+            raise ValueError("one command per call: newlines are not allowed")
+        return self._send(command, self.timeout_s)
+
+    def _set(self, command: str) -> None:
+        # Set commands answer an empty line on success and a sentence on failure.
+        answer = self.command(command)
+        if answer.strip():
+            raise RuntimeApiError(command, answer)
+
+    def show_stat(self) -> list[StatRow]:
+        return parse_show_stat(self.command("show stat"))
+
+    def show_info(self) -> dict[str, str]:
+        info: dict[str, str] = {}
+        for line in self.command("show info").splitlines():
+            key, sep, value = line.partition(":")
+            if sep:
+                info[key.strip()] = value.strip()
+        return info
+
+    def set_server_state(self, backend: str, server: str, state: ServerState) -> None:
+        if state not in ("ready", "drain", "maint"):
+            raise ValueError(f"state must be ready, drain or maint, not {state!r}")
+        self._set(
+            f"set server {_check_name('backend', backend)}/{_check_name('server', server)} state {state}"
+        )
+
+    def set_server_weight(self, backend: str, server: str, weight: int) -> None:
+        if not 0 <= weight <= 256:
+            raise ValueError(f"weight must be 0..256, not {weight}")
+        target = f"{_check_name('backend', backend)}/{_check_name('server', server)}"
+        self._set(f"set server {target} weight {int(weight)}")
+
+    def show_servers_state(self) -> str:
+        """``show servers state`` text, in the format ``server-state-file`` loads."""
+        text = self.command("show servers state")
+        if not text.startswith("1\n"):
+            raise RuntimeApiError("show servers state", text or "empty answer")
+        return text
+
+    def dump_server_state(self, path: str) -> None:
+        """Write ``show servers state`` to ``path`` atomically (temp file + fsync + rename).
+
+        The config must name the same file in ``server-state-file`` and carry
+        ``load-server-state-from-file global`` in ``defaults``; otherwise runtime weight
+        and drain/maint changes are lost on the next reload.
+        """
+        write_file_atomic(path, self.show_servers_state().encode())
+
+
+def write_file_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` so a reader sees the old or the new file, never half."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+class WorkerProc(NamedTuple):
+    pid: int
+    reloads: int
+    uptime: str
+    version: str
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    master_pid: int
+    master_reloads: int  # counts every reload the master processed, failed or not
+    failed_reloads: int  # 2.6: failures since the last successful reload (reset to 0 on success)
+    workers: list[WorkerProc]
+
+    @property
+    def current_worker(self) -> WorkerProc | None:
+        """The worker that took the latest successful (re)load: the one with the fewest reloads."""
+        return min(self.workers, key=lambda w: (w.reloads, -w.pid)) if self.workers else None
+
+
+_FAILED_RE = re.compile(r"\[failed:\s*(\d+)\]")
+
+
+def parse_show_proc(text: str) -> ProcInfo:
+    """Parse the master's ``show proc``.
+
+    2.6 prints::
+
+        #<PID>          <type>          <reloads>       <uptime>        <version>
+        9588            master          1 [failed: 0]   0d00h00m01s     2.6.12-1+deb12u4
+        # workers
+        9600            worker          0               0d00h00m00s     2.6.12-1+deb12u4
+        # programs
+    """
+    master_pid: int | None = None
+    master_reloads = 0
+    failed = 0
+    workers: list[WorkerProc] = []
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        failed_match = _FAILED_RE.search(line)
+        cleaned = _FAILED_RE.sub("", line)
+        parts = cleaned.split()
+        if len(parts) < 3 or not parts[0].isdigit():
+            continue
+        pid, kind = int(parts[0]), parts[1]
+        reloads = _int_or_none(parts[2]) or 0
+        if kind == "master":
+            master_pid, master_reloads = pid, reloads
+            failed = int(failed_match.group(1)) if failed_match else 0
+        elif kind == "worker":
+            uptime = parts[3] if len(parts) > 3 else ""
+            version = parts[4] if len(parts) > 4 else ""
+            workers.append(WorkerProc(pid, reloads, uptime, version))
+    if master_pid is None:
+        raise ValueError(f"not a show proc answer: {text[:200]!r}")
+    return ProcInfo(
+        master_pid=master_pid, master_reloads=master_reloads, failed_reloads=failed, workers=workers
+    )
+
+
+@dataclass(frozen=True)
+class ReloadResult:
+    ok: bool
+    new_worker_pid: int | None
+    old_worker_pids: list[int]
+    error: str | None
+    duration_ms: float
+
+
+class MasterSocket:
+    """Client for the master CLI (``haproxy -W -S <path>,level,admin``)."""
+
+    def __init__(self, path: str, timeout_s: float = 2.0, *, send: Sender | None = None) -> None:
+        self.path = path
+        self.timeout_s = timeout_s
+        self._send = send or unix_socket_sender(path)
+
+    def show_proc(self) -> ProcInfo:
+        return parse_show_proc(self._send("show proc", self.timeout_s))
+
+    def _show_proc_retrying(self, deadline: float, poll_s: float) -> ProcInfo:
+        # The master re-executes itself on reload and its socket refuses connections
+        # for that time (about 2.5 s when a bind fails), so "unavailable" means "wait".
+        last_error: Exception | None = None
+        while True:
+            try:
+                return self.show_proc()
+            except (RuntimeUnavailable, ValueError) as exc:
+                last_error = exc
+            if time.monotonic() >= deadline:
+                raise RuntimeUnavailable(self.path, f"master did not answer show proc: {last_error}")
+            time.sleep(poll_s)
+
+    def reload_and_verify(self, timeout_s: float = 10.0, poll_s: float = 0.02) -> ReloadResult:
+        """Ask the master to reload and find out from ``show proc`` whether it worked.
+
+        2.6's ``reload`` returns no status (that came in 2.7). Measured on 2.6.12:
+
+        * success: the master's reload counter goes up and a worker PID that was not
+          there before appears with 0 reloads (trivial config: 40-90 ms after the
+          command). The old worker lingers with "1 reloads" until its connections end.
+        * failure (bad config, or a ``bind`` on a port another process holds): the
+          reload counter goes up, the master line shows ``[failed: N]`` (N counts
+          failures since the last success; a success resets it to 0) and the only
+          worker is the old one, now with 1 more reload. A config error is reported
+          within ~50 ms; a bind conflict takes ~2.1-2.5 s, during which the master
+          socket refuses connections and the old worker *pauses its listeners*
+          (no service for ~1.5 s) before resuming the old config.
+
+        The master's own error text (ALERT lines) goes to its stderr only; it is not
+        available on the 2.6 master CLI, so ``error`` says what the counters show.
+        """
+        start = time.monotonic()
+        deadline = start + timeout_s
+        before = self._show_proc_retrying(deadline, poll_s)
+        before_pids = {w.pid for w in before.workers}
+        # The master closes the connection without answering when it re-executes.
+        with contextlib.suppress(RuntimeUnavailable):
+            self._send("reload", min(self.timeout_s, max(0.05, deadline - time.monotonic())))
+
+        def result(ok: bool, new_pid: int | None, error: str | None) -> ReloadResult:
+            return ReloadResult(
+                ok=ok,
+                new_worker_pid=new_pid,
+                old_worker_pids=sorted(before_pids),
+                error=error,
+                duration_ms=(time.monotonic() - start) * 1000.0,
+            )
+
+        while True:
+            try:
+                after = self._show_proc_retrying(deadline, poll_s)
+            except RuntimeUnavailable as exc:
+                return result(False, None, f"reload not confirmed within {timeout_s:.1f}s: {exc}")
+            if after.master_pid != before.master_pid:
+                return result(
+                    False,
+                    None,
+                    f"master PID changed from {before.master_pid} to {after.master_pid} (restarted?)",
+                )
+            if after.master_reloads > before.master_reloads:
+                fresh = [w for w in after.workers if w.pid not in before_pids and w.reloads == 0]
+                if fresh and after.failed_reloads == 0:
+                    return result(True, max(w.pid for w in fresh), None)
+                if after.failed_reloads > 0 and not fresh:
+                    survivors = sorted(w.pid for w in after.workers)
+                    return result(
+                        False,
+                        None,
+                        f"HAProxy rejected the reload ([failed: {after.failed_reloads}] on the master); "
+                        f"worker(s) {survivors} keep serving the previous config. The reason is in the "
+                        "master's stderr: typically a config error or a bind address held by another process",
+                    )
+            if time.monotonic() >= deadline:
+                return result(False, None, f"no new worker within {timeout_s:.1f}s of the reload command")
+            time.sleep(poll_s)

@@ -1,0 +1,108 @@
+"""LocalTransport: a node on this host (demo fleet, tests, single-box installs).
+
+Atomicity: see apps.fleets.transports.base -- whole config sets live in their own
+directories and ``current`` is a symlink replaced with ``os.replace`` (rename(2)),
+so HAProxy never sees a mix of old and new files. Files are written with
+``write_file_atomic`` (temp + fsync + rename) and fsynced so a crash right after a
+swap cannot leave ``current`` pointing at empty files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+
+from apps.fleets.runtime import Sender, unix_socket_sender, write_file_atomic
+from apps.fleets.transports.base import FileSetTransport, NodeConn, TransportError
+
+
+class LocalTransport(FileSetTransport):
+    def __init__(self, node: NodeConn, socket_timeout_s: float = 2.0) -> None:
+        if node.transport != "local":
+            raise ValueError(f"node {node.name} uses transport {node.transport!r}, not 'local'")
+        super().__init__(node, socket_timeout_s)
+
+    def _sender(self, socket_path: str) -> Sender:
+        return unix_socket_sender(socket_path)
+
+    def _makedirs(self, path: str, mode: int) -> None:
+        os.makedirs(path, mode=mode, exist_ok=True)
+        os.chmod(path, mode)  # makedirs' mode is filtered by the umask
+
+    def _write_file(self, path: str, data: bytes, mode: int) -> None:
+        write_file_atomic(path, data, mode)
+
+    def _read_file(self, path: str) -> bytes | None:
+        try:
+            with open(path, "rb") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return None
+
+    def _rename(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
+        with contextlib.suppress(OSError):
+            fd = os.open(os.path.dirname(dst) or ".", os.O_RDONLY)
+            try:
+                os.fsync(fd)  # make the rename itself durable
+            finally:
+                os.close(fd)
+
+    def _symlink(self, target: str, link: str) -> None:
+        os.symlink(target, link)
+
+    def _readlink(self, path: str) -> str | None:
+        try:
+            return os.readlink(path)
+        except (FileNotFoundError, OSError):
+            return None
+
+    def _listdir(self, path: str) -> list[str]:
+        try:
+            return os.listdir(path)
+        except FileNotFoundError:
+            return []
+
+    def _rmtree(self, path: str) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+
+    def _read_tree(self, root: str) -> dict[str, bytes]:
+        base = os.path.realpath(root)
+        files: dict[str, bytes] = {}
+        for dirpath, _dirs, names in os.walk(base):
+            for name in names:
+                full = os.path.join(dirpath, name)
+                if os.path.isfile(full) and not os.path.islink(full):
+                    rel = os.path.relpath(full, base).replace(os.sep, "/")
+                    with open(full, "rb") as handle:
+                        files[rel] = handle.read()
+        return files
+
+    def _run(self, argv: list[str], cwd: str, timeout_s: float) -> tuple[int, str]:
+        try:
+            proc = subprocess.run(
+                argv,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=timeout_s,
+                check=False,
+            )
+        except FileNotFoundError as exc:
+            raise TransportError(f"node {self.node.name}: {argv[0]} not found") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise TransportError(
+                f"node {self.node.name}: {argv[0]} took longer than {timeout_s:.0f}s"
+            ) from exc
+        return proc.returncode, proc.stdout.decode("utf-8", errors="replace")
+
+    def _probe(self, host: str, port: int, timeout_s: float) -> bool:
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                return True
+        except OSError:
+            return False
