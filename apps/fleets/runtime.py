@@ -77,6 +77,9 @@ def unix_socket_sender(path: str) -> Sender:
             received = 0
             try:
                 sock.sendall(command.encode() + b"\n")
+                # The master CLI keeps the connection open for more commands until the
+                # client half-closes (the stats socket closes by itself); socat does the same.
+                sock.shutdown(socket.SHUT_WR)
                 while True:
                     sock.settimeout(max(0.001, deadline - time.monotonic()))
                     chunk = sock.recv(65536)

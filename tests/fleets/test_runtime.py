@@ -1,0 +1,187 @@
+"""HAProxy runtime API and master CLI clients against real HAProxy 2.6 processes."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from apps.fleets.runtime import (
+    HAProxySocket,
+    MasterSocket,
+    RuntimeApiError,
+    RuntimeUnavailable,
+    parse_show_proc,
+)
+
+from .conftest import HAProxyNodeFactory, TinyBackend, http_get
+
+pytestmark = pytest.mark.haproxy
+
+SHOW_PROC_AFTER_FAILED_RELOAD = """#<PID>          <type>          <reloads>       <uptime>        <version>
+9588            master          2 [failed: 1]   0d00h00m03s     2.6.12-1+deb12u4
+# workers
+9600            worker          1               0d00h00m02s     2.6.12-1+deb12u4
+# programs
+
+"""
+
+
+def test_show_proc_parser_reads_the_failed_counter_and_workers() -> None:
+    info = parse_show_proc(SHOW_PROC_AFTER_FAILED_RELOAD)
+    assert (info.master_pid, info.master_reloads, info.failed_reloads) == (9588, 2, 1)
+    assert [(w.pid, w.reloads) for w in info.workers] == [(9600, 1)]
+    assert info.current_worker is not None and info.current_worker.pid == 9600
+
+
+def pool_config(port: int, *backends: TinyBackend) -> str:
+    servers = "\n".join(f"    server {b.name} {b.server_line_addr} weight 10" for b in backends)
+    return f"""
+frontend fe
+    bind 127.0.0.1:{port}
+    default_backend pool
+
+backend pool
+    balance roundrobin
+{servers}
+"""
+
+
+@pytest.fixture
+def two_backend_node(haproxy_node: HAProxyNodeFactory, tiny_backend, free_port):
+    b1, b2 = tiny_backend("b1"), tiny_backend("b2")
+    port = free_port()
+    node, _proc = haproxy_node(pool_config(port, b1, b2))
+    return node, port, b1, b2
+
+
+def test_show_stat_lists_servers_with_status_and_weight(two_backend_node) -> None:
+    node, port, _b1, _b2 = two_backend_node
+    for _ in range(4):
+        assert http_get(f"http://127.0.0.1:{port}/")[0] == 200
+    rows = {(r.pxname, r.svname): r for r in HAProxySocket(node.stats_socket_path).show_stat()}
+    assert rows[("pool", "b1")].status == "no check"
+    assert rows[("pool", "b1")].weight == 10
+    assert rows[("pool", "b1")].is_server
+    assert rows[("fe", "FRONTEND")].req_tot == 4
+    assert rows[("pool", "b1")].raw["addr"].startswith("127.0.0.1:")
+
+
+def test_drain_and_weight_take_effect_without_reload(two_backend_node) -> None:
+    node, port, b1, _b2 = two_backend_node
+    stats = HAProxySocket(node.stats_socket_path)
+    workers_before = MasterSocket(node.master_socket_path).show_proc().workers
+
+    stats.set_server_state("pool", "b1", "drain")
+    stats.set_server_weight("pool", "b2", 20)
+
+    rows = {r.svname: r for r in stats.show_stat() if r.pxname == "pool"}
+    assert rows["b1"].status == "DRAIN"
+    assert rows["b2"].weight == 20
+    hits_b1 = b1.hits
+    bodies = [http_get(f"http://127.0.0.1:{port}/")[1] for _ in range(10)]
+    assert bodies == ["b2"] * 10
+    assert b1.hits == hits_b1
+    assert MasterSocket(node.master_socket_path).show_proc().workers == workers_before
+
+    stats.set_server_state("pool", "b1", "ready")
+    assert {http_get(f"http://127.0.0.1:{port}/")[1] for _ in range(6)} == {"b1", "b2"}
+
+
+def test_haproxy_refusals_raise_with_haproxys_text(two_backend_node) -> None:
+    node, _port, _b1, _b2 = two_backend_node
+    stats = HAProxySocket(node.stats_socket_path)
+    with pytest.raises(RuntimeApiError, match="No such server"):
+        stats.set_server_state("pool", "nope", "drain")
+    with pytest.raises(ValueError, match="invalid HAProxy server name"):
+        stats.set_server_state("pool", "b1\nshutdown sessions", "drain")
+    with pytest.raises(ValueError):
+        stats.set_server_weight("pool", "b1", 999)
+
+
+def test_dump_server_state_writes_a_loadable_file_atomically(two_backend_node, tmp_path: Path) -> None:
+    node, _port, _b1, _b2 = two_backend_node
+    stats = HAProxySocket(node.stats_socket_path)
+    stats.set_server_state("pool", "b1", "maint")
+    (tmp_path / "dump").mkdir()
+    target = tmp_path / "dump" / "state"
+    stats.dump_server_state(str(target))
+    lines = target.read_text().splitlines()
+    assert lines[0] == "1"
+    b1_line = next(line.split() for line in lines if " pool " in line and " b1 " in line)
+    assert b1_line[6] != "0"  # srv_admin_state: maint flag set
+    assert [p.name for p in target.parent.iterdir()] == ["state"]  # no temp file left behind
+
+
+def test_show_info_reports_the_version(two_backend_node) -> None:
+    node, *_ = two_backend_node
+    assert HAProxySocket(node.stats_socket_path).show_info()["Version"].startswith("2.")
+
+
+def test_a_missing_socket_is_reported_clearly(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeUnavailable, match="does not exist"):
+        HAProxySocket(str(tmp_path / "nope.sock")).show_stat()
+
+
+def _serving(port: int) -> str:
+    return http_get(f"http://127.0.0.1:{port}/")[1]
+
+
+def _text_config(port: int, text: str) -> str:
+    return f"""
+frontend fe
+    bind 127.0.0.1:{port}
+    http-request return status 200 content-type text/plain string {text}
+"""
+
+
+def _pid_gone(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        if Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_reload_and_verify_reports_the_new_worker_and_the_old_one_exits(
+    haproxy_node: HAProxyNodeFactory, free_port
+) -> None:
+    port = free_port()
+    node, _proc = haproxy_node(_text_config(port, "v1"))
+    assert _serving(port) == "v1"
+    # Edit the live file in place: this test is about the master, not about pushes.
+    live = Path(node.config_path)
+    live.write_text(live.read_text().replace("string v1", "string v2"))
+
+    result = MasterSocket(node.master_socket_path).reload_and_verify(timeout_s=10)
+
+    assert result.ok, result.error
+    assert result.new_worker_pid not in result.old_worker_pids
+    assert _serving(port) == "v2"
+    assert all(_pid_gone(pid, 3.0) for pid in result.old_worker_pids)
+    assert result.duration_ms < 2000
+
+
+def test_reload_of_a_broken_config_is_reported_as_failed_and_the_old_worker_serves(
+    haproxy_node: HAProxyNodeFactory, free_port
+) -> None:
+    port = free_port()
+    node, _proc = haproxy_node(_text_config(port, "v1"))
+    live = Path(node.config_path)
+    live.write_text(live.read_text() + "\n    no_such_keyword here\n")
+    master = MasterSocket(node.master_socket_path)
+
+    result = master.reload_and_verify(timeout_s=10)
+
+    assert not result.ok
+    assert "failed: 1" in (result.error or "")
+    assert result.new_worker_pid is None
+    assert [w.pid for w in master.show_proc().workers] == result.old_worker_pids
+    assert _serving(port) == "v1"
