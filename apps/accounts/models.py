@@ -1,0 +1,103 @@
+"""Organizations, memberships and API tokens."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class OrganizationQuerySet(models.QuerySet):
+    def visible_to(self, principal) -> OrganizationQuerySet:
+        if principal.is_operator:
+            return self
+        return self.filter(pk=principal.org_id)
+
+
+class Organization(models.Model):
+    class Kind(models.TextChoices):
+        OPERATOR = "operator"
+        CUSTOMER = "customer"
+
+    slug = models.SlugField(max_length=63, unique=True)
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.CUSTOMER)
+    # Per-org caps for capacity tests: a control plane must not become an attack tool.
+    max_test_rate = models.PositiveIntegerField(default=2000)
+    max_test_duration_s = models.PositiveIntegerField(default=600)
+    max_test_concurrency = models.PositiveIntegerField(default=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = OrganizationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    @property
+    def is_operator(self) -> bool:
+        return self.kind == self.Kind.OPERATOR
+
+
+class Role(models.TextChoices):
+    OWNER = "owner"
+    ADMIN = "admin"
+    EDITOR = "editor"
+    VIEWER = "viewer"
+
+
+ROLE_RANK = {Role.VIEWER: 0, Role.EDITOR: 1, Role.ADMIN: 2, Role.OWNER: 3}
+
+
+class Membership(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "org"], name="membership_unique_user_org")]
+        ordering = ["org__slug", "user__username"]
+
+
+class Scope(models.TextChoices):
+    READ = "read"
+    WRITE = "write"
+    DEPLOY = "deploy"
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def visible_to(self, principal) -> ApiTokenQuerySet:
+        if principal.is_operator and principal.role_at_least(Role.ADMIN):
+            return self
+        return self.filter(org_id=principal.org_id)
+
+    def usable(self) -> ApiTokenQuerySet:
+        now = timezone.now()
+        return self.filter(revoked_at__isnull=True).filter(models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now))
+
+
+class ApiToken(models.Model):
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="tokens")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE)
+    name = models.CharField(max_length=100)
+    # The prefix is public (shown in lists, used for lookup); only a SHA-256 of the
+    # whole secret is stored, so a database leak yields no usable token.
+    prefix = models.CharField(max_length=16, unique=True)
+    secret_hash = models.CharField(max_length=64)
+    scopes = models.JSONField(default=list)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"

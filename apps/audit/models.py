@@ -1,0 +1,39 @@
+"""Append-only audit log: rows are inserted, never updated or deleted through the app."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class AuditEventQuerySet(models.QuerySet):
+    def visible_to(self, principal) -> AuditEventQuerySet:
+        if principal.is_operator:
+            return self
+        return self.filter(org_id=principal.org_id)
+
+
+class AuditEvent(models.Model):
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.CharField(max_length=64)  # "user:3", "token:7", "system"
+    org = models.ForeignKey("accounts.Organization", null=True, on_delete=models.SET_NULL, related_name="+")
+    action = models.CharField(max_length=64, db_index=True)  # "route.create"
+    object_type = models.CharField(max_length=64)
+    object_id = models.CharField(max_length=64)
+    object_repr = models.CharField(max_length=200, blank=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    request_id = models.CharField(max_length=64, blank=True)
+
+    objects = AuditEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["org", "-at"])]
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise RuntimeError("AuditEvent is append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise RuntimeError("AuditEvent is append-only")

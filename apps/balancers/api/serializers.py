@@ -1,0 +1,262 @@
+"""Balancers API serializers: validate input at the edge, never write (services do)."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from rest_framework import serializers
+
+from apps.accounts.models import Organization
+from apps.balancers.models import (
+    HostnameClaim,
+    IpPool,
+    Listener,
+    LoadBalancer,
+    Member,
+    Pool,
+    PoolRegion,
+    Region,
+    RegionDistance,
+    Route,
+    StaticIP,
+)
+from apps.core.api.fields import (
+    HostnameField,
+    PathField,
+    RedirectUrlField,
+    ScopedRelatedField,
+    ScopedSlugRelatedField,
+    SlugNameField,
+)
+
+
+class OrgOwnedSerializer(serializers.ModelSerializer):
+    """`org` defaults to the caller's org; only operators may name another."""
+
+    org = ScopedSlugRelatedField(Organization, required=False)
+
+    def validate_org(self, org):
+        principal = self.context["request"].principal
+        if not principal.is_operator and org.pk != principal.org_id:
+            raise serializers.ValidationError("You can only create objects for your own organization.")
+        return org
+
+    def validate(self, attrs):
+        attrs = super().validate(attrs)
+        if self.instance is None and "org" not in attrs:
+            attrs["org"] = self.context["request"].principal.org
+        return attrs
+
+
+class RegionSerializer(serializers.ModelSerializer):
+    slug = SlugNameField()
+    name = serializers.CharField(max_length=200)
+
+    class Meta:
+        model = Region
+        fields = ["id", "slug", "name"]
+
+
+class RegionDistanceSerializer(serializers.ModelSerializer):
+    src = ScopedSlugRelatedField(Region)
+    dst = ScopedSlugRelatedField(Region)
+    rtt_ms = serializers.FloatField(min_value=0, max_value=10_000)
+
+    class Meta:
+        model = RegionDistance
+        fields = ["id", "src", "dst", "rtt_ms"]
+
+    def validate(self, attrs):
+        src = attrs.get("src", getattr(self.instance, "src", None))
+        dst = attrs.get("dst", getattr(self.instance, "dst", None))
+        if src == dst:
+            raise serializers.ValidationError({"dst": ["A region has no distance to itself."]}, code="same_region")
+        return attrs
+
+
+class LoadBalancerSerializer(OrgOwnedSerializer):
+    name = SlugNameField()
+
+    class Meta:
+        model = LoadBalancer
+        fields = ["id", "org", "name", "kind", "shared", "fleet", "cloud_target", "revision", "created_at",
+                  "updated_at"]
+        read_only_fields = ["revision", "created_at", "updated_at"]
+
+
+class LbChildSerializer(serializers.ModelSerializer):
+    """Objects hung on an LB: customers may hang them only on LBs they may use."""
+
+    lb = ScopedRelatedField(LoadBalancer)
+
+
+class ListenerSerializer(LbChildSerializer):
+    name = SlugNameField()
+    port = serializers.IntegerField(min_value=1, max_value=65535)
+    static_ip = ScopedRelatedField(StaticIP, required=False, allow_null=True)
+    default_pool = ScopedRelatedField(Pool, required=False, allow_null=True)
+
+    class Meta:
+        model = Listener
+        fields = ["id", "lb", "name", "protocol", "port", "static_ip", "default_pool", "certificate",
+                  "created_at", "updated_at"]
+        read_only_fields = ["created_at", "updated_at"]
+
+    def validate(self, attrs):
+        attrs = super().validate(attrs)
+        principal = self.context["request"].principal
+        lb = attrs.get("lb", getattr(self.instance, "lb", None))
+        if not principal.is_operator and lb.org_id != principal.org_id:
+            raise serializers.ValidationError({"lb": ["Only the load balancer's owner can change its listeners."]},
+                                              code="not_lb_owner")
+        pool = attrs.get("default_pool")
+        if pool is not None and pool.lb_id != lb.pk:
+            raise serializers.ValidationError({"default_pool": ["That pool belongs to another load balancer."]},
+                                              code="pool_not_on_lb")
+        return attrs
+
+
+class PoolRegionSerializer(serializers.ModelSerializer):
+    pool = ScopedRelatedField(Pool)
+    region = ScopedSlugRelatedField(Region)
+    max_rate_per_member = serializers.FloatField(min_value=0.001, max_value=1_000_000, allow_null=True,
+                                                 required=False)
+    capacity_scaler = serializers.FloatField(min_value=0, max_value=1, required=False)
+
+    class Meta:
+        model = PoolRegion
+        fields = ["id", "pool", "region", "max_rate_per_member", "capacity_scaler"]
+
+    def validate_capacity_scaler(self, value: float) -> float:
+        # GCP semantics: 0 drains the region; otherwise 0.1..1.0.
+        if value != 0 and not 0.1 <= value <= 1.0:
+            raise serializers.ValidationError("capacity_scaler must be 0 or between 0.1 and 1.0.",
+                                              code="invalid_capacity_scaler")
+        return value
+
+
+class PoolSerializer(OrgOwnedSerializer):
+    lb = ScopedRelatedField(LoadBalancer)
+    name = SlugNameField()
+    health_path = PathField(required=False)
+    health_interval_s = serializers.IntegerField(min_value=1, max_value=3600, required=False)
+    health_rise = serializers.IntegerField(min_value=1, max_value=100, required=False)
+    health_fall = serializers.IntegerField(min_value=1, max_value=100, required=False)
+    health_expected_status = serializers.IntegerField(min_value=100, max_value=599, required=False)
+    regions = PoolRegionSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Pool
+        fields = ["id", "lb", "org", "name", "algorithm", "overflow_policy", "health_path", "health_interval_s",
+                  "health_rise", "health_fall", "health_expected_status", "regions", "created_at", "updated_at"]
+        read_only_fields = ["created_at", "updated_at"]
+
+
+class MemberSerializer(serializers.ModelSerializer):
+    pool = ScopedRelatedField(Pool)
+    region = ScopedSlugRelatedField(Region)
+    name = SlugNameField()
+    address = serializers.IPAddressField()
+    port = serializers.IntegerField(min_value=1, max_value=65535)
+    weight = serializers.IntegerField(min_value=0, max_value=256, required=False)
+
+    class Meta:
+        model = Member
+        fields = ["id", "pool", "region", "name", "address", "port", "weight", "admin_state", "created_at",
+                  "updated_at"]
+        read_only_fields = ["created_at", "updated_at"]
+
+    def validate_address(self, value: str) -> str:
+        ip = ipaddress.ip_address(value)
+        if ip.is_multicast or ip.is_unspecified:
+            raise serializers.ValidationError("A member address must be a unicast host address.",
+                                              code="invalid_ip")
+        return str(ip)
+
+
+class MemberStateSerializer(serializers.Serializer):
+    admin_state = serializers.ChoiceField(choices=Member.AdminState.choices, required=False)
+    weight = serializers.IntegerField(min_value=0, max_value=256, required=False)
+
+    def validate(self, attrs):
+        if not attrs:
+            raise serializers.ValidationError("Give admin_state, weight or both.", code="empty")
+        return attrs
+
+
+class RouteTargetSerializer(serializers.Serializer):
+    pool = ScopedRelatedField(Pool)
+    weight = serializers.IntegerField(min_value=0, max_value=256, default=100)
+
+
+class RouteSerializer(OrgOwnedSerializer):
+    lb = ScopedRelatedField(LoadBalancer)
+    hosts = serializers.ListField(child=HostnameField(), max_length=50, required=False)
+    path = PathField(required=False)
+    priority = serializers.IntegerField(min_value=1, max_value=50_000)
+    redirect_url = RedirectUrlField(required=False, allow_blank=True)
+    targets = RouteTargetSerializer(many=True, required=False)
+
+    class Meta:
+        model = Route
+        fields = ["id", "lb", "org", "hosts", "path_match", "path", "priority", "redirect_url", "targets",
+                  "created_at", "updated_at"]
+        read_only_fields = ["created_at", "updated_at"]
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        data["targets"] = [{"pool": t.pool_id, "weight": t.weight} for t in instance.targets.all()]
+        return data
+
+
+class HostnameClaimSerializer(OrgOwnedSerializer):
+    hostname = HostnameField()
+
+    class Meta:
+        model = HostnameClaim
+        fields = ["id", "org", "hostname", "status", "decided_at", "created_at"]
+        read_only_fields = ["status", "decided_at", "created_at"]
+
+
+class IpPoolSerializer(serializers.ModelSerializer):
+    name = SlugNameField()
+    region = ScopedSlugRelatedField(Region, required=False, allow_null=True)
+    free = serializers.SerializerMethodField()
+
+    class Meta:
+        model = IpPool
+        fields = ["id", "name", "cidr", "region", "provider", "free", "created_at"]
+        read_only_fields = ["created_at"]
+
+    def validate_cidr(self, value: str) -> str:
+        try:
+            network = ipaddress.ip_network(value, strict=True)
+        except ValueError as exc:
+            raise serializers.ValidationError(f"Not a network in CIDR form: {exc}", code="invalid_cidr") from exc
+        if network.num_addresses > 65536:
+            raise serializers.ValidationError("IP pools are limited to 65,536 addresses.", code="invalid_cidr")
+        return str(network)
+
+    def get_free(self, pool: IpPool) -> int:
+        network = ipaddress.ip_network(pool.cidr)
+        usable = max(network.num_addresses - (2 if network.version == 4 and network.prefixlen < 31 else 0), 0)
+        used = getattr(pool, "used_count", None)
+        if used is None:
+            used = pool.addresses.exclude(state=StaticIP.State.FREE).count()
+        return usable - used
+
+
+class StaticIPSerializer(serializers.ModelSerializer):
+    pool = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    org = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = StaticIP
+        fields = ["id", "pool", "address", "org", "state", "allocated_at"]
+        read_only_fields = fields
+
+
+class StaticIPAllocateSerializer(serializers.Serializer):
+    pool = serializers.SlugRelatedField(slug_field="name", queryset=IpPool.objects.all())
+    address = serializers.IPAddressField(required=False)
+    org = ScopedSlugRelatedField(Organization, required=False)

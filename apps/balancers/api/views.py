@@ -1,0 +1,240 @@
+"""Balancers API: thin viewsets over the services."""
+
+from __future__ import annotations
+
+from django.db.models import Count, Q
+from django_filters import rest_framework as filters
+from rest_framework import status
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.response import Response
+
+from apps.balancers import services
+from apps.balancers.api import serializers as s
+from apps.balancers.models import (
+    HostnameClaim,
+    IpPool,
+    Listener,
+    LoadBalancer,
+    Member,
+    Pool,
+    PoolRegion,
+    Region,
+    RegionDistance,
+    Route,
+    StaticIP,
+)
+from apps.core.api.serializers import EmptySerializer
+from apps.core.api.viewsets import TenantViewSet, etag_for
+
+
+class GlobalQuerySetMixin:
+    """Shared infrastructure (regions, IP pools): readable by all, written by operators."""
+
+    operator_only_write = True
+
+    def get_queryset(self):
+        return self.model.objects.all()
+
+
+class ServiceWritesMixin:
+    """Plain objects: create/update/delete through the generic audited service."""
+
+    def perform_create(self, serializer):
+        serializer.instance = services.object_save(principal=self.principal, obj=self.model(),
+                                                   action="create", data=serializer.validated_data)
+
+    def perform_update(self, serializer):
+        services.object_save(principal=self.principal, obj=serializer.instance, action="update",
+                             data=serializer.validated_data)
+
+    def perform_destroy(self, instance):
+        services.object_delete(principal=self.principal, obj=instance)
+
+
+class RegionViewSet(GlobalQuerySetMixin, ServiceWritesMixin, TenantViewSet):
+    model = Region
+    serializer_class = s.RegionSerializer
+    filterset_fields = ["slug"]
+
+
+class RegionDistanceViewSet(GlobalQuerySetMixin, ServiceWritesMixin, TenantViewSet):
+    model = RegionDistance
+    serializer_class = s.RegionDistanceSerializer
+    select_related = ("src", "dst")
+
+    def get_queryset(self):
+        return RegionDistance.objects.select_related("src", "dst")
+
+
+class OwnerWritesMixin:
+    """Customers may read shared LBs, but only the owner org changes an LB or its listeners."""
+
+    def _check_owner(self, lb: LoadBalancer) -> None:
+        if not self.principal.is_operator and lb.org_id != self.principal.org_id:
+            raise PermissionDenied("Only the load balancer's owner can change it.")
+
+
+class LoadBalancerFilter(filters.FilterSet):
+    class Meta:
+        model = LoadBalancer
+        fields = ["kind", "shared", "fleet", "name"]
+
+
+class LoadBalancerViewSet(OwnerWritesMixin, ServiceWritesMixin, TenantViewSet):
+    model = LoadBalancer
+    serializer_class = s.LoadBalancerSerializer
+    select_related = ("org",)
+    filterset_class = LoadBalancerFilter
+    ordering_fields = ["name", "created_at", "revision"]
+
+    def perform_update(self, serializer):
+        self._check_owner(serializer.instance)
+        super().perform_update(serializer)
+
+    def perform_destroy(self, instance):
+        self._check_owner(instance)
+        super().perform_destroy(instance)
+
+
+class ListenerViewSet(ServiceWritesMixin, TenantViewSet):
+    model = Listener
+    serializer_class = s.ListenerSerializer
+    select_related = ("lb", "static_ip")
+    filterset_fields = ["lb", "protocol", "port"]
+
+    def perform_create(self, serializer):
+        serializer.instance = services.listener_save(principal=self.principal, listener=Listener(),
+                                                     data=serializer.validated_data)
+
+    def perform_update(self, serializer):
+        services.listener_save(principal=self.principal, listener=serializer.instance,
+                               data=serializer.validated_data)
+
+
+class PoolViewSet(ServiceWritesMixin, TenantViewSet):
+    model = Pool
+    serializer_class = s.PoolSerializer
+    select_related = ("lb", "org")
+    prefetch_related = ("regions__region",)
+    filterset_fields = ["lb", "name", "algorithm", "overflow_policy"]
+
+
+class PoolRegionViewSet(ServiceWritesMixin, TenantViewSet):
+    model = PoolRegion
+    serializer_class = s.PoolRegionSerializer
+    select_related = ("pool", "region")
+    filterset_fields = ["pool", "region"]
+
+
+class MemberViewSet(ServiceWritesMixin, TenantViewSet):
+    model = Member
+    serializer_class = s.MemberSerializer
+    select_related = ("pool", "region")
+    filterset_fields = ["pool", "region", "admin_state"]
+
+    def perform_create(self, serializer):
+        region = serializer.validated_data["region"]
+        pool = serializer.validated_data["pool"]
+        if not pool.regions.filter(region=region).exists():
+            # A member needs its pool's capacity row for the region; create it on first use.
+            services.object_save(principal=self.principal, obj=PoolRegion(pool=pool, region=region),
+                                 action="create")
+        super().perform_create(serializer)
+
+    @action(detail=True, methods=["post"], serializer_class=s.MemberStateSerializer)
+    def state(self, request, pk=None):
+        """Drain / maint / ready and weight, applied through the runtime API without a reload."""
+        member = self.get_object()
+        serializer = s.MemberStateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        services.member_set_state(principal=self.principal, member=member, **serializer.validated_data)
+        data = s.MemberSerializer(member, context=self.get_serializer_context()).data
+        return Response(data, headers={"ETag": etag_for(data)})
+
+
+class RouteViewSet(TenantViewSet):
+    model = Route
+    serializer_class = s.RouteSerializer
+    select_related = ("lb", "org")
+    prefetch_related = ("targets",)
+    filterset_fields = ["lb", "path_match", "priority"]
+    ordering_fields = ["priority", "created_at"]
+
+    def _save(self, serializer, route: Route):
+        data = dict(serializer.validated_data)
+        targets = data.pop("targets", None)
+        return services.route_save(principal=self.principal, route=route, data=data, targets=targets)
+
+    def perform_create(self, serializer):
+        serializer.instance = self._save(serializer, Route())
+
+    def perform_update(self, serializer):
+        self._save(serializer, serializer.instance)
+
+    def perform_destroy(self, instance):
+        services.object_delete(principal=self.principal, obj=instance)
+
+
+class HostnameClaimViewSet(ServiceWritesMixin, TenantViewSet):
+    model = HostnameClaim
+    serializer_class = s.HostnameClaimSerializer
+    select_related = ("org",)
+    filterset_fields = ["status", "hostname"]
+    http_method_names = ["get", "post", "delete", "head", "options"]
+
+    def perform_create(self, serializer):
+        serializer.instance = services.hostname_claim_create(
+            principal=self.principal, org=serializer.validated_data["org"],
+            hostname=serializer.validated_data["hostname"])
+
+    def _decide(self, approve: bool):
+        claim = self.get_object()
+        services.hostname_claim_decide(principal=self.principal, claim=claim, approve=approve)
+        return Response(self.get_serializer(claim).data)
+
+    @action(detail=True, methods=["post"], serializer_class=EmptySerializer)
+    def approve(self, request, pk=None):
+        return self._decide(True)
+
+    @action(detail=True, methods=["post"], serializer_class=EmptySerializer)
+    def reject(self, request, pk=None):
+        return self._decide(False)
+
+
+class IpPoolViewSet(GlobalQuerySetMixin, ServiceWritesMixin, TenantViewSet):
+    model = IpPool
+    serializer_class = s.IpPoolSerializer
+
+    def get_queryset(self):
+        return IpPool.objects.select_related("region").annotate(
+            used_count=Count("addresses", filter=~Q(addresses__state=StaticIP.State.FREE)))
+
+
+class StaticIPViewSet(TenantViewSet):
+    model = StaticIP
+    serializer_class = s.StaticIPSerializer
+    select_related = ("pool", "org")
+    filterset_fields = ["state", "pool__name", "address"]
+    http_method_names = ["get", "post", "head", "options"]
+
+    def get_queryset(self):
+        return super().get_queryset().exclude(state=StaticIP.State.FREE)
+
+    @action(detail=False, methods=["post"], serializer_class=s.StaticIPAllocateSerializer)
+    def allocate(self, request):
+        return self.create(request)  # same Idempotency-Key handling as any POST
+
+    def _create(self, request, *args, **kwargs):
+        serializer = s.StaticIPAllocateSerializer(data=request.data, context=self.get_serializer_context())
+        serializer.is_valid(raise_exception=True)
+        org = serializer.validated_data.get("org") or self.principal.org
+        ip = services.static_ip_allocate(principal=self.principal, pool=serializer.validated_data["pool"], org=org,
+                                         address=serializer.validated_data.get("address"))
+        return Response(s.StaticIPSerializer(ip).data, status=status.HTTP_201_CREATED)
+
+    @action(detail=True, methods=["post"], serializer_class=EmptySerializer)
+    def release(self, request, pk=None):
+        ip = services.static_ip_release(principal=self.principal, ip=self.get_object())
+        return Response(s.StaticIPSerializer(ip).data)
+

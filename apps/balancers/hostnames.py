@@ -1,0 +1,29 @@
+"""Hostname claim rules, pure: who may route which host, and which claims overlap."""
+
+from __future__ import annotations
+
+
+def normalize(hostname: str) -> str:
+    return hostname.strip().lower().rstrip(".")
+
+
+def covers(claim: str, host: str) -> bool:
+    """Does `claim` (exact or `*.suffix`) cover `host` (exact or wildcard)?
+
+    `*.example.com` covers `a.example.com`, `a.b.example.com` and `*.a.example.com`,
+    but not `example.com` itself: the same rule the renderer applies with a
+    suffix match on `.example.com`.
+    """
+    claim, host = normalize(claim), normalize(host)
+    if claim == host:
+        return True
+    if claim.startswith("*."):
+        suffix = claim[1:]  # ".example.com"
+        bare = host[2:] if host.startswith("*.") else host
+        return bare.endswith(suffix) and len(bare) > len(suffix)
+    return False
+
+
+def overlaps(a: str, b: str) -> bool:
+    """Two claims overlap when some hostname would be covered by both."""
+    return covers(a, b) or covers(b, a)

@@ -1,0 +1,309 @@
+"""Regions, load balancers, listeners, pools, members, routes, hostname claims, IPs."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from apps.core.tenancy import TenantQuerySet
+
+
+class Region(models.Model):
+    slug = models.SlugField(max_length=63, unique=True)
+    name = models.CharField(max_length=200)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class RegionDistance(models.Model):
+    """Round-trip time between regions; overflow goes to the nearest region first."""
+
+    src = models.ForeignKey(Region, on_delete=models.CASCADE, related_name="distances_from")
+    dst = models.ForeignKey(Region, on_delete=models.CASCADE, related_name="distances_to")
+    rtt_ms = models.FloatField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["src", "dst"], name="region_distance_unique"),
+            models.CheckConstraint(condition=~Q(src=models.F("dst")), name="region_distance_distinct"),
+            models.CheckConstraint(condition=Q(rtt_ms__gte=0), name="region_distance_rtt_nonneg"),
+        ]
+        ordering = ["src__slug", "rtt_ms"]
+
+    def __str__(self) -> str:
+        return f"{self.src}->{self.dst} {self.rtt_ms}ms"
+
+
+class LoadBalancerQuerySet(TenantQuerySet):
+    def visible_to(self, principal):
+        if principal.is_operator:
+            return self
+        # Customers see their own LBs and the shared ones they can put routes on.
+        return self.filter(Q(org_id=principal.org_id) | Q(shared=True))
+
+
+class LoadBalancer(models.Model):
+    class Kind(models.TextChoices):
+        HAPROXY = "haproxy"
+        GCP = "gcp"
+        AWS = "aws"
+
+    TENANT_PATH = "org"
+
+    org = models.ForeignKey("accounts.Organization", on_delete=models.PROTECT, related_name="load_balancers")
+    name = models.SlugField(max_length=63, unique=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.HAPROXY)
+    shared = models.BooleanField(default=False)
+    fleet = models.ForeignKey("fleets.Fleet", null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="load_balancers")
+    cloud_target = models.ForeignKey("cloud.CloudTarget", null=True, blank=True, on_delete=models.SET_NULL,
+                                     related_name="load_balancers")
+    # Bumped by every change to what the LB must serve; nodes report the revision they applied.
+    revision = models.PositiveBigIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = LoadBalancerQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class LbChildQuerySet(TenantQuerySet):
+    """Listeners: owned through their LB; customers see those of LBs they own."""
+
+
+class IpPool(models.Model):
+    name = models.SlugField(max_length=63, unique=True)
+    cidr = models.CharField(max_length=64)
+    region = models.ForeignKey(Region, null=True, blank=True, on_delete=models.PROTECT)
+    provider = models.CharField(max_length=16, default="haproxy")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class StaticIP(models.Model):
+    class State(models.TextChoices):
+        FREE = "free"
+        RESERVED = "reserved"
+        ASSIGNED = "assigned"
+
+    TENANT_PATH = "org"
+
+    pool = models.ForeignKey(IpPool, on_delete=models.PROTECT, related_name="addresses")
+    address = models.GenericIPAddressField(unique=True)
+    org = models.ForeignKey("accounts.Organization", null=True, blank=True, on_delete=models.PROTECT,
+                            related_name="static_ips")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.RESERVED)
+    allocated_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["pool__name", "address"]
+
+    def __str__(self) -> str:
+        return self.address
+
+
+class Listener(models.Model):
+    class Protocol(models.TextChoices):
+        HTTP = "http"
+        HTTPS = "https"
+        TCP = "tcp"
+
+    TENANT_PATH = "lb__org"
+
+    lb = models.ForeignKey(LoadBalancer, on_delete=models.CASCADE, related_name="listeners")
+    name = models.SlugField(max_length=63)
+    protocol = models.CharField(max_length=8, choices=Protocol.choices, default=Protocol.HTTP)
+    port = models.PositiveIntegerField()
+    static_ip = models.ForeignKey(StaticIP, null=True, blank=True, on_delete=models.PROTECT, related_name="listeners")
+    default_pool = models.ForeignKey("Pool", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    certificate = models.ForeignKey("fleets.Certificate", null=True, blank=True, on_delete=models.PROTECT,
+                                    related_name="listeners")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["lb", "name"], name="listener_unique_name"),
+            models.UniqueConstraint(fields=["lb", "port"], name="listener_unique_port"),
+        ]
+        ordering = ["lb__name", "port"]
+
+    def __str__(self) -> str:
+        return f"{self.lb.name}/{self.name}"
+
+
+class Pool(models.Model):
+    class Algorithm(models.TextChoices):
+        ROUNDROBIN = "roundrobin"
+        LEASTCONN = "leastconn"
+        SOURCE = "source"
+
+    class OverflowPolicy(models.TextChoices):
+        WATERFALL = "waterfall"
+        ISOLATION = "isolation"
+
+    TENANT_PATH = "org"
+
+    lb = models.ForeignKey(LoadBalancer, on_delete=models.CASCADE, related_name="pools")
+    org = models.ForeignKey("accounts.Organization", on_delete=models.PROTECT, related_name="pools")
+    name = models.SlugField(max_length=63)
+    algorithm = models.CharField(max_length=16, choices=Algorithm.choices, default=Algorithm.ROUNDROBIN)
+    overflow_policy = models.CharField(max_length=16, choices=OverflowPolicy.choices,
+                                       default=OverflowPolicy.WATERFALL)
+    health_path = models.CharField(max_length=1024, blank=True, default="/")
+    health_interval_s = models.PositiveIntegerField(default=2)
+    health_rise = models.PositiveIntegerField(default=2)
+    health_fall = models.PositiveIntegerField(default=3)
+    health_expected_status = models.PositiveIntegerField(default=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["lb", "name"], name="pool_unique_name")]
+        ordering = ["lb__name", "name"]
+
+    def __str__(self) -> str:
+        return f"{self.lb.name}/{self.name}"
+
+
+class PoolRegion(models.Model):
+    """Per-region capacity: healthy members x max_rate_per_member x capacity_scaler."""
+
+    TENANT_PATH = "pool__org"
+
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="regions")
+    region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="+")
+    max_rate_per_member = models.FloatField(null=True, blank=True)  # None = unlimited
+    capacity_scaler = models.FloatField(default=1.0)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["pool", "region"], name="pool_region_unique"),
+            models.CheckConstraint(
+                condition=Q(capacity_scaler=0) | Q(capacity_scaler__gte=0.1, capacity_scaler__lte=1.0),
+                name="pool_region_scaler_range",
+            ),
+        ]
+        ordering = ["pool_id", "region__slug"]
+
+    def __str__(self) -> str:
+        return f"{self.pool}@{self.region}"
+
+
+class Member(models.Model):
+    class AdminState(models.TextChoices):
+        ACTIVE = "active"
+        DRAIN = "drain"
+        MAINT = "maint"
+
+    TENANT_PATH = "pool__org"
+
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="members")
+    region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="+")
+    name = models.SlugField(max_length=63)
+    address = models.GenericIPAddressField()
+    port = models.PositiveIntegerField()
+    weight = models.PositiveIntegerField(default=100)
+    admin_state = models.CharField(max_length=8, choices=AdminState.choices, default=AdminState.ACTIVE)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["pool", "name"], name="member_unique_name"),
+            models.UniqueConstraint(fields=["pool", "address", "port"], name="member_unique_endpoint"),
+            models.CheckConstraint(condition=Q(weight__lte=256), name="member_weight_range"),
+        ]
+        ordering = ["pool_id", "region__slug", "name"]
+
+    def __str__(self) -> str:
+        return f"{self.pool}/{self.name}"
+
+
+class Route(models.Model):
+    class PathMatch(models.TextChoices):
+        PREFIX = "prefix"
+        EXACT = "exact"
+
+    TENANT_PATH = "org"
+
+    lb = models.ForeignKey(LoadBalancer, on_delete=models.CASCADE, related_name="routes")
+    org = models.ForeignKey("accounts.Organization", on_delete=models.PROTECT, related_name="routes")
+    hosts = models.JSONField(default=list)
+    path_match = models.CharField(max_length=8, choices=PathMatch.choices, default=PathMatch.PREFIX)
+    path = models.CharField(max_length=1024, default="/")
+    priority = models.PositiveIntegerField()
+    redirect_url = models.CharField(max_length=2048, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["lb", "priority"], name="route_unique_priority")]
+        ordering = ["lb__name", "priority"]
+
+    def __str__(self) -> str:
+        return f"{self.lb.name}#{self.priority}"
+
+
+class RouteTarget(models.Model):
+    route = models.ForeignKey(Route, on_delete=models.CASCADE, related_name="targets")
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="route_targets")
+    weight = models.PositiveIntegerField(default=100)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["route", "pool"], name="route_target_unique")]
+        ordering = ["route_id", "pool_id"]
+
+    def __str__(self) -> str:
+        return f"{self.route}->{self.pool_id}:{self.weight}"
+
+
+class HostnameClaim(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+
+    TENANT_PATH = "org"
+
+    org = models.ForeignKey("accounts.Organization", on_delete=models.CASCADE, related_name="hostname_claims")
+    hostname = models.CharField(max_length=253, unique=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["hostname"]
+
+    def __str__(self) -> str:
+        return self.hostname

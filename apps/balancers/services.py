@@ -1,0 +1,292 @@
+"""Writes for the balancers domain. Each change writes its audit event and bumps the LB revision."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.forms.models import model_to_dict
+from django.utils import timezone
+
+from apps.accounts.principal import Principal
+from apps.audit.services import audit_record
+from apps.balancers import hostnames
+from apps.balancers.models import (
+    HostnameClaim,
+    IpPool,
+    Listener,
+    LoadBalancer,
+    Member,
+    Pool,
+    PoolRegion,
+    Route,
+    RouteTarget,
+    StaticIP,
+)
+from apps.balancers.signals import lb_changed, member_runtime_changed
+from apps.core.errors import Conflict, DomainError
+from apps.core.locks import xact_lock
+
+
+def snapshot(obj) -> dict[str, Any]:
+    data = model_to_dict(obj)
+    if isinstance(obj, Route):
+        data["targets"] = [{"pool": t.pool_id, "weight": t.weight} for t in obj.targets.all()]
+    return data
+
+
+def lb_touch(lb_id: int) -> None:
+    """Bump the LB's revision and tell listeners (fleets, cloud) once the transaction commits."""
+    LoadBalancer.objects.filter(pk=lb_id).update(revision=F("revision") + 1, updated_at=timezone.now())
+    revision = LoadBalancer.objects.values_list("revision", flat=True).get(pk=lb_id)
+    transaction.on_commit(lambda: lb_changed.send(sender=LoadBalancer, lb_id=lb_id, revision=revision))
+
+
+def _lb_of(obj) -> int | None:
+    if isinstance(obj, LoadBalancer):
+        return None  # the LB's own metadata (name, shared) does not change what nodes serve
+    if isinstance(obj, Listener | Pool | Route):
+        return obj.lb_id
+    if isinstance(obj, PoolRegion | Member):
+        return obj.pool.lb_id
+    return None
+
+
+def object_save(*, principal: Principal | None, obj, action: str, data: dict[str, Any] | None = None):
+    """Create or update one object: set fields, save, audit, bump its LB's revision.
+
+    Used for plain objects whose rules the serializer and database constraints
+    already enforce; objects with cross-row rules have their own service below.
+    """
+    with transaction.atomic():
+        before = snapshot(obj) if obj.pk else None
+        for field, value in (data or {}).items():
+            setattr(obj, field, value)
+        try:
+            with transaction.atomic():
+                obj.save()
+        except IntegrityError as exc:
+            raise Conflict("conflict", f"This {obj._meta.verbose_name} conflicts with an existing one "
+                                       f"(a unique name, port or address is already taken).") from exc
+        audit_record(principal=principal, org=_org_of(obj), action=f"{obj._meta.model_name}.{action}",
+                     obj=obj, before=before, after=snapshot(obj))
+        lb_id = _lb_of(obj)
+        if lb_id is not None:
+            lb_touch(lb_id)
+    return obj
+
+
+def object_delete(*, principal: Principal | None, obj) -> None:
+    with transaction.atomic():
+        before = snapshot(obj)
+        lb_id = _lb_of(obj)
+        org = _org_of(obj)
+        audit_record(principal=principal, org=org, action=f"{obj._meta.model_name}.delete", obj=obj, before=before)
+        try:
+            with transaction.atomic():
+                obj.delete()
+        except IntegrityError as exc:
+            raise Conflict("in_use", f"This {obj._meta.verbose_name} is still in use.") from exc
+        if lb_id is not None:
+            lb_touch(lb_id)
+
+
+def _org_of(obj):
+    for path in ("org", "lb.org", "pool.org"):
+        target = obj
+        try:
+            for part in path.split("."):
+                target = getattr(target, part)
+        except AttributeError:
+            continue
+        if target is not None:
+            return target
+    return None
+
+
+# --- members ---------------------------------------------------------------------
+
+
+def member_set_state(*, principal: Principal | None, member: Member, admin_state: str | None = None,
+                     weight: int | None = None) -> Member:
+    """Drain/maint/ready and weight: desired state now, runtime API on every node right after commit."""
+    data: dict[str, Any] = {}
+    if admin_state is not None:
+        data["admin_state"] = admin_state
+    if weight is not None:
+        data["weight"] = weight
+    with transaction.atomic():
+        object_save(principal=principal, obj=member, action="state", data=data)
+        transaction.on_commit(lambda: member_runtime_changed.send(sender=Member, member_id=member.pk))
+    return member
+
+
+# --- hostname claims ---------------------------------------------------------------
+
+
+def hostname_claim_create(*, principal: Principal, org, hostname: str) -> HostnameClaim:
+    hostname = hostnames.normalize(hostname)
+    with transaction.atomic():
+        # Serialise claim creation so two orgs cannot both pass the overlap check.
+        xact_lock("hostname-claims")
+        for other in HostnameClaim.objects.exclude(status=HostnameClaim.Status.REJECTED):
+            if hostnames.overlaps(other.hostname, hostname):
+                # Never say who holds it: that would leak another tenant's claim.
+                raise Conflict("claim_overlap",
+                               f"'{hostname}' overlaps a hostname that is already claimed.", field="hostname")
+        status = HostnameClaim.Status.APPROVED if principal.is_operator else HostnameClaim.Status.PENDING
+        claim = HostnameClaim(org=org, hostname=hostname, status=status,
+                              decided_at=timezone.now() if principal.is_operator else None)
+        return object_save(principal=principal, obj=claim, action="create")
+
+
+def hostname_claim_decide(*, principal: Principal, claim: HostnameClaim, approve: bool) -> HostnameClaim:
+    if not principal.is_operator:
+        raise DomainError("operator_only", "Only an operator can approve or reject a hostname claim.", status=403)
+    status = HostnameClaim.Status.APPROVED if approve else HostnameClaim.Status.REJECTED
+    return object_save(principal=principal, obj=claim, action="approve" if approve else "reject",
+                       data={"status": status, "decided_at": timezone.now()})
+
+
+def _check_hosts_owned(*, org, hosts: Iterable[str]) -> None:
+    claims = list(HostnameClaim.objects.exclude(status=HostnameClaim.Status.REJECTED)
+                  .values_list("org_id", "hostname", "status"))
+    for host in hosts:
+        own = any(org_id == org.pk and status == HostnameClaim.Status.APPROVED and hostnames.covers(name, host)
+                  for org_id, name, status in claims)
+        if own:
+            continue
+        foreign = any(org_id != org.pk and hostnames.overlaps(name, host) for org_id, name, _ in claims)
+        if org.is_operator and not foreign:
+            continue  # operators route unclaimed hostnames freely, never a tenant's
+        raise DomainError("hostname_not_claimed",
+                          f"'{host}' is not covered by an approved hostname claim of your organization.",
+                          field="hosts")
+
+
+# --- routes --------------------------------------------------------------------------
+
+
+def _check_route(*, route: Route, targets: list[dict[str, Any]]) -> None:
+    if route.redirect_url and targets:
+        raise DomainError("invalid_route", "A route either redirects or forwards to pools, not both.", field="targets")
+    if not route.redirect_url and not targets:
+        raise DomainError("invalid_route", "A route needs at least one target pool or a redirect URL.",
+                          field="targets")
+    if targets and sum(t["weight"] for t in targets) <= 0:
+        raise DomainError("invalid_weights", "Target weights must add up to more than zero.", field="targets")
+    pool_ids = [t["pool"].pk for t in targets]
+    if len(set(pool_ids)) != len(pool_ids):
+        raise DomainError("duplicate_target", "Each pool may appear once among a route's targets.", field="targets")
+    for target in targets:
+        pool = target["pool"]
+        if pool.lb_id != route.lb_id:
+            raise DomainError("pool_not_on_lb", f"Pool '{pool.name}' belongs to another load balancer.",
+                              field="targets")
+        if not route.org.is_operator and pool.org_id != route.org_id:
+            raise DomainError("not_found", "Target pool not found.", field="targets")
+    if route.lb.shared and not route.hosts and not route.org.is_operator:
+        raise DomainError("hosts_required", "Routes on a shared load balancer must name their hostnames.",
+                          field="hosts")
+    _check_hosts_owned(org=route.org, hosts=route.hosts)
+    wanted = {hostnames.normalize(h) for h in route.hosts}
+    siblings = Route.objects.filter(lb_id=route.lb_id, path=route.path, path_match=route.path_match)
+    if route.pk:
+        siblings = siblings.exclude(pk=route.pk)
+    for other in siblings.only("hosts"):
+        other_hosts = {hostnames.normalize(h) for h in other.hosts}
+        if (not wanted and not other_hosts) or wanted & other_hosts:
+            raise Conflict("route_conflict",
+                           "Another route on this load balancer already matches the same host, path and match.",
+                           field="path")
+
+
+def route_save(*, principal: Principal, route: Route, data: dict[str, Any],
+               targets: list[dict[str, Any]] | None) -> Route:
+    with transaction.atomic():
+        # One writer per LB at a time: the uniqueness rules span rows.
+        lb_id = data["lb"].pk if "lb" in data else route.lb_id
+        list(LoadBalancer.objects.select_for_update().filter(pk=lb_id))
+        before = snapshot(route) if route.pk else None
+        for field, value in data.items():
+            setattr(route, field, value)
+        route.hosts = sorted({hostnames.normalize(h) for h in route.hosts})
+        if targets is None:
+            targets = [{"pool": t.pool, "weight": t.weight} for t in route.targets.select_related("pool")]
+        _check_route(route=route, targets=targets)
+        taken = Route.objects.filter(lb_id=route.lb_id, priority=route.priority).exclude(pk=route.pk).exists()
+        if taken:
+            raise Conflict("priority_taken", f"Priority {route.priority} is already used on this load balancer.",
+                           field="priority")
+        route.save()
+        route.targets.all().delete()
+        RouteTarget.objects.bulk_create(
+            [RouteTarget(route=route, pool=t["pool"], weight=t["weight"]) for t in targets])
+        audit_record(principal=principal, org=route.org, action="route.create" if before is None else "route.update",
+                     obj=route, before=before, after=snapshot(route))
+        lb_touch(route.lb_id)
+    return route
+
+
+# --- static IPs --------------------------------------------------------------------------
+
+
+def static_ip_allocate(*, principal: Principal, pool: IpPool, org, address: str | None = None) -> StaticIP:
+    """Take one address from the pool, atomically: never the same address twice."""
+    with transaction.atomic():
+        # The pool row lock serialises allocators of one pool on PostgreSQL; SQLite
+        # serialises all writers anyway.
+        IpPool.objects.select_for_update().get(pk=pool.pk)
+        network = ipaddress.ip_network(pool.cidr, strict=False)
+        taken = set(StaticIP.objects.filter(pool=pool).exclude(state=StaticIP.State.FREE)
+                    .values_list("address", flat=True))
+        if address is not None:
+            if ipaddress.ip_address(address) not in network:
+                raise DomainError("address_not_in_pool", f"{address} is not inside {pool.cidr}.", field="address")
+            if address in taken:
+                raise Conflict("address_taken", f"{address} is already allocated.", field="address")
+            chosen = address
+        else:
+            chosen = next((str(ip) for ip in network.hosts() if str(ip) not in taken), None)
+            if chosen is None:
+                raise Conflict("pool_exhausted", f"IP pool '{pool.name}' has no free address left.")
+        ip, _ = StaticIP.objects.update_or_create(
+            address=chosen,
+            defaults={"pool": pool, "org": org, "state": StaticIP.State.RESERVED, "allocated_at": timezone.now()},
+        )
+        audit_record(principal=principal, org=org, action="static_ip.allocate", obj=ip, after=snapshot(ip))
+    return ip
+
+
+def static_ip_release(*, principal: Principal, ip: StaticIP) -> StaticIP:
+    with transaction.atomic():
+        ip = StaticIP.objects.select_for_update().get(pk=ip.pk)
+        if ip.listeners.exists():
+            raise Conflict("in_use", f"{ip.address} is still bound by a listener; move the listener first.")
+        before, org = snapshot(ip), ip.org
+        ip.state, ip.org, ip.allocated_at = StaticIP.State.FREE, None, None
+        ip.save()
+        audit_record(principal=principal, org=org, action="static_ip.release", obj=ip, before=before,
+                     after=snapshot(ip))
+    return ip
+
+
+def listener_save(*, principal: Principal, listener: Listener, data: dict[str, Any]) -> Listener:
+    with transaction.atomic():
+        old_ip_id = listener.static_ip_id
+        object_save(principal=principal, obj=listener, action="create" if listener.pk is None else "update",
+                    data=data)
+        ip = listener.static_ip
+        if ip is not None:
+            if ip.state == StaticIP.State.FREE or (ip.org_id not in (listener.lb.org_id, None)
+                                                   and not principal.is_operator):
+                raise DomainError("static_ip_not_reserved", "That static IP is not reserved for your organization.",
+                                  field="static_ip")
+            StaticIP.objects.filter(pk=ip.pk).update(state=StaticIP.State.ASSIGNED)
+        if old_ip_id and old_ip_id != listener.static_ip_id:
+            if not Listener.objects.filter(static_ip_id=old_ip_id).exists():
+                StaticIP.objects.filter(pk=old_ip_id).update(state=StaticIP.State.RESERVED)
+    return listener

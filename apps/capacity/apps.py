@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class CapacityConfig(AppConfig):
+    name = "apps.capacity"
+    label = "capacity"

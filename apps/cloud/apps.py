@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class CloudConfig(AppConfig):
+    name = "apps.cloud"
+    label = "cloud"

@@ -1,0 +1,131 @@
+"""Base API viewset: tenancy scoping, ETag/If-Match, Idempotency-Key, services for writes.
+
+Every tenant-owned endpoint inherits `TenantViewSet`, so none can forget the scope:
+`get_queryset()` is always `Model.objects.visible_to(principal)`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from rest_framework import status, viewsets
+from rest_framework.response import Response
+
+from apps.core.api.errors import ApiError, PreconditionFailed
+from apps.core.models import IdempotencyRecord
+
+_KEY_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+
+def etag_for(data: Any) -> str:
+    blob = json.dumps(data, sort_keys=True, default=str).encode()
+    return '"' + hashlib.sha256(blob).hexdigest()[:32] + '"'
+
+
+class TenantViewSet(viewsets.ModelViewSet):
+    model = None  # set by subclasses
+    select_related: tuple[str, ...] = ()
+    prefetch_related: tuple[str, ...] = ()
+
+    @property
+    def principal(self):
+        return self.request.principal
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # schema generation has no principal
+            return self.model.objects.none()
+        qs = self.model.objects.visible_to(self.principal)
+        if self.select_related:
+            qs = qs.select_related(*self.select_related)
+        if self.prefetch_related:
+            qs = qs.prefetch_related(*self.prefetch_related)
+        return qs
+
+    # --- ETag / If-Match -------------------------------------------------------------
+
+    def retrieve(self, request, *args, **kwargs):
+        response = super().retrieve(request, *args, **kwargs)
+        response["ETag"] = etag_for(response.data)
+        return response
+
+    def _check_if_match(self, instance) -> None:
+        wanted = self.request.headers.get("If-Match")
+        if not wanted or wanted.strip() == "*":
+            return
+        current = etag_for(self.get_serializer(instance).data)
+        candidates = {tag.strip().removeprefix("W/") for tag in wanted.split(",")}
+        if current not in candidates:
+            raise PreconditionFailed()
+
+    def _locked_instance(self):
+        instance = self.get_object()  # 404 for missing and foreign alike
+        # Lock the row so the If-Match comparison and the write see the same version.
+        type(instance).objects.select_for_update().filter(pk=instance.pk).values_list("pk").first()
+        instance.refresh_from_db()
+        return instance
+
+    def update(self, request, *args, **kwargs):
+        partial = kwargs.pop("partial", False)
+        with transaction.atomic():
+            instance = self._locked_instance()
+            self._check_if_match(instance)
+            serializer = self.get_serializer(instance, data=request.data, partial=partial)
+            serializer.is_valid(raise_exception=True)
+            self.perform_update(serializer)
+        data = self.get_serializer(serializer.instance).data
+        return Response(data, headers={"ETag": etag_for(data)})
+
+    def destroy(self, request, *args, **kwargs):
+        with transaction.atomic():
+            instance = self._locked_instance()
+            self._check_if_match(instance)
+            self.perform_destroy(instance)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    # --- Idempotency-Key ----------------------------------------------------------------
+
+    def create(self, request, *args, **kwargs):
+        key = request.headers.get("Idempotency-Key")
+        if not key:
+            return self._create(request, *args, **kwargs)
+        if not _KEY_RE.match(key):
+            raise ApiError("invalid_idempotency_key", "Idempotency-Key must be 1-128 characters of [A-Za-z0-9_.:-].")
+        body = json.dumps(request.data, sort_keys=True, default=str)
+        method_path = f"{request.method} {request.path}"[:300]
+        digest = hashlib.sha256(f"{method_path}\n{body}".encode()).hexdigest()
+        scope = self.principal.actor
+        try:
+            with transaction.atomic():
+                record = IdempotencyRecord.objects.create(scope=scope, key=key, method_path=method_path,
+                                                          request_hash=digest)
+        except IntegrityError:
+            record = IdempotencyRecord.objects.get(scope=scope, key=key)
+            if record.request_hash != digest:
+                raise ApiError("idempotency_key_reused",
+                               "This Idempotency-Key was used with a different request; use a new key.",
+                               status.HTTP_422_UNPROCESSABLE_ENTITY) from None
+            if record.status_code is None:
+                raise ApiError("idempotency_in_progress", "A request with this Idempotency-Key is still running.",
+                               status.HTTP_409_CONFLICT) from None
+            return Response(record.body, status=record.status_code, headers={"Idempotent-Replayed": "true"})
+        try:
+            response = self._create(request, *args, **kwargs)
+        except Exception:
+            # Nothing was created: free the key so the client can retry with it.
+            record.delete()
+            raise
+        record.status_code, record.body = response.status_code, response.data
+        record.save(update_fields=["status_code", "body"])
+        return response
+
+    def _create(self, request, *args, **kwargs):
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        with transaction.atomic():
+            self.perform_create(serializer)
+        data = self.get_serializer(serializer.instance).data
+        return Response(data, status=status.HTTP_201_CREATED, headers={"ETag": etag_for(data)})

@@ -1,0 +1,42 @@
+"""Request ids: one per request, echoed in X-Request-ID, logged and audited."""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import re
+import uuid
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse
+
+_request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+_SAFE_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+def current_request_id() -> str:
+    return _request_id.get()
+
+
+class RequestIdMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        incoming = request.headers.get("X-Request-ID", "")
+        # A client-supplied id is kept only if it is harmless to log.
+        rid = incoming if _SAFE_ID.match(incoming) else uuid.uuid4().hex
+        token = _request_id.set(rid)
+        request.request_id = rid  # type: ignore[attr-defined]
+        try:
+            response = self.get_response(request)
+        finally:
+            _request_id.reset(token)
+        response["X-Request-ID"] = rid
+        return response
+
+
+class RequestIdLogFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = _request_id.get()
+        return True

@@ -1,0 +1,31 @@
+"""Celery app, configured from Django settings with the CELERY namespace."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+
+app = Celery("spillway")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+
+
+def _tune_sqlalchemy_transport() -> None:
+    """Poll the embedded SQLite broker quickly.
+
+    `polling_interval` must not go into broker_transport_options with this
+    transport: kombu passes those options to SQLAlchemy's create_engine(), which
+    rejects the keyword and crashes the worker. Setting it on the Transport class
+    is the measured way.
+    """
+    if not str(app.conf.broker_url).startswith("sqla+"):
+        return
+    from kombu.transport import sqlalchemy as sqla_transport
+
+    sqla_transport.Transport.polling_interval = 0.1
+
+
+_tune_sqlalchemy_transport()
+app.autodiscover_tasks()

@@ -1,0 +1,234 @@
+"""Spillway settings: everything comes from the environment (see controlplane/env.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from controlplane.env import envbool, envint, envlist, envsecret, envstr
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(envstr("SPILLWAY_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = envbool("DEBUG", False)
+# Under pytest the dev-only secrets are allowed, so a bare `pytest` works.
+TESTING = envbool("SPILLWAY_TESTING", "pytest" in sys.modules)
+
+SECRET_KEY = envsecret("SECRET_KEY")
+if not SECRET_KEY:
+    if DEBUG or TESTING:
+        SECRET_KEY = "insecure-dev-only-secret-key-do-not-use-in-production"  # noqa: S105
+    else:
+        raise ImproperlyConfigured("SECRET_KEY is required outside DEBUG (or SECRET_KEY_FILE)")
+
+# Key for credentials encrypted at rest (node SSH keys, TLS private keys). Separate
+# from SECRET_KEY so rotating sessions does not make stored secrets unreadable.
+FIELD_ENCRYPTION_KEY = envsecret("FIELD_ENCRYPTION_KEY")
+if not FIELD_ENCRYPTION_KEY:
+    if DEBUG or TESTING:
+        FIELD_ENCRYPTION_KEY = "dev-only-field-key"
+    else:
+        raise ImproperlyConfigured("FIELD_ENCRYPTION_KEY is required outside DEBUG")
+
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "django_htmx",
+    "django_celery_beat",
+    "apps.core",
+    "apps.accounts",
+    "apps.audit",
+    "apps.balancers",
+    "apps.fleets",
+    "apps.traffic",
+    "apps.capacity",
+    "apps.scheduling",
+    "apps.cloud",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "apps.core.middleware.RequestIdMiddleware",
+]
+
+ROOT_URLCONF = "controlplane.urls"
+WSGI_APPLICATION = "controlplane.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "frontend" / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "apps.accounts.context_processors.principal",
+            ],
+        },
+    }
+]
+
+DATABASE_URL = envstr("DATABASE_URL", f"sqlite:///{VAR_DIR / 'spillway.sqlite3'}")
+try:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 60))}
+except ValueError as exc:
+    raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from exc
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # SQLite is the zero-setup default; WAL and a busy timeout let web, worker and
+    # beat share the file without "database is locked" errors.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+    }
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+DATABASES["default"]["TEST"] = {"NAME": envstr("TEST_DATABASE_NAME", "") or None}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 10}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "frontend" / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+# --- security -----------------------------------------------------------------
+SECURE_COOKIES = envbool("SECURE_COOKIES", not DEBUG)
+SESSION_COOKIE_SECURE = SECURE_COOKIES
+CSRF_COOKIE_SECURE = SECURE_COOKIES
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_AGE = envint("SESSION_COOKIE_AGE", 12 * 3600, minimum=300)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "frame-ancestors": ["'none'"],
+        "form-action": ["'self'"],
+        "base-uri": ["'self'"],
+    }
+}
+LOGIN_THROTTLE_ATTEMPTS = envint("LOGIN_THROTTLE_ATTEMPTS", 5, minimum=1)
+LOGIN_THROTTLE_WINDOW_S = envint("LOGIN_THROTTLE_WINDOW_S", 300, minimum=1)
+
+# --- cache (login throttling, idempotency keys, hot health copy) ----------------
+REDIS_URL = envstr("REDIS_URL")
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "spillway_cache",
+        }
+    }
+
+# --- REST framework -------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "apps.accounts.authentication.BearerTokenAuthentication",
+        "apps.accounts.authentication.SessionAuthentication401",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["apps.accounts.permissions.OrgRolePermission"],
+    "DEFAULT_PAGINATION_CLASS": "apps.core.api.pagination.Pagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "apps.core.api.errors.exception_handler",
+    "DEFAULT_THROTTLE_RATES": {"login": "10/min"},
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Spillway API",
+    "DESCRIPTION": "Control plane for HAProxy fleets and cloud load balancers.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- Celery ---------------------------------------------------------------------
+# Broker: Redis when REDIS_URL is set; otherwise kombu's SQLAlchemy transport on a
+# SQLite file so `make run` needs no server.
+CELERY_BROKER_URL = REDIS_URL or f"sqla+sqlite:///{VAR_DIR / 'broker.sqlite3'}"
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_TIMEZONE = "UTC"
+# A task is acknowledged after it finishes, so a worker killed mid-task leaves the
+# message to be redelivered; tasks are idempotent, so running one again converges.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# One message at a time per process: long rollouts must not hold short ones hostage.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "structured": {"format": "%(asctime)s %(levelname)s %(name)s request_id=%(request_id)s %(message)s"},
+    },
+    "filters": {"request_id": {"()": "apps.core.middleware.RequestIdLogFilter"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "structured", "filters": ["request_id"]},
+    },
+    "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
+}
+
+# --- Spillway -------------------------------------------------------------------
+HAPROXY_BIN = envstr("HAPROXY_BIN", "haproxy")
+TERRAFORM_BIN = envstr("TERRAFORM_BIN", "")
+IDEMPOTENCY_TTL_S = envint("IDEMPOTENCY_TTL_S", 24 * 3600, minimum=60)

@@ -1,0 +1,18 @@
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from apps.core.views import healthz, metrics
+from controlplane.api import extra_urls, router
+
+urlpatterns = [
+    path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    path("api/v1/", include(extra_urls)),
+    path("api/v1/", include(router.urls)),
+    path("metrics", metrics, name="metrics"),
+    path("healthz", healthz, name="healthz"),
+    path("", include("frontend.urls")),
+]
+
+handler404 = "frontend.views.error_404"
+handler500 = "frontend.views.error_500"

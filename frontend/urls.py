@@ -1,0 +1,15 @@
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from frontend import views
+from frontend.auth import ThrottledLoginView
+
+urlpatterns = [
+    path("login/", ThrottledLoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", views.DashboardView.as_view(), name="dashboard"),
+    path("load-balancers/", views.LoadBalancerListView.as_view(), name="lb-list"),
+    path("load-balancers/<int:pk>/", views.LoadBalancerDetailView.as_view(), name="lb-detail"),
+    path("load-balancers/<int:pk>/routes/", views.RouteCreateView.as_view(), name="route-create"),
+    path("members/<int:pk>/state/", views.MemberStateView.as_view(), name="member-state"),
+]
