@@ -1,0 +1,234 @@
+"""LocalTransport against real HAProxy masters: push, validate, activate, rollback, drain."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from apps.fleets.transports.base import bundle_sha256
+from apps.fleets.transports.local import LocalTransport
+
+from .conftest import HAProxyNodeFactory, SimpleBundle, TinyBackend, http_get, standard_global
+
+pytestmark = pytest.mark.haproxy
+
+
+def text_config(port: int, text: str, extra_bind: str = "", rules: str = "") -> str:
+    binds = f"    bind 127.0.0.1:{port}\n" + (f"    bind {extra_bind}\n" if extra_bind else "")
+    return f"""
+frontend fe
+{binds}{rules}    http-request return status 200 content-type text/plain string {text}
+"""
+
+
+def serving(port: int) -> str:
+    try:
+        return http_get(f"http://127.0.0.1:{port}/", timeout_s=1.0)[1]
+    except OSError as exc:
+        return f"error: {exc}"
+
+
+def bundle_for(node, body: str, files: dict[str, bytes] | None = None) -> SimpleBundle:
+    return SimpleBundle.of({"haproxy.cfg": (standard_global(node) + body).encode(), **(files or {})})
+
+
+def pid_gone(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_push_and_activate_serve_the_new_config_and_retire_the_old_worker(
+    haproxy_node: HAProxyNodeFactory, free_port
+) -> None:
+    port = free_port()
+    node, _proc = haproxy_node(text_config(port, "v1"))
+    transport = LocalTransport(node)
+    assert serving(port) == "v1"
+    bundle = bundle_for(
+        node,
+        text_config(
+            port,
+            "v2",
+            rules="    http-request return status 200 content-type text/plain string mapped "
+            "if { path,map_beg(maps/paths.map) -m found }\n",
+        ),
+        {"maps/paths.map": b"/mapped yes\n", "certs/site.pem": b"not really a cert\n"},
+    )
+
+    pushed = transport.push(bundle)
+    assert pushed.ok, pushed.validation_output
+    assert serving(port) == "v1"  # a push alone changes nothing that is served
+    result = transport.activate()
+
+    assert result.ok, result.error
+    assert serving(port) == "v2"
+    assert http_get(f"http://127.0.0.1:{port}/mapped/x")[1] == "mapped"  # maps/ resolved in the set
+    assert pid_gone(result.old_worker_pids[0], 5.0)
+    assert transport.show_proc().current_worker.pid == result.new_worker_pid
+    assert transport.config_sha256() == pushed.sha256 == bundle_sha256(bundle.files)
+    current = Path(node.current_dir)
+    assert stat.S_IMODE((current / "haproxy.cfg").stat().st_mode) == 0o644
+    assert stat.S_IMODE((current / "maps" / "paths.map").stat().st_mode) == 0o644
+    assert stat.S_IMODE((current / "certs" / "site.pem").stat().st_mode) == 0o600
+    assert Path(node.previous_dir).resolve() != current.resolve()
+
+
+def test_a_broken_config_is_refused_by_push_and_the_old_one_keeps_serving(
+    haproxy_node: HAProxyNodeFactory, free_port
+) -> None:
+    port = free_port()
+    node, _proc = haproxy_node(text_config(port, "v1"))
+    transport = LocalTransport(node)
+    before = transport.config_sha256()
+
+    pushed = transport.push(bundle_for(node, text_config(port, "v2") + "    no_such_keyword on\n"))
+
+    assert not pushed.ok
+    assert "unknown keyword 'no_such_keyword'" in pushed.validation_output
+    assert transport.config_sha256() == before
+    assert not [e for e in os.listdir(node.sets_dir) if e.startswith(".staging-")]
+    assert transport.activate().ok  # reloading what is on disk is still the old config
+    assert serving(port) == "v1"
+
+
+def test_a_config_with_warnings_is_refused(haproxy_node: HAProxyNodeFactory, free_port) -> None:
+    """GIVEN an injected line that HAProxy only warns about WHEN pushed THEN -dW refuses it."""
+    port = free_port()
+    node, _proc = haproxy_node(text_config(port, "v1"))
+    body = text_config(port, "v2") + "    option httplog\n"  # httplog without a log target: warning
+    pushed = LocalTransport(node).push(bundle_for(node, body))
+    assert not pushed.ok
+    assert "WARNING" in pushed.validation_output
+
+
+def test_bundle_paths_cannot_escape_the_config_set(haproxy_node: HAProxyNodeFactory, free_port) -> None:
+    node, _proc = haproxy_node(text_config(free_port(), "v1"))
+    with pytest.raises(ValueError, match=r"only haproxy\.cfg"):
+        LocalTransport(node).push(SimpleBundle.of({"haproxy.cfg": b"", "../../etc/passwd": b"x"}))
+    with pytest.raises(ValueError, match="path part"):
+        LocalTransport(node).push(SimpleBundle.of({"haproxy.cfg": b"", "maps/../x": b"x"}))
+
+
+def _hold_port(port: int) -> subprocess.Popen[bytes]:
+    """Another process holding a TCP port (as a stray service would)."""
+    code = (
+        "import socket,sys,time;s=socket.socket();"
+        f"s.bind(('127.0.0.1',{port}));s.listen();print('ok',flush=True);time.sleep(60)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"ok"
+    return proc
+
+
+def test_a_reload_that_fails_at_bind_is_reported_and_rollback_restores_the_config(
+    haproxy_node: HAProxyNodeFactory, free_port
+) -> None:
+    """GIVEN a new config binding a port another process holds (haproxy -c does not bind,
+    so push accepts it) WHEN activated THEN the reload fails, the old worker survives,
+    and rollback puts the previous config back on disk and reloads it."""
+    port, busy = free_port(), free_port()
+    node, _proc = haproxy_node(text_config(port, "v1"))
+    transport = LocalTransport(node)
+    v1_sha = transport.config_sha256()
+    holder = _hold_port(busy)
+    try:
+        pushed = transport.push(bundle_for(node, text_config(port, "v2", extra_bind=f"127.0.0.1:{busy}")))
+        assert pushed.ok, pushed.validation_output
+
+        failed = transport.activate(timeout_s=10)
+
+        assert not failed.ok
+        assert "failed: 1" in (failed.error or "")
+        assert "bind" in (failed.error or "")
+        assert [w.pid for w in transport.show_proc().workers] == failed.old_worker_pids
+        assert serving(port) == "v1"
+
+        rolled = transport.rollback()
+
+        assert rolled.ok, rolled.error
+        assert transport.config_sha256() == v1_sha
+        assert serving(port) == "v1"
+        assert transport.probe_listeners([("127.0.0.1", port)]) == {("127.0.0.1", port): True}
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_rollback_without_a_previous_set_says_so(tmp_path: Path) -> None:
+    from apps.fleets.transports.base import NodeConn
+
+    node = NodeConn("n", "127.0.0.1", str(tmp_path / "run"), str(tmp_path / "etc"))
+    result = LocalTransport(node).rollback()
+    assert not result.ok
+    assert "no previous config" in (result.error or "")
+
+
+def pool_config(port: int, *backends: TinyBackend) -> str:
+    servers = "\n".join(f"    server {b.name} {b.server_line_addr} weight 10" for b in backends)
+    return f"""
+frontend fe
+    bind 127.0.0.1:{port}
+    default_backend pool
+
+backend pool
+    balance roundrobin
+{servers}
+"""
+
+
+def test_drain_takes_effect_without_reload_and_survives_the_next_reload(
+    haproxy_node: HAProxyNodeFactory, tiny_backend, free_port
+) -> None:
+    b1, b2 = tiny_backend("b1"), tiny_backend("b2")
+    port = free_port()
+    node, _proc = haproxy_node(pool_config(port, b1, b2))
+    transport = LocalTransport(node)
+    stats = transport.stats()
+    worker = transport.show_proc().current_worker
+
+    stats.set_server_state("pool", "b1", "drain")
+
+    status = {r.svname: r.status for r in stats.show_stat() if r.pxname == "pool"}
+    assert status == {"b1": "DRAIN", "b2": "no check", "BACKEND": "UP"}
+    hits = b1.hits
+    assert [http_get(f"http://127.0.0.1:{port}/")[1] for _ in range(8)] == ["b2"] * 8
+    assert b1.hits == hits
+    assert transport.show_proc().current_worker == worker  # no reload happened
+
+    # Same servers, new text: the reload must keep b1 drained (server-state-file).
+    pushed = transport.push(bundle_for(node, pool_config(port, b1, b2) + "# revision 2\n"))
+    assert pushed.ok, pushed.validation_output
+    result = transport.activate()
+    assert result.ok, result.error
+
+    status = {r.svname: r.status for r in transport.stats().show_stat() if r.pxname == "pool"}
+    assert status["b1"] == "DRAIN"
+    assert [http_get(f"http://127.0.0.1:{port}/")[1] for _ in range(4)] == ["b2"] * 4
+    assert b1.hits == hits
+
+
+def test_runtime_passes_commands_through(haproxy_node: HAProxyNodeFactory, free_port) -> None:
+    node, _proc = haproxy_node(text_config(free_port(), "v1"))
+    assert "Version: 2." in LocalTransport(node).runtime("show info")
+
+
+def test_probe_listeners_tells_open_from_closed(haproxy_node: HAProxyNodeFactory, free_port) -> None:
+    port, closed = free_port(), free_port()
+    node, _proc = haproxy_node(text_config(port, "v1"))
+    probes = LocalTransport(node).probe_listeners([("127.0.0.1", port), ("127.0.0.1", closed)], timeout_s=0.5)
+    assert probes == {("127.0.0.1", port): True, ("127.0.0.1", closed): False}
+    with socket.socket() as sock:  # the closed one really is closed
+        assert sock.connect_ex(("127.0.0.1", closed)) != 0
