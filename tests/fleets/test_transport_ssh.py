@@ -1,0 +1,137 @@
+"""SshTransport against a real OpenSSH sshd on loopback driving a real HAProxy master.
+
+The "remote" node is this machine reached through sshd: every file operation goes
+over SFTP, validation runs as a remote command, and the HAProxy sockets and listener
+probes go through SSH forwarding channels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from apps.fleets.transports.base import HostKeyMismatch, NodeConn, TransportError, bundle_sha256
+from apps.fleets.transports.ssh import SshTransport
+
+from .conftest import HAProxyNodeFactory, SimpleBundle, SshdInfo, http_get, standard_global
+
+pytestmark = pytest.mark.haproxy
+
+
+def text_config(port: int, text: str) -> str:
+    return f"""
+frontend fe
+    bind 127.0.0.1:{port}
+    http-request return status 200 content-type text/plain string {text}
+"""
+
+
+def serving(port: int) -> str:
+    return http_get(f"http://127.0.0.1:{port}/", timeout_s=1.0)[1]
+
+
+@pytest.fixture
+def ssh_node(
+    haproxy_node: HAProxyNodeFactory, sshd: SshdInfo, free_port
+) -> Iterator[tuple[NodeConn, SshTransport, int]]:
+    port = free_port()
+    local, _proc = haproxy_node(text_config(port, "v1"))
+    node = sshd.node(local)
+    transport = SshTransport(node)
+    try:
+        yield node, transport, port
+    finally:
+        transport.close()
+
+
+def test_push_activate_and_rollback_over_ssh(ssh_node) -> None:
+    node, transport, port = ssh_node
+    v1_sha = transport.config_sha256()
+    bundle = SimpleBundle.of(
+        {
+            "haproxy.cfg": (standard_global(node) + text_config(port, "v2")).encode(),
+            "certs/site.pem": b"not really a cert\n",
+        }
+    )
+
+    pushed = transport.push(bundle)
+    assert pushed.ok, pushed.validation_output
+    assert transport.config_sha256() == pushed.sha256 == bundle_sha256(bundle.files)
+    assert stat.S_IMODE((Path(node.current_dir) / "certs" / "site.pem").stat().st_mode) == 0o600
+    assert stat.S_IMODE((Path(node.current_dir) / "haproxy.cfg").stat().st_mode) == 0o644
+
+    activated = transport.activate()
+    assert activated.ok, activated.error
+    assert serving(port) == "v2"
+    assert transport.show_proc().current_worker.pid == activated.new_worker_pid
+
+    rolled = transport.rollback()
+    assert rolled.ok, rolled.error
+    assert serving(port) == "v1"
+    assert transport.config_sha256() == v1_sha
+
+
+def test_a_broken_config_is_refused_on_the_node(ssh_node) -> None:
+    node, transport, port = ssh_node
+    before = transport.config_sha256()
+    bad = standard_global(node) + text_config(port, "v2") + "    no_such_keyword on\n"
+
+    pushed = transport.push(SimpleBundle.of({"haproxy.cfg": bad.encode()}))
+
+    assert not pushed.ok
+    assert "unknown keyword 'no_such_keyword'" in pushed.validation_output
+    assert transport.config_sha256() == before
+    assert serving(port) == "v1"
+
+
+def test_runtime_api_and_probes_go_through_the_ssh_connection(ssh_node, free_port) -> None:
+    _node, transport, port = ssh_node
+    assert "Version: 2." in transport.runtime("show info")
+    rows = transport.stats().show_stat()
+    assert any(r.pxname == "fe" and r.svname == "FRONTEND" for r in rows)
+    closed = free_port()
+    assert transport.probe_listeners([("127.0.0.1", port), ("127.0.0.1", closed)], timeout_s=1.0) == {
+        ("127.0.0.1", port): True,
+        ("127.0.0.1", closed): False,
+    }
+
+
+def _other_host_key(tmp_path: Path) -> str:
+    key = tmp_path / "other_host_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    return key.with_suffix(".pub").read_text().strip()
+
+
+def test_a_wrong_host_key_is_refused_before_anything_is_sent(
+    haproxy_node: HAProxyNodeFactory, sshd: SshdInfo, tmp_path: Path
+) -> None:
+    local = haproxy_node.conn("never-touched")
+    node = dataclasses.replace(sshd.node(local), ssh_known_hosts=_other_host_key(tmp_path))
+    transport = SshTransport(node)
+    try:
+        with pytest.raises(HostKeyMismatch, match="does not match the pinned key") as caught:
+            transport.push(SimpleBundle.of({"haproxy.cfg": b"global\n"}))
+        assert sshd.host_public_key.split()[0] in str(caught.value)  # names the key it saw
+    finally:
+        transport.close()
+    assert not Path(local.config_dir).exists()
+
+
+def test_a_bare_pinned_key_line_is_accepted(ssh_node, sshd: SshdInfo) -> None:
+    node, _transport, _port = ssh_node
+    bare = SshTransport(dataclasses.replace(node, ssh_known_hosts=sshd.host_public_key))
+    try:
+        assert bare.config_sha256() is not None
+    finally:
+        bare.close()
+
+
+def test_an_empty_pin_is_refused(haproxy_node: HAProxyNodeFactory, sshd: SshdInfo) -> None:
+    node = dataclasses.replace(sshd.node(haproxy_node.conn("x")), ssh_known_hosts="")
+    with pytest.raises(TransportError, match="no pinned SSH host key"):
+        SshTransport(node)
