@@ -1,0 +1,105 @@
+"""Pure HAProxy 2.6 config renderer: FleetSnapshot + NodeSpec -> ConfigBundle.
+
+Byte-identical output for the same input, whatever order the snapshot lists things in: every
+collection is sorted by a stable key before it is written. No Django, no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from apps.fleets.render.frontends import (
+    backend_name,
+    frontend_name,
+    http_frontend,
+    listener_action_keys,
+    tcp_frontend,
+)
+from apps.fleets.render.routing import parse_split_key, resolve_route
+from apps.fleets.render.safety import UnsafeValue, check_node, check_snapshot
+from apps.fleets.render.sections import backend_sections, global_section, http_defaults, tcp_defaults
+from apps.fleets.snapshot import MAIN_FILE, ConfigBundle, FleetSnapshot, NodeSpec
+
+__all__ = [
+    "ROUTE_MAP_THRESHOLD",
+    "UnsafeValue",
+    "backend_name",
+    "frontend_name",
+    "render",
+    "resolve_route",
+]
+
+# Above this many routes a listener is classified with map lookups instead of one rule per route
+# (rule count then scales with pools, not routes; see routing.py for why the answers are the same).
+ROUTE_MAP_THRESHOLD = 100
+
+
+def render(
+    snapshot: FleetSnapshot, node: NodeSpec, *, route_map_threshold: int = ROUTE_MAP_THRESHOLD
+) -> ConfigBundle:
+    """Render one node's config. Raises UnsafeValue (a ValueError) naming the first invalid field."""
+    snap = check_snapshot(snapshot)
+    node = check_node(node)
+    pools = {p.id: p for p in snap.pools}
+    listeners = sorted(snap.listeners, key=lambda ln: (ln.lb, ln.name))
+
+    binds: dict[tuple[str, int], str] = {}
+    for ln in listeners:
+        bind = (node.bind_address or ln.address, ln.port)
+        if bind in binds:
+            raise UnsafeValue(
+                f"listeners[{ln.lb}.{ln.name}]",
+                "duplicate_bind",
+                f"{bind[0]}:{bind[1]} is also bound by listener {binds[bind]} on node {node.name}.",
+            )
+        binds[bind] = f"{ln.lb}.{ln.name}"
+
+    files: dict[str, bytes] = {}
+    http_sections: list[list[str]] = []
+    tcp_sections: list[list[str]] = []
+    tcp_pools: set[int] = set()
+    http_pools: set[int] = set()
+    for ln in listeners:
+        if ln.protocol == "tcp":
+            tcp_sections.append(
+                tcp_frontend(ln, pools, local_region=snap.region, bind_address=node.bind_address)
+            )
+            if ln.default_pool_id is not None:
+                tcp_pools.add(ln.default_pool_id)
+        else:
+            http_sections.append(
+                http_frontend(
+                    ln,
+                    pools,
+                    local_region=snap.region,
+                    bind_address=node.bind_address,
+                    use_maps=len(ln.routes) > route_map_threshold,
+                    files=files,
+                )
+            )
+            http_pools.update(pid for key in listener_action_keys(ln) for pid, _ in parse_split_key(key))
+            if ln.cert is not None:
+                files[f"certs/{ln.cert.name}.pem"] = ln.cert.pem
+    # A pool only TCP listeners use gets TCP backends only; an unused pool still gets HTTP backends so
+    # its members show up in stats and health before the first route points at it.
+    for pool_id in sorted(pools):
+        if pool_id in http_pools or pool_id not in tcp_pools:
+            http_sections += backend_sections(pools[pool_id], "http")
+        if pool_id in tcp_pools:
+            tcp_sections += backend_sections(pools[pool_id], "tcp")
+
+    sections = [global_section(node), http_defaults(), *http_sections]
+    if tcp_sections:
+        sections += [tcp_defaults(), *tcp_sections]
+    body = "\n".join("\n".join(section) + "\n" for section in sections)
+
+    rest = hashlib.sha256(body.encode())
+    for name in sorted(files):
+        rest.update(b"\0" + name.encode() + b"\0" + files[name])
+    header = (
+        f"# Spillway: fleet {snap.fleet}, revision {snap.revision}, node {node.name}.\n"
+        f"# Generated; do not edit. sha256 of everything below and of the bundle's other files:\n"
+        f"# {rest.hexdigest()}\n\n"
+    )
+    files[MAIN_FILE] = (header + body).encode()
+    return ConfigBundle.of(files)

@@ -1,0 +1,263 @@
+"""Frontend sections: bind lines, route classification (rules or maps), canary splits, overflow chains.
+
+Every HTTP frontend works in three stages, so that the rule form and the map form differ only in stage 1:
+1. classify: set `txn.rk` to the matched route's action key (`p<pool>`, `s<split>`, `u<route>`) or
+   answer its redirect; nothing matched -> the default pool's key.
+2. split: turn `s...` keys into one pool with `rand()`, and copy `p...` keys, into `txn.pool`.
+3. overflow: per pool, walk its region chain with `use_backend` rules (health, then rate).
+Stage 1 runs entirely in `http-request` rules, so a redirect route and a pool route are ordered by
+priority between themselves (a `use_backend` rule could never win over an earlier redirect).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from apps.fleets.render.routing import action_key, build_route_maps, ordered_routes, parse_split_key
+from apps.fleets.snapshot import ListenerSpec, PoolSpec, RouteSpec
+
+INDENT = "    "
+
+
+def backend_name(pool_id: int, region: str, protocol: str) -> str:
+    # Region slugs never contain "_", so "p1_eu" and "p1_eu_tcp" cannot collide with another pool/region.
+    return f"p{pool_id}_{region}" + ("_tcp" if protocol == "tcp" else "")
+
+
+def frontend_name(listener: ListenerSpec) -> str:
+    return f"fe_{listener.lb}.{listener.name}"
+
+
+def map_prefix(listener: ListenerSpec) -> str:
+    # "." is not a slug character, so lb "a-b"/listener "c" and lb "a"/listener "b-c" stay distinct.
+    return f"maps/{listener.lb}.{listener.name}"
+
+
+def format_address(address: str, port: int) -> str:
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def log_format_literal(text: str) -> str:
+    """`redirect location` takes a log-format string: a literal '%' must be written '%%'."""
+    return text.replace("%", "%%")
+
+
+@dataclass(frozen=True)
+class ChainStep:
+    backend: str
+    rate_limit_per_node: int | None
+
+
+def chain_rule_conditions(steps: list[ChainStep]) -> list[tuple[str, str]]:
+    """(backend, extra condition) in evaluation order for one pool's overflow chain.
+
+    Pass 1 follows the chain: a step is used while it has a usable server and, when limited, while its
+    per-backend session rate (= request rate in HTTP mode) is under this node's share. Pass 2: every
+    region is over its share, so serve from the nearest healthy one rather than fail. Pass 3: nothing is
+    healthy; the first region answers 503 itself, which is honest, instead of a wrong backend.
+    """
+    rules: list[tuple[str, str]] = []
+    for step in steps:
+        health = f"{{ nbsrv({step.backend}) gt 0 }}"
+        if step.rate_limit_per_node is None:
+            rules.append((step.backend, health))
+        else:
+            rules.append(
+                (step.backend, f"{health} {{ be_sess_rate({step.backend}) lt {step.rate_limit_per_node} }}")
+            )
+    seen = {backend for backend, cond in rules if "be_sess_rate" not in cond}
+    for step in steps:
+        if step.backend not in seen:
+            seen.add(step.backend)
+            rules.append((step.backend, f"{{ nbsrv({step.backend}) gt 0 }}"))
+    if steps:
+        rules.append((steps[0].backend, ""))
+    return rules
+
+
+def pool_steps(pool: PoolSpec, local_region: str, protocol: str) -> list[ChainStep]:
+    """The pool's chain; without one, every region unlimited, the fleet's own region first."""
+    if pool.chain:
+        return [
+            ChainStep(backend_name(pool.id, s.region, protocol), s.rate_limit_per_node) for s in pool.chain
+        ]
+    regions = sorted((r.region for r in pool.regions), key=lambda r: (r != local_region, r))
+    return [ChainStep(backend_name(pool.id, r, protocol), None) for r in regions]
+
+
+def _cond(*parts: str) -> str:
+    return " ".join(p for p in parts if p)
+
+
+def _bind_line(listener: ListenerSpec, bind_address: str | None) -> str:
+    address = format_address(bind_address or listener.address, listener.port)
+    if listener.protocol == "https":
+        assert listener.cert is not None
+        # Relative to `default-path origin <runtime_dir>` (see sections.global_section).
+        return f"bind {address} ssl crt certs/{listener.cert.name}.pem"
+    return f"bind {address}"
+
+
+def _host_acl_lines(route: RouteSpec) -> tuple[list[str], str]:
+    if not route.hosts:
+        return [], ""
+    name = f"r{route.id}_host"
+    exact = [h for h in route.hosts if not h.startswith("*.")]
+    suffixes = [h[1:] for h in route.hosts if h.startswith("*.")]
+    lines = []
+    if exact:
+        lines.append(f"acl {name} var(txn.host) -m str {' '.join(exact)}")
+    if suffixes:
+        lines.append(f"acl {name} var(txn.host) -m end {' '.join(suffixes)}")
+    return lines, name
+
+
+def _path_cond(route: RouteSpec) -> str:
+    fetch = "path" if route.path_match == "exact" else "path_beg"
+    return f"{{ {fetch} {route.path} }}"
+
+
+def classify_with_rules(listener: ListenerSpec) -> list[str]:
+    lines = []
+    for route in ordered_routes(listener.routes):
+        acl_lines, acl = _host_acl_lines(route)
+        lines.extend(acl_lines)
+        cond = _cond("!{ var(txn.rk) -m found }", acl, _path_cond(route))
+        if route.redirect_url is not None:
+            lines.append(
+                f"http-request redirect location {log_format_literal(route.redirect_url)} code 302 "
+                f"if {cond}  # route {route.id}"
+            )
+        else:
+            lines.append(
+                f"http-request set-var(txn.rk) str({action_key(route)}) if {cond}  # route {route.id}"
+            )
+    return lines
+
+
+def classify_with_maps(listener: ListenerSpec, files: dict[str, bytes]) -> list[str]:
+    """Map-based classification; adds the map files it references to `files`."""
+    maps = build_route_maps(listener.routes)
+    prefix = map_prefix(listener)
+    lines = []
+    if maps.exact_hosts:
+        files[f"{prefix}.hosts.map"] = _map_text((h, h) for h in maps.exact_hosts)
+        lines.append(f"http-request set-var(txn.hc) var(txn.host),map_str({prefix}.hosts.map)")
+    if maps.wildcards:
+        files[f"{prefix}.wildcards.map"] = _map_text(maps.wildcards)
+        lines.append(
+            f"http-request set-var(txn.hc) var(txn.host),map_end({prefix}.wildcards.map) "
+            "if !{ var(txn.hc) -m found }"
+        )
+    lines.append("http-request set-var(txn.hc) str(*) if !{ var(txn.hc) -m found }")
+    files[f"{prefix}.routes.map"] = _map_text(maps.entries)
+    lines.append(f"http-request set-var(txn.rk) var(txn.hc),concat(,txn.path,?),map_beg({prefix}.routes.map)")
+    redirects = sorted((f"u{r.id}", r.redirect_url) for r in listener.routes if r.redirect_url is not None)
+    if redirects:
+        files[f"{prefix}.redirects.map"] = _map_text(redirects)
+        lines.append(
+            f"http-request redirect location %[var(txn.rk),map_str({prefix}.redirects.map)] code 302 "
+            "if { var(txn.rk) -m beg u }"
+        )
+    return lines
+
+
+def _map_text(entries: Iterable[tuple[str, str]]) -> bytes:
+    return "".join(f"{key} {value}\n" for key, value in entries).encode()
+
+
+def listener_action_keys(listener: ListenerSpec) -> list[str]:
+    keys = {action_key(r) for r in listener.routes if r.redirect_url is None}
+    if listener.default_pool_id is not None:
+        keys.add(f"p{listener.default_pool_id}")
+    return sorted(keys)
+
+
+def split_lines(keys: list[str]) -> list[str]:
+    lines = []
+    for key in keys:
+        if not key.startswith("s"):
+            continue
+        targets = parse_split_key(key)
+        total = sum(w for _, w in targets)
+        lines.append(f"http-request set-var(txn.rnd) rand({total}) if {{ var(txn.rk) -m str {key} }}")
+        low = 0
+        for pool_id, weight in targets:
+            lines.append(
+                f"http-request set-var(txn.pool) str(p{pool_id}) "
+                f"if {{ var(txn.rk) -m str {key} }} {{ var(txn.rnd) -m int {low}:{low + weight - 1} }}"
+            )
+            low += weight
+    if any(k.startswith("p") for k in keys):
+        lines.append("http-request set-var(txn.pool) var(txn.rk) if { var(txn.rk) -m beg p }")
+    return lines
+
+
+def http_frontend(
+    listener: ListenerSpec,
+    pools: dict[int, PoolSpec],
+    *,
+    local_region: str,
+    bind_address: str | None,
+    use_maps: bool,
+    files: dict[str, bytes],
+) -> list[str]:
+    lines = [
+        f"frontend {frontend_name(listener)}",
+        _bind_line(listener, bind_address),
+        "option forwardfor",
+    ]
+    if listener.protocol == "https":
+        lines.append("http-request set-header X-Forwarded-Proto https")
+    if listener.routes:
+        lines += [
+            "# Host without port, lower-cased; path without query: what every route matches on.",
+            "http-request set-var(txn.host) req.hdr(host),field(1,:),lower",
+            "http-request set-var(txn.path) path",
+        ]
+        if use_maps:
+            lines.append(
+                f"# {len(listener.routes)} routes: classified by map lookups, see {map_prefix(listener)}.*"
+            )
+            lines += classify_with_maps(listener, files)
+        else:
+            lines.append("# Routes in priority order; the first match sets txn.rk.")
+            lines += classify_with_rules(listener)
+    if listener.default_pool_id is not None:
+        lines.append(
+            f"http-request set-var(txn.rk) str(p{listener.default_pool_id}) if !{{ var(txn.rk) -m found }}"
+        )
+    keys = listener_action_keys(listener)
+    lines += split_lines(keys)
+    pool_ids = sorted({pool_id for key in keys for pool_id, _ in parse_split_key(key)})
+    for pool_id in pool_ids:
+        pool = pools[pool_id]
+        is_pool = f"{{ var(txn.pool) -m str p{pool_id} }}"
+        steps = pool_steps(pool, local_region, listener.protocol)
+        if not steps:
+            lines.append(f"http-request deny deny_status 503 if {is_pool}  # pool {pool_id} has no regions")
+            continue
+        lines.append(
+            f"# pool {pool_id} ({pool.name}): "
+            + " -> ".join(
+                f"{s.backend}" + ("" if s.rate_limit_per_node is None else f" <{s.rate_limit_per_node}/s")
+                for s in steps
+            )
+        )
+        for backend, extra in chain_rule_conditions(steps):
+            lines.append(f"use_backend {backend} if {_cond(is_pool, extra)}")
+    return [lines[0]] + [INDENT + line for line in lines[1:]]
+
+
+def tcp_frontend(
+    listener: ListenerSpec, pools: dict[int, PoolSpec], *, local_region: str, bind_address: str | None
+) -> list[str]:
+    lines = [f"frontend {frontend_name(listener)}", _bind_line(listener, bind_address)]
+    if listener.default_pool_id is not None:
+        pool = pools[listener.default_pool_id]
+        steps = pool_steps(pool, local_region, "tcp")
+        # In TCP mode the choice is made once per connection, so the rate limit counts connections.
+        for backend, extra in chain_rule_conditions(steps):
+            lines.append(f"use_backend {backend} if {extra}" if extra else f"default_backend {backend}")
+    return [lines[0]] + [INDENT + line for line in lines[1:]]

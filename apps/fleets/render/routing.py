@@ -1,0 +1,159 @@
+"""Route selection semantics, and the map-file layout that reproduces them for large route counts.
+
+One rule decides which route serves a request: among the routes whose host pattern matches the
+request's host (port stripped, lower-cased) and whose path matches the request path, the one with the
+lowest (priority, id) wins. Host patterns are exact names, `*.domain` (one or more labels below
+`domain`, not `domain` itself), or no hosts at all (any host). `resolve_route` is that rule in Python;
+the rendered config implements it twice: as ordered `http-request` rules (small listeners) and as map
+lookups (large listeners).
+
+The map layout, and why it gives the same answer (measured on HAProxy 2.6.12):
+- `map_beg` is a longest-prefix lookup (a prefix tree), not first-match-in-file order.
+- `map_end` is first-match in file order; `map_str` is an exact lookup.
+A request is first given a *host class*: its own name if some route names it exactly, else the longest
+matching wildcard (`map_end`, longest suffix first in the file), else `*`. Every class lists all routes
+that can apply to its hosts (exact + matching wildcards + any-host). The routes map is then keyed by
+`<class><path>` for prefix routes and `<class><path>?` for exact routes, and looked up with
+`<class><request path>?`: `path` never contains `?` (the query is cut off), so an exact key matches only
+its own path, and `/` after the class stops one class's keys matching another's requests. Finally,
+priority becomes longest-prefix: an entry is dropped when a shorter key that is a prefix of it belongs
+to a better-ranked route, because that route matches every request the longer key matches. After that,
+along any chain of nested keys the rank only improves as keys grow, so the longest match is the
+best-ranked route (test_render.py checks this against real HAProxy on a random corpus).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import reduce
+
+from apps.fleets.snapshot import RouteSpec
+
+ANY_HOST_CLASS = "*"
+
+
+def route_rank(route: RouteSpec) -> tuple[int, int]:
+    return (route.priority, route.id)
+
+
+def ordered_routes(routes: tuple[RouteSpec, ...]) -> list[RouteSpec]:
+    return sorted(routes, key=route_rank)
+
+
+def split_key(targets: list[tuple[int, int]]) -> str:
+    """Stable name of a weighted target set: `p<id>` for one pool, `s<id>x<w>_...` for a canary split.
+
+    Weights are reduced by their gcd so 90/10 and 9/1 share rules, and the name depends only on the
+    content, so adding a split elsewhere never renames this one (smaller config diffs).
+    """
+    merged: dict[int, int] = {}
+    for pool_id, weight in targets:
+        if weight > 0:
+            merged[pool_id] = merged.get(pool_id, 0) + weight
+    if len(merged) == 1:
+        return f"p{next(iter(merged))}"
+    divisor = reduce(math.gcd, merged.values())
+    return "s" + "_".join(f"{pool_id}x{weight // divisor}" for pool_id, weight in sorted(merged.items()))
+
+
+def parse_split_key(key: str) -> list[tuple[int, int]]:
+    """(pool_id, weight) pairs of a key made by split_key."""
+    if key.startswith("p"):
+        return [(int(key[1:]), 1)]
+    return [(int(a), int(b)) for a, b in (part.split("x") for part in key[1:].split("_"))]
+
+
+def action_key(route: RouteSpec) -> str:
+    """What a matched route does: `u<route id>` (redirect) or a split_key over its targets."""
+    if route.redirect_url is not None:
+        return f"u{route.id}"
+    return split_key([(t.pool_id, t.weight) for t in route.targets])
+
+
+def normalize_host(host_header: str) -> str:
+    """The host the config matches on: Host header without port, lower-cased (HAProxy: field(1,:),lower)."""
+    return host_header.split(":", 1)[0].lower()
+
+
+def host_matches(pattern: str, host: str) -> bool:
+    if pattern.startswith("*."):
+        return host.endswith(pattern[1:])
+    return host == pattern
+
+
+def path_matches(route: RouteSpec, path: str) -> bool:
+    return path == route.path if route.path_match == "exact" else path.startswith(route.path)
+
+
+def resolve_route(routes: tuple[RouteSpec, ...], host_header: str, path: str) -> RouteSpec | None:
+    """The route that serves a request, or None (then the listener's default pool does)."""
+    host = normalize_host(host_header)
+    for route in ordered_routes(routes):
+        if (not route.hosts or any(host_matches(p, host) for p in route.hosts)) and path_matches(route, path):
+            return route
+    return None
+
+
+@dataclass(frozen=True)
+class RouteMaps:
+    exact_hosts: list[str]  # hosts that are their own class (map_str)
+    wildcards: list[tuple[str, str]]  # (".domain", "*.domain"), longest suffix first (map_end)
+    entries: list[tuple[str, str]]  # (key, action key), sorted by key (map_beg)
+
+
+def _parent_wildcards(host: str, wildcard_set: set[str]) -> list[str]:
+    """Wildcard patterns that match `host` (a name or a `*.domain` class), longest first."""
+    labels = host.split(".")
+    found = []
+    for i in range(1, len(labels) - 1):
+        candidate = "*." + ".".join(labels[i:])
+        if candidate != host and candidate in wildcard_set:
+            found.append(candidate)
+    return found
+
+
+def build_route_maps(routes: tuple[RouteSpec, ...]) -> RouteMaps:
+    by_pattern: dict[str, list[RouteSpec]] = {}
+    any_host: list[RouteSpec] = []
+    for route in routes:
+        if not route.hosts:
+            any_host.append(route)
+        for pattern in route.hosts:
+            by_pattern.setdefault(pattern, []).append(route)
+    wildcard_set = {p for p in by_pattern if p.startswith("*.")}
+    exact_hosts = sorted(p for p in by_pattern if not p.startswith("*."))
+
+    best: dict[str, tuple[tuple[int, int], str]] = {}
+
+    def add(host_class: str, members: list[RouteSpec]) -> None:
+        for route in members:
+            key = host_class + route.path + ("?" if route.path_match == "exact" else "")
+            rank = route_rank(route)
+            current = best.get(key)
+            if current is None or rank < current[0]:
+                best[key] = (rank, action_key(route))
+
+    for host_class in [*exact_hosts, *sorted(wildcard_set)]:
+        add(host_class, by_pattern[host_class])
+        for parent in _parent_wildcards(host_class, wildcard_set):
+            add(host_class, by_pattern[parent])
+        add(host_class, any_host)
+    add(ANY_HOST_CLASS, any_host)
+
+    # Drop entries shadowed by a better-ranked shorter prefix. In sorted order every key's prefixes
+    # come before it, so a stack holds exactly the chain of kept-or-dropped keys that prefix it.
+    entries: list[tuple[str, str]] = []
+    stack: list[tuple[str, tuple[int, int]]] = []  # (key, best rank among it and its prefixes)
+    for key in sorted(best):
+        rank, action = best[key]
+        while stack and not key.startswith(stack[-1][0]):
+            stack.pop()
+        inherited = stack[-1][1] if stack else None
+        if inherited is None or rank < inherited:
+            entries.append((key, action))
+            stack.append((key, rank))
+        else:
+            stack.append((key, inherited))
+    wildcards = sorted(((p[1:], p) for p in wildcard_set), key=lambda item: (-len(item[0]), item[0]))
+    return RouteMaps(exact_hosts=exact_hosts, wildcards=wildcards, entries=entries)

@@ -1,0 +1,267 @@
+"""The renderer's second line of defence: every value from a snapshot is re-checked before use.
+
+The API already validates input with the same rules (apps.core.validators); this module exists so that
+a bug or a bypass upstream (a migration, an admin shell, a new endpoint) still cannot put a newline or
+a brace into haproxy.cfg. It returns cleaned copies (canonical IPs, lower-case hosts) so the renderer
+only ever formats values that went through here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TypeVar
+
+from apps.core import validators as v
+from apps.fleets.snapshot import (
+    CertSpec,
+    FleetSnapshot,
+    HealthCheckSpec,
+    ListenerSpec,
+    MemberSpec,
+    NodeSpec,
+    PoolRegionSpec,
+    PoolSpec,
+    RegionStep,
+    RouteSpec,
+    RouteTargetSpec,
+)
+
+T = TypeVar("T")
+
+# Unix socket paths are limited to 107 bytes; the longest file we put in runtime_dir is "stats.sock".
+MAX_RUNTIME_DIR_LEN = 90
+_RUNTIME_DIR_RE = re.compile(r"^(?:/[A-Za-z0-9._-]+)+$")
+_PEM_RE = re.compile(rb"^-----BEGIN [A-Z0-9 ]+-----\r?\n[A-Za-z0-9+/=\r\n:,\- ]+-----END [A-Z0-9 ]+-----")
+MAX_ID = 2**31 - 1
+MAX_RATE_PER_NODE = 10**9
+MAX_PRIORITY = 10**9
+
+
+class UnsafeValue(v.InvalidValue):
+    """A snapshot value failed its allowlist check; `field` says where (e.g. listeners[0].routes[2].path)."""
+
+    def __init__(self, field: str, code: str, message: str) -> None:
+        super().__init__(code, f"{field}: {message}")
+        self.field = field
+
+
+def _checked(field: str, check: Callable[[object], T], value: object) -> T:
+    try:
+        return check(value)
+    except v.InvalidValue as exc:
+        raise UnsafeValue(field, exc.code, exc.message) from None
+
+
+def _choice(field: str, value: object, allowed: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise UnsafeValue(field, "invalid_choice", f"{value!r} is not one of {', '.join(allowed)}.")
+    return value
+
+
+def _int(field: str, value: object, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise UnsafeValue(field, "invalid_integer", f"{value!r} is not an integer in {low}..{high}.")
+    return value
+
+
+def _runtime_dir(field: str, value: object) -> str:
+    if not isinstance(value, str) or len(value) > MAX_RUNTIME_DIR_LEN or not _RUNTIME_DIR_RE.match(value):
+        raise UnsafeValue(
+            field,
+            "invalid_runtime_dir",
+            f"{value!r} must be an absolute path of letters, digits, '.', '_', '-' and '/', "
+            f"at most {MAX_RUNTIME_DIR_LEN} characters, without a trailing slash.",
+        )
+    if "/../" in value + "/" or "/./" in value + "/":
+        raise UnsafeValue(field, "invalid_runtime_dir", f"{value!r} must not contain '.' or '..' steps.")
+    return value
+
+
+def _items(field: str, value: object, kind: type[T]) -> list[tuple[str, T]]:
+    """(field name, item) pairs of a tuple whose items must all be `kind`."""
+    if not isinstance(value, tuple):
+        raise UnsafeValue(field, "invalid_type", f"expected a tuple, got {type(value).__name__}.")
+    for i, item in enumerate(value):
+        if not isinstance(item, kind):
+            raise UnsafeValue(
+                f"{field}[{i}]", "invalid_type", f"expected {kind.__name__}, got {type(item).__name__}."
+            )
+    return [(f"{field}[{i}]", item) for i, item in enumerate(value)]
+
+
+def check_node(node: NodeSpec) -> NodeSpec:
+    return NodeSpec(
+        name=_checked("node.name", v.validate_slug, node.name),
+        runtime_dir=_runtime_dir("node.runtime_dir", node.runtime_dir),
+        bind_address=(
+            None
+            if node.bind_address is None
+            else _checked("node.bind_address", v.validate_ip, node.bind_address)
+        ),
+    )
+
+
+def _check_member(field: str, member: MemberSpec) -> MemberSpec:
+    return MemberSpec(
+        name=_checked(f"{field}.name", v.validate_slug, member.name),
+        address=_checked(f"{field}.address", v.validate_ip, member.address),
+        port=_checked(f"{field}.port", v.validate_port, member.port),
+        weight=_checked(f"{field}.weight", v.validate_weight, member.weight),
+        admin_state=_choice(f"{field}.admin_state", member.admin_state, ("active", "drain", "maint")),  # type: ignore[arg-type]
+    )
+
+
+def _check_health(field: str, health: HealthCheckSpec) -> HealthCheckSpec:
+    return HealthCheckSpec(
+        path=_checked(f"{field}.path", v.validate_path, health.path),
+        interval_s=_int(f"{field}.interval_s", health.interval_s, 1, 3600),
+        rise=_int(f"{field}.rise", health.rise, 1, 100),
+        fall=_int(f"{field}.fall", health.fall, 1, 100),
+        expected_status=_int(f"{field}.expected_status", health.expected_status, 100, 599),
+    )
+
+
+def _check_pool(field: str, pool: PoolSpec) -> PoolSpec:
+    regions = []
+    for rfield, region in _items(f"{field}.regions", pool.regions, PoolRegionSpec):
+        members = tuple(
+            _check_member(mf, m) for mf, m in _items(f"{rfield}.members", region.members, MemberSpec)
+        )
+        names = [m.name for m in members]
+        if len(set(names)) != len(names):
+            raise UnsafeValue(f"{rfield}.members", "duplicate_member", "member names must be unique.")
+        regions.append(
+            PoolRegionSpec(
+                region=_checked(f"{rfield}.region", v.validate_slug, region.region), members=members
+            )
+        )
+    if len({r.region for r in regions}) != len(regions):
+        raise UnsafeValue(f"{field}.regions", "duplicate_region", "each region may appear once per pool.")
+    chain = []
+    for sfield, step in _items(f"{field}.chain", pool.chain, RegionStep):
+        region = _checked(f"{sfield}.region", v.validate_slug, step.region)
+        if region not in {r.region for r in regions}:
+            raise UnsafeValue(
+                f"{sfield}.region", "unknown_region", f"pool has no members list for {region!r}."
+            )
+        limit = step.rate_limit_per_node
+        chain.append(
+            RegionStep(
+                region=region,
+                rate_limit_per_node=None
+                if limit is None
+                else _int(f"{sfield}.rate_limit_per_node", limit, 0, MAX_RATE_PER_NODE),
+            )
+        )
+    return PoolSpec(
+        id=_int(f"{field}.id", pool.id, 0, MAX_ID),
+        name=_checked(f"{field}.name", v.validate_slug, pool.name),
+        algorithm=_choice(f"{field}.algorithm", pool.algorithm, ("roundrobin", "leastconn", "source")),  # type: ignore[arg-type]
+        health=None if pool.health is None else _check_health(f"{field}.health", pool.health),
+        regions=tuple(regions),
+        chain=tuple(chain),
+    )
+
+
+def _check_route(field: str, route: RouteSpec, pool_ids: set[int]) -> RouteSpec:
+    hosts = tuple(
+        _checked(hf, v.validate_hostname, h) for hf, h in _items(f"{field}.hosts", route.hosts, str)
+    )
+    redirect = route.redirect_url
+    targets: list[RouteTargetSpec] = []
+    for tfield, target in _items(f"{field}.targets", route.targets, RouteTargetSpec):
+        pool_id = _int(f"{tfield}.pool_id", target.pool_id, 0, MAX_ID)
+        if pool_id not in pool_ids:
+            raise UnsafeValue(f"{tfield}.pool_id", "unknown_pool", f"pool {pool_id} is not in the snapshot.")
+        targets.append(
+            RouteTargetSpec(pool_id=pool_id, weight=_int(f"{tfield}.weight", target.weight, 0, 10**6))
+        )
+    if redirect is None and sum(t.weight for t in targets) <= 0:
+        raise UnsafeValue(
+            f"{field}.targets", "no_target", "a route needs a redirect or targets with weight > 0."
+        )
+    return RouteSpec(
+        id=_int(f"{field}.id", route.id, 0, MAX_ID),
+        priority=_int(f"{field}.priority", route.priority, -MAX_PRIORITY, MAX_PRIORITY),
+        hosts=tuple(sorted(set(hosts))),
+        path_match=_choice(f"{field}.path_match", route.path_match, ("prefix", "exact")),  # type: ignore[arg-type]
+        path=_checked(f"{field}.path", v.validate_path, route.path),
+        targets=tuple(targets),
+        redirect_url=None
+        if redirect is None
+        else _checked(f"{field}.redirect_url", v.validate_redirect_url, redirect),
+    )
+
+
+def _check_cert(field: str, cert: CertSpec) -> CertSpec:
+    name = _checked(f"{field}.name", v.validate_slug, cert.name)
+    if not isinstance(cert.pem, bytes) or not _PEM_RE.match(cert.pem) or b"PRIVATE KEY-----" not in cert.pem:
+        raise UnsafeValue(
+            f"{field}.pem", "invalid_pem", "expected PEM text holding a certificate and its key."
+        )
+    return CertSpec(name=name, pem=cert.pem)
+
+
+def _check_listener(field: str, listener: ListenerSpec, pool_ids: set[int]) -> ListenerSpec:
+    protocol = _choice(f"{field}.protocol", listener.protocol, ("http", "https", "tcp"))
+    default_pool_id = listener.default_pool_id
+    if default_pool_id is not None:
+        _int(f"{field}.default_pool_id", default_pool_id, 0, MAX_ID)
+        if default_pool_id not in pool_ids:
+            raise UnsafeValue(
+                f"{field}.default_pool_id", "unknown_pool", f"pool {default_pool_id} is not in the snapshot."
+            )
+    routes = tuple(
+        _check_route(rf, r, pool_ids) for rf, r in _items(f"{field}.routes", listener.routes, RouteSpec)
+    )
+    if protocol == "tcp" and routes:
+        raise UnsafeValue(
+            f"{field}.routes", "routes_on_tcp", "TCP listeners route to their default pool only."
+        )
+    if len({r.id for r in routes}) != len(routes):
+        raise UnsafeValue(f"{field}.routes", "duplicate_route", "route ids must be unique per listener.")
+    cert = listener.cert
+    if protocol == "https" and cert is None:
+        raise UnsafeValue(f"{field}.cert", "missing_cert", "an https listener needs a certificate.")
+    return replace(
+        listener,
+        id=_int(f"{field}.id", listener.id, 0, MAX_ID),
+        lb=_checked(f"{field}.lb", v.validate_slug, listener.lb),
+        name=_checked(f"{field}.name", v.validate_slug, listener.name),
+        protocol=protocol,
+        address=_checked(f"{field}.address", v.validate_ip, listener.address),
+        port=_checked(f"{field}.port", v.validate_port, listener.port),
+        routes=routes,
+        cert=None if cert is None or protocol != "https" else _check_cert(f"{field}.cert", cert),
+    )
+
+
+def check_snapshot(snapshot: FleetSnapshot) -> FleetSnapshot:
+    """Validated, canonical copy of `snapshot`; raises UnsafeValue naming the first bad field."""
+    pools = tuple(_check_pool(pf, p) for pf, p in _items("pools", snapshot.pools, PoolSpec))
+    pool_ids = {p.id for p in pools}
+    if len(pool_ids) != len(pools):
+        raise UnsafeValue("pools", "duplicate_pool", "pool ids must be unique.")
+    listeners = tuple(
+        _check_listener(lf, ln, pool_ids) for lf, ln in _items("listeners", snapshot.listeners, ListenerSpec)
+    )
+    keys = [(ln.lb, ln.name) for ln in listeners]
+    if len(set(keys)) != len(keys) or len({ln.id for ln in listeners}) != len(listeners):
+        raise UnsafeValue("listeners", "duplicate_listener", "listener ids and lb/name pairs must be unique.")
+    certs: dict[str, bytes] = {}
+    for i, ln in enumerate(listeners):
+        if ln.cert is not None and certs.setdefault(ln.cert.name, ln.cert.pem) != ln.cert.pem:
+            raise UnsafeValue(
+                f"listeners[{i}].cert.name",
+                "cert_name_clash",
+                f"two different certificates are both named {ln.cert.name!r}.",
+            )
+    return FleetSnapshot(
+        fleet=_checked("fleet", v.validate_slug, snapshot.fleet),
+        region=_checked("region", v.validate_slug, snapshot.region),
+        revision=_int("revision", snapshot.revision, 0, 2**63 - 1),
+        listeners=listeners,
+        pools=pools,
+    )

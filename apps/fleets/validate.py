@@ -1,0 +1,215 @@
+"""Check a rendered bundle with the real HAProxy binary, and pre-check bind addresses before a push.
+
+No Django. `validate_bundle` is the gate every revision passes before it reaches a node (DESIGN.md
+principle 2); its output is stored with the revision, so it keeps every line HAProxy printed.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from apps.fleets.render.sections import SERVER_STATE_FILE, STATS_SOCKET_FILE
+from apps.fleets.snapshot import MAIN_FILE, ConfigBundle
+
+VALIDATE_TIMEOUT_S = 120
+_DEFAULT_PATH_RE = re.compile(r"^(\s*default-path origin )(\S+)$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    ok: bool
+    output: str  # HAProxy's stdout + stderr, ALERT/WARNING lines included
+    duration_ms: float
+
+
+def write_bundle(bundle: ConfigBundle, directory: str | Path) -> list[Path]:
+    """Write every file of the bundle under `directory`; certificates (private keys) get mode 0600."""
+    root = Path(directory)
+    written = []
+    for name, content in bundle.files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mode = 0o600 if bundle.is_secret(name) else 0o644
+        # Create with the final mode so a key is never readable by others, even for a moment.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+        os.chmod(path, mode)
+        written.append(path)
+    return written
+
+
+def relocate_main(text: str, scratch_dir: str) -> tuple[str, str]:
+    """(config text pointing at scratch_dir, original runtime_dir).
+
+    The renderer writes the node's runtime_dir in exactly three `global` lines (default-path, stats
+    socket, server-state-file) and refers to maps and certificates relative to it, so moving those
+    three lines is enough; no other line is touched (a route path could contain the same text).
+    """
+    match = _DEFAULT_PATH_RE.search(text)
+    if match is None:
+        raise ValueError("bundle has no `default-path origin` line; was it made by apps.fleets.render?")
+    runtime_dir = match.group(2)
+    stats, state = f"stats socket {{}}/{STATS_SOCKET_FILE} ", f"server-state-file {{}}/{SERVER_STATE_FILE}\n"
+    replacements = {
+        match.group(0): f"{match.group(1)}{scratch_dir}",
+        stats.format(runtime_dir): stats.format(scratch_dir),
+        state.format(runtime_dir): state.format(scratch_dir),
+    }
+    head, sep, rest = text.partition("\ndefaults")
+    for old, new in replacements.items():
+        head = head.replace(old, new, 1)
+    return head + sep + rest, runtime_dir
+
+
+def validate_bundle(bundle: ConfigBundle, haproxy_bin: str = "haproxy") -> ValidationResult:
+    """Run `haproxy -c -dW` on a scratch copy of the bundle. Never `-q`: the ALERT lines are the point.
+
+    `-dW` turns warnings into errors: HAProxy only warns about some directive-injection shapes.
+    """
+    started = time.monotonic()
+    binary = shutil.which(haproxy_bin)
+    if binary is None:
+        return ValidationResult(False, f"haproxy binary {haproxy_bin!r} not found", 0.0)
+    with tempfile.TemporaryDirectory(prefix="spillway-validate-") as scratch:
+        write_bundle(bundle, scratch)
+        main, runtime_dir = relocate_main(bundle.main, scratch)
+        Path(scratch, MAIN_FILE).write_text(main)
+        # A state file with only its version line: without one, HAProxy warns and -dW fails the check.
+        Path(scratch, SERVER_STATE_FILE).write_text("1\n")
+        try:
+            proc = subprocess.run(
+                [binary, "-c", "-dW", "-f", MAIN_FILE],
+                cwd=scratch,
+                capture_output=True,
+                text=True,
+                timeout=VALIDATE_TIMEOUT_S,
+                check=False,
+            )
+            ok, output = proc.returncode == 0, proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            ok, output = False, f"haproxy -c timed out after {exc.timeout}s"
+        # Show the node's paths, not the scratch directory's, in stored output.
+        output = output.replace(scratch, runtime_dir)
+    return ValidationResult(ok, output, (time.monotonic() - started) * 1000.0)
+
+
+# --- bind pre-check -------------------------------------------------------------------------------
+
+_TCP_LISTEN = "0A"
+
+
+def _descendants(pids: set[int]) -> set[int]:
+    """The given pids and all their descendants (HAProxy workers are children of the master)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    return found
+
+
+def _socket_inodes(pids: set[int]) -> set[int]:
+    inodes = set()
+    for pid in pids:
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(int(target[8:-1]))
+    return inodes
+
+
+def _parse_proc_address(hex_address: str) -> tuple[str, int]:
+    addr_hex, port_hex = hex_address.split(":")
+    raw = bytes.fromhex(addr_hex)
+    # /proc prints the address as host-order 32-bit words.
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    family = socket.AF_INET if len(raw) == 4 else socket.AF_INET6
+    return socket.inet_ntop(family, words), int(port_hex, 16)
+
+
+def _listening_inodes(address: str, port: int) -> set[int]:
+    """Inodes of LISTEN sockets that block a bind on address:port (same address or a wildcard)."""
+    wildcards = {"0.0.0.0", "::"}
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] != _TCP_LISTEN:
+                continue
+            local, local_port = _parse_proc_address(fields[1])
+            if local.startswith("::ffff:"):
+                local = local[7:]
+            if local_port == port and (local == address or local in wildcards or address in wildcards):
+                inodes.add(int(fields[9]))
+    return inodes
+
+
+def _bind_error(address: str, port: int) -> int | None:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # SO_REUSEADDR on, SO_REUSEPORT off: TIME_WAIT leftovers of a previous server do not count
+        # (HAProxy sets SO_REUSEADDR too), but any socket already bound to the port does, including
+        # one whose owner set SO_REUSEPORT (HAProxy would otherwise share the port with it silently).
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((address, port))
+        except OSError as exc:
+            return exc.errno
+    return None
+
+
+def bind_conflicts(addresses: list[tuple[str, int]], owned_by_pids: set[int]) -> list[tuple[str, int]]:
+    """Which of `addresses` HAProxy could not bind on this host because another process holds them.
+
+    HAProxy binds with SO_REUSEADDR and SO_REUSEPORT, so two HAProxy processes (or any program using
+    SO_REUSEPORT under the same user) can hold one port and split its connections: `haproxy -c` never
+    notices, and a reload pauses listeners for ~2 s (HAPROXY.md). A probe bind tells whether anything
+    holds the address; a holder is *ours* when every listening socket on it belongs to one of
+    `owned_by_pids` (pass the fleet's HAProxy master pids: their worker children are included),
+    found by matching /proc/net/tcp{,6} inodes with /proc/<pid>/fd. An address this host does not
+    have (EADDRNOTAVAIL) is reported too: HAProxy would fail to bind it as well.
+    """
+    owned_inodes = _socket_inodes(_descendants(set(owned_by_pids))) if owned_by_pids else set()
+    conflicts = []
+    for address, port in sorted(set(addresses)):
+        error = _bind_error(address, port)
+        if error is None or error == errno.EACCES:  # EACCES: privileged port; HAProxy runs as root
+            continue
+        if error == errno.EADDRINUSE:
+            holders = _listening_inodes(address, port)
+            if holders and holders <= owned_inodes:
+                continue
+        conflicts.append((address, port))
+    return conflicts
