@@ -22,11 +22,26 @@ install-dev: venv
 lint: install-dev
 	$(BIN)/ruff check .
 
+# The suite runs against PostgreSQL and Redis (override with DATABASE_URL / REDIS_URL).
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/spillway
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/1
+
 test: install-dev
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) SPILLWAY_TESTING=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+migrate: install
+	$(BIN)/python manage.py migrate --noinput
+
+# Fresh clone -> demo UI on http://127.0.0.1:8000 with web, worker and beat (SQLite + embedded broker).
+run: install
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py migrate --noinput
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py loaddemo
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py runall
 
 # Benchmarks: each prints its figures and a last line `RESULT key=value ...`.
 bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-loadgen bench-scheduler bench-ui bench-synth
 
 # --- benchmark targets (one per line pair; keep this section at the end) ---
+bench-runtime: install-dev
+	$(BIN)/python tests/bench/bench_runtime.py
