@@ -1,0 +1,162 @@
+"""Personas and API clients shared by the whole suite (the healthchecks way).
+
+alice: owner of org `acme`; bob: editor in `acme` (teammate); vera: viewer in `acme`;
+charlie: admin of `globex` (outsider, must get 404 for acme's objects);
+otto: admin of the operator org `ops` (sees everything).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from rest_framework.test import APIClient
+
+from apps.accounts.models import Organization, Role
+from apps.accounts.services import token_create
+from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
+
+
+@dataclass
+class Persona:
+    user: object
+    org: Organization
+    role: str
+    client: APIClient
+    token: str
+
+
+def _persona(username: str, org: Organization, role: str) -> Persona:
+    user = UserFactory(username=username)
+    MembershipFactory(user=user, org=org, role=role)
+    scopes = ["read", "write", "deploy"]
+    secret = token_create(org=org, name=f"{username}-token", scopes=scopes, user=user).secret
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    return Persona(user=user, org=org, role=role, client=client, token=secret)
+
+
+@pytest.fixture
+def acme(db) -> Organization:
+    return OrganizationFactory(slug="acme", kind=Organization.Kind.CUSTOMER)
+
+
+@pytest.fixture
+def globex(db) -> Organization:
+    return OrganizationFactory(slug="globex", kind=Organization.Kind.CUSTOMER)
+
+
+@pytest.fixture
+def ops(db) -> Organization:
+    return OrganizationFactory(slug="ops", kind=Organization.Kind.OPERATOR)
+
+
+@pytest.fixture
+def alice(acme) -> Persona:
+    return _persona("alice", acme, Role.OWNER)
+
+
+@pytest.fixture
+def bob(acme) -> Persona:
+    return _persona("bob", acme, Role.EDITOR)
+
+
+@pytest.fixture
+def vera(acme) -> Persona:
+    return _persona("vera", acme, Role.VIEWER)
+
+
+@pytest.fixture
+def charlie(globex) -> Persona:
+    return _persona("charlie", globex, Role.ADMIN)
+
+
+@pytest.fixture
+def otto(ops) -> Persona:
+    return _persona("otto", ops, Role.ADMIN)
+
+
+@pytest.fixture
+def anon() -> APIClient:
+    return APIClient()
+
+
+# --- real processes -----------------------------------------------------------------
+
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def process_env(**extra: str) -> dict[str, str]:
+    """Environment for a child process (worker, dispatcher) that must see the *test* database.
+
+    pytest-django renames the database to test_<name>; children get a DATABASE_URL
+    pointing at that name so they read and write the rows the test made (use
+    `transactional_db` so those rows are committed).
+    """
+    from django.db import connection
+
+    env = dict(os.environ)
+    s = connection.settings_dict
+    if connection.vendor == "postgresql":
+        auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "")
+        env["DATABASE_URL"] = f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+    else:
+        env["DATABASE_URL"] = f"sqlite:///{s['NAME']}"
+    env["SPILLWAY_TESTING"] = "1"
+    env["CELERY_TASK_ALWAYS_EAGER"] = "0"
+    env.update(extra)
+    return env
+
+
+def stop_process(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    """Stop a child we started, by PID: SIGTERM, then SIGKILL."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+@pytest.fixture
+def celery_worker_factory(tmp_path) -> Iterator[Callable[..., subprocess.Popen]]:
+    """Start real Celery workers (`celery -A controlplane worker`) against the test database.
+
+    Needs REDIS_URL (the suite's broker) and a transactional test. Each call starts one
+    worker with its own hostname; all are stopped by PID at teardown.
+    """
+    if not os.environ.get("REDIS_URL"):
+        pytest.skip("real Celery workers need REDIS_URL (make test sets it)")
+    procs: list[subprocess.Popen] = []
+
+    def start(name: str = "w1", concurrency: int = 1, queues: str | None = None, **env: str) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--pool", "prefork",
+               "--concurrency", str(concurrency), "--hostname", f"{name}@%h", "--without-gossip",
+               "--without-mingle", "--purge", "--loglevel", "INFO"]
+        if queues:
+            cmd += ["--queues", queues]
+        log = open(tmp_path / f"celery-{name}.log", "wb")  # noqa: SIM115 (closed by the OS at exit)
+        proc = subprocess.Popen(cmd, cwd=REPO, env=process_env(**env), stdout=log, stderr=subprocess.STDOUT)
+        procs.append(proc)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if b"ready." in (tmp_path / f"celery-{name}.log").read_bytes():
+                return proc
+            if proc.poll() is not None:
+                raise RuntimeError((tmp_path / f"celery-{name}.log").read_text())
+            time.sleep(0.2)
+        raise RuntimeError(f"celery worker {name} did not become ready in 30 s")
+
+    yield start
+    for proc in procs:
+        stop_process(proc)
