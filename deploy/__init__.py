@@ -1,0 +1,36 @@
+"""Cloud synthesis layer: CloudLB (deploy.model) -> Terraform JSON, through terraform-cdk.
+
+Importing `deploy` is cheap and needs no cdktf: the model, the limit checker and `synthesize` are
+importable everywhere; cdktf and the providers load on the first `warm()` or `synthesize()`.
+"""
+
+from deploy.limits import LimitError, LimitViolation, check_limits
+from deploy.model import (
+    CloudLB,
+    CloudListener,
+    CloudMember,
+    CloudPool,
+    CloudPoolRegion,
+    CloudRegionNetwork,
+    CloudRoute,
+    HealthCheck,
+    RouteTarget,
+)
+from deploy.synth import synthesize, warm
+
+__all__ = [
+    "CloudLB",
+    "CloudListener",
+    "CloudMember",
+    "CloudPool",
+    "CloudPoolRegion",
+    "CloudRegionNetwork",
+    "CloudRoute",
+    "HealthCheck",
+    "LimitError",
+    "LimitViolation",
+    "RouteTarget",
+    "check_limits",
+    "synthesize",
+    "warm",
+]

@@ -1,0 +1,85 @@
+"""Entry point of the synthesis layer: CloudLB in, Terraform JSON out.
+
+The rest of Spillway calls only `synthesize` (and `warm` at worker start) and deals only in the
+synthesized Terraform JSON, so terraform-cdk (unmaintained upstream since December 2025, pinned in
+requirements-cloud.txt) can be replaced behind this module.
+
+Cost model, measured on the 2-core dev machine: importing a prebuilt provider costs 5-10 s per process
+(the jsii node process loads the provider's assembly; the first run ever also unpacks ~780 MB into the
+package cache), a synthesis then takes milliseconds to a fraction of a second. So a long-lived worker
+calls `warm()` once at start; never import per request.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from deploy.limits import AWS_RULES_PER_ALB, LimitError, check_limits
+from deploy.model import CloudLB, Provider
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+_ENV_DEFAULTS = {
+    # terraform-cdk phones home for version checks unless told not to; Spillway runs offline.
+    "CHECKPOINT_DISABLE": "1",
+    # jsii unpacks each provider (hundreds of MB) into a package cache, by default under the user's home;
+    # keeping it in the project (git-ignored) makes it visible and removable with the checkout.
+    "JSII_RUNTIME_PACKAGE_CACHE_ROOT": str(REPO_ROOT / ".jsii-cache"),
+    # Node 20 is past jsii's support date; jsii prints a 7-line banner on every process start. Node 20 is
+    # what this machine has and synthesis works on it; install node 22 to drop this line.
+    "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+}
+
+_STACK_MODULES: dict[str, tuple[str, str]] = {
+    "gcp": ("deploy.gcp", "GcpLoadBalancerStack"),
+    "aws": ("deploy.aws", "AwsLoadBalancerStack"),
+}
+
+# jsii talks to one node child process over a pipe; concurrent calls from threads are not supported.
+_lock = threading.Lock()
+
+
+def prepare_environment() -> None:
+    """Set the environment jsii reads when its node process starts (a user's own values win)."""
+    for key, value in _ENV_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+
+
+def warm(providers: tuple[Provider, ...] = ("gcp", "aws")) -> float:
+    """Import cdktf and the given providers into this process; returns the seconds it took (0 if done)."""
+    prepare_environment()
+    started = time.perf_counter()
+    with _lock:
+        for provider in providers:
+            importlib.import_module(_STACK_MODULES[provider][0])
+    return time.perf_counter() - started
+
+
+def synthesize(lb: CloudLB, outdir: str | os.PathLike[str], *,
+               aws_rules_per_alb: int = AWS_RULES_PER_ALB) -> dict[str, Any]:
+    """Synthesize `lb` into `outdir` and return the stack's Terraform JSON as a dict.
+
+    Raises LimitError, before touching cdktf, when check_limits finds anything. `outdir` receives the
+    usual cdktf layout (manifest.json, stacks/<lb.name>/cdk.tf.json), ready for `terraform init/plan`
+    in that stack directory. `aws_rules_per_alb` is the account's raised quota, if any.
+    """
+    violations = check_limits(lb, aws_rules_per_alb=aws_rules_per_alb)
+    if violations:
+        raise LimitError(violations)
+    warm((lb.provider,))
+    from cdktf import App
+
+    module_name, class_name = _STACK_MODULES[lb.provider]
+    stack_class = getattr(importlib.import_module(module_name), class_name)
+    out = Path(outdir)
+    with _lock:
+        app = App(outdir=str(out))
+        stack_class(app, lb)
+        app.synth()
+    return json.loads((out / "stacks" / lb.name / "cdk.tf.json").read_text())
