@@ -78,7 +78,8 @@ class AwsLoadBalancerStack(TerraformStack):
             ga_listener = GlobalacceleratorListener(
                 self, f"ga-listener-{listener.port}", accelerator_arn=self.accelerator.id, protocol="TCP",
                 client_affinity="NONE",
-                port_range=[GlobalacceleratorListenerPortRange(from_port=listener.port, to_port=listener.port)])
+                port_range=[GlobalacceleratorListenerPortRange(from_port=listener.port,
+                                                               to_port=listener.port)])
             for region, alb in albs.items():
                 GlobalacceleratorEndpointGroup(
                     self, f"ga-endpoints-{listener.port}-{region}", listener_arn=ga_listener.id,
@@ -109,9 +110,10 @@ class AwsLoadBalancerStack(TerraformStack):
         assert pr is not None
         active = [member for member in pr.members if member.weight > 0]
         interval = pool.health.interval_s
+        max_rate = "" if pr.max_rate_per_member is None else f"{pr.max_rate_per_member:g}"
         group = LbTargetGroup(
-            self, f"tg-{pool.name}-{region}", name=m.aws_target_group_name(lb, pool.name, region), region=region,
-            target_type="ip", protocol="HTTP", vpc_id=vpc_id,
+            self, f"tg-{pool.name}-{region}", name=m.aws_target_group_name(lb, pool.name, region),
+            region=region, target_type="ip", protocol="HTTP", vpc_id=vpc_id,
             port=active[0].port if active else DEFAULT_TARGET_PORT,
             health_check=LbTargetGroupHealthCheck(
                 enabled=True, protocol="HTTP", port="traffic-port", path=pool.health.path, interval=interval,
@@ -119,15 +121,16 @@ class AwsLoadBalancerStack(TerraformStack):
                 timeout=min(HEALTH_TIMEOUT_S, interval - 1), matcher=str(pool.health.expected_status),
                 healthy_threshold=HEALTHY_THRESHOLD, unhealthy_threshold=UNHEALTHY_THRESHOLD),
             tags={"spillway:lb": lb.name, "spillway:pool": pool.name,
-                  "spillway:max_rate_per_member": "" if pr.max_rate_per_member is None else f"{pr.max_rate_per_member:g}",
+                  "spillway:max_rate_per_member": max_rate,
                   "spillway:capacity_scaler": f"{pr.capacity_scaler:g}"})
         for i, member in enumerate(active):
             LbTargetGroupAttachment(
-                self, f"tg-{pool.name}-{region}-member-{i}", target_group_arn=group.arn, target_id=member.address,
-                port=member.port, region=region)
+                self, f"tg-{pool.name}-{region}-member-{i}", target_group_arn=group.arn,
+                target_id=member.address, port=member.port, region=region)
         return group
 
-    def _listener(self, listener: CloudListener, region: str, alb: Lb, groups: dict[str, LbTargetGroup]) -> None:
+    def _listener(self, listener: CloudListener, region: str, alb: Lb,
+                  groups: dict[str, LbTargetGroup]) -> None:
         https = listener.protocol == "https"
         aws_listener = LbListener(
             self, f"listener-{listener.port}-{region}", load_balancer_arn=alb.arn, region=region,

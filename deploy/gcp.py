@@ -100,10 +100,11 @@ class GcpLoadBalancerStack(TerraformStack):
                 network=net.network, zone=net.zone, network_endpoint_type="NON_GCP_PRIVATE_IP_PORT")
             active = [member for member in pr.members if member.weight > 0]
             if active:
+                endpoints = [ComputeNetworkEndpointsNetworkEndpoints(ip_address=a.address, port=a.port)
+                             for a in active]
                 ComputeNetworkEndpoints(
-                    self, f"endpoints-{pool.name}-{pr.region}", network_endpoint_group=neg.name, zone=net.zone,
-                    network_endpoints=[ComputeNetworkEndpointsNetworkEndpoints(ip_address=a.address, port=a.port)
-                                       for a in active])
+                    self, f"endpoints-{pool.name}-{pr.region}", network_endpoint_group=neg.name,
+                    zone=net.zone, network_endpoints=endpoints)
             backends.append(ComputeBackendServiceBackend(
                 group=neg.id, balancing_mode="RATE", max_rate_per_endpoint=pr.max_rate_per_member,
                 capacity_scaler=pr.capacity_scaler))
@@ -140,7 +141,8 @@ class GcpLoadBalancerStack(TerraformStack):
                 self, f"proxy-{port}", name=m.gcp_proxy_name(lb, port), url_map=url_map.id,
                 ssl_certificates=[listener.certificate_ref or ""])
         else:
-            proxy = ComputeTargetHttpProxy(self, f"proxy-{port}", name=m.gcp_proxy_name(lb, port), url_map=url_map.id)
+            proxy = ComputeTargetHttpProxy(
+                self, f"proxy-{port}", name=m.gcp_proxy_name(lb, port), url_map=url_map.id)
         ComputeGlobalForwardingRule(
             self, f"fr-{port}", name=m.gcp_forwarding_rule_name(lb, port), target=proxy.id,
             ip_address=self.address.id, ip_protocol="TCP", port_range=str(port), load_balancing_scheme=SCHEME)
