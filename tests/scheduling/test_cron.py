@@ -435,7 +435,7 @@ def _vixie_slots(expr: str, zone_name: str, start: datetime, end: datetime) -> l
     return slots
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     st.sampled_from(ZONES),
     st.sampled_from(MINUTES),
