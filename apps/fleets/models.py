@@ -1,16 +1,40 @@
-"""HAProxy fleets, nodes and TLS certificates."""
+"""HAProxy fleets, nodes, config revisions, rollouts, node health and TLS certificates."""
 
 from __future__ import annotations
 
 from django.db import models
+from django.db.models import Q
 
 from apps.core.tenancy import TenantQuerySet
 
 
 class Fleet(models.Model):
+    """A group of HAProxy nodes in one region serving a set of load balancers.
+
+    The LBs a fleet serves are those whose `LoadBalancer.fleet` points here plus `serves`: one LB
+    served in several regions (the demo's `edge`) has one fleet per region, and the FK can only
+    name one of them.
+    """
+
     name = models.SlugField(max_length=63, unique=True)
     region = models.ForeignKey("balancers.Region", on_delete=models.PROTECT, related_name="fleets")
+    serves = models.ManyToManyField("balancers.LoadBalancer", blank=True, related_name="serving_fleets")
+    # Rollout strategy: first node alone (canary), then the rest `batch_size` at a time (0 = all).
+    canary = models.BooleanField(default=True)
+    batch_size = models.PositiveSmallIntegerField(default=0)
+    # The revision number every node should serve (0 = nothing rendered yet).
+    desired_revision = models.PositiveIntegerField(default=0)
+    # Coalescing: each desired-state change bumps change_seq; a reconcile renders once for all
+    # changes up to the seq it read (rendered_seq). reconcile_queued dedupes queued tasks.
+    change_seq = models.PositiveBigIntegerField(default=0)
+    rendered_seq = models.PositiveBigIntegerField(default=0)
+    reconcile_queued = models.BooleanField(default=False)
+    # One rollout at a time per fleet: a lease claimed with a conditional UPDATE, renewed while
+    # working, so a killed worker's lease expires (or is taken over when its PID is gone).
+    lease_owner = models.CharField(max_length=200, blank=True, default="")
+    lease_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["name"]
@@ -19,17 +43,204 @@ class Fleet(models.Model):
         return self.name
 
 
+class Node(models.Model):
+    class Transport(models.TextChoices):
+        LOCAL = "local"
+        SSH = "ssh"
+
+    class Status(models.TextChoices):
+        UNKNOWN = "unknown"
+        UP = "up"
+        DOWN = "down"
+        DRIFTED = "drifted"
+
+    fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="nodes")
+    name = models.SlugField(max_length=63)
+    address = models.GenericIPAddressField()
+    transport = models.CharField(max_length=8, choices=Transport.choices, default=Transport.LOCAL)
+    # On the node: sockets + server state under runtime_dir, config sets under config_dir.
+    runtime_dir = models.CharField(max_length=95)
+    config_dir = models.CharField(max_length=255)
+    # When set, every listener binds here instead of its static IP (loopback demo/test fleets).
+    bind_address = models.GenericIPAddressField(null=True, blank=True)
+    haproxy_bin = models.CharField(max_length=255, blank=True, default="")  # "" = settings.HAPROXY_BIN
+    ssh_host = models.CharField(max_length=253, blank=True, default="")
+    ssh_port = models.PositiveIntegerField(default=22)
+    ssh_user = models.CharField(max_length=64, blank=True, default="root")
+    ssh_private_key_encrypted = models.TextField(blank=True, default="")  # Fernet, apps.core.crypto
+    ssh_known_hosts = models.TextField(blank=True, default="")  # pinned host key line(s)
+    enabled = models.BooleanField(default=True)  # disabled nodes take no rollouts and block no waits
+    applied_revision = models.ForeignKey(
+        "ConfigRevision", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    applied_sha256 = models.CharField(max_length=64, blank=True, default="")
+    # The worker PID that took the applied revision: a different one means someone reloaded.
+    worker_pid = models.PositiveIntegerField(null=True, blank=True)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.UNKNOWN)
+    status_detail = models.TextField(blank=True, default="")
+    last_seen = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["fleet", "name"], name="node_unique_name")]
+        ordering = ["fleet__name", "name"]
+
+    def __str__(self) -> str:
+        return f"{self.fleet.name}/{self.name}"
+
+
+class ConfigRevision(models.Model):
+    fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="revisions")
+    number = models.PositiveIntegerField()
+    # haproxy.cfg as rendered for the fleet's reference node (see services.REFERENCE_NODE).
+    text = models.TextField()
+    # Content hash of the reference bundle without its header (which names the revision), so the
+    # same desired state always hashes the same and makes no new revision.
+    sha256 = models.CharField(max_length=64)
+    diff = models.TextField(blank=True, default="")  # unified diff against the previous revision
+    # The FleetSnapshot it was rendered from (cert keys encrypted), so any node can be rendered
+    # for this revision later: rollback to any revision, drift checks, nodes added afterwards.
+    snapshot = models.JSONField(default=dict)
+    validation_ok = models.BooleanField(default=False)
+    validation_output = models.TextField(blank=True, default="")
+    validation_ms = models.FloatField(default=0.0)
+    lb_revisions = models.JSONField(default=dict)  # {"<lb id>": <LoadBalancer.revision covered>}
+    reason = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["fleet", "number"], name="revision_unique_number")]
+        ordering = ["fleet__name", "-number"]
+
+    def __str__(self) -> str:
+        return f"{self.fleet.name}@{self.number}"
+
+
+class RolloutQuerySet(models.QuerySet):
+    def visible_to(self, principal) -> RolloutQuerySet:
+        """Operators see all; customers the rollouts of fleets serving an LB they can see."""
+        if principal.is_operator:
+            return self
+        from apps.balancers.models import LoadBalancer
+
+        lbs = LoadBalancer.objects.visible_to(principal)
+        return self.filter(
+            Q(fleet__load_balancers__in=lbs) | Q(fleet__serves__in=lbs)
+        ).distinct()
+
+
+class Rollout(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        ROLLED_BACK = "rolled_back"
+        SUPERSEDED = "superseded"  # a newer rollout of the same fleet took over before it ran
+
+    class Kind(models.TextChoices):
+        DEPLOY = "deploy"
+        ROLLBACK = "rollback"
+        CONVERGE = "converge"  # re-apply the desired revision to nodes that are off it
+
+    ACTIVE = (Status.PENDING, Status.RUNNING)
+
+    fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="rollouts")
+    revision = models.ForeignKey(ConfigRevision, on_delete=models.PROTECT, related_name="rollouts")
+    from_revision = models.PositiveIntegerField(default=0)  # fleet.desired_revision before this one
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.DEPLOY)
+    canary = models.BooleanField(default=True)
+    batch_size = models.PositiveSmallIntegerField(default=0)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    error = models.TextField(blank=True, default="")
+    actor = models.CharField(max_length=100, blank=True, default="system")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = RolloutQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["fleet", "status"])]
+
+    def __str__(self) -> str:
+        return f"rollout {self.pk} {self.fleet.name}@{self.revision.number} {self.status}"
+
+    @property
+    def duration_ms(self) -> float | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds() * 1000.0
+
+
+class NodeResult(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        ROLLED_BACK = "rolled_back"  # failed, then put back on its last good config
+        SKIPPED = "skipped"  # not attempted: the rollout stopped first, or the node was down
+
+    rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="results")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="results")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    error = models.TextField(blank=True, default="")
+    duration_ms = models.FloatField(null=True, blank=True)
+    push_ms = models.FloatField(null=True, blank=True)
+    reload_ms = models.FloatField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["rollout", "node"], name="node_result_unique")]
+        ordering = ["rollout_id", "node__name"]
+
+    def __str__(self) -> str:
+        return f"{self.node}: {self.status}"
+
+
+class NodeHealth(models.Model):
+    """Hot copy of `show stat` per node and proxy/server, overwritten by each health collection."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="health")
+    proxy = models.CharField(max_length=128)
+    server = models.CharField(max_length=128)  # "BACKEND" / "FRONTEND" rows are kept too
+    status = models.CharField(max_length=32, blank=True, default="")
+    check_status = models.CharField(max_length=32, blank=True, default="")
+    weight = models.IntegerField(null=True, blank=True)
+    sessions = models.IntegerField(null=True, blank=True)
+    rate_per_s = models.IntegerField(null=True, blank=True)
+    requests_total = models.BigIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "proxy", "server"], name="node_health_unique")
+        ]
+        ordering = ["node_id", "proxy", "server"]
+
+    def __str__(self) -> str:
+        return f"{self.node}:{self.proxy}/{self.server} {self.status}"
+
+
 class Certificate(models.Model):
     TENANT_PATH = "org"
 
     org = models.ForeignKey("accounts.Organization", on_delete=models.PROTECT, related_name="certificates")
     name = models.SlugField(max_length=63)
-    cert_pem = models.TextField()
+    cert_pem = models.TextField()  # leaf first, then the chain
     key_encrypted = models.TextField()  # Fernet, see apps.core.crypto
     subject = models.CharField(max_length=500, blank=True)
+    issuer = models.CharField(max_length=500, blank=True, default="")
+    dns_names = models.JSONField(default=list)
+    not_before = models.DateTimeField(null=True, blank=True)
     not_after = models.DateTimeField(null=True, blank=True)
     fingerprint_sha256 = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
 
     objects = TenantQuerySet.as_manager()
 
