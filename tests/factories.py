@@ -105,6 +105,7 @@ class HostnameClaimFactory(factory.django.DjangoModelFactory):
 class RouteFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = Route
+        skip_postgeneration_save = True
 
     lb = factory.SubFactory(LoadBalancerFactory)
     org = factory.LazyAttribute(lambda o: o.lb.org)

@@ -16,7 +16,14 @@ class OrgRolePermission(permissions.BasePermission):
             return False
         if request.method in permissions.SAFE_METHODS:
             return True
-        if getattr(view, "operator_only_write", False) and not principal.is_operator:
+        # On a detail route the operator-only rule waits for the object lookup, so an
+        # outsider gets the same 404 for a foreign object as for a missing one.
+        if getattr(view, "operator_only_write", False) and not principal.is_operator and not view.kwargs:
             return False
         required = getattr(view, "write_role", Role.EDITOR)
         return principal.can_write and principal.role_at_least(required)
+
+    def has_object_permission(self, request, view, obj) -> bool:
+        if request.method in permissions.SAFE_METHODS:
+            return True
+        return not (getattr(view, "operator_only_write", False) and not request.principal.is_operator)

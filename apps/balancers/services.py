@@ -214,8 +214,9 @@ def route_save(*, principal: Principal, route: Route, data: dict[str, Any],
         for field, value in data.items():
             setattr(route, field, value)
         route.hosts = sorted({hostnames.normalize(h) for h in route.hosts})
-        if targets is None:
-            targets = [{"pool": t.pool, "weight": t.weight} for t in route.targets.select_related("pool")]
+        if targets is None:  # a partial update keeps the current targets
+            targets = ([{"pool": t.pool, "weight": t.weight} for t in route.targets.select_related("pool")]
+                       if route.pk else [])
         _check_route(route=route, targets=targets)
         taken = Route.objects.filter(lb_id=route.lb_id, priority=route.priority).exclude(pk=route.pk).exists()
         if taken:

@@ -202,6 +202,8 @@ class RouteSerializer(OrgOwnedSerializer):
         fields = ["id", "lb", "org", "hosts", "path_match", "path", "priority", "redirect_url", "targets",
                   "created_at", "updated_at"]
         read_only_fields = ["created_at", "updated_at"]
+        # Priority uniqueness is checked by the service under the LB lock (409 priority_taken).
+        validators: list = []
 
     def to_representation(self, instance):
         data = super().to_representation(instance)

@@ -191,7 +191,7 @@ class HostnameClaimViewSet(ServiceWritesMixin, TenantViewSet):
     def _decide(self, approve: bool):
         claim = self.get_object()
         services.hostname_claim_decide(principal=self.principal, claim=claim, approve=approve)
-        return Response(self.get_serializer(claim).data)
+        return Response(s.HostnameClaimSerializer(claim, context=self.get_serializer_context()).data)
 
     @action(detail=True, methods=["post"], serializer_class=EmptySerializer)
     def approve(self, request, pk=None):
@@ -208,7 +208,7 @@ class IpPoolViewSet(GlobalQuerySetMixin, ServiceWritesMixin, TenantViewSet):
 
     def get_queryset(self):
         return IpPool.objects.select_related("region").annotate(
-            used_count=Count("addresses", filter=~Q(addresses__state=StaticIP.State.FREE)))
+            used_count=Count("addresses", filter=~Q(addresses__state=StaticIP.State.FREE))).order_by("name")
 
 
 class StaticIPViewSet(TenantViewSet):

@@ -1,0 +1,139 @@
+"""ETag/If-Match, Idempotency-Key, domain conflicts, revisions and audit, through the API."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.audit.models import AuditEvent
+from apps.balancers.models import LoadBalancer, Route
+from tests.factories import RouteFactory
+
+
+@pytest.mark.django_db
+def test_stale_if_match_gives_412_and_changes_nothing(world, alice, bob):
+    url = f"/api/v1/pools/{world.acme_pool.pk}/"
+    etag = alice.client.get(url)["ETag"]
+    first = bob.client.patch(url, {"algorithm": "leastconn"}, format="json", HTTP_IF_MATCH=etag)
+    assert first.status_code == 200
+    stale = alice.client.patch(url, {"algorithm": "source"}, format="json", HTTP_IF_MATCH=etag)
+    assert stale.status_code == 412
+    assert stale.json()["code"] == "stale_revision"
+    world.acme_pool.refresh_from_db()
+    assert world.acme_pool.algorithm == "leastconn"
+    fresh = alice.client.patch(url, {"algorithm": "source"}, format="json", HTTP_IF_MATCH=first["ETag"])
+    assert fresh.status_code == 200
+
+
+@pytest.mark.django_db
+def test_repeated_idempotency_key_creates_nothing_twice(world, alice):
+    body = {"lb": world.acme_lb.pk, "hosts": ["acme.example.com"], "path": "/once", "priority": 300,
+            "targets": [{"pool": world.acme_pool.pk, "weight": 100}]}
+    first = alice.client.post("/api/v1/routes/", body, format="json", HTTP_IDEMPOTENCY_KEY="deploy-42")
+    second = alice.client.post("/api/v1/routes/", body, format="json", HTTP_IDEMPOTENCY_KEY="deploy-42")
+    assert first.status_code == second.status_code == 201
+    assert first.json() == second.json()
+    assert second["Idempotent-Replayed"] == "true"
+    assert Route.objects.filter(path="/once").count() == 1
+    other = alice.client.post("/api/v1/routes/", {**body, "path": "/other"}, format="json",
+                              HTTP_IDEMPOTENCY_KEY="deploy-42")
+    assert other.status_code == 422
+    assert other.json()["code"] == "idempotency_key_reused"
+
+
+@pytest.mark.django_db
+def test_failed_create_frees_its_idempotency_key(world, alice):
+    body = {"lb": world.acme_lb.pk, "hosts": ["unclaimed.example.org"], "path": "/", "priority": 301,
+            "targets": [{"pool": world.acme_pool.pk, "weight": 100}]}
+    assert alice.client.post("/api/v1/routes/", body, format="json",
+                             HTTP_IDEMPOTENCY_KEY="k1").status_code == 400
+    body["hosts"] = ["acme.example.com"]
+    assert alice.client.post("/api/v1/routes/", body, format="json", HTTP_IDEMPOTENCY_KEY="k1").status_code == 201
+
+
+@pytest.mark.django_db
+def test_route_rules_answer_with_stable_codes(world, alice, charlie):
+    base = {"lb": world.acme_lb.pk, "hosts": ["acme.example.com"], "path": "/api", "priority": 10,
+            "targets": [{"pool": world.acme_pool.pk, "weight": 100}]}
+    assert alice.client.post("/api/v1/routes/", base, format="json").status_code == 201
+    taken = alice.client.post("/api/v1/routes/", {**base, "path": "/other"}, format="json")
+    assert (taken.status_code, taken.json()["code"]) == (409, "priority_taken")
+    same = alice.client.post("/api/v1/routes/", {**base, "priority": 11}, format="json")
+    assert (same.status_code, same.json()["code"]) == (409, "route_conflict")
+    unclaimed = alice.client.post("/api/v1/routes/", {**base, "priority": 12, "hosts": ["globex.example.com"]},
+                                  format="json")
+    assert (unclaimed.status_code, unclaimed.json()["code"]) == (400, "hostname_not_claimed")
+    assert "hosts" in unclaimed.json()["fields"]
+    # Wildcard claim *.acme.test covers deeper names.
+    deep = alice.client.post("/api/v1/routes/", {**base, "priority": 13, "hosts": ["a.b.acme.test"]}, format="json")
+    assert deep.status_code == 201, deep.content
+
+
+@pytest.mark.django_db
+def test_overlapping_claims_are_refused_without_naming_the_holder(world, charlie):
+    for hostname in ["acme.example.com", "x.acme.test", "*.acme.test", "*.b.acme.test"]:
+        response = charlie.client.post("/api/v1/hostname-claims/", {"hostname": hostname}, format="json")
+        assert response.status_code == 409, hostname
+        assert response.json()["code"] == "claim_overlap"
+        assert "acme" not in response.json()["detail"].replace(hostname, "")
+
+
+@pytest.mark.django_db
+def test_customer_claims_start_pending_and_only_operators_approve(world, alice, otto):
+    claim = alice.client.post("/api/v1/hostname-claims/", {"hostname": "new.acme.example"}, format="json").json()
+    assert claim["status"] == "pending"
+    assert alice.client.post(f"/api/v1/hostname-claims/{claim['id']}/approve/").status_code == 403
+    route = {"lb": world.acme_lb.pk, "hosts": ["new.acme.example"], "path": "/", "priority": 20,
+             "targets": [{"pool": world.acme_pool.pk, "weight": 100}]}
+    assert alice.client.post("/api/v1/routes/", route, format="json").json()["code"] == "hostname_not_claimed"
+    assert otto.client.post(f"/api/v1/hostname-claims/{claim['id']}/approve/").json()["status"] == "approved"
+    assert alice.client.post("/api/v1/routes/", route, format="json").status_code == 201
+
+
+@pytest.mark.django_db
+def test_every_change_bumps_the_lb_revision_and_is_audited(world, alice):
+    lb = world.acme_lb
+    before = lb.revision
+    alice.client.post("/api/v1/members/", {"pool": world.acme_pool.pk, "region": "us-east", "name": "m1",
+                                           "address": "127.0.0.9", "port": 9000}, format="json")
+    route = RouteFactory(lb=lb, hosts=["acme.example.com"], priority=400, pool=world.acme_pool)
+    alice.client.patch(f"/api/v1/routes/{route.pk}/", {"path": "/new"}, format="json")
+    lb.refresh_from_db()
+    assert lb.revision >= before + 3  # pool region row + member + route update
+    actions = set(AuditEvent.objects.filter(org=alice.org).values_list("action", flat=True))
+    assert {"member.create", "route.update"} <= actions
+    event = AuditEvent.objects.filter(action="route.update").first()
+    assert event.before["path"] == "/" and event.after["path"] == "/new"
+    assert event.actor.startswith("token:") and event.request_id
+
+
+@pytest.mark.django_db
+def test_canary_weights_and_redirects(world, alice):
+    from tests.factories import PoolFactory
+
+    canary = PoolFactory(lb=world.acme_lb, org=alice.org, name="web-canary")
+    split = alice.client.post("/api/v1/routes/", {
+        "lb": world.acme_lb.pk, "hosts": ["acme.example.com"], "path": "/", "priority": 1,
+        "targets": [{"pool": world.acme_pool.pk, "weight": 90}, {"pool": canary.pk, "weight": 10}]}, format="json")
+    assert split.status_code == 201
+    assert sorted(t["weight"] for t in split.json()["targets"]) == [10, 90]
+    both = alice.client.post("/api/v1/routes/", {
+        "lb": world.acme_lb.pk, "hosts": ["acme.example.com"], "path": "/old", "priority": 2,
+        "redirect_url": "https://acme.example.com/new", "targets": [{"pool": canary.pk, "weight": 1}]},
+        format="json")
+    assert both.json()["code"] == "invalid_route"
+    redirect = alice.client.post("/api/v1/routes/", {
+        "lb": world.acme_lb.pk, "hosts": ["acme.example.com"], "path": "/old", "priority": 2,
+        "redirect_url": "https://acme.example.com/new"}, format="json")
+    assert redirect.status_code == 201
+
+
+@pytest.mark.django_db
+def test_lists_filter_and_paginate(world, alice):
+    for i in range(3):
+        RouteFactory(lb=world.acme_lb, hosts=["acme.example.com"], path=f"/p{i}", priority=500 + i,
+                     pool=world.acme_pool)
+    page = alice.client.get("/api/v1/routes/", {"page_size": 2, "ordering": "-priority"}).json()
+    assert page["count"] == 3 and len(page["results"]) == 2 and page["next"]
+    assert page["results"][0]["priority"] == 502
+    assert alice.client.get("/api/v1/routes/", {"priority": 501}).json()["count"] == 1
+    assert LoadBalancer.objects.count() == 2
