@@ -1,0 +1,39 @@
+"""Celery tasks for scheduled jobs: thin wrappers that take ids and call the runner/dispatcher."""
+
+from __future__ import annotations
+
+import os
+
+from celery import shared_task
+
+from apps.scheduling import dispatcher, notify, runner
+
+
+@shared_task(name="scheduling.dispatch_task", ignore_result=True)
+def dispatch_task() -> dict[str, int]:
+    """Beat's one-second tick; safe to run twice at once (two beats, or beat and `manage.py dispatcher`)."""
+    result = dispatcher.dispatch_due()
+    return {"jobs": result.jobs, "runs": result.runs, "catch_up": result.catch_up, "skipped": result.skipped}
+
+
+@shared_task(name="scheduling.reap_task", ignore_result=True)
+def reap_task() -> dict[str, int]:
+    result = runner.reap()
+    return {"lost": result.lost, "timed_out": result.timed_out, "retried": result.retried,
+            "resent": result.resent}
+
+
+@shared_task(name="scheduling.run_job_task", bind=True, ignore_result=True)
+def run_job_task(self, run_id: int) -> str:
+    """Execute one JobRun. Idempotent: a second delivery of the same message claims nothing."""
+    worker = f"{self.request.hostname or 'worker'}/pid{os.getpid()}"
+    return runner.run_execute(run_id, worker=worker)
+
+
+@shared_task(name="scheduling.send_webhook_task", bind=True, ignore_result=True, max_retries=3)
+def send_webhook_task(self, run_id: int) -> str:
+    outcome = notify.webhook_send(run_id)
+    if outcome.retry and self.request.retries < self.max_retries:
+        # 10 s, 40 s, 160 s: a receiver that is restarting gets time to come back.
+        raise self.retry(countdown=10 * 4 ** self.request.retries)
+    return outcome.status

@@ -1,0 +1,205 @@
+"""Outbound HTTP for jobs: signed failure webhooks and the http_check kind. No Django here.
+
+Guard rails, because a URL typed by a tenant is fetched from inside the control plane:
+
+* only http:// and https://, no credentials in the URL, no redirects followed;
+* the host is resolved once, every address is checked, and the connection goes to the
+  checked address (so DNS rebinding between check and connect cannot swap it);
+* never link-local (169.254.0.0/16, fe80::/10, which holds the cloud metadata services),
+  never the other known metadata addresses, multicast, unspecified or reserved ranges.
+  Loopback and private ranges are allowed: a self-hosted control plane legitimately
+  notifies receivers on its own network;
+* a bounded timeout for connect and read, and a bounded response read.
+
+Signature (verify it before trusting a payload): the headers carry
+``X-Spillway-Timestamp: <unix seconds>`` and
+``X-Spillway-Signature: sha256=<hex HMAC-SHA256(secret, "<timestamp>." + body)>``.
+A receiver recomputes the HMAC over the raw body and rejects timestamps older than a few
+minutes, which stops replays.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import http.client
+import ipaddress
+import json
+import socket
+import ssl
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+MAX_URL_LEN: Final = 2048
+MAX_TIMEOUT_S: Final = 30.0
+MAX_RESPONSE_BYTES: Final = 64 * 1024
+SIGNATURE_HEADER: Final = "X-Spillway-Signature"
+TIMESTAMP_HEADER: Final = "X-Spillway-Timestamp"
+USER_AGENT: Final = "Spillway-Webhook/1"
+
+# Metadata services that are not link-local: AWS IMDS over IPv6, Alibaba, Oracle's legacy one.
+_METADATA: Final = frozenset(
+    ipaddress.ip_address(a) for a in ("fd00:ec2::254", "100.100.100.200", "192.0.0.192"))
+
+
+class UnsafeUrl(ValueError):
+    """The URL may not be fetched; `code` is stable for API errors."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Target:
+    scheme: str
+    host: str
+    port: int
+    path: str  # path and query, as sent on the request line
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes
+    elapsed_ms: float
+    address: str
+
+
+def parse_url(url: object) -> Target:
+    """Check the URL's shape (no network). Raises UnsafeUrl."""
+    if not isinstance(url, str) or not url:
+        raise UnsafeUrl("invalid_url", "URL must be a non-empty string.")
+    if len(url) > MAX_URL_LEN:
+        raise UnsafeUrl("invalid_url", f"URL is longer than {MAX_URL_LEN} characters.")
+    if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in url):
+        raise UnsafeUrl("invalid_url", "URL must not contain spaces or control characters.")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise UnsafeUrl("invalid_url", f"URL cannot be parsed: {exc}.") from None
+    if parts.scheme not in ("http", "https"):
+        raise UnsafeUrl("invalid_url_scheme", "Only http:// and https:// URLs are allowed.")
+    if parts.username is not None or parts.password is not None:
+        raise UnsafeUrl("invalid_url", "Credentials in the URL are not allowed; use the signing secret.")
+    host = parts.hostname or ""
+    if not host:
+        raise UnsafeUrl("invalid_url", "URL has no host.")
+    if _literal_ip(host) is not None:
+        check_address(_literal_ip(host))  # type: ignore[arg-type]
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    default_port = 443 if parts.scheme == "https" else 80
+    return Target(scheme=parts.scheme, host=host, port=port or default_port, path=path)
+
+
+def check_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> None:
+    mapped = getattr(address, "ipv4_mapped", None)
+    if mapped is not None:
+        address = mapped
+    if address in _METADATA or address.is_link_local:
+        raise UnsafeUrl("forbidden_address", f"{address} is a link-local or cloud metadata address.")
+    if address.is_multicast or address.is_unspecified or address.is_reserved:
+        raise UnsafeUrl("forbidden_address", f"{address} is not a unicast host address.")
+
+
+def resolve(target: Target) -> str:
+    """The first address of the host, after checking every address it resolves to."""
+    literal = _literal_ip(target.host)
+    if literal is not None:
+        check_address(literal)
+        return str(literal)
+    try:
+        infos = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise UnsafeUrl("unresolvable_host", f"{target.host} does not resolve: {exc}.") from None
+    addresses = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
+    if not addresses:
+        raise UnsafeUrl("unresolvable_host", f"{target.host} does not resolve.")
+    for address in addresses:
+        check_address(address)  # one bad address rejects the host: rebinding picks any of them
+    return str(addresses[0])
+
+
+def request(method: str, url: str, *, body: bytes | None = None, headers: dict[str, str] | None = None,
+            timeout_s: float = 5.0) -> Response:
+    """One HTTP request to a checked address; no redirects. Raises UnsafeUrl or OSError."""
+    target = parse_url(url)
+    address = resolve(target)
+    timeout_s = max(0.1, min(float(timeout_s), MAX_TIMEOUT_S))
+    started = time.monotonic()
+    conn = _connection(target, address, timeout_s)
+    try:
+        send_headers = {"Host": _host_header(target), "User-Agent": USER_AGENT, "Connection": "close"}
+        send_headers.update(headers or {})
+        conn.request(method, target.path, body=body, headers=send_headers)
+        reply = conn.getresponse()
+        data = reply.read(MAX_RESPONSE_BYTES)
+        return Response(status=reply.status, body=data, elapsed_ms=(time.monotonic() - started) * 1000,
+                        address=address)
+    finally:
+        conn.close()
+
+
+def sign(secret: str, timestamp: int, body: bytes) -> str:
+    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
+    return f"sha256={mac.hexdigest()}"
+
+
+def verify(secret: str, timestamp: int, body: bytes, signature: str, *, now: float | None = None,
+           tolerance_s: int = 300) -> bool:
+    """What a receiver does; here for the tests and as the reference implementation."""
+    current = time.time() if now is None else now
+    if abs(current - timestamp) > tolerance_s:
+        return False
+    return hmac.compare_digest(sign(secret, timestamp, body), signature)
+
+
+def deliver(url: str, *, secret: str, event: str, payload: dict[str, Any], timeout_s: float = 5.0,
+            now: float | None = None) -> Response:
+    """POST a signed JSON payload. Raises UnsafeUrl or OSError; the caller decides on retries."""
+    body = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str).encode()
+    timestamp = int(time.time() if now is None else now)
+    headers = {
+        "Content-Type": "application/json",
+        "X-Spillway-Event": event,
+        "X-Spillway-Delivery": str(uuid.uuid4()),
+        TIMESTAMP_HEADER: str(timestamp),
+        SIGNATURE_HEADER: sign(secret, timestamp, body),
+    }
+    return request("POST", url, body=body, headers=headers, timeout_s=timeout_s)
+
+
+def _literal_ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+
+
+def _host_header(target: Target) -> str:
+    host = f"[{target.host}]" if ":" in target.host else target.host
+    default = 443 if target.scheme == "https" else 80
+    return host if target.port == default else f"{host}:{target.port}"
+
+
+def _connection(target: Target, address: str, timeout_s: float) -> http.client.HTTPConnection:
+    if target.scheme == "http":
+        return http.client.HTTPConnection(address, target.port, timeout=timeout_s)
+    return _PinnedHTTPSConnection(target.host, address, target.port, timeout_s)
+
+
+class _PinnedHTTPSConnection(http.client.HTTPSConnection):
+    """TLS to the checked address, with SNI and certificate checks for the URL's host name."""
+
+    def __init__(self, host: str, address: str, port: int, timeout_s: float) -> None:
+        super().__init__(host, port, timeout=timeout_s, context=ssl.create_default_context())
+        self._address = address
+
+    def connect(self) -> None:
+        sock = socket.create_connection((self._address, self.port), self.timeout)
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)  # type: ignore[attr-defined]
