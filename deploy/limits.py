@@ -104,7 +104,7 @@ def check_limits(lb: CloudLB, *, aws_rules_per_alb: int = AWS_RULES_PER_ALB) -> 
 # --- checks both providers need -------------------------------------------------------------------------
 
 def _check_common(lb: CloudLB) -> Iterator[LimitViolation]:
-    if not SLUG_RE.match(lb.name):
+    if not SLUG_RE.fullmatch(lb.name):
         yield _bad("invalid_name", f"Load balancer name {lb.name!r} {SLUG_RULE}.")
     if not lb.regions:
         yield _bad("region_missing", f"Load balancer {lb.name!r} lists no region.")
@@ -125,9 +125,9 @@ def _check_pools(lb: CloudLB) -> Iterator[LimitViolation]:
         if pool.name in seen:
             yield _bad("duplicate_pool", f"Pool name {pool.name!r} is used twice.")
         seen.add(pool.name)
-        if not SLUG_RE.match(pool.name):
+        if not SLUG_RE.fullmatch(pool.name):
             yield _bad("invalid_name", f"Pool name {pool.name!r} {SLUG_RULE}.")
-        if not PATH_RE.match(pool.health.path):
+        if not PATH_RE.fullmatch(pool.health.path):
             yield _bad("invalid_path",
                        f"Health check path {pool.health.path!r} of pool {pool.name!r} {PATH_RULE}.")
         for pr in pool.regions:
@@ -194,13 +194,13 @@ def _check_routes(lb: CloudLB) -> Iterator[LimitViolation]:
                        f"Two routes have priority {route.priority}; priorities are unique per load balancer.")
         priorities.add(route.priority)
         for host in route.hosts:
-            if host == ANY_HOST or not HOST_RE.match(host):
+            if host == ANY_HOST or not HOST_RE.fullmatch(host):
                 yield _bad("invalid_host", f"{name}: host {host!r} is not a lowercase hostname or a '*.' "
                            "wildcard (leave hosts empty to match every host).")
         if route.path_match not in ("prefix", "exact"):
             yield _bad("invalid_path_match",
                        f"{name}: path match {route.path_match!r} is not prefix or exact.")
-        if not PATH_RE.match(route.path):
+        if not PATH_RE.fullmatch(route.path):
             yield _bad("invalid_path", f"{name}: the path {PATH_RULE}.")
         yield from _check_targets(lb, route, name)
 

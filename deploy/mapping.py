@@ -147,7 +147,7 @@ def gcp_host_groups(lb: CloudLB) -> list[HostGroup]:
     return result
 
 
-# --- allowlists (shared with limits) ---------------------------------------------------------------------
+# --- allowlists (shared with limits; use fullmatch: "$" alone also matches before a trailing newline) ------
 
 SLUG_RE = re.compile(r"^[a-z]([a-z0-9-]*[a-z0-9])?$")
 HOST_RE = re.compile(r"^(\*[.-])?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$")
