@@ -62,6 +62,9 @@ class Membership(models.Model):
         constraints = [models.UniqueConstraint(fields=["user", "org"], name="membership_unique_user_org")]
         ordering = ["org__slug", "user__username"]
 
+    def __str__(self) -> str:
+        return f"{self.user_id}@{self.org_id}:{self.role}"
+
 
 class Scope(models.TextChoices):
     READ = "read"
@@ -77,7 +80,8 @@ class ApiTokenQuerySet(models.QuerySet):
 
     def usable(self) -> ApiTokenQuerySet:
         now = timezone.now()
-        return self.filter(revoked_at__isnull=True).filter(models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now))
+        live = models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
+        return self.filter(revoked_at__isnull=True).filter(live)
 
 
 class ApiToken(models.Model):

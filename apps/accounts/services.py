@@ -17,7 +17,7 @@ from apps.accounts.principal import Principal
 from apps.audit.services import audit_record
 from apps.core.errors import DomainError
 
-TOKEN_PREFIX = "spw"
+TOKEN_PREFIX = "spw"  # noqa: S105  (a public marker, not a secret)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,9 @@ class AuditEvent(models.Model):
         ordering = ["-at", "-id"]
         indexes = [models.Index(fields=["org", "-at"])]
 
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.object_type}:{self.object_id}"
+
     def save(self, *args, **kwargs):
         if self.pk is not None:
             raise RuntimeError("AuditEvent is append-only")

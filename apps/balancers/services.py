@@ -287,7 +287,7 @@ def listener_save(*, principal: Principal, listener: Listener, data: dict[str, A
                 raise DomainError("static_ip_not_reserved", "That static IP is not reserved for your organization.",
                                   field="static_ip")
             StaticIP.objects.filter(pk=ip.pk).update(state=StaticIP.State.ASSIGNED)
-        if old_ip_id and old_ip_id != listener.static_ip_id:
-            if not Listener.objects.filter(static_ip_id=old_ip_id).exists():
-                StaticIP.objects.filter(pk=old_ip_id).update(state=StaticIP.State.RESERVED)
+        if (old_ip_id and old_ip_id != listener.static_ip_id
+                and not Listener.objects.filter(static_ip_id=old_ip_id).exists()):
+            StaticIP.objects.filter(pk=old_ip_id).update(state=StaticIP.State.RESERVED)
     return listener
