@@ -21,7 +21,8 @@ from apps.fleets.render.sections import SERVER_STATE_FILE, STATS_SOCKET_FILE
 from apps.fleets.snapshot import MAIN_FILE, ConfigBundle
 
 VALIDATE_TIMEOUT_S = 120
-_DEFAULT_PATH_RE = re.compile(r"^(\s*default-path origin )(\S+)$", re.MULTILINE)
+SERVER_STATE_VERSION_LINE = b"1\n"  # an empty state file: without it `-c -dW` fails on a warning
+_STATE_FILE_RE = re.compile(rf"^(\s*server-state-file )(\S+)/{SERVER_STATE_FILE}$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -49,25 +50,21 @@ def write_bundle(bundle: ConfigBundle, directory: str | Path) -> list[Path]:
 
 
 def relocate_main(text: str, scratch_dir: str) -> tuple[str, str]:
-    """(config text pointing at scratch_dir, original runtime_dir).
+    """(config text whose runtime files live in scratch_dir, the node's runtime_dir).
 
-    The renderer writes the node's runtime_dir in exactly three `global` lines (default-path, stats
-    socket, server-state-file) and refers to maps and certificates relative to it, so moving those
-    three lines is enough; no other line is touched (a route path could contain the same text).
+    Maps and certificates are relative to the config's directory (`default-path config`), so a copy
+    of the bundle resolves them by itself. The node's runtime_dir appears only in two `global` lines
+    (stats socket, server-state-file); `-c` reads the state file, so those two lines, and nothing else
+    (a route path could contain the same text), are pointed at the scratch directory.
     """
-    match = _DEFAULT_PATH_RE.search(text)
+    match = _STATE_FILE_RE.search(text.partition("\ndefaults")[0])
     if match is None:
-        raise ValueError("bundle has no `default-path origin` line; was it made by apps.fleets.render?")
+        raise ValueError("bundle has no `server-state-file` line; was it made by apps.fleets.render?")
     runtime_dir = match.group(2)
     stats, state = f"stats socket {{}}/{STATS_SOCKET_FILE} ", f"server-state-file {{}}/{SERVER_STATE_FILE}\n"
-    replacements = {
-        match.group(0): f"{match.group(1)}{scratch_dir}",
-        stats.format(runtime_dir): stats.format(scratch_dir),
-        state.format(runtime_dir): state.format(scratch_dir),
-    }
     head, sep, rest = text.partition("\ndefaults")
-    for old, new in replacements.items():
-        head = head.replace(old, new, 1)
+    head = head.replace(stats.format(runtime_dir), stats.format(scratch_dir), 1)
+    head = head.replace(state.format(runtime_dir), state.format(scratch_dir), 1)
     return head + sep + rest, runtime_dir
 
 
@@ -84,8 +81,7 @@ def validate_bundle(bundle: ConfigBundle, haproxy_bin: str = "haproxy") -> Valid
         write_bundle(bundle, scratch)
         main, runtime_dir = relocate_main(bundle.main, scratch)
         Path(scratch, MAIN_FILE).write_text(main)
-        # A state file with only its version line: without one, HAProxy warns and -dW fails the check.
-        Path(scratch, SERVER_STATE_FILE).write_text("1\n")
+        Path(scratch, SERVER_STATE_FILE).write_bytes(SERVER_STATE_VERSION_LINE)
         try:
             proc = subprocess.run(
                 [binary, "-c", "-dW", "-f", MAIN_FILE],

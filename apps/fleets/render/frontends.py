@@ -94,7 +94,7 @@ def _bind_line(listener: ListenerSpec, bind_address: str | None) -> str:
     address = format_address(bind_address or listener.address, listener.port)
     if listener.protocol == "https":
         assert listener.cert is not None
-        # Relative to `default-path origin <runtime_dir>` (see sections.global_section).
+        # Relative to the config's own directory (`default-path config`, see sections.global_section).
         return f"bind {address} ssl crt certs/{listener.cert.name}.pem"
     return f"bind {address}"
 
@@ -231,12 +231,18 @@ def http_frontend(
     keys = listener_action_keys(listener)
     lines += split_lines(keys)
     pool_ids = sorted({pool_id for key in keys for pool_id, _ in parse_split_key(key)})
+    # http-request rules run before any use_backend rule whatever their order; keep the text honest.
+    for pool_id in pool_ids:
+        if not pool_steps(pools[pool_id], local_region, listener.protocol):
+            lines.append(
+                f"http-request deny deny_status 503 if {{ var(txn.pool) -m str p{pool_id} }}"
+                f"  # pool {pool_id} has no regions"
+            )
     for pool_id in pool_ids:
         pool = pools[pool_id]
         is_pool = f"{{ var(txn.pool) -m str p{pool_id} }}"
         steps = pool_steps(pool, local_region, listener.protocol)
         if not steps:
-            lines.append(f"http-request deny deny_status 503 if {is_pool}  # pool {pool_id} has no regions")
             continue
         lines.append(
             f"# pool {pool_id} ({pool.name}): "

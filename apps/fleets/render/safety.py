@@ -30,8 +30,8 @@ from apps.fleets.snapshot import (
 
 T = TypeVar("T")
 
-# Unix socket paths are limited to 107 bytes; the longest file we put in runtime_dir is "stats.sock".
-MAX_RUNTIME_DIR_LEN = 90
+# Unix socket paths are limited to 107 bytes; the longest name in runtime_dir is "/master.sock".
+MAX_RUNTIME_DIR_LEN = 95
 _RUNTIME_DIR_RE = re.compile(r"^(?:/[A-Za-z0-9._-]+)+$")
 _PEM_RE = re.compile(rb"^-----BEGIN [A-Z0-9 ]+-----\r?\n[A-Za-z0-9+/=\r\n:,\- ]+-----END [A-Z0-9 ]+-----")
 MAX_ID = 2**31 - 1

@@ -22,10 +22,11 @@ def global_section(node: NodeSpec) -> list[str]:
             # The node runs `haproxy -W -S <master.sock>`; saying it here too keeps a hand-started
             # `haproxy -f` in master-worker mode so reloads behave the same.
             "master-worker",
-            # Maps and certificates are referenced relative to runtime_dir, so the same text validates
-            # in a scratch copy of the bundle (validate.py moves these three lines and nothing else).
-            f"default-path origin {rd}",
-            f"stats socket {rd}/{STATS_SOCKET_FILE} mode 600 level admin expose-fd listeners",
+            # Maps and certificates are referenced relative to the directory haproxy.cfg is read from:
+        # transports write each config set into its own directory and validate it there, so a
+        # staged config checks against its own maps, and validate.py checks a scratch copy as is.
+        "default-path config",
+        f"stats socket {rd}/{STATS_SOCKET_FILE} mode 600 level admin expose-fd listeners",
             f"server-state-file {rd}/{SERVER_STATE_FILE}",
         ]
     )

@@ -1,0 +1,858 @@
+"""The renderer: valid, deterministic, safe configs that route the way users were promised.
+
+Behaviour tests run the rendered bundle in a real HAProxy 2.6 (pushed with LocalTransport and started
+with apps.fleets.process, as production does) in front of tiny Python backends on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import http.client
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from apps.fleets.render import ROUTE_MAP_THRESHOLD, UnsafeValue, render, resolve_route
+from apps.fleets.render.routing import RouteMaps, build_route_maps
+from apps.fleets.snapshot import (
+    CertSpec,
+    ConfigBundle,
+    FleetSnapshot,
+    HealthCheckSpec,
+    ListenerSpec,
+    MemberSpec,
+    NodeSpec,
+    PoolRegionSpec,
+    PoolSpec,
+    RegionStep,
+    RouteSpec,
+    RouteTargetSpec,
+)
+from apps.fleets.validate import validate_bundle
+
+from .conftest import HAProxyNodeFactory
+
+NODE = NodeSpec(name="n1", runtime_dir="/var/lib/spillway/n1")
+HEALTH = HealthCheckSpec(path="/healthz", interval_s=1, rise=1, fall=1, expected_status=200)
+
+
+# --- backends -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    port: int
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    # Without TCP_NODELAY the body write waits for HAProxy's delayed ACK of the headers: ~40 ms per
+    # request, which would cap the paced overflow test far below its offered rate.
+    disable_nagle_algorithm = True
+
+    def do_GET(self) -> None:
+        body = self.server.name.encode()  # type: ignore[attr-defined]
+        head = f"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n\r\n"
+        self.wfile.write(head.encode() + body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # HAProxy closing idle server connections is normal here
+
+
+@pytest.fixture
+def backend() -> Iterator[Callable[[str], Backend]]:
+    """``backend(name) -> Backend``: HTTP server on 127.0.0.1 answering 200 with its name."""
+    servers: list[_Server] = []
+
+    def start(name: str) -> Backend:
+        server = _Server(("127.0.0.1", 0), _Handler)
+        server.name = name  # type: ignore[attr-defined]
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        servers.append(server)
+        return Backend(name, int(server.server_address[1]))
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+
+
+# --- snapshot builders ----------------------------------------------------------------------------
+
+
+def member(name: str, port: int, *, weight: int = 100, state: str = "active") -> MemberSpec:
+    return MemberSpec(name=name, address="127.0.0.1", port=port, weight=weight, admin_state=state)  # type: ignore[arg-type]
+
+
+def pool(
+    pool_id: int,
+    regions: dict[str, tuple[MemberSpec, ...]],
+    chain: tuple[RegionStep, ...] = (),
+    health: HealthCheckSpec | None = None,
+) -> PoolSpec:
+    return PoolSpec(
+        id=pool_id,
+        name=f"pool-{pool_id}",
+        algorithm="roundrobin",
+        health=health,
+        regions=tuple(PoolRegionSpec(region=r, members=m) for r, m in regions.items()),
+        chain=chain,
+    )
+
+
+def backend_pool(pool_id: int, backend: Backend, region: str = "eu") -> PoolSpec:
+    return pool(pool_id, {region: (member(backend.name, backend.port),)})
+
+
+def route(
+    route_id: int,
+    priority: int,
+    path: str,
+    pool_id: int | None = None,
+    *,
+    hosts: tuple[str, ...] = (),
+    match: str = "prefix",
+    targets: tuple[RouteTargetSpec, ...] = (),
+    redirect: str | None = None,
+) -> RouteSpec:
+    if pool_id is not None:
+        targets = (RouteTargetSpec(pool_id=pool_id, weight=1),)
+    return RouteSpec(
+        id=route_id,
+        priority=priority,
+        hosts=hosts,
+        path_match=match,  # type: ignore[arg-type]
+        path=path,
+        targets=targets,
+        redirect_url=redirect,
+    )
+
+
+def listener(
+    port: int, routes: tuple[RouteSpec, ...] = (), default_pool_id: int | None = None, **kw
+) -> ListenerSpec:
+    fields = {"id": 1, "lb": "web", "name": "http", "protocol": "http", "address": "127.0.0.1"}
+    fields.update(kw)
+    return ListenerSpec(port=port, default_pool_id=default_pool_id, routes=routes, **fields)  # type: ignore[arg-type]
+
+
+def snapshot(
+    listeners: tuple[ListenerSpec, ...], pools: tuple[PoolSpec, ...], revision: int = 1
+) -> FleetSnapshot:
+    return FleetSnapshot(fleet="edge", region="eu", revision=revision, listeners=listeners, pools=pools)
+
+
+def self_signed_pem(name: str = "example.com") -> bytes:
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=30))
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return cert.public_bytes(serialization.Encoding.PEM) + key_pem
+
+
+def rich_snapshot() -> FleetSnapshot:
+    """Every feature at once: splits, redirects, wildcards, exact paths, chains, drain/maint, https, tcp."""
+    pools = (
+        pool(
+            1,
+            {"eu": (member("a", 9001), member("b", 9002, state="drain")), "us": (member("c", 9003),)},
+            chain=(RegionStep("eu", 20), RegionStep("us", None)),
+            health=HEALTH,
+        ),
+        pool(2, {"eu": (member("a", 9004, state="maint"),)}),
+        pool(3, {"eu": (member("db", 9005),)}),
+        pool(4, {}),
+    )
+    routes = (
+        route(
+            10, 10, "/api", targets=(RouteTargetSpec(1, 90), RouteTargetSpec(2, 10)), hosts=("example.com",)
+        ),
+        route(11, 5, "/old", match="exact", redirect="https://example.com/new%20page?x=1"),
+        route(12, 20, "/", 2, hosts=("*.example.com", "example.org")),
+        route(13, 30, "/void", 4),
+    )
+    return snapshot(
+        (
+            listener(8080, routes, default_pool_id=1),
+            listener(
+                8443,
+                routes,
+                default_pool_id=1,
+                id=2,
+                name="https",
+                protocol="https",
+                cert=CertSpec(name="example", pem=self_signed_pem()),
+            ),
+            listener(5432, default_pool_id=3, id=3, name="db", protocol="tcp"),
+        ),
+        pools,
+    )
+
+
+# --- running it -----------------------------------------------------------------------------------
+
+
+def serve(
+    haproxy_node: HAProxyNodeFactory,
+    snap: FleetSnapshot,
+    *,
+    name: str = "n1",
+    threshold: int = ROUTE_MAP_THRESHOLD,
+) -> ConfigBundle:
+    conn = haproxy_node.conn(name)
+    bundle = render(snap, NodeSpec(name=name, runtime_dir=conn.runtime_dir), route_map_threshold=threshold)
+    extra = {k: v for k, v in bundle.files.items() if k != "haproxy.cfg"}
+    haproxy_node(lambda _node: bundle.main, name=name, files=extra)
+    return bundle
+
+
+class Client:
+    """Keep-alive HTTP client; returns what a user sees: backend name, redirect target or status."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+
+    def get(self, path: str, host: str = "example.com") -> str:
+        for attempt in range(2):
+            try:
+                self.conn.request("GET", path, headers={"Host": host})
+                response = self.conn.getresponse()
+                body = response.read().decode()
+                break
+            except (http.client.HTTPException, OSError):
+                self.conn.close()
+                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+                if attempt:
+                    raise
+        if response.status == 200:
+            return body
+        if response.status == 302:
+            return "redirect " + (response.getheader("Location") or "")
+        return f"status {response.status}"
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+# --- rendering, pure ------------------------------------------------------------------------------
+
+
+def test_rendered_configs_pass_haproxy_check_in_rule_and_map_form() -> None:
+    snap = rich_snapshot()
+    for threshold in (ROUTE_MAP_THRESHOLD, 0):
+        result = validate_bundle(render(snap, NODE, route_map_threshold=threshold))
+        assert result.ok, result.output
+        assert "Configuration file is valid" in result.output
+
+
+def test_same_input_gives_the_same_bytes_whatever_the_order() -> None:
+    snap = rich_snapshot()
+    first = render(snap, NODE)
+    assert render(snap, NODE).files == first.files
+
+    rng = random.Random(7)
+
+    def shuffled(items: tuple) -> tuple:
+        items = list(items)
+        rng.shuffle(items)
+        return tuple(items)
+
+    mixed = replace(
+        snap,
+        listeners=shuffled(
+            tuple(
+                replace(
+                    ln,
+                    routes=shuffled(
+                        tuple(
+                            replace(r, hosts=shuffled(r.hosts), targets=shuffled(r.targets))
+                            for r in ln.routes
+                        )
+                    ),
+                )
+                for ln in snap.listeners
+            )
+        ),
+        pools=shuffled(
+            tuple(
+                replace(
+                    p, regions=shuffled(tuple(replace(r, members=shuffled(r.members)) for r in p.regions))
+                )
+                for p in snap.pools
+            )
+        ),
+    )
+    for threshold in (ROUTE_MAP_THRESHOLD, 0):
+        a = render(snap, NODE, route_map_threshold=threshold)
+        b = render(mixed, NODE, route_map_threshold=threshold)
+        assert a.files == b.files
+        assert a.sha256 == b.sha256
+
+
+def test_header_names_fleet_and_revision_and_hash_changes_with_content() -> None:
+    snap = rich_snapshot()
+    bundle = render(snap, NODE)
+    head = bundle.main.splitlines()[:3]
+    assert "fleet edge" in head[0] and "revision 1" in head[0]
+    bumped = render(replace(snap, revision=2), NODE)
+    assert bumped.main.splitlines()[2] == head[2], "the content hash ignores the revision number"
+    changed = render(replace(snap, pools=(*snap.pools[:3], pool(4, {"eu": (member("x", 9100),)}))), NODE)
+    assert changed.main.splitlines()[2] != head[2]
+    assert len(bundle.sha256) == 64 and bundle.sha256 != changed.sha256
+
+
+def test_config_declares_the_runtime_pieces_nodes_rely_on() -> None:
+    text = render(rich_snapshot(), NODE).main
+    for line in (
+        "master-worker",
+        "stats socket /var/lib/spillway/n1/stats.sock mode 600 level admin expose-fd listeners",
+        "server-state-file /var/lib/spillway/n1/server-state",
+        "load-server-state-from-file global",
+        "option idle-close-on-response",
+        "http-reuse safe",
+        "retry-on conn-failure empty-response response-timeout",
+        "retries 2",
+        "option redispatch",
+        "bind 127.0.0.1:8443 ssl crt certs/example.pem",
+    ):
+        assert line in text, line
+
+
+def test_certificates_ship_in_the_bundle_and_bind_address_overrides_listeners() -> None:
+    snap = rich_snapshot()
+    bundle = render(snap, replace(NODE, bind_address="127.0.0.42"))
+    assert bundle.files["certs/example.pem"] == snap.listeners[1].cert.pem  # type: ignore[union-attr]
+    assert bundle.is_secret("certs/example.pem")
+    binds = [line.strip() for line in bundle.main.splitlines() if line.strip().startswith("bind ")]
+    assert binds and all(b.startswith("bind 127.0.0.42:") for b in binds)
+
+
+def test_overflow_chain_renders_health_then_rate_then_last_resort() -> None:
+    text = render(rich_snapshot(), NODE).main
+    frontend = text.split("frontend fe_web.http")[1].split("\nbackend")[0]
+    chain = [line.strip() for line in frontend.splitlines() if "use_backend p1_" in line]
+    assert chain == [
+        "use_backend p1_eu if { var(txn.pool) -m str p1 } { nbsrv(p1_eu) gt 0 } "
+        "{ be_sess_rate(p1_eu) lt 20 }",
+        "use_backend p1_us if { var(txn.pool) -m str p1 } { nbsrv(p1_us) gt 0 }",
+        "use_backend p1_eu if { var(txn.pool) -m str p1 } { nbsrv(p1_eu) gt 0 }",
+        "use_backend p1_eu if { var(txn.pool) -m str p1 }",
+    ]
+    tcp = text.split("frontend fe_web.db")[1].split("\nbackend")[0]
+    assert "default_backend p3_eu_tcp" in tcp
+    assert "backend p3_eu_tcp" in text
+
+
+def test_member_states_render_as_haproxy_understands_them() -> None:
+    text = render(rich_snapshot(), NODE).main
+    assert "server a 127.0.0.1:9001 weight 100 check" in text
+    assert "server b 127.0.0.1:9002 weight 0 check" in text  # drain
+    assert "server a 127.0.0.1:9004 weight 100 disabled" in text  # maint
+    assert "option httpchk GET /healthz" in text and "http-check expect status 200" in text
+
+
+def test_duplicate_bind_after_bind_address_override_is_refused() -> None:
+    snap = snapshot(
+        (
+            listener(8080, default_pool_id=1),
+            listener(8080, default_pool_id=1, id=2, name="b", address="127.0.0.2"),
+        ),
+        (pool(1, {"eu": (member("a", 9001),)}),),
+    )
+    assert render(snap, NODE)
+    with pytest.raises(UnsafeValue) as excinfo:
+        render(snap, replace(NODE, bind_address="127.0.0.9"))
+    assert excinfo.value.code == "duplicate_bind"
+
+
+# --- injection corpus -----------------------------------------------------------------------------
+
+BAD_STRINGS = [
+    "a\nb",
+    "a\rb",
+    "a\u2028b",
+    "a\u2029b",
+    "a\x00b",
+    "a b",
+    "a\tb",
+    "a#b",
+    "a{b",
+    "a}b",
+    'a"b',
+    "a'b",
+    "a\\b",
+    "x" * 10_000,
+]
+
+
+def _string_fields() -> dict[str, Callable[[str], tuple[FleetSnapshot, NodeSpec]]]:
+    snap = rich_snapshot()
+    ln, p1 = snap.listeners[0], snap.pools[0]
+    r0 = ln.routes[0]
+    eu = p1.regions[0]
+
+    def with_listener(**kw) -> FleetSnapshot:
+        return replace(snap, listeners=(replace(ln, **kw), *snap.listeners[1:]))
+
+    def with_route(**kw) -> FleetSnapshot:
+        return with_listener(routes=(replace(r0, **kw), *ln.routes[1:]))
+
+    def with_pool(**kw) -> FleetSnapshot:
+        return replace(snap, pools=(replace(p1, **kw), *snap.pools[1:]))
+
+    def with_member(**kw) -> FleetSnapshot:
+        return with_pool(
+            regions=(replace(eu, members=(replace(eu.members[0], **kw), *eu.members[1:])), *p1.regions[1:])
+        )
+
+    def just(s: FleetSnapshot) -> tuple[FleetSnapshot, NodeSpec]:
+        return s, NODE
+
+    https = snap.listeners[1]
+    return {
+        "fleet": lambda v: just(replace(snap, fleet=v)),
+        "region": lambda v: just(replace(snap, region=v)),
+        "listener.lb": lambda v: just(with_listener(lb=v)),
+        "listener.name": lambda v: just(with_listener(name=v)),
+        "listener.protocol": lambda v: just(with_listener(protocol=v)),
+        "listener.address": lambda v: just(with_listener(address=v)),
+        "route.host": lambda v: just(with_route(hosts=(v,))),
+        "route.path": lambda v: just(with_route(path=v)),
+        "route.path_match": lambda v: just(with_route(path_match=v)),
+        "route.redirect_url": lambda v: just(with_route(redirect_url=v)),
+        "cert.name": lambda v: just(
+            replace(
+                snap, listeners=(ln, replace(https, cert=replace(https.cert, name=v)), *snap.listeners[2:])
+            )
+        ),  # type: ignore[arg-type]
+        "pool.name": lambda v: just(with_pool(name=v)),
+        "pool.algorithm": lambda v: just(with_pool(algorithm=v)),
+        "pool.region": lambda v: just(with_pool(regions=(replace(eu, region=v), *p1.regions[1:]))),
+        "pool.chain.region": lambda v: just(with_pool(chain=(RegionStep(v, None),))),
+        "health.path": lambda v: just(with_pool(health=replace(HEALTH, path=v))),
+        "member.name": lambda v: just(with_member(name=v)),
+        "member.address": lambda v: just(with_member(address=v)),
+        "member.admin_state": lambda v: just(with_member(admin_state=v)),
+        "node.name": lambda v: (snap, replace(NODE, name=v)),
+        "node.runtime_dir": lambda v: (snap, replace(NODE, runtime_dir="/var/lib/" + v)),
+        "node.bind_address": lambda v: (snap, replace(NODE, bind_address=v)),
+    }
+
+
+@pytest.mark.parametrize("field", sorted(_string_fields()))
+def test_every_string_field_refuses_the_injection_corpus(field: str) -> None:
+    make = _string_fields()[field]
+    for bad in BAD_STRINGS:
+        value = bad if field != "route.path" and field != "health.path" else "/" + bad
+        snap, node = make(value)
+        with pytest.raises(UnsafeValue) as excinfo:
+            render(snap, node)
+        assert isinstance(excinfo.value, ValueError)
+        assert excinfo.value.field, field
+
+
+def test_unsafe_value_names_the_field_path() -> None:
+    snap = rich_snapshot()
+    bad_route = replace(snap.listeners[0].routes[1], path="/x }\nbind :1\n")
+    snap = replace(
+        snap,
+        listeners=(
+            replace(snap.listeners[0], routes=(snap.listeners[0].routes[0], bad_route)),
+            *snap.listeners[1:],
+        ),
+    )
+    with pytest.raises(UnsafeValue) as excinfo:
+        render(snap, NODE)
+    assert excinfo.value.field == "listeners[0].routes[1].path"
+    assert excinfo.value.code == "invalid_path"
+
+
+def test_integers_out_of_range_are_refused() -> None:
+    snap = rich_snapshot()
+    p1 = snap.pools[0]
+    eu = p1.regions[0]
+    for bad in (
+        replace(snap, listeners=(replace(snap.listeners[0], port=0), *snap.listeners[1:])),
+        replace(snap, listeners=(replace(snap.listeners[0], port=True), *snap.listeners[1:])),
+        replace(
+            snap,
+            pools=(
+                replace(p1, regions=(replace(eu, members=(replace(eu.members[0], weight=257),)),)),
+                *snap.pools[1:],
+            ),
+        ),
+        replace(snap, pools=(replace(p1, chain=(RegionStep("eu", -1),)), *snap.pools[1:])),
+        replace(snap, pools=(replace(p1, chain=(RegionStep("mars", None),)), *snap.pools[1:])),
+    ):
+        with pytest.raises(UnsafeValue):
+            render(bad, NODE)
+
+
+# --- behaviour through a real HAProxy -------------------------------------------------------------
+
+
+@pytest.mark.haproxy
+def test_priority_decides_between_overlapping_routes(haproxy_node, backend, free_port) -> None:
+    a, b = backend("a"), backend("b")
+    port = free_port()
+    pools = (backend_pool(1, a), backend_pool(2, b))
+    routes = (
+        route(1, 20, "/api", 1),
+        route(2, 10, "/api/v2", 2),  # more specific and evaluated first
+        route(3, 5, "/api/v1/special", 1, match="exact"),
+        route(4, 30, "/api/v1", 2),  # shadowed by route 1 for everything under /api
+    )
+    serve(haproxy_node, snapshot((listener(port, routes),), pools))
+    client = Client(port)
+    assert client.get("/api/v2/users") == "b"
+    assert client.get("/api/v1/users") == "a"
+    assert client.get("/api/v1/special") == "a"
+    assert client.get("/api") == "a"
+    assert client.get("/nothing") == "status 503"  # no route, no default pool: HAProxy answers itself
+    client.close()
+
+
+@pytest.mark.haproxy
+def test_hosts_exact_and_wildcard_and_path_exact_vs_prefix(haproxy_node, backend, free_port) -> None:
+    a, b, c = backend("a"), backend("b"), backend("c")
+    port = free_port()
+    pools = (backend_pool(1, a), backend_pool(2, b), backend_pool(3, c))
+    routes = (
+        route(1, 10, "/", 1, hosts=("*.example.com",)),
+        route(2, 20, "/", 2, hosts=("example.com",)),
+        route(3, 5, "/exact", 3, match="exact", hosts=("example.com",)),
+        route(4, 40, "/old", redirect="https://example.com/new%20page?x=1"),
+    )
+    serve(haproxy_node, snapshot((listener(port, routes, default_pool_id=3),), pools))
+    client = Client(port)
+    assert client.get("/", host="www.example.com") == "a"
+    assert client.get("/", host="a.b.example.com") == "a"  # one or more labels below
+    assert client.get("/", host="example.com") == "b"  # the wildcard does not cover the apex
+    assert client.get("/", host="EXAMPLE.com:8080") == "b"  # port stripped, case folded
+    assert client.get("/", host="badexample.com") == "c"  # default pool
+    assert client.get("/exact", host="example.com") == "c"
+    assert client.get("/exact?q=1", host="example.com") == "c"  # the query is not part of the path
+    assert client.get("/exact/more", host="example.com") == "b"
+    assert client.get("/exactly", host="example.com") == "b"
+    assert client.get("/old/x", host="other.org") == "redirect https://example.com/new%20page?x=1"
+    client.close()
+
+
+@pytest.mark.haproxy
+def test_canary_split_sends_about_ten_percent(haproxy_node, backend, free_port) -> None:
+    stable, canary = backend("stable"), backend("canary")
+    port = free_port()
+    pools = (backend_pool(1, stable), backend_pool(2, canary))
+    routes = (route(1, 1, "/", targets=(RouteTargetSpec(1, 90), RouteTargetSpec(2, 10))),)
+    serve(haproxy_node, snapshot((listener(port, routes),), pools))
+    client = Client(port)
+    seen = Counter(client.get("/") for _ in range(1000))
+    client.close()
+    assert set(seen) == {"stable", "canary"}
+    # Binomial(1000, 0.1) has a standard deviation of 9.5: 60..140 is more than 4 sigma either way.
+    assert 60 <= seen["canary"] <= 140, seen
+
+
+@pytest.mark.haproxy
+def test_overflow_sends_the_rate_limit_to_the_near_region_and_the_rest_onward(
+    haproxy_node, backend, free_port
+) -> None:
+    near, far = backend("near"), backend("far")
+    port = free_port()
+    limit_per_s, offered_per_s, duration_s = 20, 60, 3.0
+    overflow_pool = pool(
+        1,
+        {"eu": (member("near", near.port),), "us": (member("far", far.port),)},
+        chain=(RegionStep("eu", limit_per_s), RegionStep("us", None)),
+    )
+    serve(haproxy_node, snapshot((listener(port, default_pool_id=1),), (overflow_pool,)))
+    client = Client(port)
+    seen: Counter[str] = Counter()
+    started = time.monotonic()
+    for i in range(int(offered_per_s * duration_s)):
+        # Paced, not bursty: request i leaves at i/offered_per_s seconds.
+        delay = started + i / offered_per_s - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        seen[client.get("/")] += 1
+    elapsed_s = time.monotonic() - started
+    client.close()
+    # On a busy machine the loop can fall behind its pace; the limit is per second of wall time.
+    assert offered_per_s * duration_s / elapsed_s >= 2 * limit_per_s, (
+        f"could not offer load: {elapsed_s:.1f}s"
+    )
+    expected_near = limit_per_s * elapsed_s
+    assert abs(seen["near"] - expected_near) <= 0.2 * expected_near, seen
+    assert seen["near"] + seen["far"] == offered_per_s * duration_s, seen
+
+
+@pytest.mark.haproxy
+def test_a_region_whose_members_are_all_in_maint_overflows_entirely(haproxy_node, backend, free_port) -> None:
+    near, far = backend("near"), backend("far")
+    port = free_port()
+    overflow_pool = pool(
+        1,
+        {"eu": (member("near", near.port, state="maint"),), "us": (member("far", far.port),)},
+        chain=(RegionStep("eu", 1000), RegionStep("us", None)),
+    )
+    serve(haproxy_node, snapshot((listener(port, default_pool_id=1),), (overflow_pool,)))
+    client = Client(port)
+    assert Counter(client.get("/") for _ in range(50)) == {"far": 50}
+    client.close()
+
+
+@pytest.mark.haproxy
+def test_drained_members_get_no_new_requests(haproxy_node, backend, free_port) -> None:
+    a, b = backend("a"), backend("b")
+    port = free_port()
+    p = pool(1, {"eu": (member("a", a.port), member("b", b.port, state="drain"))})
+    serve(haproxy_node, snapshot((listener(port, default_pool_id=1),), (p,)))
+    client = Client(port)
+    assert Counter(client.get("/") for _ in range(30)) == {"a": 30}
+    client.close()
+
+
+@pytest.mark.haproxy
+def test_https_and_tcp_listeners_serve(haproxy_node, backend, free_port) -> None:
+    import ssl
+
+    a, b = backend("a"), backend("b")
+    https_port, tcp_port = free_port(), free_port()
+    pools = (backend_pool(1, a), backend_pool(2, b))
+    snap = snapshot(
+        (
+            listener(
+                https_port,
+                (route(1, 1, "/b", 2),),
+                default_pool_id=1,
+                protocol="https",
+                cert=CertSpec(name="site", pem=self_signed_pem()),
+            ),
+            listener(tcp_port, default_pool_id=2, id=2, name="raw", protocol="tcp"),
+        ),
+        pools,
+    )
+    serve(haproxy_node, snap)
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    conn = http.client.HTTPSConnection("127.0.0.1", https_port, timeout=5, context=context)
+    conn.request("GET", "/b/x", headers={"Host": "example.com"})
+    assert conn.getresponse().read() == b"b"
+    conn.close()
+    assert Client(tcp_port).get("/anything") == "b"
+
+
+# --- map form == rule form ------------------------------------------------------------------------
+
+
+@pytest.mark.haproxy
+def test_map_beg_in_haproxy_is_longest_prefix_not_file_order(haproxy_node, free_port) -> None:
+    """The measurement the map layout rests on (see routing.py); fails loudly if a version changes it."""
+    port = free_port()
+    maps = {"maps/beg.map": b"/a first\n/a/b/c second\n/a/b third\n"}
+    haproxy_node(
+        f"""
+frontend fe
+    bind 127.0.0.1:{port}
+    http-request return status 200 content-type text/plain lf-string "%[path,map_beg(maps/beg.map)]"
+""",
+        files=maps,
+    )
+    client = Client(port)
+    assert client.get("/a/b/c/d") == "second"
+    assert client.get("/a/b/x") == "third"
+    assert client.get("/a/x") == "first"
+    client.close()
+
+
+def _corpus_snapshot(port: int, backends: list[Backend]) -> FleetSnapshot:
+    rng = random.Random(20261121)
+    host_patterns = ["a.test", "b.test", "x.a.test", "*.a.test", "*.x.a.test", "*.b.test", "c.test"]
+    paths = [
+        "/api",
+        "/api/v1",
+        "/api/v1/users",
+        "/apix",
+        "/static",
+        "/static/img",
+        "/s",
+        "/a",
+        "/a/b",
+        "/a/b/c",
+        "/v2",
+        "/v2/x",
+    ]
+    priorities = rng.sample(range(1, 10_000), 150)
+    routes = []
+    for i, priority in enumerate(priorities):
+        # Mostly one or two host patterns: a high-priority any-host prefix would shadow too much.
+        hosts = tuple(rng.sample(host_patterns, rng.choice([0, 1, 1, 1, 1, 2, 2, 2, 2, 2])))
+        path = "/" if rng.random() < 0.03 else rng.choice(paths)
+        target = rng.randrange(len(backends))
+        redirect = f"https://r{i}.test/to%20{i}" if rng.random() < 0.1 else None
+        routes.append(
+            route(
+                100 + i,
+                priority,
+                path,
+                None if redirect else target + 1,
+                hosts=hosts,
+                match=rng.choice(["prefix", "prefix", "exact"]),
+                redirect=redirect,
+            )
+        )
+    pools = tuple(backend_pool(i + 1, b) for i, b in enumerate(backends))
+    return snapshot((listener(port, tuple(routes), default_pool_id=1),), pools)
+
+
+@pytest.mark.haproxy
+def test_map_form_routes_a_corpus_exactly_like_the_rule_form(haproxy_node, backend, free_port) -> None:
+    backends = [backend(f"b{i}") for i in range(1, 7)]
+    rule_port, map_port = free_port(), free_port()
+    rule_snap = _corpus_snapshot(rule_port, backends)
+    map_snap = replace(rule_snap, listeners=(replace(rule_snap.listeners[0], port=map_port),))
+    rule_bundle = serve(haproxy_node, rule_snap, name="rules", threshold=10_000)
+    map_bundle = serve(haproxy_node, map_snap, name="maps", threshold=0)
+    assert not any(k.startswith("maps/") for k in rule_bundle.files)
+    assert "maps/web.http.routes.map" in map_bundle.files
+
+    hosts = [
+        "a.test",
+        "A.Test:81",
+        "b.test",
+        "x.a.test",
+        "y.x.a.test",
+        "q.y.x.a.test",
+        "z.b.test",
+        "c.test",
+        "d.test",
+        "test",
+        "a.test.evil",
+        "xa.test",
+    ]
+    paths = [
+        "/",
+        "/api",
+        "/api/",
+        "/api/v1",
+        "/api/v1/users",
+        "/api/v1/users/7",
+        "/apix",
+        "/apixy",
+        "/apiv1",
+        "/static",
+        "/static/img/x.png",
+        "/s",
+        "/sx",
+        "/a",
+        "/a/b",
+        "/a/b/c",
+        "/a/b/cd",
+        "/ab",
+        "/v2",
+        "/v2/x",
+        "/v2/xy",
+        "/nothing",
+        "/api?x=1",
+        "/a/b?c",
+    ]
+    rules, maps = Client(rule_port), Client(map_port)
+    by_pool = {f"p{i + 1}": b.name for i, b in enumerate(backends)}
+    mismatches = []
+    outcomes: set[int | None] = set()
+    for host in hosts:
+        for path in paths:
+            expected_route = resolve_route(rule_snap.listeners[0].routes, host, path.split("?")[0])
+            if expected_route is None:
+                expected = by_pool["p1"]
+            elif expected_route.redirect_url:
+                expected = "redirect " + expected_route.redirect_url
+            else:
+                expected = by_pool[f"p{expected_route.targets[0].pool_id}"]
+            outcomes.add(expected_route.id if expected_route else None)
+            got_rules, got_maps = rules.get(path, host), maps.get(path, host)
+            if not got_rules == got_maps == expected:
+                mismatches.append((host, path, expected, got_rules, got_maps))
+    rules.close()
+    maps.close()
+    assert not mismatches, mismatches[:10]
+    assert len(outcomes) >= 40, "the corpus should exercise many distinct routes"
+
+
+def _simulate_maps(maps: RouteMaps, host_header: str, path: str) -> str | None:
+    """The map form's lookups in Python, with the semantics measured above (map_end: first in file)."""
+    host = host_header.split(":", 1)[0].lower()
+    host_class = (
+        host
+        if host in maps.exact_hosts
+        else next((cls for suffix, cls in maps.wildcards if host.endswith(suffix)), "*")
+    )
+    key = host_class + path + "?"
+    matches = [(k, v) for k, v in maps.entries if key.startswith(k)]
+    return max(matches, key=lambda kv: len(kv[0]))[1] if matches else None
+
+
+def test_map_layout_agrees_with_priority_order_on_a_large_random_corpus() -> None:
+    rng = random.Random(5)
+    labels = ["a", "b", "c", "x"]
+    host_patterns = (
+        [f"{a}.{b}.test" for a in labels for b in labels]
+        + [f"*.{a}.test" for a in labels]
+        + [f"*.{a}.{b}.test" for a in labels for b in labels[:2]]
+    )
+    segments = ["", "a", "b", "ab", "api", "v1"]
+
+    def random_path() -> str:
+        return "/" + "/".join(rng.choice(segments) for _ in range(rng.randrange(0, 4)))
+
+    routes = tuple(
+        route(
+            i,
+            rng.randrange(1000),
+            random_path(),
+            i,  # one pool per route: the key names the route
+            hosts=tuple(rng.sample(host_patterns, rng.choice([0, 1, 1, 2, 3]))),
+            match=rng.choice(["prefix", "exact"]),
+        )
+        for i in range(400)
+    )
+    maps = build_route_maps(routes)
+    for _ in range(3000):
+        host = rng.choice([*host_patterns, "q.a.test", "z.b.a.test", "c.test", "other.org"]).replace("*", "w")
+        path = random_path() + rng.choice(["", "x", "/"])
+        expected = resolve_route(routes, host, path)
+        expected_key = None if expected is None else f"p{expected.targets[0].pool_id}"
+        assert _simulate_maps(maps, host, path) == expected_key, (host, path, expected)
