@@ -117,6 +117,16 @@ def test_a_one_second_stall_shows_in_open_loop_p99_but_hides_from_a_closed_loop(
     assert open_step.p99_ms >= 500, open_step
     assert open_step.max_ms >= 900
 
+    # With a small pool the requests planned during the stall cannot even leave; they queue and
+    # are still timed from their intended send.
+    with ServerProcess("stall", "--stall-after-s", "0.5", "--stall-s", "1.0") as server:
+        capped = run_plan(LoadPlan.constant(target(server.port), 100, 2.0, max_connections=5))
+    capped_step = capped.steps[0]
+    assert capped_step.ok == 200
+    assert capped_step.pool_exhausted >= 80
+    assert capped_step.p99_ms >= 500, capped_step
+    assert capped.connections_opened <= 5
+
     with ServerProcess("stall", "--stall-after-s", "0.5", "--stall-s", "1.0") as server:
         closed_result = run_plan(LoadPlan.closed_loop(target(server.port), [(1, 2.0)]))
     closed_step = closed_result.steps[0]

@@ -1,10 +1,17 @@
 """Open loop: requests leave at their planned times whatever the target does.
 
-Every request has an *intended* send time from the plan, and its latency is measured from that
-time, not from when it actually left. If all connections are busy (the target stalls) and
-max_connections is reached, the request waits in a FIFO for the next free connection and the wait
-counts as latency. That is what keeps a stall visible: a closed-loop client would simply stop
-sending during it and record one slow request (coordinated omission).
+Every request has an *intended* send time from the plan. A request that finds an idle connection
+goes out at once and is timed from that send. A request that has to wait (for a new connection to
+open, or, once max_connections is reached, for a busy one to free up) waits in a FIFO and is
+timed from its *intended* send time, so the wait counts as latency. That is what keeps a stall
+visible: a closed-loop client would simply stop sending during it and record one slow request
+(coordinated omission).
+
+The scheduler sleeps between arrivals (uvloop timers, 1 ms resolution), so sends may leave up to
+about a millisecond late; at high rates several go out per wake-up. It deliberately does not spin
+for sub-millisecond precision: a busy-polling client on a shared machine gets preempted for whole
+scheduler slices and then charges those to the target, while a sleeping one is woken promptly.
+Sends later than LATE_SEND_S (the engine itself fell behind) are counted in `late_sends`.
 """
 
 from __future__ import annotations
@@ -18,10 +25,9 @@ from .plan import arrival_offset_s
 from .results import NON_2XX, TIMEOUT
 from .stats import StepStats
 
-# uvloop timers have 1 ms resolution and fire up to ~1 ms late, which would add up to a
-# millisecond to every latency measured from the intended time. So the scheduler sleeps until
-# shortly before the next arrival and polls the loop (still serving I/O) for the last stretch.
-SPIN_WINDOW_S = 0.0015
+# Shorter sleeps round to 0 ms in uvloop and would turn the scheduler into a busy loop.
+MIN_SLEEP_S = 0.001
+LATE_SEND_S = 0.005
 
 
 class OpenLoopDriver(Driver):
@@ -64,10 +70,7 @@ class OpenLoopDriver(Driver):
 
     def _arm(self) -> None:
         delay = self.next_t - perf_counter()
-        if delay > SPIN_WINDOW_S:
-            self.loop.call_later(delay - SPIN_WINDOW_S, self._tick)
-        else:
-            self.loop.call_soon(self._tick)
+        self.loop.call_later(delay if delay > MIN_SLEEP_S else MIN_SLEEP_S, self._tick)
 
     def _tick(self) -> None:
         if self.stopping:
@@ -91,7 +94,10 @@ class OpenLoopDriver(Driver):
         self.outstanding += 1
         st.sent += 1
         if self.idle:
-            self.idle.pop().send(intended_t, st)
+            now = perf_counter()
+            if now - intended_t > LATE_SEND_S:
+                st.late_sends += 1
+            self.idle.pop().send(now, st)
             return
         self.pending.append((intended_t, st))
         if len(self.conns) + self.connecting < self.plan.max_connections:

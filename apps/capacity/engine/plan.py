@@ -261,10 +261,8 @@ class LoadPlan:
             drain_s = caps.get("drain_s") or (target.timeout_s if target.timeout_s else DEFAULT_DRAIN_S)
             max_duration_s = min(schedule_s + drain_s + 1.0, HARD_MAX_DURATION_S)
         if max_requests is None:
-            if mode == "open":
-                max_requests = max(sum(s.planned_requests for s in steps), 1)
-            else:
-                max_requests = HARD_MAX_REQUESTS
+            planned = max(sum(s.planned_requests for s in steps), 1)
+            max_requests = planned if mode == "open" else HARD_MAX_REQUESTS
         return cls(target, mode, steps, max_duration_s, max_requests, **caps)
 
     # --- serialisation --------------------------------------------------------------------------

@@ -63,6 +63,8 @@ class StepResult:
     target look quick); every other outcome is in `errors` by kind. Requests are attributed to the
     step of their intended send time. `achieved_rate` is 2xx responses completed inside the step's
     time window per second, so a target that falls behind shows achieved < offered.
+    `pool_exhausted`: requests that found max_connections busy and queued (timed from their
+    intended send). `late_sends`: requests the engine itself sent late (it fell behind).
     """
 
     offered_rate: float
@@ -78,6 +80,7 @@ class StepResult:
     max_ms: float
     sent: int = 0
     pool_exhausted: int = 0
+    late_sends: int = 0
     users: int = 0
 
     @property
@@ -105,6 +108,7 @@ class StepResult:
         hist: HdrHistogram,
         sent: int = 0,
         pool_exhausted: int = 0,
+        late_sends: int = 0,
         users: int = 0,
     ) -> StepResult:
         """Build a result whose percentiles are read from `hist`, the one source of truth."""
@@ -127,6 +131,7 @@ class StepResult:
             max_ms=0.0 if empty else ms(hist.get_max_value()),
             sent=sent,
             pool_exhausted=pool_exhausted,
+            late_sends=late_sends,
             users=users,
         )
 
@@ -161,6 +166,7 @@ def merge_step_results(results: list[StepResult]) -> StepResult:
         hist=hist,
         sent=sum(r.sent for r in results),
         pool_exhausted=sum(r.pool_exhausted for r in results),
+        late_sends=sum(r.late_sends for r in results),
         users=sum(r.users for r in results),
     )
 
@@ -191,6 +197,7 @@ def combine_sequential(results: list[StepResult]) -> StepResult:
         hist=hist,
         sent=sum(r.sent for r in results),
         pool_exhausted=sum(r.pool_exhausted for r in results),
+        late_sends=sum(r.late_sends for r in results),
         users=max(r.users for r in results),
     )
 

@@ -7,8 +7,8 @@ from .results import StepResult, empty_errors, new_histogram, record_latencies_u
 
 
 class StepStats:
-    __slots__ = ("duration_s", "end_t", "errors", "hist", "index", "latencies_us", "offered_rate", "ok",
-                 "pool_exhausted", "sent", "start_t", "step", "users", "window_ok")
+    __slots__ = ("duration_s", "end_t", "errors", "hist", "index", "late_sends", "latencies_us", "offered_rate",
+                 "ok", "pool_exhausted", "sent", "start_t", "step", "users", "window_ok")
 
     def __init__(self, index: int, step: Step, start_t: float) -> None:
         self.index = index
@@ -23,6 +23,7 @@ class StepStats:
         self.hist = new_histogram()
         self.sent = 0
         self.pool_exhausted = 0
+        self.late_sends = 0
         self.users = step.users
         # 2xx responses that completed inside [start_t, end_t), whatever step they were sent in.
         self.window_ok = 0
@@ -47,5 +48,6 @@ class StepStats:
             hist=self.hist,
             sent=self.sent,
             pool_exhausted=self.pool_exhausted,
+            late_sends=self.late_sends,
             users=self.users,
         )
