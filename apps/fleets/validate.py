@@ -173,12 +173,11 @@ def _listening_inodes(address: str, port: int) -> set[int]:
 
 
 def _bind_error(address: str, port: int) -> int | None:
+    """errno of a bind with HAProxy's own socket options, or None when it would succeed."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
-        # SO_REUSEADDR on, SO_REUSEPORT off: TIME_WAIT leftovers of a previous server do not count
-        # (HAProxy sets SO_REUSEADDR too), but any socket already bound to the port does, including
-        # one whose owner set SO_REUSEPORT (HAProxy would otherwise share the port with it silently).
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         try:
             probe.bind((address, port))
         except OSError as exc:
@@ -187,25 +186,29 @@ def _bind_error(address: str, port: int) -> int | None:
 
 
 def bind_conflicts(addresses: list[tuple[str, int]], owned_by_pids: set[int]) -> list[tuple[str, int]]:
-    """Which of `addresses` HAProxy could not bind on this host because another process holds them.
+    """Which of `addresses` HAProxy could not bind on this host, or would share with a stranger.
 
-    HAProxy binds with SO_REUSEADDR and SO_REUSEPORT, so two HAProxy processes (or any program using
-    SO_REUSEPORT under the same user) can hold one port and split its connections: `haproxy -c` never
-    notices, and a reload pauses listeners for ~2 s (HAPROXY.md). A probe bind tells whether anything
-    holds the address; a holder is *ours* when every listening socket on it belongs to one of
-    `owned_by_pids` (pass the fleet's HAProxy master pids: their worker children are included),
-    found by matching /proc/net/tcp{,6} inodes with /proc/<pid>/fd. An address this host does not
-    have (EADDRNOTAVAIL) is reported too: HAProxy would fail to bind it as well.
+    HAProxy binds with SO_REUSEADDR and SO_REUSEPORT. So a plain probe bind is not enough: a stranger
+    that also set SO_REUSEPORT (same user) lets the bind succeed and then silently receives part of
+    the connections, and `haproxy -c` never binds at all. Hence two checks:
+    1. listening sockets: every LISTEN socket on the address (or a wildcard address) on that port,
+       from /proc/net/tcp{,6}, must belong to `owned_by_pids` or a descendant of one (pass the fleet's
+       HAProxy master pids; listeners live in their worker children), matched by socket inode via
+       /proc/<pid>/fd. Any other holder is a conflict.
+    2. nothing listens: a probe bind with HAProxy's options must succeed. It fails, as HAProxy does
+       (measured on 2.6), on a socket bound without listening, on TIME_WAIT connections left by a
+       server that did not set SO_REUSEADDR, and on an address this host does not have.
+    A privileged port refusing an unprivileged probe (EACCES) is not reported: HAProxy starts as root.
     """
     owned_inodes = _socket_inodes(_descendants(set(owned_by_pids))) if owned_by_pids else set()
     conflicts = []
     for address, port in sorted(set(addresses)):
-        error = _bind_error(address, port)
-        if error is None or error == errno.EACCES:  # EACCES: privileged port; HAProxy runs as root
+        holders = _listening_inodes(address, port)
+        if holders:
+            if not holders <= owned_inodes:
+                conflicts.append((address, port))
             continue
-        if error == errno.EADDRINUSE:
-            holders = _listening_inodes(address, port)
-            if holders and holders <= owned_inodes:
-                continue
-        conflicts.append((address, port))
+        error = _bind_error(address, port)
+        if error is not None and error != errno.EACCES:
+            conflicts.append((address, port))
     return conflicts
