@@ -1,0 +1,101 @@
+"""Reads for capacity tests and runs: what a tenant may target, live progress, chart data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
+from apps.balancers.models import Listener, Member, PoolRegion
+from apps.capacity.models import CapacityRun, CapacityShard, CapacityTest, StepResult
+from apps.capacity.safety import Load
+
+
+def targetable_listeners(principal) -> QuerySet[Listener]:
+    """Listeners a principal may pick as a target: its own LBs', and shared LBs' (hostname checked later)."""
+    qs = Listener.objects.select_related("lb", "static_ip")
+    if principal.is_operator:
+        return qs
+    return qs.filter(Q(lb__org_id=principal.org_id) | Q(lb__shared=True))
+
+
+def org_active_load(*, org_id: int, exclude_run_id: int | None = None) -> list[Load]:
+    """What the org's runs already in flight take from its caps."""
+    runs = CapacityRun.objects.filter(test__org_id=org_id, status__in=CapacityRun.ACTIVE)
+    if exclude_run_id is not None:
+        runs = runs.exclude(pk=exclude_run_id)
+    return [Load(peak_rate=r.peak_rate, schedule_s=0.0, concurrency=r.concurrency) for r in runs]
+
+
+def pool_region_for(test: CapacityTest) -> PoolRegion | None:
+    """The PoolRegion a recommendation would change: the test's pool in the test's region, else the
+    region of the fleet serving the listener, else the pool's only region."""
+    if test.pool_id is None:
+        return None
+    regions = PoolRegion.objects.filter(pool_id=test.pool_id).select_related("pool", "region")
+    if test.region_id is not None:
+        return regions.filter(region_id=test.region_id).first()
+    listener = test.listener
+    fleet = listener.lb.fleet if listener is not None else None
+    if fleet is not None:
+        found = regions.filter(region_id=fleet.region_id).first()
+        if found is not None:
+            return found
+    only = list(regions[:2])
+    return only[0] if len(only) == 1 else None
+
+
+def healthy_member_count(pool_region: PoolRegion) -> int:
+    """Members that share the measured load: in the pool's region and administratively active.
+
+    Live health from the fleets' checks is not consulted yet: an active member is counted as healthy.
+    """
+    return Member.objects.filter(pool_id=pool_region.pool_id, region_id=pool_region.region_id,
+                                 admin_state=Member.AdminState.ACTIVE).count()
+
+
+def run_steps(run: CapacityRun, *, merged: bool = True) -> QuerySet[StepResult]:
+    qs = StepResult.objects.filter(run=run)
+    return qs.filter(shard__isnull=True) if merged else qs.filter(shard__isnull=False)
+
+
+def run_progress(run: CapacityRun) -> dict[str, Any]:
+    """Live progress, as the API and the UI's progress bar show it."""
+    shards = list(CapacityShard.objects.filter(run=run).values(
+        "index", "status", "percent", "current_step", "achieved_rate", "sent", "ok", "errors", "worker",
+        "stopped_reason", "start_skew_s"))
+    return {
+        "id": run.pk,
+        "status": run.status,
+        "progress_percent": round(run.progress_percent, 1),
+        "current_step": run.current_step,
+        "step_count": run.step_count,
+        "achieved_rate": round(run.achieved_rate, 1),
+        "sent": run.sent,
+        "ok": run.ok,
+        "errors": run.errors,
+        "stopped_reason": run.stopped_reason,
+        "error_code": run.error_code,
+        "error": run.error,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "shards": shards,
+    }
+
+
+def run_chart(run: CapacityRun) -> dict[str, Any]:
+    """Latency against offered rate (p50, p99) and errors per step, plus the knee, for uPlot."""
+    steps = list(run_steps(run).order_by("index"))
+    return {
+        "run": run.pk,
+        "label": f"run #{run.pk}",
+        "offered_rate": [round(s.offered_rate, 1) for s in steps],
+        "achieved_rate": [round(s.achieved_rate, 1) for s in steps],
+        "p50_ms": [s.p50_ms for s in steps],
+        "p99_ms": [s.p99_ms for s in steps],
+        "errors": [s.error_count for s in steps],
+        "ok": [s.ok for s in steps],
+        "knee_index": run.knee_step_index,
+        "knee_capacity_rps": run.knee_capacity_rps,
+        "slo_p99_ms": run.test.slo_p99_ms,
+    }

@@ -1,0 +1,136 @@
+"""Capacity runs through the whole Celery path: real workers, real local servers, real sockets."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from apps.audit.models import AuditEvent
+from apps.balancers.models import LoadBalancer, PoolRegion
+from apps.capacity.engine import decode_histogram
+from apps.capacity.models import CapacityRun, CapacityShard, StepResult
+from tests.capacity.conftest import wait_for, wait_for_run
+from tests.capacity.servers import ServerProcess
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _workers(cap_workers):
+    """Every test here runs on the module's two real workers; none leaves a shard running."""
+    yield cap_workers
+    for run in CapacityRun.objects.filter(status__in=CapacityRun.ACTIVE):
+        CapacityRun.objects.filter(pk=run.pk).update(status=CapacityRun.Status.CANCELLED)
+    wait_for(lambda: not CapacityShard.objects.filter(status=CapacityShard.Status.RUNNING).exists(), timeout_s=15)
+
+
+def _create_and_start(client, **fields) -> int:
+    created = client.post("/api/v1/capacity-tests/", fields, format="json")
+    assert created.status_code == 201, created.content
+    started = client.post(f"/api/v1/capacity-tests/{created.json()['id']}/start/")
+    assert started.status_code == 201, started.content
+    return started.json()["id"]
+
+
+def test_two_shard_run_over_two_workers_merges_to_the_sum_of_its_shards(world, alice):
+    with ServerProcess("ok") as srv:
+        listener = world.listener(srv.port)
+        run_id = _create_and_start(alice.client, name="two-shards", listener=listener.pk,
+                                   steps=[[100, 1.0], [200, 1.0]], shards=2, slo_p99_ms=100)
+        run = wait_for_run(run_id)
+    assert run.status == CapacityRun.Status.SUCCEEDED, (run.error_code, run.error)
+    shards = list(CapacityShard.objects.filter(run=run))
+    assert len({s.worker for s in shards}) == 2, "each shard ran on its own worker"
+    assert all(s.status == CapacityShard.Status.DONE for s in shards)
+    merged = {r.index: r for r in StepResult.objects.filter(run=run, shard__isnull=True)}
+    per_shard = list(StepResult.objects.filter(run=run, shard__isnull=False))
+    assert sorted(merged) == [0, 1]
+    for index, row in merged.items():
+        parts = [r for r in per_shard if r.index == index]
+        assert len(parts) == 2
+        assert row.ok == sum(p.ok for p in parts)
+        assert row.sent == sum(p.sent for p in parts)
+        assert row.error_count == sum(p.error_count for p in parts)
+        assert row.errors == {k: sum(p.errors[k] for p in parts) for k in row.errors}
+        assert row.offered_rate == pytest.approx(sum(p.offered_rate for p in parts))
+        counts = [decode_histogram(p.histogram).get_total_count() for p in parts]
+        assert decode_histogram(row.histogram).get_total_count() == sum(counts) == row.ok
+        assert row.max_ms == max(p.max_ms for p in parts)
+    # The plan offered 100 + 200 requests; a fast local server answers every one.
+    assert merged[0].ok + merged[1].ok == 300
+    assert merged[1].offered_rate == pytest.approx(200)
+    assert run.ok == 300 and run.errors == 0
+
+
+def test_knee_is_found_through_celery_and_applying_it_bumps_the_lb_revision(world, alice):
+    """GIVEN a server that serves at most 150 req/s behind acme's listener, and a pool with 2 active
+    members (a third drained), WHEN a 50 -> 100 -> 250 req/s test runs, THEN the knee is the 100 req/s
+    step, the recommendation is 100 / 2 x 0.8 = 40 req/s per member, and applying it writes the
+    pool's regional capacity and bumps the LB's revision."""
+    with ServerProcess("capacity", "--rate", "150") as srv:
+        listener = world.listener(srv.port)
+        run_id = _create_and_start(alice.client, name="knee", listener=listener.pk,
+                                   steps=[[50, 1.5], [100, 1.5], [250, 1.5]], slo_p99_ms=50,
+                                   slo_error_rate=0.01, pool=world.pool.pk, region="us-east", safety_factor=0.8)
+        run = wait_for_run(run_id)
+    assert run.status == CapacityRun.Status.SUCCEEDED, (run.error_code, run.error)
+    assert run.knee_step_index == 1, run.knee_reason
+    assert run.knee_capacity_rps == pytest.approx(100, rel=0.05)
+    assert run.healthy_members == 2
+    assert 38.0 <= run.recommended_max_rate_per_member <= 40.0
+
+    revision = LoadBalancer.objects.get(pk=world.acme_lb.pk).revision
+    applied = alice.client.post(f"/api/v1/capacity-runs/{run_id}/apply/")
+    assert applied.status_code == 200, applied.content
+    assert PoolRegion.objects.get(pk=world.pool_region.pk).max_rate_per_member == run.recommended_max_rate_per_member
+    assert LoadBalancer.objects.get(pk=world.acme_lb.pk).revision == revision + 1
+    assert AuditEvent.objects.filter(action="poolregion.capacity_apply").exists()
+    assert AuditEvent.objects.filter(action="capacityrun.apply", object_id=str(run_id)).exists()
+    again = alice.client.post(f"/api/v1/capacity-runs/{run_id}/apply/")
+    assert again.status_code == 409 and again.json()["code"] == "already_applied"
+
+
+def test_progress_is_live_and_cancel_stops_the_shards_within_a_second(world, alice):
+    with ServerProcess("ok") as srv:
+        listener = world.listener(srv.port)
+        run_id = _create_and_start(alice.client, name="long", listener=listener.pk, steps=[[100, 10], [200, 10]])
+
+        def progressing():
+            body = alice.client.get(f"/api/v1/capacity-runs/{run_id}/progress/").json()
+            return body if body["status"] == "running" and body["sent"] > 0 and body["achieved_rate"] > 0 else None
+
+        live = wait_for(progressing, timeout_s=15, interval_s=0.1)
+        assert 0 < live["progress_percent"] < 50
+        assert live["current_step"] == 0 and live["step_count"] == 2
+        cancelled_t = time.monotonic()
+        response = alice.client.post(f"/api/v1/capacity-runs/{run_id}/cancel/")
+        assert response.status_code == 200 and response.json()["status"] == "cancelled"
+        wait_for(lambda: CapacityShard.objects.filter(run_id=run_id, finished_at__isnull=False).count() == 1,
+                 timeout_s=5, interval_s=0.02)
+        stop_s = time.monotonic() - cancelled_t
+        run = wait_for_run(run_id)
+    assert stop_s < 1.5, f"shard took {stop_s:.2f} s to stop"
+    assert run.status == CapacityRun.Status.CANCELLED
+    assert run.knee_capacity_rps is None and run.recommended_max_rate_per_member is None
+    shard = CapacityShard.objects.get(run=run)
+    assert shard.stopped_reason == "cancelled"
+    assert run.sent < 100 * 10  # far from the 3,000 requests planned
+
+
+def test_a_run_that_exceeds_its_rate_cap_is_stopped(world, alice, acme):
+    """GIVEN acme's rate cap is 100 req/s, WHEN a closed-loop test with 4 users (no rate limit of its
+    own) drives a fast server far past it, THEN the run is stopped with cap_exceeded long before its
+    10 s schedule ends."""
+    acme.max_test_rate = 100
+    acme.save()
+    with ServerProcess("ok") as srv:
+        listener = world.listener(srv.port)
+        run_id = _create_and_start(alice.client, name="greedy", listener=listener.pk, mode="closed", steps=[[4, 10]])
+        run = wait_for_run(run_id, timeout_s=20)
+    assert run.status == CapacityRun.Status.FAILED
+    assert run.error_code == "cap_exceeded", run.error
+    assert "rate cap" in run.error
+    assert (run.finished_at - run.started_at).total_seconds() < 5
+    body = alice.client.get(f"/api/v1/capacity-runs/{run_id}/").json()
+    assert body["error_code"] == "cap_exceeded" and body["stopped_reason"] == "cap_exceeded"
