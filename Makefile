@@ -45,3 +45,5 @@ bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow
 # --- benchmark targets (one per line pair; keep this section at the end) ---
 bench-runtime: install-dev
 	$(BIN)/python tests/bench/bench_runtime.py
+bench-loadgen: install-dev
+	$(BIN)/python tests/bench/bench_loadgen.py
