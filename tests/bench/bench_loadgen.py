@@ -24,8 +24,8 @@ times and compares median p50s; throughput keeps the best of --throughput-rounds
 
 Last line: RESULT engine_rps=... wrk_rps=... locust_rps=... rate_error_pct=... p50_vs_wrk_pct=...
 p50_vs_httperf_pct=... (rate_error_pct is the worst engine run over the three rates; the p50 figures
-are the worst rate's median engine p50 relative to the reference's). Goals: engine >= 1.5x Locust and >= 0.3x wrk; rate error
-< 2%; p50 within 10% of the reference.
+are the worst rate's median engine p50 relative to the reference's). Goals: engine >= 1.5x Locust
+and >= 0.3x wrk; rate error < 2%; p50 within 10% of the reference.
 """
 
 from __future__ import annotations
