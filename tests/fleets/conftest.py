@@ -32,6 +32,8 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -137,14 +139,16 @@ class HAProxyNodeFactory:
         self.haproxy_bin = haproxy_bin
         self.started: list[subprocess.Popen[bytes]] = []
         self._count = 0
+        # HAProxy caps unix socket paths at 97 bytes and pytest's tmp_path (more so
+        # under xdist) can be longer, so sockets live in a short dir of their own.
+        self.runtime_base = Path(tempfile.mkdtemp(prefix="spw-"))
 
     def conn(self, name: str, address: str = "127.0.0.1") -> NodeConn:
-        root = self.base / name
         return NodeConn(
             name=name,
             address=address,
-            runtime_dir=str(root / "run"),
-            config_dir=str(root / "etc"),
+            runtime_dir=str(self.runtime_base / name),
+            config_dir=str(self.base / name / "etc"),
             haproxy_bin=self.haproxy_bin,
         )
 
@@ -169,6 +173,7 @@ class HAProxyNodeFactory:
     def stop_all(self) -> None:
         for proc in reversed(self.started):
             stop_master(proc, soft_timeout_s=1.0, term_timeout_s=1.0)
+        shutil.rmtree(self.runtime_base, ignore_errors=True)
 
 
 @pytest.fixture
@@ -201,6 +206,12 @@ class TinyBackend:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     backend: TinyBackend
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # HAProxy closes idle server-side connections (reloads, drains) with a reset;
+        # that is normal here and must not spray tracebacks over test output.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 class _Handler(BaseHTTPRequestHandler):

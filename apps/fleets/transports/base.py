@@ -56,6 +56,7 @@ SERVER_STATE_NAME = "server-state"
 # An empty server-state file makes `haproxy -c -dW` fail ("Can't get version"), and a
 # missing one too ("Can't open"); the bare version line is a valid empty state.
 EMPTY_SERVER_STATE = b"1\n"
+MAX_SOCKET_PATH_BYTES = 97
 _NAME_PART_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -85,6 +86,15 @@ class NodeConn:
     ssh_user: str = "root"
     ssh_private_key: str = field(default="", repr=False)
     ssh_known_hosts: str = ""
+
+    def __post_init__(self) -> None:
+        # HAProxy 2.6 refuses unix socket paths longer than 97 bytes ("socket path too long").
+        longest = max(len(self.stats_socket_path.encode()), len(self.master_socket_path.encode()))
+        if longest > MAX_SOCKET_PATH_BYTES:
+            raise ValueError(
+                f"node {self.name}: runtime_dir {self.runtime_dir!r} is too long: HAProxy accepts unix "
+                f"socket paths of at most {MAX_SOCKET_PATH_BYTES} bytes (a short path such as /run/spillway)"
+            )
 
     @property
     def current_dir(self) -> str:
