@@ -1,0 +1,8 @@
+from django.urls import path
+
+from apps.accounts import views
+
+urlpatterns = [
+    path("tokens/", views.TokenListView.as_view(), name="tokens"),
+    path("tokens/<int:pk>/revoke/", views.TokenRevokeView.as_view(), name="token-revoke"),
+]
