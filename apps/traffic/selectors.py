@@ -1,0 +1,350 @@
+"""Reads for traffic: pool capacities (health-aware), region distances, chains, observed overflow.
+
+`pool_capacities_many` is what the fleets snapshot builder calls to compute each node's overflow
+chain (`thresholds.node_chain`), so the planner, the what-if and the rendered configs agree on
+one capacity model: healthy members x max_rate_per_member x capacity_scaler.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from django.utils import timezone
+
+from apps.balancers.models import Member, Pool, PoolRegion, RegionDistance
+from apps.traffic.models import OverflowPoint, TrafficSample
+from apps.traffic.observe import (
+    NodePoolSample,
+    enforced_plan,
+    flow_to_dict,
+    mean_by_node,
+    parse_backend,
+    plan_to_dict,
+)
+from apps.traffic.overflow import Distances, PlanInputError, RegionCapacity, capacity_by_region, plan
+from apps.traffic.thresholds import Step, node_chain
+
+logger = logging.getLogger(__name__)
+
+# The fleets collector refreshes its hot copy every 5 s; a row older than this is a node that
+# stopped answering, and its view of member health no longer counts.
+HEALTH_FRESH_S: Final = 30.0
+# Finest timeline resolution, and the coarse one longer windows use (see services for retention).
+FINE_RESOLUTION_S: Final = 10
+COARSE_RESOLUTION_S: Final = 300
+FINE_WINDOW_MAX_S: Final = 6 * 3600
+MIN_WINDOW_S: Final = 10
+MAX_WINDOW_S: Final = 30 * 86400
+_WINDOW_RE = re.compile(r"^(\d{1,7})([smhd]?)$")
+_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class WindowError(ValueError):
+    pass
+
+
+def parse_window(text: str) -> int:
+    """"90", "30s", "5m", "6h", "7d" -> seconds, within 10 s .. 30 days."""
+    match = _WINDOW_RE.match(text.strip().lower())
+    if not match:
+        raise WindowError(f"window must look like 30s, 5m, 6h or 7d, got {text!r}")
+    seconds = int(match.group(1)) * _UNIT_S[match.group(2)]
+    if not MIN_WINDOW_S <= seconds <= MAX_WINDOW_S:
+        raise WindowError(f"window must be between {MIN_WINDOW_S} s and 30 days, got {seconds} s")
+    return seconds
+
+
+def distances() -> dict[tuple[str, str], float]:
+    """{(src slug, dst slug): rtt_ms} for every stored pair (the planner treats them as symmetric)."""
+    return {(src, dst): rtt for src, dst, rtt in
+            RegionDistance.objects.values_list("src__slug", "dst__slug", "rtt_ms")}
+
+
+# --- capacities ------------------------------------------------------------------------------------
+
+
+def _healthy_status(status: str) -> bool:
+    # "UP", "UP 1/3" (failing but still up), "no check" (unchecked servers count as up).
+    # DOWN, MAINT, DRAIN and NOLB take no new traffic, so they add no capacity.
+    return status.startswith("UP") or status == "no check"
+
+
+def member_health(pool_ids: Iterable[int], *, now: datetime | None = None) -> dict[tuple[int, str, str], bool]:
+    """{(pool id, region, member name): healthy} from the fleets hot copy of `show stat`.
+
+    Every fresh report of every node counts; a member is healthy when at least half of them say
+    so (a single node's network trouble must not take capacity away from the whole fleet). A
+    member no node reported on recently is absent: the caller falls back to its admin state.
+    """
+    wanted = set(pool_ids)
+    try:
+        from apps.fleets.models import NodeHealth
+    except ImportError:  # pragma: no cover - fleets is always installed in Spillway
+        return {}
+    since = (now or timezone.now()) - timedelta(seconds=HEALTH_FRESH_S)
+    votes: dict[tuple[int, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    rows = (NodeHealth.objects.filter(updated_at__gte=since, node__enabled=True, proxy__startswith="p")
+            .exclude(server__in=["BACKEND", "FRONTEND"]).values_list("proxy", "server", "status"))
+    for proxy, server, status in rows.iterator():
+        ref = parse_backend(proxy)
+        if ref is None or ref.pool_id not in wanted:
+            continue
+        vote = votes[(ref.pool_id, ref.region, server)]
+        vote[0] += 1
+        vote[1] += 1 if _healthy_status(status) else 0
+    return {key: healthy * 2 >= total for key, (total, healthy) in votes.items()}
+
+
+def pool_capacities_many(
+    pools: Iterable[Pool | int], *, now: datetime | None = None, use_health: bool = True
+) -> dict[int, list[RegionCapacity]]:
+    """{pool id: capacity per region, by region slug}, in three queries whatever the pool count.
+
+    Regions are those with a PoolRegion row or a member. A member counts as healthy when its admin
+    state is active and the fleet's nodes see it up (`member_health`; no recent report -> its admin
+    state alone). A pool whose rows the planner refuses (logged) is left out: render it without a
+    chain.
+    """
+    pool_ids = sorted({p if isinstance(p, int) else p.pk for p in pools})
+    rows: dict[int, dict[str, PoolRegion]] = defaultdict(dict)
+    for pr in PoolRegion.objects.filter(pool_id__in=pool_ids).select_related("region"):
+        rows[pr.pool_id][pr.region.slug] = pr
+    members: dict[int, dict[str, list[tuple[str, str]]]] = defaultdict(lambda: defaultdict(list))
+    for pool_id, region, name, state in Member.objects.filter(pool_id__in=pool_ids).values_list(
+        "pool_id", "region__slug", "name", "admin_state"
+    ):
+        members[pool_id][region].append((name, state))
+    health = member_health(pool_ids, now=now) if use_health else {}
+
+    result: dict[int, list[RegionCapacity]] = {}
+    for pool_id in pool_ids:
+        by_region = members.get(pool_id, {})
+        capacities = []
+        try:
+            for region in sorted(set(rows.get(pool_id, {})) | set(by_region)):
+                pr = rows.get(pool_id, {}).get(region)
+                healthy = sum(
+                    1 for name, state in by_region.get(region, [])
+                    if state == Member.AdminState.ACTIVE and health.get((pool_id, region, name), True)
+                )
+                capacities.append(RegionCapacity(
+                    region=region,
+                    healthy_members=healthy,
+                    max_rate_per_member=pr.max_rate_per_member if pr else None,
+                    capacity_scaler=pr.capacity_scaler if pr else 1.0,
+                ))
+        except PlanInputError as exc:
+            logger.warning("pool %s: capacity rows refused (%s); it renders without an overflow chain",
+                           pool_id, exc.message)
+            continue
+        result[pool_id] = capacities
+    return result
+
+
+def pool_capacities(pool: Pool | int, *, now: datetime | None = None, use_health: bool = True
+                    ) -> list[RegionCapacity]:
+    """One pool's capacity per region (see pool_capacities_many); raises PlanInputError on bad rows."""
+    pool_id = pool if isinstance(pool, int) else pool.pk
+    found = pool_capacities_many([pool_id], now=now, use_health=use_health)
+    if pool_id not in found:
+        raise PlanInputError("invalid_capacity", f"pool {pool_id} has capacity rows the planner refuses")
+    return found[pool_id]
+
+
+# --- nodes and chains --------------------------------------------------------------------------------
+
+
+def pool_nodes(pool: Pool) -> dict[str, list[str]]:
+    """{region: ["fleet/node", ...]}: enabled nodes of every fleet serving the pool's LB."""
+    from apps.fleets import selectors as fleet_selectors
+
+    nodes: dict[str, list[str]] = defaultdict(list)
+    for fleet in fleet_selectors.lb_fleets(pool.lb).select_related("region"):
+        for node in fleet_selectors.enabled_nodes(fleet):
+            nodes[fleet.region.slug].append(f"{fleet.name}/{node.name}")
+    return {region: sorted(names) for region, names in sorted(nodes.items())}
+
+
+def region_chains(
+    capacities: list[RegionCapacity], dist: Distances, policy: str, nodes_per_region: dict[str, int]
+) -> dict[str, list[Step]]:
+    """{fleet region: the chain each of its nodes renders} (thresholds.node_chain)."""
+    return {
+        region: node_chain(capacities, region, dist, policy, nodes_per_region)  # type: ignore[arg-type]
+        for region, count in sorted(nodes_per_region.items()) if count > 0
+    }
+
+
+def chain_to_dict(steps: list[Step]) -> list[dict[str, Any]]:
+    return [{"region": region, "rate_limit_per_node": limit} for region, limit in steps]
+
+
+# --- observation ---------------------------------------------------------------------------------------
+
+
+def _sample_from_row(row: TrafficSample) -> NodePoolSample:
+    sent = {row.region: row.served_local, **{k: float(v) for k, v in row.sent_to.items()}}
+    return NodePoolSample(pool_id=row.pool_id, node=row.node, region=row.region, sent=sent, sessions=row.sessions)
+
+
+def _points_in(pool: Pool, window_s: int, now: datetime) -> tuple[int, list[OverflowPoint]]:
+    since = now - timedelta(seconds=window_s)
+    if window_s <= FINE_WINDOW_MAX_S:
+        points = list(OverflowPoint.objects.filter(pool=pool, resolution_s=FINE_RESOLUTION_S,
+                                                   time__gte=since, time__lte=now).order_by("time", "region"))
+        return FINE_RESOLUTION_S, points
+    coarse = list(OverflowPoint.objects.filter(pool=pool, resolution_s=COARSE_RESOLUTION_S,
+                                               time__gte=since, time__lte=now).order_by("time", "region"))
+    # The newest minutes are not downsampled yet: show them at the fine resolution.
+    tail_from = coarse[-1].time + timedelta(seconds=COARSE_RESOLUTION_S) if coarse else since
+    fine = OverflowPoint.objects.filter(pool=pool, resolution_s=FINE_RESOLUTION_S,
+                                        time__gte=tail_from, time__lte=now).order_by("time", "region")
+    return COARSE_RESOLUTION_S, coarse + list(fine)
+
+
+def _point_dict(point: OverflowPoint) -> dict[str, Any]:
+    return {
+        "region": point.region,
+        "capacity": point.capacity,
+        "demand": round(point.demand, 3),
+        "local": round(point.local, 3),
+        "out": round(point.out, 3),
+        "in": round(point.inflow, 3),
+        "out_to": point.out_to,
+        "in_from": point.in_from,
+        "utilization": round(point.utilization, 4),
+        "nodes": point.nodes,
+    }
+
+
+def observed_overflow(pool: Pool, window_s: int, *, now: datetime | None = None) -> dict[str, Any]:
+    """What the pool's traffic did per region over the last `window_s` seconds.
+
+    - `regions`: per region, the mean over the window's buckets (a bucket where a region had no
+      traffic counts as zero), with the current capacity;
+    - `latest`: the newest bucket;
+    - `plan`: `overflow.plan` for the mean demand and the current capacities (GCP's global view);
+    - `expected`: what the rendered chains serve for the nodes' observed demand (`enforced_plan`);
+      it differs from `plan` by the per-node share rule, and from `regions` only when configs or
+      load changed during the window;
+    - `series`: columns for charts: `time` (epoch s) and per region demand/local/out/in/capacity.
+    """
+    now = now or timezone.now()
+    resolution_s, points = _points_in(pool, window_s, now)
+    capacities = pool_capacities(pool)
+    caps = capacity_by_region(capacities)
+    dist = distances()
+
+    times = sorted({p.time for p in points})
+    regions = sorted(set(caps) | {p.region for p in points})
+    index = {t: i for i, t in enumerate(times)}
+    series: dict[str, dict[str, list[float | None]]] = {
+        region: {key: [0.0] * len(times) for key in ("demand", "local", "out", "in")}
+        | {"capacity": [None] * len(times)}
+        for region in regions
+    }
+    sums: dict[str, dict[str, float]] = {r: defaultdict(float) for r in regions}
+    out_to: dict[str, dict[str, float]] = {r: defaultdict(float) for r in regions}
+    in_from: dict[str, dict[str, float]] = {r: defaultdict(float) for r in regions}
+    for p in points:
+        i = index[p.time]
+        column = series[p.region]
+        column["demand"][i], column["local"][i], column["out"][i], column["in"][i] = (
+            round(p.demand, 3), round(p.local, 3), round(p.out, 3), round(p.inflow, 3))
+        column["capacity"][i] = p.capacity
+        for key, value in (("demand", p.demand), ("local", p.local), ("out", p.out), ("in", p.inflow)):
+            sums[p.region][key] += value
+        for k, v in p.out_to.items():
+            out_to[p.region][k] += float(v)
+        for k, v in p.in_from.items():
+            in_from[p.region][k] += float(v)
+
+    buckets = max(len(times), 1)
+    summary = []
+    for region in regions:
+        capacity = caps.get(region, 0.0)
+        local, inflow = sums[region]["local"] / buckets, sums[region]["in"] / buckets
+        summary.append({
+            "region": region,
+            "capacity": None if math.isinf(capacity) else round(capacity, 3),
+            "demand": round(sums[region]["demand"] / buckets, 3),
+            "local": round(local, 3),
+            "out": round(sums[region]["out"] / buckets, 3),
+            "in": round(inflow, 3),
+            "out_to": {k: round(v / buckets, 3) for k, v in sorted(out_to[region].items())},
+            "in_from": {k: round(v / buckets, 3) for k, v in sorted(in_from[region].items())},
+            "utilization": round((local + inflow) / capacity, 4) if 0 < capacity < math.inf else 0.0,
+        })
+    latest = None
+    if times:
+        last = times[-1]
+        latest = {"time": last.isoformat(),
+                  "regions": [_point_dict(p) for p in points if p.time == last]}
+
+    demand = {row["region"]: row["demand"] for row in summary if row["demand"] > 0}
+    return {
+        "pool": {"id": pool.pk, "name": pool.name, "lb": pool.lb_id, "policy": pool.overflow_policy},
+        "now": now.isoformat(),
+        "window_s": window_s,
+        "resolution_s": resolution_s,
+        "buckets": len(times),
+        "regions": summary,
+        "latest": latest,
+        "plan": plan_to_dict(plan(demand, capacities, dist, pool.overflow_policy)),  # type: ignore[arg-type]
+        "expected": _expected(pool, capacities, dist, window_s, now),
+        "series": {"time": [int(t.timestamp()) for t in times], "regions": series},
+    }
+
+
+def _expected(pool: Pool, capacities: list[RegionCapacity], dist: Distances, window_s: int,
+              now: datetime) -> dict[str, Any] | None:
+    """enforced_plan for each node's mean demand in the window (raw samples only; None without)."""
+    rows = TrafficSample.objects.filter(pool=pool, time__gte=now - timedelta(seconds=window_s), time__lte=now)
+    samples = mean_by_node(_sample_from_row(r) for r in rows)
+    if not samples:
+        return None
+    per_region: dict[str, int] = defaultdict(int)
+    for _node, region in {(s.node, s.region) for s in samples}:
+        per_region[region] += 1
+    # The share rule divides by every node that may send to a region, idle or not.
+    for region, names in pool_nodes(pool).items():
+        per_region[region] = max(per_region[region], len(names))
+    chains = region_chains(capacities, dist, pool.overflow_policy, dict(per_region))
+    node_demand = {s.node: (s.region, s.demand) for s in samples}
+    node_chains = {s.node: chains.get(s.region, []) for s in samples}
+    result = enforced_plan(node_demand, node_chains, capacity_by_region(capacities),
+                           pool.overflow_policy)  # type: ignore[arg-type]
+    return plan_to_dict(result) | {"chains": {r: chain_to_dict(c) for r, c in chains.items()}}
+
+
+def pool_overview(pool_qs) -> list[dict[str, Any]]:
+    """Pools (already scoped) with their current capacity per region, for the overview page."""
+    pools = list(pool_qs.select_related("lb").order_by("lb__name", "name"))
+    caps = pool_capacities_many(pools)
+    return [
+        {"pool": pool, "regions": [
+            {"region": c.region, "healthy_members": c.healthy_members,
+             "capacity": None if math.isinf(c.capacity) else round(c.capacity, 3)}
+            for c in caps.get(pool.pk, [])]}
+        for pool in pools
+    ]
+
+
+__all__ = [
+    "distances",
+    "flow_to_dict",
+    "member_health",
+    "observed_overflow",
+    "parse_window",
+    "pool_capacities",
+    "pool_capacities_many",
+    "pool_nodes",
+    "pool_overview",
+    "region_chains",
+]

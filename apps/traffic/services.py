@@ -1,0 +1,470 @@
+"""Writes for traffic: record node samples, roll them into the overflow timeline, prune; what-if.
+
+Data flow: every health collection (fleets, every 5 s) hands each node's `show stat` to
+`samples_record` -> one TrafficSample per node and pool (counter-based rates, see observe.py)
+-> the pool's 10 s OverflowPoint bucket is recomputed from every node's samples in it ->
+`overflow_downsample` folds 10 s points into 5 min points -> `traffic_prune` drops old rows.
+If the collector does not call `samples_record` itself, `hot_copy_record` reads the same rows from
+the fleets hot copy (NodeHealth); a reading recorded twice is stored once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, Protocol
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.accounts.principal import Principal
+from apps.balancers.models import Pool, Region
+from apps.core.errors import DomainError
+from apps.traffic import selectors
+from apps.traffic.models import CapacityState, OverflowPoint, TrafficSample
+from apps.traffic.observe import (
+    MAX_COUNTER_GAP_S,
+    BackendReading,
+    NodePoolSample,
+    enforced_plan,
+    mean_by_node,
+    node_samples,
+    observed_flows,
+    plan_to_dict,
+    split_demand,
+)
+from apps.traffic.overflow import (
+    POLICIES,
+    PlanInputError,
+    RegionCapacity,
+    capacity_by_region,
+    plan,
+)
+
+logger = logging.getLogger(__name__)
+
+RAW_RETENTION_S: Final = 2 * 3600
+FINE_RETENTION_S: Final = 24 * 3600
+COARSE_RETENTION_S: Final = 30 * 86400
+# Downsampling looks this far back each run, so a stopped beat catches up without rescanning all.
+DOWNSAMPLE_LOOKBACK_S: Final = 6 * 3600
+MAX_WHATIF_REGIONS: Final = 64
+MAX_WHATIF_MEMBERS: Final = 100_000
+MAX_WHATIF_RATE: Final = 1e9
+
+
+class StatRowLike(Protocol):
+    """What samples_record needs of apps.fleets.runtime.StatRow."""
+
+    pxname: str
+    svname: str
+    rate: int | None
+    scur: int | None
+    req_tot: int | None
+
+
+@dataclass(frozen=True)
+class NodeReadings:
+    node_id: int | None
+    node: str  # "fleet/node"
+    region: str
+    readings: Sequence[BackendReading]
+
+
+def readings_from_stats(rows: Iterable[StatRowLike]) -> list[BackendReading]:
+    """BACKEND rows of a `show stat` answer as readings (req_tot, else stot, is the counter)."""
+    readings = []
+    for row in rows:
+        if row.svname != "BACKEND":
+            continue
+        total = row.req_tot
+        if total is None:
+            raw = getattr(row, "raw", None) or {}
+            stot = raw.get("stot", "")
+            total = int(stot) if stot.isdigit() else None
+        readings.append(BackendReading(backend=row.pxname, rate_per_s=row.rate, sessions=row.scur,
+                                       requests_total=total))
+    return readings
+
+
+# --- recording --------------------------------------------------------------------------------------
+
+
+def samples_record(*, stats_by_node: Mapping[int, Iterable[StatRowLike]], at: datetime | None = None) -> int:
+    """Record one collection: {fleets Node id: its `show stat` rows} read at `at`. Returns samples stored.
+
+    The fleets health collector calls this after each round (nodes that did not answer are simply
+    left out). Idempotent: the same node and time are stored once.
+    """
+    from apps.fleets.models import Node
+
+    at = at or timezone.now()
+    names = {
+        pk: (f"{fleet}/{name}", region)
+        for pk, fleet, name, region in Node.objects.filter(pk__in=list(stats_by_node)).values_list(
+            "pk", "fleet__name", "name", "fleet__region__slug")
+    }
+    nodes = [NodeReadings(node_id=pk, node=names[pk][0], region=names[pk][1], readings=readings_from_stats(rows))
+             for pk, rows in stats_by_node.items() if pk in names]
+    return readings_record(nodes=nodes, at=at)
+
+
+def readings_record(*, nodes: Sequence[NodeReadings], at: datetime) -> int:
+    """Store one sample per node and pool, then refresh the touched pools' current 10 s bucket."""
+    if not nodes:
+        return 0
+    previous = _previous_totals([n.node for n in nodes], at)
+    samples: list[tuple[NodeReadings, NodePoolSample]] = []
+    at_s = at.timestamp()
+    for entry in nodes:
+        for sample in node_samples(node=entry.node, region=entry.region, readings=entry.readings, at_s=at_s,
+                                   previous=previous.get(entry.node, {})):
+            samples.append((entry, sample))
+    known = set(Pool.objects.filter(pk__in={s.pool_id for _, s in samples}).values_list("pk", flat=True))
+    rows = [
+        TrafficSample(time=at, pool_id=s.pool_id, node_id_ref=entry.node_id, node=entry.node[:128],
+                      region=entry.region, request_rate=round(s.demand, 4), sessions=s.sessions,
+                      served_local=round(s.local, 4), sent_to={k: round(v, 4) for k, v in s.sent_to.items()},
+                      totals=s.totals)
+        for entry, s in samples if s.pool_id in known
+    ]
+    with transaction.atomic():
+        TrafficSample.objects.bulk_create(rows, ignore_conflicts=True)
+        for pool_id in sorted({r.pool_id for r in rows}):
+            overflow_bucket_refresh(pool_id=pool_id, time=at)
+    return len(rows)
+
+
+def _previous_totals(node_names: list[str], at: datetime) -> dict[str, dict[int, tuple[float, dict[str, int]]]]:
+    """{node: {pool id: (time, backend totals)}} of each node's latest sample before `at`."""
+    found: dict[str, dict[int, tuple[float, dict[str, int]]]] = defaultdict(dict)
+    rows = (TrafficSample.objects.filter(node__in=node_names, time__lt=at,
+                                         time__gte=at - timedelta(seconds=MAX_COUNTER_GAP_S))
+            .order_by("time").values_list("node", "pool_id", "time", "totals"))
+    for node, pool_id, time, totals in rows:
+        found[node][pool_id] = (time.timestamp(), {k: int(v) for k, v in (totals or {}).items()})
+    return found
+
+
+def bucket_start(time: datetime, resolution_s: int) -> datetime:
+    epoch = int(time.timestamp())
+    return datetime.fromtimestamp(epoch - epoch % resolution_s, tz=time.tzinfo or UTC)
+
+
+def overflow_bucket_refresh(*, pool_id: int, time: datetime, resolution_s: int = selectors.FINE_RESOLUTION_S) -> int:
+    """Recompute one pool's per-region points for the fine bucket holding `time` from raw samples."""
+    start = bucket_start(time, resolution_s)
+    end = start + timedelta(seconds=resolution_s)
+    raw = TrafficSample.objects.filter(pool_id=pool_id, time__gte=start, time__lt=end)
+    samples = mean_by_node(
+        NodePoolSample(pool_id=r.pool_id, node=r.node, region=r.region,
+                       sent={r.region: r.served_local, **{k: float(v) for k, v in r.sent_to.items()}},
+                       sessions=r.sessions)
+        for r in raw
+    )
+    try:
+        caps = capacity_by_region(selectors.pool_capacities(pool_id))
+    except PlanInputError:
+        caps = {}
+    flows = observed_flows(samples, caps)
+    nodes_by_region: dict[str, int] = defaultdict(int)
+    for s in samples:
+        nodes_by_region[s.region] += 1
+    points = [
+        OverflowPoint(pool_id=pool_id, time=start, resolution_s=resolution_s, region=f.region,
+                      capacity=None if math.isinf(f.capacity) else f.capacity, demand=f.demand, local=f.local,
+                      out=f.out, inflow=f.in_, out_to=f.out_to, in_from=f.in_from, utilization=f.utilization,
+                      nodes=nodes_by_region.get(f.region, 0))
+        for f in flows
+    ]
+    return _points_upsert(pool_id, start, resolution_s, points)
+
+
+def _points_upsert(pool_id: int, start: datetime, resolution_s: int, points: list[OverflowPoint]) -> int:
+    OverflowPoint.objects.bulk_create(
+        points, update_conflicts=True, unique_fields=["pool", "resolution_s", "time", "region"],
+        update_fields=["capacity", "demand", "local", "out", "inflow", "out_to", "in_from", "utilization", "nodes"],
+    )
+    OverflowPoint.objects.filter(pool_id=pool_id, resolution_s=resolution_s, time=start).exclude(
+        region__in=[p.region for p in points]).delete()
+    return len(points)
+
+
+def hot_copy_record(*, now: datetime | None = None) -> int:
+    """Record samples from the fleets hot copy (NodeHealth BACKEND rows) not recorded yet."""
+    from apps.fleets.models import NodeHealth
+
+    now = now or timezone.now()
+    since = now - timedelta(seconds=selectors.HEALTH_FRESH_S)
+    rows = (NodeHealth.objects.filter(server="BACKEND", proxy__startswith="p", updated_at__gte=since,
+                                      node__enabled=True)
+            .values_list("node_id", "node__name", "node__fleet__name", "node__fleet__region__slug",
+                         "updated_at", "proxy", "rate_per_s", "sessions", "requests_total"))
+    grouped: dict[tuple[int, str, str, datetime], list[BackendReading]] = defaultdict(list)
+    for node_id, name, fleet, region, updated, proxy, rate, sessions, total in rows:
+        grouped[(node_id, f"{fleet}/{name}", region, updated)].append(
+            BackendReading(backend=proxy, rate_per_s=rate, sessions=sessions, requests_total=total))
+    if not grouped:
+        return 0
+    done = set(TrafficSample.objects.filter(node__in={k[1] for k in grouped}, time__in={k[3] for k in grouped})
+               .values_list("node", "time"))
+    stored = 0
+    by_time: dict[datetime, list[NodeReadings]] = defaultdict(list)
+    for (node_id, node, region, updated), readings in grouped.items():
+        if (node, updated) not in done:
+            by_time[updated].append(NodeReadings(node_id=node_id, node=node, region=region, readings=readings))
+    for at in sorted(by_time):
+        stored += readings_record(nodes=by_time[at], at=at)
+    return stored
+
+
+# --- downsampling and retention ---------------------------------------------------------------------------
+
+
+def overflow_downsample(*, now: datetime | None = None) -> int:
+    """Fold complete 5 min buckets of 10 s points into 5 min points (means over the 10 s buckets
+    that have data). Idempotent: re-running rewrites the same rows."""
+    now = now or timezone.now()
+    coarse = selectors.COARSE_RESOLUTION_S
+    last_complete = bucket_start(now, coarse)
+    since = last_complete - timedelta(seconds=DOWNSAMPLE_LOOKBACK_S)
+    fine = (OverflowPoint.objects.filter(resolution_s=selectors.FINE_RESOLUTION_S, time__gte=since,
+                                         time__lt=last_complete).order_by("pool_id", "time"))
+    groups: dict[tuple[int, datetime], list[OverflowPoint]] = defaultdict(list)
+    for point in fine.iterator():
+        groups[(point.pool_id, bucket_start(point.time, coarse))].append(point)
+    written = 0
+    for (pool_id, start), points in sorted(groups.items()):
+        written += _points_upsert(pool_id, start, coarse, _coarse_points(pool_id, start, points))
+    return written
+
+
+def _coarse_points(pool_id: int, start: datetime, points: list[OverflowPoint]) -> list[OverflowPoint]:
+    buckets = len({p.time for p in points})
+    by_region: dict[str, list[OverflowPoint]] = defaultdict(list)
+    for p in points:
+        by_region[p.region].append(p)
+    result = []
+    for region, rows in sorted(by_region.items()):
+        capacities = [r.capacity for r in rows]
+        capacity = None if any(c is None for c in capacities) else sum(capacities) / len(capacities)  # type: ignore[arg-type]
+        out_to: dict[str, float] = defaultdict(float)
+        in_from: dict[str, float] = defaultdict(float)
+        for r in rows:
+            for k, v in r.out_to.items():
+                out_to[k] += float(v) / buckets
+            for k, v in r.in_from.items():
+                in_from[k] += float(v) / buckets
+        local = sum(r.local for r in rows) / buckets
+        inflow = sum(r.inflow for r in rows) / buckets
+        result.append(OverflowPoint(
+            pool_id=pool_id, time=start, resolution_s=selectors.COARSE_RESOLUTION_S, region=region,
+            capacity=capacity, demand=sum(r.demand for r in rows) / buckets, local=local,
+            out=sum(r.out for r in rows) / buckets, inflow=inflow, out_to=dict(out_to), in_from=dict(in_from),
+            utilization=(local + inflow) / capacity if capacity else 0.0, nodes=max(r.nodes for r in rows),
+        ))
+    return result
+
+
+def traffic_prune(*, now: datetime | None = None) -> dict[str, int]:
+    """Drop raw samples after 2 h, 10 s points after a day, 5 min points after 30 days."""
+    now = now or timezone.now()
+    raw, _ = TrafficSample.objects.filter(time__lt=now - timedelta(seconds=RAW_RETENTION_S)).delete()
+    fine, _ = OverflowPoint.objects.filter(resolution_s=selectors.FINE_RESOLUTION_S,
+                                           time__lt=now - timedelta(seconds=FINE_RETENTION_S)).delete()
+    coarse, _ = OverflowPoint.objects.filter(resolution_s=selectors.COARSE_RESOLUTION_S,
+                                             time__lt=now - timedelta(seconds=COARSE_RETENTION_S)).delete()
+    return {"samples": raw, "fine_points": fine, "coarse_points": coarse}
+
+
+# --- health-driven re-render ----------------------------------------------------------------------------------
+
+
+def capacity_watch() -> list[int]:
+    """Re-render fleets whose pools' capacity changed without a desired-state change (member health).
+
+    Desired-state changes (PoolRegion, Member) already bump the LB revision and re-render; this
+    catches members going down or up behind the fleet's back. Returns the LB ids re-rendered.
+    """
+    from apps.fleets import selectors as fleet_selectors
+    from apps.fleets import services as fleet_services
+
+    pools = list(Pool.objects.filter(lb__kind="haproxy").only("pk", "lb_id"))
+    current = selectors.pool_capacities_many(pools)
+    known = {(s.pool_id, s.region): s for s in CapacityState.objects.filter(pool__in=pools)}
+    changed_lbs: set[int] = set()
+    for pool in pools:
+        for cap in current.get(pool.pk, []):
+            value = None if math.isinf(cap.capacity) else cap.capacity
+            state = known.pop((pool.pk, cap.region), None)
+            if state is None:
+                CapacityState.objects.create(pool=pool, region=cap.region, healthy_members=cap.healthy_members,
+                                             capacity=value)
+                continue  # first sight is a baseline, not a change
+            if state.healthy_members != cap.healthy_members or state.capacity != value:
+                state.healthy_members, state.capacity = cap.healthy_members, value
+                state.save(update_fields=["healthy_members", "capacity", "updated_at"])
+                changed_lbs.add(pool.lb_id)
+    if known:
+        CapacityState.objects.filter(pk__in=[s.pk for s in known.values()]).delete()
+    for lb_id in sorted(changed_lbs):
+        for fleet_id in fleet_selectors.fleet_ids_for_lb(lb_id):
+            fleet_services.rollout_start(fleet=fleet_id)
+    return sorted(changed_lbs)
+
+
+# --- what-if ---------------------------------------------------------------------------------------------
+
+
+def _number(value: Any, field: str, *, allow_none: bool = False, integer: bool = False) -> float | int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise DomainError("invalid_number", f"{field} must be a number.", field=field)
+    if not math.isfinite(value) or value < 0 or value > MAX_WHATIF_RATE:
+        raise DomainError("invalid_number", f"{field} must be a finite number between 0 and 1e9.", field=field)
+    if integer:
+        if int(value) != value:
+            raise DomainError("invalid_number", f"{field} must be a whole number.", field=field)
+        return int(value)
+    return float(value)
+
+
+def _capacity_overrides(entries: Any, base: dict[str, RegionCapacity]) -> dict[str, RegionCapacity]:
+    if not isinstance(entries, list):
+        raise DomainError("invalid_capacities", "capacities must be a list of per-region objects.",
+                          field="capacities")
+    if len(entries) > MAX_WHATIF_REGIONS:
+        raise DomainError("too_many_regions", f"At most {MAX_WHATIF_REGIONS} regions.", field="capacities")
+    result = dict(base)
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        where = f"capacities[{i}]"
+        if not isinstance(entry, dict):
+            raise DomainError("invalid_capacities", f"{where} must be an object.", field=where)
+        unknown = set(entry) - {"region", "healthy_members", "max_rate_per_member", "capacity_scaler"}
+        if unknown:
+            raise DomainError("unknown_field", f"{where} has unknown fields: {', '.join(sorted(unknown))}.",
+                              field=where)
+        region = entry.get("region")
+        if not isinstance(region, str) or not region:
+            raise DomainError("invalid_region", f"{where}.region must be a region slug.", field=f"{where}.region")
+        if region in seen:
+            raise DomainError("duplicate_region", f"Region {region} is listed twice.", field=f"{where}.region")
+        seen.add(region)
+        current = result.get(region) or RegionCapacity(region=region, healthy_members=0, max_rate_per_member=None)
+        members = entry.get("healthy_members", current.healthy_members)
+        members = _number(members, f"{where}.healthy_members", integer=True)
+        if members is not None and members > MAX_WHATIF_MEMBERS:
+            raise DomainError("invalid_number", f"{where}.healthy_members must be at most {MAX_WHATIF_MEMBERS}.",
+                              field=f"{where}.healthy_members")
+        rate = _number(entry.get("max_rate_per_member", current.max_rate_per_member),
+                       f"{where}.max_rate_per_member", allow_none=True)
+        scaler = _number(entry.get("capacity_scaler", current.capacity_scaler), f"{where}.capacity_scaler")
+        try:
+            result[region] = RegionCapacity(region=region, healthy_members=int(members or 0),
+                                            max_rate_per_member=rate, capacity_scaler=float(scaler or 0.0))
+        except PlanInputError as exc:
+            raise DomainError(exc.code, exc.message, field=where) from exc
+    return result
+
+
+def _demand(entries: Any) -> dict[str, float]:
+    if not isinstance(entries, dict):
+        raise DomainError("invalid_demand", "demand must be an object {region: req/s}.", field="demand")
+    if len(entries) > MAX_WHATIF_REGIONS:
+        raise DomainError("too_many_regions", f"At most {MAX_WHATIF_REGIONS} regions.", field="demand")
+    return {str(region): float(_number(rate, f"demand.{region}") or 0.0) for region, rate in sorted(entries.items())}
+
+
+def what_if(*, principal: Principal, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The plan for proposed capacities and/or demand; nothing is changed.
+
+    `data`: pool (id, optional: start from its current capacities, policy, observed demand of the
+    last 5 min and its fleets' nodes), policy, capacities ([{region, healthy_members,
+    max_rate_per_member, capacity_scaler}], merged over the pool's by region), demand ({region:
+    req/s}). Without a pool, capacities and demand are required. Returns the proposed plan, the
+    baseline plan (current capacities, same demand), and for a pool served by HAProxy nodes the
+    per-node chains the proposal would render and what those chains would serve (`enforced`).
+    """
+    unknown = set(data) - {"pool", "policy", "capacities", "demand"}
+    if unknown:
+        raise DomainError("unknown_field", f"Unknown fields: {', '.join(sorted(unknown))}.",
+                          field=sorted(unknown)[0])
+    pool: Pool | None = None
+    base: dict[str, RegionCapacity] = {}
+    if data.get("pool") is not None:
+        pool_id = data["pool"]
+        if isinstance(pool_id, bool) or not isinstance(pool_id, int | str) or not str(pool_id).isdigit():
+            raise DomainError("invalid_pool", "pool must be a pool id.", field="pool")
+        # A foreign pool answers exactly like a missing one.
+        pool = Pool.objects.visible_to(principal).select_related("lb").filter(pk=int(pool_id)).first()
+        if pool is None:
+            raise DomainError("not_found", "No such pool.", field="pool", status=404)
+        try:
+            base = {c.region: c for c in selectors.pool_capacities(pool)}
+        except PlanInputError as exc:
+            raise DomainError(exc.code, exc.message, field="pool") from exc
+    elif "capacities" not in data or "demand" not in data:
+        raise DomainError("pool_or_inputs_required",
+                          "Give a pool, or both capacities and demand.", field="pool")
+
+    policy = data.get("policy") or (pool.overflow_policy if pool else "waterfall")
+    if policy not in POLICIES:
+        raise DomainError("invalid_policy", f"policy must be one of {', '.join(POLICIES)}.", field="policy")
+    proposed = _capacity_overrides(data.get("capacities", []), base)
+    known_regions = set(Region.objects.filter(slug__in=list(proposed)).values_list("slug", flat=True))
+    for region in sorted(set(proposed) - set(base) - known_regions):
+        raise DomainError("unknown_region", f"Region {region} does not exist.", field="capacities")
+
+    observed_from = None
+    if "demand" in data:
+        demand = _demand(data["demand"])
+        strangers = set(demand) - set(proposed)
+        strangers -= set(Region.objects.filter(slug__in=list(strangers)).values_list("slug", flat=True))
+        for region in sorted(strangers):
+            raise DomainError("unknown_region", f"Region {region} does not exist.", field="demand")
+    else:
+        observed = selectors.observed_overflow(pool, 300) if pool else None  # type: ignore[arg-type]
+        demand = {r["region"]: r["demand"] for r in observed["regions"] if r["demand"] > 0} if observed else {}
+        observed_from = "last 5 min"
+    dist = selectors.distances()
+    proposed_list = [proposed[r] for r in sorted(proposed)]
+    try:
+        proposed_plan = plan(demand, proposed_list, dist, policy)
+        baseline = plan(demand, [base[r] for r in sorted(base)], dist, policy) if pool else None
+    except PlanInputError as exc:
+        raise DomainError(exc.code, exc.message) from exc
+
+    result: dict[str, Any] = {
+        "pool": pool.pk if pool else None,
+        "policy": policy,
+        "demand": demand,
+        "demand_source": observed_from or "request",
+        "capacities": [
+            {"region": c.region, "healthy_members": c.healthy_members, "max_rate_per_member": c.max_rate_per_member,
+             "capacity_scaler": c.capacity_scaler,
+             "capacity": None if math.isinf(c.capacity) else round(c.capacity, 3)}
+            for c in proposed_list
+        ],
+        "plan": plan_to_dict(proposed_plan),
+        "baseline": plan_to_dict(baseline) if baseline else None,
+        "enforced": None,
+    }
+    if pool is not None:
+        nodes = selectors.pool_nodes(pool)
+        if nodes:
+            chains = selectors.region_chains(proposed_list, dist, policy, {r: len(n) for r, n in nodes.items()})
+            node_demand = split_demand(demand, nodes)
+            node_chains = {name: chains.get(region, []) for name, (region, _) in node_demand.items()}
+            enforced = enforced_plan(node_demand, node_chains, capacity_by_region(proposed_list), policy)
+            result["enforced"] = plan_to_dict(enforced) | {
+                "chains": {r: selectors.chain_to_dict(c) for r, c in chains.items()},
+                "nodes_per_region": {r: len(n) for r, n in nodes.items()},
+                "demand_without_nodes": {r: v for r, v in demand.items() if r not in nodes and v > 0},
+            }
+    return result
