@@ -1,0 +1,448 @@
+"""The rollout engine: one reconciler per fleet at a time, canary then batches, drift, health.
+
+Level-triggered: every entry point (a change, an API rollout, the periodic converge) ends in
+`fleet_reconcile`, which renders if desired state moved, then runs the newest active rollout,
+and loops until nothing is left. Only the holder of the fleet's lease (a conditional UPDATE on the
+fleet row, renewed per batch) touches its nodes; a killed worker's lease expires, or is taken over
+at once when its PID is gone on this host, and the next run picks the rollout up where it stood:
+nodes already serving the revision are verified, not reloaded.
+
+Node I/O runs in threads (apps.fleets.delivery, no database); all database writes happen here, in
+the calling thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+from django.core.cache import cache
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.fleets import selectors
+from apps.fleets.delivery import (
+    NodeOutcome,
+    NodePlan,
+    apply_node,
+    precheck_binds,
+    reachable,
+    read_state,
+)
+from apps.fleets.models import ConfigRevision, Fleet, Node, NodeHealth, NodeResult, Rollout
+from apps.fleets.render import UnsafeValue, render
+from apps.fleets.snapshot import ConfigBundle, FleetSnapshot
+
+logger = logging.getLogger(__name__)
+
+LEASE_S = 30.0
+MAX_LOOPS = 50  # a reconcile hands over to a fresh task after this many rounds
+NODE_THREADS = 16
+HEALTH_CACHE_S = 120
+
+
+def health_cache_key(fleet_id: int) -> str:
+    return f"fleets:health:{fleet_id}"
+
+
+# --- lease -------------------------------------------------------------------------------------------
+
+
+def new_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}:{uuid.uuid4().hex[:8]}"
+
+
+def _owner_gone(owner: str) -> bool:
+    """The lease holder ran on this host and its process no longer exists."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def lease_claim(fleet_id: int, owner: str) -> bool:
+    now = timezone.now()
+    until = now + timedelta(seconds=LEASE_S)
+    free = Q(lease_owner="") | Q(lease_until__lt=now) | Q(lease_until__isnull=True) | Q(lease_owner=owner)
+    if Fleet.objects.filter(free, pk=fleet_id).update(lease_owner=owner, lease_until=until):
+        return True
+    holder = Fleet.objects.filter(pk=fleet_id).values_list("lease_owner", flat=True).first()
+    if holder and _owner_gone(holder):
+        logger.warning("fleet %s: taking over the lease of %s (process gone)", fleet_id, holder)
+        return bool(Fleet.objects.filter(pk=fleet_id, lease_owner=holder).update(lease_owner=owner,
+                                                                                 lease_until=until))
+    return False
+
+
+def lease_renew(fleet_id: int, owner: str) -> bool:
+    until = timezone.now() + timedelta(seconds=LEASE_S)
+    return bool(Fleet.objects.filter(pk=fleet_id, lease_owner=owner).update(lease_until=until))
+
+
+def lease_release(fleet_id: int, owner: str) -> None:
+    Fleet.objects.filter(pk=fleet_id, lease_owner=owner).update(lease_owner="", lease_until=None)
+
+
+# --- reconcile loop ------------------------------------------------------------------------------------
+
+
+def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
+    """Render if desired state moved, run the newest active rollout, repeat until quiet.
+
+    Returns {"busy": True} when another reconciler holds the lease: it loops until quiet, and it
+    re-checks after releasing, so no change is lost.
+    """
+    from apps.fleets.services import fleet_render, request_reconcile, rollout_create
+
+    Fleet.objects.filter(pk=fleet_id).update(reconcile_queued=False)
+    owner = new_owner()
+    if not lease_claim(fleet_id, owner):
+        return {"busy": True}
+    ran: list[int] = []
+    rendered: list[int] = []
+    try:
+        for _ in range(MAX_LOOPS):
+            fleet = Fleet.objects.select_related("region").get(pk=fleet_id)
+            seq = fleet.change_seq
+            if seq > fleet.rendered_seq:
+                revision = fleet_render(fleet=fleet, reason="desired state changed")
+                rendered.append(revision.number)
+                Fleet.objects.filter(pk=fleet_id, rendered_seq__lt=seq).update(rendered_seq=seq)
+                if revision.validation_ok and revision.number != fleet.desired_revision:
+                    rollout_create(fleet=fleet, revision=revision, enqueue=False)
+            rollout = _next_rollout(fleet)
+            if rollout is not None:
+                _execute(rollout, owner)
+                ran.append(rollout.pk)
+                if not lease_renew(fleet_id, owner):
+                    return {"rendered": rendered, "rollouts": ran, "lease_lost": True}
+                continue
+            if Fleet.objects.filter(pk=fleet_id, change_seq=seq).exists():
+                break
+    finally:
+        lease_release(fleet_id, owner)
+    # A change or rollout that arrived after our last look found the lease taken and gave up.
+    fleet = Fleet.objects.get(pk=fleet_id)
+    if fleet.change_seq > fleet.rendered_seq or _next_rollout(fleet) is not None:
+        Fleet.objects.filter(pk=fleet_id).update(reconcile_queued=False)
+        request_reconcile(fleet_id)
+    return {"rendered": rendered, "rollouts": ran}
+
+
+def _next_rollout(fleet: Fleet) -> Rollout | None:
+    """The newest pending or running rollout; older active ones are superseded by it."""
+    active = list(Rollout.objects.filter(fleet=fleet, status__in=Rollout.ACTIVE).order_by("-id"))
+    if not active:
+        return None
+    for stale in active[1:]:
+        _finish(stale, Rollout.Status.SUPERSEDED, "superseded by a newer rollout")
+    return active[0]
+
+
+# --- rollout execution -----------------------------------------------------------------------------------
+
+
+class _Renderer:
+    """Renders each (revision, node) once per rollout; snapshots are decoded once per revision."""
+
+    def __init__(self) -> None:
+        self._snaps: dict[int, FleetSnapshot] = {}
+
+    def bundle(self, revision: ConfigRevision, node: Node) -> ConfigBundle:
+        snap = self._snaps.get(revision.pk)
+        if snap is None:
+            snap = self._snaps[revision.pk] = selectors.revision_snapshot(revision)
+        return render(snap, selectors.node_spec(node))
+
+
+def _plan(renderer: _Renderer, rollout: Rollout, node: Node) -> NodePlan:
+    last_good = None
+    if node.applied_revision is not None and node.applied_revision.validation_ok:
+        with contextlib.suppress(UnsafeValue):
+            last_good = renderer.bundle(node.applied_revision, node)
+    applied_here = node.applied_revision_id == rollout.revision_id
+    return NodePlan(
+        conn=selectors.node_conn(node),
+        bundle=renderer.bundle(rollout.revision, node),
+        last_good=last_good,
+        applied_sha256=node.applied_sha256 if applied_here else "",
+        worker_pid=node.worker_pid,
+    )
+
+
+def _batches(items: list[NodeResult], canary: bool, batch_size: int) -> list[list[NodeResult]]:
+    batches: list[list[NodeResult]] = []
+    rest = list(items)
+    if canary and rest:
+        batches.append([rest.pop(0)])
+    size = batch_size if batch_size > 0 else max(1, len(rest))
+    batches += [rest[i : i + size] for i in range(0, len(rest), size)]
+    return batches
+
+
+def _parallel(fn, items: list) -> list:
+    if len(items) == 1:
+        return [fn(items[0])]
+    with ThreadPoolExecutor(max_workers=min(NODE_THREADS, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def _finish(rollout: Rollout, status: str, error: str = "") -> None:
+    now = timezone.now()
+    started = rollout.started_at or now
+    Rollout.objects.filter(pk=rollout.pk).update(
+        status=status, error=error[:20000], finished_at=now,
+        duration_ms=(now - started).total_seconds() * 1000.0 if rollout.started_at else None,
+    )
+    open_results = [NodeResult.Status.PENDING, NodeResult.Status.RUNNING]
+    NodeResult.objects.filter(rollout=rollout, status__in=open_results).update(
+        status=NodeResult.Status.SKIPPED, error="not attempted: the rollout stopped first")
+    rollout.status = status
+    if status == Rollout.Status.SUCCEEDED and rollout.rollback_of_id:
+        Rollout.objects.filter(pk=rollout.rollback_of_id).update(status=Rollout.Status.ROLLED_BACK)
+
+
+def _record(result: NodeResult, outcome: NodeOutcome, rollout: Rollout) -> None:
+    now = timezone.now()
+    status = {"succeeded": NodeResult.Status.SUCCEEDED, "rolled_back": NodeResult.Status.ROLLED_BACK}.get(
+        outcome.status, NodeResult.Status.FAILED)
+    NodeResult.objects.filter(pk=result.pk).update(
+        status=status, error=outcome.error[:20000], unreachable=outcome.unreachable,
+        duration_ms=outcome.duration_ms, push_ms=outcome.push_ms or None,
+        reload_ms=outcome.reload_ms or None, finished_at=now,
+    )
+    node_update: dict[str, Any] = {"last_seen": now}
+    if outcome.ok:
+        # Recorded only now, after `show proc`, the listener probes and `show stat` agreed.
+        node_update.update(applied_revision=rollout.revision, applied_sha256=outcome.sha256,
+                           worker_pid=outcome.worker_pid, status=Node.Status.UP, status_detail="")
+    elif outcome.unreachable:
+        node_update = {"status": Node.Status.DOWN, "status_detail": outcome.error[:5000]}
+    elif outcome.status == "rolled_back":
+        node_update.update(worker_pid=outcome.worker_pid, status=Node.Status.UP,
+                           status_detail=f"rollout {rollout.pk} failed here and was rolled back")
+        if outcome.sha256:
+            node_update["applied_sha256"] = outcome.sha256
+    elif outcome.reloaded:
+        node_update.update(status=Node.Status.DRIFTED, status_detail=outcome.error[:5000])
+    Node.objects.filter(pk=result.node_id).update(**node_update)
+
+
+def _execute(rollout: Rollout, owner: str) -> Rollout:
+    """Canary first, then batches; stop at the first failing batch. Safe to call again."""
+    fleet_id = rollout.fleet_id
+    now = timezone.now()
+    Rollout.objects.filter(pk=rollout.pk, started_at__isnull=True).update(started_at=now)
+    Rollout.objects.filter(pk=rollout.pk).update(status=Rollout.Status.RUNNING)
+    rollout = Rollout.objects.select_related("fleet", "revision").get(pk=rollout.pk)
+    results = list(rollout.results.select_related("node__applied_revision").order_by("node__name"))
+    todo = [r for r in results if r.status != NodeResult.Status.SUCCEEDED and r.node.enabled]
+    for r in results:
+        if not r.node.enabled and r.status == NodeResult.Status.PENDING:
+            NodeResult.objects.filter(pk=r.pk).update(status=NodeResult.Status.SKIPPED, error="node disabled")
+
+    renderer = _Renderer()
+    plans: dict[int, NodePlan] = {}
+    for r in todo:
+        try:
+            plans[r.pk] = _plan(renderer, rollout, r.node)
+        except UnsafeValue as exc:
+            NodeResult.objects.filter(pk=r.pk).update(status=NodeResult.Status.FAILED,
+                                                      error=f"cannot render for this node: {exc}")
+    if len(plans) != len(todo):
+        _finish(rollout, Rollout.Status.FAILED, "a node's settings cannot be rendered (see its result)")
+        return rollout
+
+    # Pre-flight, for every node before any is touched: who is down, who would hit a bind conflict.
+    down = {rid: why for rid, (proc, why) in zip(
+        plans, _parallel(lambda p: reachable(p.conn), list(plans.values())), strict=True) if proc is None}
+    live = [r for r in todo if r.pk not in down]
+    conflicts = dict(zip(
+        [r.pk for r in live],
+        _parallel(lambda r: precheck_binds(plans[r.pk].conn, plans[r.pk].bundle, plans[r.pk].last_good), live)
+        if live else [], strict=True))
+    clashing = {rid: c for rid, c in conflicts.items() if c}
+    if clashing:
+        names = {r.pk: r.node.name for r in todo}
+        detail = "; ".join(f"{names[rid]}: {', '.join(c)}" for rid, c in clashing.items())
+        for rid, c in clashing.items():
+            NodeResult.objects.filter(pk=rid).update(
+                status=NodeResult.Status.FAILED,
+                error=f"bind conflict: {', '.join(c)} already held by another process; nothing was pushed")
+        _finish(rollout, Rollout.Status.FAILED, f"bind conflict, refused before any push: {detail}")
+        return rollout
+    for r in todo:
+        if r.pk in down:
+            NodeResult.objects.filter(pk=r.pk).update(
+                status=NodeResult.Status.FAILED, unreachable=True, finished_at=timezone.now(),
+                error=f"{down[r.pk]}\nskipped: the node catches up when it is reachable again")
+            Node.objects.filter(pk=r.node_id).update(status=Node.Status.DOWN, status_detail=down[r.pk][:5000])
+
+    failure = ""
+    for batch in _batches(live, rollout.canary, rollout.batch_size):
+        if not lease_renew(fleet_id, owner):
+            logger.warning("rollout %s: lease lost; leaving it to the new holder", rollout.pk)
+            return rollout
+        newer = Rollout.objects.filter(fleet_id=fleet_id, status=Rollout.Status.PENDING, pk__gt=rollout.pk)
+        if newer.exists():
+            _finish(rollout, Rollout.Status.SUPERSEDED, "superseded by a newer rollout")
+            return rollout
+        NodeResult.objects.filter(pk__in=[r.pk for r in batch]).update(
+            status=NodeResult.Status.RUNNING, started_at=timezone.now())
+        outcomes = _parallel(lambda r: apply_node(plans[r.pk]), batch)
+        for r, outcome in zip(batch, outcomes, strict=True):
+            _record(r, outcome, rollout)
+        failed = [(r, o) for r, o in zip(batch, outcomes, strict=True) if not o.ok]
+        if failed:
+            failure = "\n\n".join(f"node {r.node.name}: {o.error}" for r, o in failed)
+            break
+    if not failure and down:
+        names = sorted(r.node.name for r in todo if r.pk in down)
+        failure = f"node(s) {', '.join(names)} unreachable; they catch up when they return"
+    _finish(rollout, Rollout.Status.FAILED if failure else Rollout.Status.SUCCEEDED, failure)
+    return rollout
+
+
+# --- converge, drift, health ----------------------------------------------------------------------------
+
+
+def _blocked(node: Node, desired: int) -> bool:
+    """The node refused or failed the desired revision while reachable: retrying would fail again."""
+    unfinished = [NodeResult.Status.PENDING, NodeResult.Status.RUNNING, NodeResult.Status.SKIPPED]
+    last = (NodeResult.objects.filter(node=node, rollout__revision__number=desired,
+                                      rollout__fleet_id=node.fleet_id)
+            .exclude(status__in=unfinished).order_by("-id").first())
+    return last is not None and last.status != NodeResult.Status.SUCCEEDED and not last.unreachable
+
+
+def fleet_drift_check(*, fleet: Fleet) -> list[str]:
+    """Compare each node's on-disk config hash and running worker with what Spillway verified.
+
+    Marks nodes up / down / drifted and returns the names of drifted nodes. Skipped (returns [])
+    while a rollout holds the fleet: its nodes are legitimately in between.
+    """
+    owner = new_owner()
+    if not lease_claim(fleet.pk, owner):
+        return []
+    try:
+        nodes = list(selectors.enabled_nodes(fleet))
+        states = _parallel(lambda n: read_state(selectors.node_conn(n)), nodes) if nodes else []
+        drifted = []
+        now = timezone.now()
+        for node, state in zip(nodes, states, strict=True):
+            if not state.reachable:
+                Node.objects.filter(pk=node.pk).update(status=Node.Status.DOWN,
+                                                       status_detail=state.error[:5000])
+                continue
+            reasons = []
+            if node.applied_revision_id is None:
+                reasons.append("never received a verified config from Spillway")
+            else:
+                if state.on_disk_sha256 != node.applied_sha256:
+                    reasons.append(f"config on disk {str(state.on_disk_sha256)[:12]} is not the verified "
+                                   f"{node.applied_sha256[:12]}")
+                if state.worker_pid != node.worker_pid:
+                    reasons.append(f"worker {state.worker_pid} is not the verified worker {node.worker_pid} "
+                                   "(reloaded or restarted outside Spillway)")
+            if state.failed_reloads:
+                reasons.append(f"the master reports {state.failed_reloads} failed reload(s)")
+            status = Node.Status.DRIFTED if reasons else Node.Status.UP
+            if reasons:
+                drifted.append(node.name)
+            Node.objects.filter(pk=node.pk).update(status=status, status_detail="; ".join(reasons),
+                                                   last_seen=now)
+        return drifted
+    finally:
+        lease_release(fleet.pk, owner)
+
+
+def fleet_converge(*, fleet: Fleet, check_drift: bool = True, enqueue: bool = True) -> Rollout | None:
+    """Bring back nodes that are off the desired revision because they were down or drifted.
+
+    Nodes that refused the desired revision while reachable are left alone (the rollout already
+    failed with their error); a new change or a rollback moves them.
+    """
+    from apps.fleets.services import rollout_create
+
+    fleet = Fleet.objects.get(pk=fleet.pk)
+    if fleet.desired_revision == 0:
+        return None
+    if check_drift:
+        fleet_drift_check(fleet=fleet)
+    if Rollout.objects.filter(fleet=fleet, status__in=Rollout.ACTIVE).exists():
+        return None
+    desired = ConfigRevision.objects.filter(fleet=fleet, number=fleet.desired_revision).first()
+    if desired is None or not desired.validation_ok:
+        return None
+    candidates = []
+    for node in selectors.enabled_nodes(fleet):
+        off = node.applied_revision_id != desired.pk
+        if node.status == Node.Status.DOWN:
+            continue
+        if node.status == Node.Status.DRIFTED or (off and not _blocked(node, desired.number)):
+            candidates.append(node)
+    if not candidates:
+        return None
+    return rollout_create(fleet=fleet, revision=desired, kind=Rollout.Kind.CONVERGE, canary=False,
+                          nodes=candidates, enqueue=enqueue)
+
+
+def fleet_health_collect(*, fleet: Fleet) -> int:
+    """Read `show stat` from every node into NodeHealth (hot copy) and the cache; returns rows written."""
+    nodes = list(selectors.enabled_nodes(fleet))
+    if not nodes:
+        return 0
+    started = time.monotonic()
+    states = _parallel(lambda n: read_state(selectors.node_conn(n), with_stats=True), nodes)
+    now = timezone.now()
+    rows: list[NodeHealth] = []
+    summary: dict[str, Any] = {"collected_at": now.isoformat(), "nodes": {}}
+    for node, state in zip(nodes, states, strict=True):
+        if not state.reachable:
+            Node.objects.filter(pk=node.pk).update(status=Node.Status.DOWN, status_detail=state.error[:5000])
+            summary["nodes"][node.name] = {"reachable": False, "error": state.error}
+            continue
+        Node.objects.filter(pk=node.pk, status__in=[Node.Status.DOWN, Node.Status.UNKNOWN]).update(
+            status=Node.Status.UP, status_detail="")
+        Node.objects.filter(pk=node.pk).update(last_seen=now)
+        servers = []
+        for s in state.stats:
+            rows.append(NodeHealth(node=node, proxy=s.pxname[:128], server=s.svname[:128],
+                                   status=s.status[:32], check_status=s.check_status[:32],
+                                   weight=s.weight, sessions=s.scur, rate_per_s=s.rate,
+                                   requests_total=s.req_tot, updated_at=now))
+            if s.is_server:
+                servers.append({"backend": s.pxname, "server": s.svname, "status": s.status,
+                                "check": s.check_status, "weight": s.weight, "rate": s.rate})
+        summary["nodes"][node.name] = {"reachable": True, "servers": servers}
+    seen = [node for node, state in zip(nodes, states, strict=True) if state.reachable]
+    with transaction.atomic():
+        NodeHealth.objects.bulk_create(
+            rows, update_conflicts=True, unique_fields=["node", "proxy", "server"],
+            update_fields=["status", "check_status", "weight", "sessions", "rate_per_s", "requests_total",
+                           "updated_at"],
+        )
+        # Proxies and servers a node no longer has (a route or member went away).
+        NodeHealth.objects.filter(node__in=seen).exclude(updated_at=now).delete()
+    summary["duration_ms"] = (time.monotonic() - started) * 1000.0
+    cache.set(health_cache_key(fleet.pk), summary, HEALTH_CACHE_S)
+    return len(rows)

@@ -1,0 +1,282 @@
+"""Rollouts against real HAProxy nodes: convergence, refusals, failures, rollback, runtime changes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from apps.balancers.models import Member
+from apps.fleets import services
+from apps.fleets.models import ConfigRevision, Node, NodeResult, Rollout
+from apps.fleets.runtime import HAProxySocket, MasterSocket
+
+from .fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
+
+pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
+
+
+def running_workers(local: LocalFleet) -> dict[str, int]:
+    """The worker PID each node's master reports right now."""
+    return {n.name: MasterSocket(f"{n.runtime_dir}/master.sock").show_proc().current_worker.pid
+            for n in local.nodes}
+
+
+@pytest.fixture
+def fleet3(haproxy_bin, tiny_backend) -> Iterator[LocalFleet]:
+    old = tiny_backend("old")
+    local = make_local_fleet(name="web", subnet=71, node_count=3, backend_address=(old.address, old.port))
+    try:
+        yield local
+    finally:
+        local.stop_all()
+
+
+def test_a_three_node_fleet_converges_on_a_new_route(fleet3: LocalFleet, tiny_backend) -> None:
+    reconcile(fleet3.fleet)
+    assert set(fleet3.bodies("/new/x").values()) == {"old"}
+    new = tiny_backend("new")
+    route = add_route(fleet3.lb, add_pool(fleet3.lb, "new", (new.address, new.port)), "/new", 10)
+
+    result = reconcile(fleet3.fleet)
+
+    assert fleet3.bodies("/new/x") == {"n1": "new", "n2": "new", "n3": "new"}
+    assert set(fleet3.bodies("/other").values()) == {"old"}
+    rollout = Rollout.objects.get(pk=result["rollouts"][-1])
+    assert rollout.status == Rollout.Status.SUCCEEDED, rollout.error
+    revision = rollout.revision
+    assert f"# route {route.pk}" in revision.text and "+" in revision.diff and "/new" in revision.diff
+    assert revision.validation_ok and "valid" in revision.validation_output.lower()
+    fleet3.fleet.refresh_from_db()
+    assert fleet3.fleet.desired_revision == revision.number
+    for node in fleet3.nodes:
+        assert node.applied_revision_id == revision.pk and node.status == Node.Status.UP
+    results = {r.node.name: r for r in rollout.results.select_related("node")}
+    assert all(r.status == NodeResult.Status.SUCCEEDED for r in results.values())
+    # Canary first: the other nodes started only after the canary had finished.
+    assert results["n1"].finished_at <= min(results["n2"].started_at, results["n3"].started_at)
+
+
+def test_an_unchanged_desired_state_makes_no_new_revision_and_no_reload(fleet3: LocalFleet) -> None:
+    reconcile(fleet3.fleet)
+    workers = {n.name: n.worker_pid for n in fleet3.nodes}
+    count = ConfigRevision.objects.filter(fleet=fleet3.fleet).count()
+
+    result = reconcile(fleet3.fleet)
+
+    assert result["rollouts"] == []
+    assert ConfigRevision.objects.filter(fleet=fleet3.fleet).count() == count
+    assert {n.name: n.worker_pid for n in fleet3.nodes} == workers
+
+
+def test_an_injected_value_never_reaches_a_node(fleet3: LocalFleet, tiny_backend) -> None:
+    """GIVEN a route path carrying a newline and a directive (written past the API, as a buggy
+    migration could) WHEN reconciled THEN the revision is stored as refused and no node changes."""
+    reconcile(fleet3.fleet)
+    before = {n.name: (n.applied_sha256, n.worker_pid) for n in fleet3.nodes}
+    new = tiny_backend("new")
+    add_route(fleet3.lb, add_pool(fleet3.lb, "new", (new.address, new.port)),
+              "/api }\n    bind 127.0.0.1:9\n    http-request deny if { path_beg /x", 10)
+
+    result = reconcile(fleet3.fleet)
+
+    revision = ConfigRevision.objects.filter(fleet=fleet3.fleet).order_by("-number").first()
+    assert not revision.validation_ok and "render refused" in revision.validation_output
+    assert result["rollouts"] == []
+    assert {n.name: (n.applied_sha256, n.worker_pid) for n in fleet3.nodes} == before
+    assert set(fleet3.bodies("/").values()) == {"old"}
+    with pytest.raises(services.DomainError):
+        services.rollout_create(fleet=fleet3.fleet, revision=revision)
+
+
+def test_a_config_haproxy_rejects_is_stored_with_its_output_and_never_pushed(
+    fleet3: LocalFleet, monkeypatch
+) -> None:
+    """GIVEN a render HAProxy refuses (simulated by a renderer bug: an unknown keyword, since
+    every user value is allowlisted) WHEN reconciled THEN `haproxy -c -dW` output is stored."""
+    reconcile(fleet3.fleet)
+    before = {n.name: n.worker_pid for n in fleet3.nodes}
+    from apps.fleets import render as render_module
+
+    real = render_module.render
+
+    def buggy(snapshot, node, **kwargs):
+        bundle = real(snapshot, node, **kwargs)
+        files = dict(bundle.files)
+        files["haproxy.cfg"] += b"    no_such_keyword on\n"
+        return type(bundle).of(files)
+
+    monkeypatch.setattr(services, "render", buggy)
+    result = reconcile(fleet3.fleet)
+
+    revision = ConfigRevision.objects.filter(fleet=fleet3.fleet).order_by("-number").first()
+    assert not revision.validation_ok
+    assert "no_such_keyword" in revision.validation_output
+    assert result["rollouts"] == []
+    assert {n.name: n.worker_pid for n in fleet3.nodes} == before
+
+
+def _hold(address: str, port: int):
+    """Another process's listening socket (a stray service on the node)."""
+    import socket
+
+    sock = socket.socket()
+    sock.bind((address, port))
+    sock.listen()
+    return sock
+
+
+def test_a_port_conflict_is_refused_before_anything_is_pushed(fleet3: LocalFleet) -> None:
+    reconcile(fleet3.fleet)
+    before = {n.name: (n.applied_revision_id, n.worker_pid) for n in fleet3.nodes}
+    from apps.balancers.models import Listener
+
+    from .fleetkit import free_port_on
+
+    port = free_port_on([n.bind_address for n in fleet3.nodes])
+    Listener.objects.create(lb=fleet3.lb, name="second", port=port, default_pool=fleet3.listener.default_pool)
+    stray = _hold("127.0.71.2", port)
+    try:
+        result = reconcile(fleet3.fleet)
+    finally:
+        stray.close()
+
+    rollout = Rollout.objects.get(pk=result["rollouts"][-1])
+    assert rollout.status == Rollout.Status.FAILED
+    assert "bind conflict" in rollout.error and f"127.0.71.2:{port}" in rollout.error
+    assert {n.name: (n.applied_revision_id, n.worker_pid) for n in fleet3.nodes} == before
+    assert set(fleet3.bodies("/").values()) == {"old"}
+    assert not rollout.results.filter(push_ms__isnull=False).exists()
+
+
+def test_a_node_killed_mid_rollout_fails_alone_and_catches_up_when_it_returns(
+    fleet3: LocalFleet, tiny_backend, monkeypatch
+) -> None:
+    reconcile(fleet3.fleet)
+    new = tiny_backend("new")
+    add_route(fleet3.lb, add_pool(fleet3.lb, "new", (new.address, new.port)), "/new", 10)
+    from apps.fleets import engine
+
+    real_apply = engine.apply_node
+    n3 = Node.objects.get(fleet=fleet3.fleet, name="n3")
+
+    def apply_and_kill(plan):
+        if plan.conn.name == "n3":
+            fleet3.kill(n3)  # the node dies while the rollout is working on it
+        return real_apply(plan)
+
+    monkeypatch.setattr(engine, "apply_node", apply_and_kill)
+    result = reconcile(fleet3.fleet)
+    monkeypatch.setattr(engine, "apply_node", real_apply)
+
+    rollout = Rollout.objects.get(pk=result["rollouts"][-1])
+    assert rollout.status == Rollout.Status.FAILED and "n3" in rollout.error
+    by_node = {r.node.name: r for r in rollout.results.select_related("node")}
+    assert by_node["n3"].status == NodeResult.Status.FAILED and by_node["n3"].unreachable
+    nodes = {n.name: n for n in fleet3.nodes}
+    assert nodes["n3"].status == Node.Status.DOWN and nodes["n3"].applied_revision_id != rollout.revision_id
+    assert {nodes["n1"].applied_revision_id, nodes["n2"].applied_revision_id} == {rollout.revision_id}
+    assert fleet3.get(nodes["n1"], "/new")[1] == fleet3.get(nodes["n2"], "/new")[1] == "new"
+
+    fleet3.start(nodes["n3"])  # it comes back, on whatever config it had
+    converge = services.fleet_converge(fleet=fleet3.fleet, enqueue=False)
+    assert converge is not None and list(converge.results.values_list("node__name", flat=True)) == ["n3"]
+    services.fleet_reconcile(fleet_id=fleet3.fleet.pk)
+
+    assert fleet3.bodies("/new") == {"n1": "new", "n2": "new", "n3": "new"}
+    n3 = Node.objects.get(pk=nodes["n3"].pk)
+    assert n3.status == Node.Status.UP and n3.applied_revision_id == rollout.revision_id
+
+
+def test_rollback_to_an_earlier_revision_and_undo_it(fleet3: LocalFleet, tiny_backend) -> None:
+    first = Rollout.objects.get(pk=reconcile(fleet3.fleet)["rollouts"][-1])
+    new = tiny_backend("new")
+    add_route(fleet3.lb, add_pool(fleet3.lb, "new", (new.address, new.port)), "/new", 10)
+    second = Rollout.objects.get(pk=reconcile(fleet3.fleet)["rollouts"][-1])
+    assert set(fleet3.bodies("/new").values()) == {"new"}
+
+    back = services.fleet_rollback(fleet=fleet3.fleet, number=first.revision.number, principal=None)
+    services.fleet_reconcile(fleet_id=fleet3.fleet.pk)
+    back.refresh_from_db()
+    assert back.status == Rollout.Status.SUCCEEDED and back.kind == Rollout.Kind.ROLLBACK
+    assert set(fleet3.bodies("/new").values()) == {"old"}
+    assert {n.applied_revision_id for n in fleet3.nodes} == {first.revision_id}
+
+    undo = services.rollout_rollback(rollout=back, principal=None)
+    services.fleet_reconcile(fleet_id=fleet3.fleet.pk)
+    undo.refresh_from_db()
+    back.refresh_from_db()
+    assert undo.status == Rollout.Status.SUCCEEDED and undo.revision_id == second.revision_id
+    assert back.status == Rollout.Status.ROLLED_BACK
+    assert set(fleet3.bodies("/new").values()) == {"new"}
+
+
+def test_drain_reaches_every_node_without_reload_and_survives_the_next_reload(
+    fleet3: LocalFleet, tiny_backend
+) -> None:
+    second = tiny_backend("old2")
+    pool = fleet3.listener.default_pool
+    Member.objects.create(pool=pool, region=pool.regions.get().region, name="old-2", address=second.address,
+                          port=second.port)
+    reconcile(fleet3.fleet)
+    workers = running_workers(fleet3)
+    member = Member.objects.get(pool=pool, name="old-1")
+    Member.objects.filter(pk=member.pk).update(admin_state="drain")  # what balancers writes first
+
+    errors = services.member_runtime_apply(member_id=member.pk)
+
+    assert errors == {f"web-fleet/{n}": None for n in ("n1", "n2", "n3")}
+    backend = f"p{pool.pk}_us-east"
+
+    def status_of(node: Node) -> str:
+        rows = HAProxySocket(f"{node.runtime_dir}/stats.sock").show_stat()
+        return next(r.status for r in rows if r.pxname == backend and r.svname == "old-1")
+
+    assert {status_of(n) for n in fleet3.nodes} == {"DRAIN"}
+    assert running_workers(fleet3) == workers  # no reload happened
+    assert all(fleet3.get(n, f"/x{i}")[1] == "old2" for n in fleet3.nodes for i in range(6))
+
+    reconcile(fleet3.fleet)  # desired state changed too (weight 0 in the config): a reload
+
+    assert running_workers(fleet3) != workers
+    assert {status_of(n) for n in fleet3.nodes} == {"DRAIN"}
+    assert all(fleet3.get(n, f"/y{i}")[1] == "old2" for n in fleet3.nodes for i in range(6))
+
+
+def test_drift_is_detected_and_reconverged(fleet3: LocalFleet) -> None:
+    reconcile(fleet3.fleet)
+    n2 = Node.objects.get(fleet=fleet3.fleet, name="n2")
+    from apps.fleets.delivery import (
+        NodePlan,
+        apply_node,  # someone hand-edits n2 and reloads it
+    )
+    from apps.fleets.snapshot import ConfigBundle
+
+    conn = services.selectors.node_conn(n2)
+    from apps.fleets.transports.local import LocalTransport
+
+    transport = LocalTransport(conn)
+    files = dict(transport._read_tree(conn.current_dir))
+    files["haproxy.cfg"] = files["haproxy.cfg"].replace(b"timeout client 30s", b"timeout client 31s")
+    assert apply_node(NodePlan(conn=conn, bundle=ConfigBundle.of(files), last_good=None)).ok
+
+    assert services.fleet_drift_check(fleet=fleet3.fleet) == ["n2"]
+    assert Node.objects.get(pk=n2.pk).status == Node.Status.DRIFTED
+    rollout = services.fleet_converge(fleet=fleet3.fleet, check_drift=False, enqueue=False)
+    services.fleet_reconcile(fleet_id=fleet3.fleet.pk)
+
+    rollout.refresh_from_db()
+    assert rollout.status == Rollout.Status.SUCCEEDED and rollout.kind == Rollout.Kind.CONVERGE
+    assert services.fleet_drift_check(fleet=fleet3.fleet) == []
+    assert b"timeout client 31s" not in LocalTransport(conn)._read_tree(conn.current_dir)["haproxy.cfg"]
+
+
+def test_health_collection_keeps_a_hot_copy_per_server(fleet3: LocalFleet) -> None:
+    reconcile(fleet3.fleet)
+    rows = services.fleet_health_collect(fleet=fleet3.fleet)
+    from apps.fleets.models import NodeHealth
+
+    assert rows >= 3 * 3  # per node at least a frontend, a backend and a server row
+    pool = fleet3.listener.default_pool
+    servers = NodeHealth.objects.filter(proxy=f"p{pool.pk}_us-east", server="old-1")
+    assert servers.count() == 3 and {s.status for s in servers} <= {"UP", "no check"}
