@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from apps.fleets.transports import Transport, transport_for
 from apps.fleets.transports.base import bundle_sha256
 from apps.fleets.transports.local import LocalTransport
 
@@ -222,7 +223,9 @@ def test_drain_takes_effect_without_reload_and_survives_the_next_reload(
 
 def test_runtime_passes_commands_through(haproxy_node: HAProxyNodeFactory, free_port) -> None:
     node, _proc = haproxy_node(text_config(free_port(), "v1"))
-    assert "Version: 2." in LocalTransport(node).runtime("show info")
+    transport = transport_for(node)
+    assert isinstance(transport, LocalTransport) and isinstance(transport, Transport)
+    assert "Version: 2." in transport.runtime("show info")
 
 
 def test_probe_listeners_tells_open_from_closed(haproxy_node: HAProxyNodeFactory, free_port) -> None:

@@ -166,9 +166,7 @@ def check_bundle_names(files: Mapping[str, bytes]) -> None:
             continue
         top, _, rest = name.partition("/")
         if top not in ("maps", "certs") or not rest:
-            raise ValueError(
-                f"bundle file {name!r}: only haproxy.cfg, maps/<name> and certs/<name> are allowed"
-            )
+            raise ValueError(f"bundle file {name!r}: only haproxy.cfg, maps/<name> and certs/<name> are allowed")
         if not all(_NAME_PART_RE.match(part) for part in rest.split("/")):
             raise ValueError(f"bundle file {name!r}: each path part must be [A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -190,6 +188,10 @@ class Transport(Protocol):
     def config_sha256(self) -> str | None: ...
 
     def runtime(self, command: str) -> str: ...
+
+    def stats(self) -> HAProxySocket: ...
+
+    def master(self) -> MasterSocket: ...
 
     def show_proc(self) -> ProcInfo: ...
 
@@ -253,6 +255,14 @@ class FileSetTransport(ABC):
     @abstractmethod
     def _probe(self, host: str, port: int, timeout_s: float) -> bool: ...
 
+    def _write_set(self, set_dir: str, files: Mapping[str, bytes]) -> None:
+        """Write a bundle's files under ``set_dir`` (certs 0600 in a 0700 dir, the rest 0644).
+        Subclasses may override to batch round trips."""
+        for parent in sorted({posixpath.dirname(name) for name in files} - {""}):
+            self._makedirs(posixpath.join(set_dir, parent), 0o700 if parent.startswith("certs") else 0o755)
+        for name in sorted(files):
+            self._write_file(posixpath.join(set_dir, name), files[name], file_mode(name))
+
     def close(self) -> None:  # noqa: B027 -- optional hook, nothing to release by default
         pass
 
@@ -311,13 +321,7 @@ class FileSetTransport(ABC):
         staging = posixpath.join(self.node.sets_dir, f".staging-{set_id}")
         self._makedirs(staging, 0o755)
         try:
-            for name in sorted(files):
-                parent = posixpath.dirname(name)
-                if parent:
-                    self._makedirs(
-                        posixpath.join(staging, parent), 0o700 if parent.startswith("certs") else 0o755
-                    )
-                self._write_file(posixpath.join(staging, name), files[name], file_mode(name))
+            self._write_set(staging, files)
             valid, output = self.validate_dir(staging)
         except BaseException:
             self._rmtree(staging)

@@ -95,9 +95,7 @@ class LocalTransport(FileSetTransport):
         except FileNotFoundError as exc:
             raise TransportError(f"node {self.node.name}: {argv[0]} not found") from exc
         except subprocess.TimeoutExpired as exc:
-            raise TransportError(
-                f"node {self.node.name}: {argv[0]} took longer than {timeout_s:.0f}s"
-            ) from exc
+            raise TransportError(f"node {self.node.name}: {argv[0]} took longer than {timeout_s:.0f}s") from exc
         return proc.returncode, proc.stdout.decode("utf-8", errors="replace")
 
     def _probe(self, host: str, port: int, timeout_s: float) -> bool:
