@@ -19,7 +19,7 @@ from pathlib import Path
 from apps.fleets.runtime import MasterSocket, RuntimeUnavailable
 
 MASTER_SOCKET_NAME = "master.sock"
-LOG_NAME = "haproxy.log"
+LOG_NAME = "haproxy.log"  # transports read reload failure reasons from here
 
 
 class MasterStartError(RuntimeError):
@@ -88,8 +88,7 @@ def start_master(
         if time.monotonic() >= deadline:
             stop_master(proc)
             raise MasterStartError(
-                f"haproxy master socket {sock_path} did not answer within {timeout_s:.1f}s:\n"
-                f"{log_tail(runtime)}"
+                f"haproxy master socket {sock_path} did not answer within {timeout_s:.1f}s:\n{log_tail(runtime)}"
             )
         time.sleep(0.02)
 
@@ -102,9 +101,7 @@ def _wait(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
         return False
 
 
-def stop_master(
-    proc: subprocess.Popen[bytes], soft_timeout_s: float = 3.0, term_timeout_s: float = 2.0
-) -> int | None:
+def stop_master(proc: subprocess.Popen[bytes], soft_timeout_s: float = 3.0, term_timeout_s: float = 2.0) -> int | None:
     """Stop a master started by ``start_master``, by its PID; returns its exit code.
 
     SIGUSR1 (soft stop: workers finish their connections, then the master exits),

@@ -204,9 +204,7 @@ class HAProxySocket:
     def set_server_state(self, backend: str, server: str, state: ServerState) -> None:
         if state not in ("ready", "drain", "maint"):
             raise ValueError(f"state must be ready, drain or maint, not {state!r}")
-        self._set(
-            f"set server {_check_name('backend', backend)}/{_check_name('server', server)} state {state}"
-        )
+        self._set(f"set server {_check_name('backend', backend)}/{_check_name('server', server)} state {state}")
 
     def set_server_weight(self, backend: str, server: str, weight: int) -> None:
         if not 0 <= weight <= 256:
@@ -305,9 +303,7 @@ def parse_show_proc(text: str) -> ProcInfo:
             workers.append(WorkerProc(pid, reloads, uptime, version))
     if master_pid is None:
         raise ValueError(f"not a show proc answer: {text[:200]!r}")
-    return ProcInfo(
-        master_pid=master_pid, master_reloads=master_reloads, failed_reloads=failed, workers=workers
-    )
+    return ProcInfo(master_pid=master_pid, master_reloads=master_reloads, failed_reloads=failed, workers=workers)
 
 
 @dataclass(frozen=True)

@@ -92,9 +92,7 @@ def main() -> int:
         nodes: list[NodeConn] = []
         for i in range(args.nodes):
             address = f"127.0.0.{11 + i}"
-            node = NodeConn(
-                f"n{i}", address, str(base / f"n{i}" / "run"), str(base / f"n{i}" / "etc"), haproxy_bin
-            )
+            node = NodeConn(f"n{i}", address, str(base / f"n{i}" / "run"), str(base / f"n{i}" / "etc"), haproxy_bin)
             cfg = node_config(node, free_port(address), args.members)
             pushed = LocalTransport(node).push(Bundle({"haproxy.cfg": cfg.encode()}))
             if not pushed.ok:
@@ -135,9 +133,7 @@ def main() -> int:
             reload_ms.append(result.duration_ms)
 
         p50, p99 = statistics.median(fleet_ms), percentile(fleet_ms, 99)
-        print(
-            f"fleet-wide drain/ready, {len(nodes)} nodes x {args.rounds} rounds (ack + show stat confirmed):"
-        )
+        print(f"fleet-wide drain/ready, {len(nodes)} nodes x {args.rounds} rounds (ack + show stat confirmed):")
         print(f"  p50 {p50:.2f} ms  p99 {p99:.2f} ms  max {max(fleet_ms):.2f} ms")
         print(
             f"  per node: p50 {statistics.median(node_ms):.2f} ms  p99 {percentile(node_ms, 99):.2f} ms "

@@ -153,7 +153,7 @@ def test_a_reload_that_fails_at_bind_is_reported_and_rollback_restores_the_confi
 
         assert not failed.ok
         assert "failed: 1" in (failed.error or "")
-        assert "bind" in (failed.error or "")
+        assert f"cannot bind socket (Address already in use) for [127.0.0.1:{busy}]" in (failed.error or "")
         assert [w.pid for w in transport.show_proc().workers] == failed.old_worker_pids
         assert serving(port) == "v1"
 

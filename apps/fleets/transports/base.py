@@ -53,6 +53,7 @@ CONFIG_NAME = "haproxy.cfg"
 STATS_SOCKET_NAME = "stats.sock"
 MASTER_SOCKET_NAME = "master.sock"
 SERVER_STATE_NAME = "server-state"
+LOG_NAME = "haproxy.log"  # where apps.fleets.process points the master's stdout/stderr
 # An empty server-state file makes `haproxy -c -dW` fail ("Can't get version"), and a
 # missing one too ("Can't open"); the bare version line is a valid empty state.
 EMPTY_SERVER_STATE = b"1\n"
@@ -229,6 +230,10 @@ class FileSetTransport(ABC):
     def _read_file(self, path: str) -> bytes | None: ...
 
     @abstractmethod
+    def _read_tail(self, path: str, max_bytes: int) -> bytes | None:
+        """The last ``max_bytes`` of a file, None if it does not exist."""
+
+    @abstractmethod
     def _rename(self, src: str, dst: str) -> None:
         """rename(2): atomically replaces ``dst`` (file or symlink)."""
 
@@ -377,19 +382,33 @@ class FileSetTransport(ABC):
         result = self.master().reload_and_verify(timeout_s)
         if result.ok:
             return result
-        valid, output = self.validate_dir(self.node.current_dir)
-        hint = (
-            "current config fails `haproxy -c -dW` on the node:\n" + output
-            if not valid
-            else "current config passes `haproxy -c -dW`, so the cause is at startup: most often "
-            "a bind address held by another process"
-        )
         return ReloadResult(
             ok=False,
             new_worker_pid=None,
             old_worker_pids=result.old_worker_pids,
-            error=f"{result.error}\n{hint}",
+            error=f"{result.error}\n{self._reload_failure_reason()}",
             duration_ms=result.duration_ms,
+        )
+
+    def _reload_failure_reason(self) -> str:
+        """HAProxy's own words for a failed reload, where we can find them.
+
+        2.6 prints them only on the master's stderr. A master started by
+        apps.fleets.process logs to <runtime_dir>/haproxy.log: take the ALERT lines
+        after its last "Reloading HAProxy". Otherwise re-validate the live config.
+        """
+        tail = self._read_tail(posixpath.join(self.node.runtime_dir, LOG_NAME), 32 * 1024)
+        if tail:
+            last_reload = tail.decode("utf-8", errors="replace").rpartition("Reloading HAProxy")[2]
+            alerts = [line for line in last_reload.splitlines() if "[ALERT]" in line]
+            if alerts:
+                return "HAProxy said:\n" + "\n".join(alerts)
+        valid, output = self.validate_dir(self.node.current_dir)
+        if not valid:
+            return "current config fails `haproxy -c -dW` on the node:\n" + output
+        return (
+            "current config passes `haproxy -c -dW`, so it failed at startup: most often "
+            "a bind address held by another process"
         )
 
     def rollback(self, timeout_s: float = 10.0) -> ReloadResult:

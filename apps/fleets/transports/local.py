@@ -42,6 +42,15 @@ class LocalTransport(FileSetTransport):
         except FileNotFoundError:
             return None
 
+    def _read_tail(self, path: str, max_bytes: int) -> bytes | None:
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                handle.seek(max(0, handle.tell() - max_bytes))
+                return handle.read()
+        except FileNotFoundError:
+            return None
+
     def _rename(self, src: str, dst: str) -> None:
         os.replace(src, dst)
         with contextlib.suppress(OSError):

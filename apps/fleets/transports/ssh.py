@@ -301,6 +301,18 @@ class SshTransport(FileSetTransport):
 
         return self._call(op)
 
+    def _read_tail(self, path: str, max_bytes: int) -> bytes | None:
+        async def op(_conn: asyncssh.SSHClientConnection, sftp: asyncssh.SFTPClient) -> bytes | None:
+            try:
+                size = (await sftp.stat(path)).size or 0
+                async with sftp.open(path, "rb") as handle:
+                    await handle.seek(max(0, size - max_bytes))
+                    return await handle.read()
+            except (asyncssh.SFTPNoSuchFile, asyncssh.SFTPPermissionDenied):
+                return None
+
+        return self._call(op)
+
     def _rename(self, src: str, dst: str) -> None:
         async def op(_conn: asyncssh.SSHClientConnection, sftp: asyncssh.SFTPClient) -> None:
             await sftp.posix_rename(src, dst)
