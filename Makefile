@@ -47,3 +47,6 @@ bench-runtime: install-dev
 	$(BIN)/python tests/bench/bench_runtime.py
 bench-loadgen: install-dev
 	$(BIN)/python tests/bench/bench_loadgen.py
+bench-synth: install-dev
+	$(BIN)/pip install -q -r requirements-cloud.txt
+	$(BIN)/python tests/bench/bench_synth.py

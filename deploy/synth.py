@@ -4,17 +4,24 @@ The rest of Spillway calls only `synthesize` (and `warm` at worker start) and de
 synthesized Terraform JSON, so terraform-cdk (unmaintained upstream since December 2025, pinned in
 requirements-cloud.txt) can be replaced behind this module.
 
-Cost model, measured on the 2-core dev machine: importing a prebuilt provider costs 5-10 s per process
-(the jsii node process loads the provider's assembly; the first run ever also unpacks ~780 MB into the
-package cache), a synthesis then takes milliseconds to a fraction of a second. So a long-lived worker
-calls `warm()` once at start; never import per request.
+Cost model, measured on the 2-core dev machine: loading a prebuilt provider costs seconds per process
+(the jsii node process loads the provider's 37 MB assembly and holds ~0.5 GB per provider; the first run
+ever also unpacks ~780 MB into the package cache), a synthesis then takes a fraction of a second. So a
+long-lived worker calls `warm()` once at start; never import per request.
+
+The prebuilt provider packages import every one of their submodules from their `__init__` (2,212 for
+aws): about 0.5 GB of Python objects per provider and most of the import time, for a dozen classes used
+here. `_register_bare_package` puts an empty package object in sys.modules first, so only the submodules
+the stacks name are imported; the synthesized JSON was compared byte for byte with a full import.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -40,6 +47,10 @@ _STACK_MODULES: dict[str, tuple[str, str]] = {
     "gcp": ("deploy.gcp", "GcpLoadBalancerStack"),
     "aws": ("deploy.aws", "AwsLoadBalancerStack"),
 }
+_PROVIDER_PACKAGES: dict[str, str] = {
+    "gcp": "cdktf_cdktf_provider_google",
+    "aws": "cdktf_cdktf_provider_aws",
+}
 
 # jsii talks to one node child process over a pipe; concurrent calls from threads are not supported.
 _lock = threading.Lock()
@@ -51,12 +62,23 @@ def prepare_environment() -> None:
         os.environ.setdefault(key, value)
 
 
+def _register_bare_package(name: str) -> None:
+    """Make `import name.sub` skip `name/__init__.py` (which imports every submodule of the provider)."""
+    if name in sys.modules:
+        return
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.submodule_search_locations is None:
+        return  # not installed: the stack module's own import raises the ModuleNotFoundError
+    sys.modules[name] = importlib.util.module_from_spec(spec)
+
+
 def warm(providers: tuple[Provider, ...] = ("gcp", "aws")) -> float:
-    """Import cdktf and the given providers into this process; returns the seconds it took (0 if done)."""
+    """Load cdktf and the given providers into this process; returns the seconds it took (~0 if done)."""
     prepare_environment()
     started = time.perf_counter()
     with _lock:
         for provider in providers:
+            _register_bare_package(_PROVIDER_PACKAGES[provider])
             importlib.import_module(_STACK_MODULES[provider][0])
     return time.perf_counter() - started
 
@@ -78,6 +100,7 @@ def synthesize(lb: CloudLB, outdir: str | os.PathLike[str], *,
     module_name, class_name = _STACK_MODULES[lb.provider]
     stack_class = getattr(importlib.import_module(module_name), class_name)
     out = Path(outdir)
+    out.mkdir(parents=True, exist_ok=True)  # cdktf creates only the last directory level
     with _lock:
         app = App(outdir=str(out))
         stack_class(app, lb)
