@@ -347,9 +347,12 @@ class MasterSocket:
         * success: the master's reload counter goes up and a worker PID that was not
           there before appears with 0 reloads (trivial config: 40-90 ms after the
           command). The old worker lingers with "1 reloads" until its connections end.
+        * the master socket refuses connections while the master re-executes and first
+          answers once the outcome is settled (the new worker is already listed), so
+          the first ``show proc`` that answers after the command is conclusive.
         * failure (bad config, or a ``bind`` on a port another process holds): the
           reload counter goes up, the master line shows ``[failed: N]`` (N counts
-          failures since the last success; a success resets it to 0) and the only
+          consecutive failures: 1, 2, 3...; a success resets it to 0) and the only
           worker is the old one, now with 1 more reload. A config error is reported
           within ~50 ms; a bind conflict takes ~2.1-2.5 s, during which the master
           socket refuses connections and the old worker *pauses its listeners*
@@ -388,9 +391,9 @@ class MasterSocket:
                 )
             if after.master_reloads > before.master_reloads:
                 fresh = [w for w in after.workers if w.pid not in before_pids and w.reloads == 0]
-                if fresh and after.failed_reloads == 0:
+                if fresh:
                     return result(True, max(w.pid for w in fresh), None)
-                if after.failed_reloads > 0 and not fresh:
+                if after.failed_reloads > 0:
                     survivors = sorted(w.pid for w in after.workers)
                     return result(
                         False,
