@@ -1,0 +1,33 @@
+"""Traffic fixtures: a two-region pool owned by acme, and the real HAProxy fixtures of tests/fleets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from apps.balancers.models import LoadBalancer, Pool, Region, RegionDistance
+from tests.factories import LoadBalancerFactory, MemberFactory, PoolFactory, PoolRegionFactory, RegionFactory
+from tests.fleets.conftest import free_port, haproxy_bin, haproxy_node, tiny_backend  # noqa: F401 (fixtures)
+
+
+@dataclass
+class TwoRegions:
+    a: Region
+    b: Region
+    lb: LoadBalancer
+    pool: Pool  # acme's: region a 2 members x 10 req/s, region b 2 members x 20 req/s, 20 ms apart
+
+
+@pytest.fixture
+def two_regions(acme) -> TwoRegions:
+    a, b = RegionFactory(slug="ra"), RegionFactory(slug="rb")
+    RegionDistance.objects.create(src=a, dst=b, rtt_ms=20.0)
+    lb = LoadBalancerFactory(name="acme-edge", org=acme)
+    pool = PoolFactory(lb=lb, org=acme, name="web", health_path="")
+    PoolRegionFactory(pool=pool, region=a, max_rate_per_member=10)
+    PoolRegionFactory(pool=pool, region=b, max_rate_per_member=20)
+    for region, names in ((a, ("a1", "a2")), (b, ("b1", "b2"))):
+        for name in names:
+            MemberFactory(pool=pool, region=region, name=name)
+    return TwoRegions(a=a, b=b, lb=lb, pool=pool)
