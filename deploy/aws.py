@@ -15,6 +15,9 @@ Why this shape:
   CloudListener defaulting to the default pool, and one aws_lb_listener_rule per route and listener
   (host-header + path-pattern conditions, route priority, forward to one target group or a weighted
   forward to several).
+- Members are registered by IP without an availability zone, which AWS accepts for addresses inside the
+  ALB's VPC; members reached over peering, VPN or Direct Connect would need availability_zone "all",
+  which the model cannot tell apart yet.
 - Capacity: ALBs have no rate-based balancing mode, so max_rate_per_member cannot be enforced by AWS.
   Each target group carries it, and capacity_scaler, as tags; the accelerator endpoint group of a region
   gets traffic_dial_percentage = 100 x the largest capacity_scaler of any pool there, so a region drained

@@ -177,8 +177,7 @@ def test_gcp_allows_1000_host_rules_per_url_map() -> None:
 
 
 def test_gcp_refuses_a_url_map_over_1_mb() -> None:
-    # 900 hosts each with a long exact path, all sharing one path matcher through one route: small. But
-    # 900 routes x 1 host x 30 hosts per route with long names make host rules of ~1.5 MB.
+    # 900 routes with 30 long host names each: 900 host rules (within the 1,000 limit) but ~1.5 MB.
     routes = tuple(CloudRoute(i + 1, tuple(f"{'x' * 40}-{i}-{j}.example.com" for j in range(30)), "prefix",
                               "/" + "p" * 200, (RouteTarget("web", 1),)) for i in range(900))
     lb = demo_gcp_lb(routes=routes)
