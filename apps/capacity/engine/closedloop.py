@@ -73,6 +73,10 @@ class ClosedLoopDriver(Driver):
         if self.stopping:
             self.active_users -= 1
             return
+        if self.excess_users > 0:
+            self.excess_users -= 1
+            self.active_users -= 1
+            return
         self.loop.create_task(self._user_connect())
 
     def _retire(self, conn: HttpConnection) -> None:
