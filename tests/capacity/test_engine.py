@@ -89,14 +89,16 @@ def test_the_knee_is_found_within_one_step_of_a_servers_known_capacity():
             LoadPlan.open_loop(target(server.port, timeout_s=5.0), [(r, 1.0) for r in rates])
         )
     assert [s.offered_rate for s in result.steps] == rates
-    knee = find_knee(summarize(result.steps), slo_p99_ms=50.0, slo_error_rate=0.01)
+    # SLO well above the 10 ms service time so a busy machine's scheduling noise cannot fail a
+    # step below capacity; above capacity the queue grows ~2 ms per request and blows through it.
+    knee = find_knee(summarize(result.steps), slo_p99_ms=100.0, slo_error_rate=0.01)
     assert knee.step_index is not None
     assert rates[knee.step_index] in (80, 120), knee.reason  # the steps either side of 100
     assert knee.capacity_rps == pytest.approx(rates[knee.step_index], rel=0.05)
     below, above = result.steps[2], result.steps[3]
-    assert below.p99_ms < 30
+    assert below.p99_ms < 100
     assert above.achieved_rate < 0.95 * above.offered_rate
-    assert above.p99_ms > 50
+    assert above.p99_ms > 150
 
 
 # --- coordinated omission ------------------------------------------------------------------------
