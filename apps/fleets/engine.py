@@ -316,8 +316,8 @@ def _execute(rollout: Rollout, owner: str) -> Rollout:
             failure = "\n\n".join(f"node {r.node.name}: {o.error}" for r, o in failed)
             break
     if not failure and down:
-        names = sorted(r.node.name for r in todo if r.pk in down)
-        failure = f"node(s) {', '.join(names)} unreachable; they catch up when they return"
+        failure = "\n".join(sorted(f"{down[r.pk]}" for r in todo if r.pk in down))
+        failure += "\nunreachable nodes catch up when they return"
     _finish(rollout, Rollout.Status.FAILED if failure else Rollout.Status.SUCCEEDED, failure)
     return rollout
 

@@ -1,0 +1,118 @@
+"""Rollouts through a real Celery worker (killed mid-rollout) and through the SSH transport."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from apps.balancers.models import Pool
+from apps.core import crypto
+from apps.fleets import services
+from apps.fleets.models import Fleet, Node, NodeResult, Rollout
+
+from .fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile, wait_for
+
+pytestmark = [pytest.mark.haproxy, pytest.mark.slow]
+
+
+@pytest.fixture
+def fleet3(haproxy_bin, tiny_backend) -> Iterator[LocalFleet]:
+    old = tiny_backend("old")
+    local = make_local_fleet(name="kill", subnet=72, node_count=3, backend_address=(old.address, old.port))
+    try:
+        yield local
+    finally:
+        local.stop_all()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _sigkill_worker(pid: int) -> None:
+    """SIGKILL a Celery worker and its pool processes, by PID (never a process group we do not own)."""
+    for child in _children(pid):
+        os.kill(child, signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_killed_mid_rollout_leaves_no_node_half_applied_and_the_next_run_converges(
+    fleet3: LocalFleet, tiny_backend, celery_worker_factory
+) -> None:
+    reconcile(fleet3.fleet)  # revision 1 everywhere, in-process
+    Fleet.objects.filter(pk=fleet3.fleet.pk).update(batch_size=1)  # n1, then n2, then n3
+    new = tiny_backend("new")
+    add_route(fleet3.lb, add_pool(fleet3.lb, "new", (new.address, new.port)), "/new", 10)
+    worker = celery_worker_factory(name="w1")
+
+    services.rollout_start(fleet=fleet3.fleet)  # what the lb_changed receiver does
+    # Kill the worker while it is in the middle of a node (the canary is done, n2 is being applied).
+    assert wait_for(lambda: NodeResult.objects.filter(node__name="n2", status="running",
+                                                      rollout__fleet=fleet3.fleet).exists(),
+                    timeout_s=30, interval_s=0.002)
+    _sigkill_worker(worker.pid)
+    worker.wait(5)
+
+    rollout = Rollout.objects.filter(fleet=fleet3.fleet).order_by("-id").first()
+    assert rollout.status == Rollout.Status.RUNNING  # nobody finished it
+    for node in fleet3.nodes:
+        body = fleet3.get(node, "/new")[1]
+        assert body in ("old", "new")  # each node serves one whole config
+        if node.applied_revision_id == rollout.revision_id:
+            assert body == "new"  # never recorded as applied unless it serves it
+    assert Node.objects.get(fleet=fleet3.fleet, name="n3").applied_revision_id != rollout.revision_id
+
+    celery_worker_factory(name="w2")
+    services.rollout_start(fleet=fleet3.fleet)  # the next run (a change, or the periodic converge)
+
+    assert wait_for(lambda: Rollout.objects.get(pk=rollout.pk).status == Rollout.Status.SUCCEEDED, 30)
+    assert fleet3.bodies("/new") == {"n1": "new", "n2": "new", "n3": "new"}
+    assert {n.applied_revision_id for n in fleet3.nodes} == {rollout.revision_id}
+    assert Rollout.objects.filter(fleet=fleet3.fleet, revision=rollout.revision).count() == 1
+    assert services.fleet_drift_check(fleet=Fleet.objects.get(pk=fleet3.fleet.pk)) == []
+
+
+@pytest.mark.django_db
+def test_a_rollout_through_the_ssh_transport(haproxy_bin, tiny_backend, sshd) -> None:
+    old = tiny_backend("old")
+    local = make_local_fleet(name="ssh", subnet=73, node_count=1, backend_address=(old.address, old.port))
+    try:
+        node = local.nodes[0]
+        Node.objects.filter(pk=node.pk).update(
+            transport="ssh", ssh_host=sshd.host, ssh_port=sshd.port, ssh_user=sshd.user,
+            ssh_private_key_encrypted=crypto.encrypt(sshd.client_key), ssh_known_hosts=sshd.host_public_key)
+        new = tiny_backend("new")
+        add_route(local.lb, add_pool(local.lb, "new", (new.address, new.port)), "/new", 10)
+
+        result = reconcile(local.fleet)
+
+        rollout = Rollout.objects.get(pk=result["rollouts"][-1])
+        assert rollout.status == Rollout.Status.SUCCEEDED, rollout.error
+        assert local.get(node, "/new")[1] == "new" and local.get(node, "/")[1] == "old"
+        assert services.fleet_drift_check(fleet=local.fleet) == []
+
+        # A different host key pinned (a reinstalled or impostor host): nothing is sent.
+        Node.objects.filter(pk=node.pk).update(
+            ssh_known_hosts="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOdq0cHmZ6CXfPZpGQ6QdpVbKqGvJ5l2kZL0mV6cQpQS")
+        add_route(local.lb, Pool.objects.get(lb=local.lb, name="new"), "/v2", 11)
+        result = reconcile(local.fleet)
+        rollout = Rollout.objects.get(pk=result["rollouts"][-1])
+        assert rollout.status == Rollout.Status.FAILED
+        assert "host key" in rollout.error
+        assert local.get(node, "/v2")[1] == "old"
+    finally:
+        local.stop_all()
