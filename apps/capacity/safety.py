@@ -200,7 +200,8 @@ def cap_violations(load: Load, caps: Caps) -> list[str]:
 def check_caps(load: Load, caps: Caps) -> None:
     problems = cap_violations(load, caps)
     if problems:
-        raise DomainError(CAP_EXCEEDED, "; ".join(problems).capitalize() + ".", field="steps")
+        text = "; ".join(problems)
+        raise DomainError(CAP_EXCEEDED, text[0].upper() + text[1:] + ".", field="steps")
 
 
 def check_budget(load: Load, active: Sequence[Load], caps: Caps) -> None:

@@ -22,6 +22,7 @@ from apps.core.errors import Conflict, DomainError
 MAX_STEPS = 50
 MAX_SHARDS = 16
 MAX_TIMEOUT_S = 60.0
+DEFAULT_MAX_CONNECTIONS = 100
 
 
 def caps_of(org: Organization) -> safety.Caps:
@@ -120,6 +121,9 @@ def capacity_test_save(*, principal: Principal, test: CapacityTest, data: dict[s
         before = _snapshot(test) if test.pk else None
         for field, value in data.items():
             setattr(test, field, value)
+        if before is None and "max_connections" not in data:
+            # Unless asked for, an open-loop test takes what the org's concurrency cap leaves it.
+            test.max_connections = min(DEFAULT_MAX_CONNECTIONS, test.org.max_test_concurrency)
         test.steps = normalize_steps(test.steps, step_duration_s=test.step_duration_s, mode=test.mode)
         if not test.created_by:
             test.created_by = principal.actor

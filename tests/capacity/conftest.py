@@ -25,6 +25,14 @@ from tests.factories import (
 )
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(request) -> None:
+    # Personas get real passwords; PBKDF2's deliberate slowness only costs seconds per test here.
+    # Pure tests (engine, knee) are left alone: they may run without Django at all.
+    if request.node.get_closest_marker("django_db") is not None:
+        request.getfixturevalue("settings").PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @dataclass
 class World:
     us: Region
