@@ -1,0 +1,258 @@
+"""Cloud targets and applies: limits before synthesis, synthesis in the worker, plan, approval, apply.
+
+Status flow of a CloudApply: pending -> synthesized -> planning -> awaiting_approval (plan has changes) or
+planned (no change) -> applying -> applied; any step may end in failed. Only an approved plan is applied,
+and only the saved plan file of that run, so what was reviewed is what is applied.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.forms.models import model_to_dict
+from django.utils import timezone
+
+from apps.accounts.principal import Principal
+from apps.audit.services import audit_record
+from apps.balancers.models import LoadBalancer
+from apps.cloud import runner
+from apps.cloud.models import CloudApply, CloudTarget
+from apps.cloud.selectors import cloud_lb
+from apps.core.errors import Conflict, DomainError
+from deploy.limits import check_limits
+
+log = logging.getLogger(__name__)
+
+S = CloudApply.Status
+PLAN_FILE = "plan.tfplan"
+MAIN_FILE = "main.tf.json"
+# Only these may be (re)planned: a running or applied run keeps its plan.
+PLANNABLE = {S.PENDING, S.SYNTHESIZED}
+APPROVABLE = {S.AWAITING_APPROVAL}
+
+
+# --- targets --------------------------------------------------------------------------------------------
+
+def target_snapshot(target: CloudTarget) -> dict[str, Any]:
+    """What the audit log keeps of a target: everything but the credentials reference."""
+    data = model_to_dict(target, exclude=["credentials_ref"])
+    data["has_credentials"] = bool(target.credentials_ref)
+    return data
+
+
+def save_target(*, principal: Principal, target: CloudTarget, data: dict[str, Any]) -> CloudTarget:
+    with transaction.atomic():
+        creating = target.pk is None
+        before = None if creating else target_snapshot(target)
+        if creating and not principal.is_operator:
+            data = {**data, "org": principal.org}
+        elif creating:
+            data = {"org": principal.org, **data}
+        for field, value in data.items():
+            setattr(target, field, value)
+        try:
+            with transaction.atomic():
+                target.save()
+        except IntegrityError as exc:
+            raise Conflict("conflict", "A cloud target with this name already exists.", field="name") from exc
+        audit_record(principal=principal, org=target.org, action=f"cloudtarget.{'create' if creating else 'update'}",
+                     obj=target, before=before, after=target_snapshot(target))
+    return target
+
+
+def delete_target(*, principal: Principal, target: CloudTarget) -> None:
+    with transaction.atomic():
+        audit_record(principal=principal, org=target.org, action="cloudtarget.delete", obj=target,
+                     before=target_snapshot(target))
+        target.delete()
+
+
+def apply_unavailable_reason(target: CloudTarget) -> str | None:
+    return runner.apply_unavailable_reason(target.credentials_ref)
+
+
+# --- applies --------------------------------------------------------------------------------------------
+
+def check_provider_limits(lb: LoadBalancer, target: CloudTarget) -> None:
+    """Refuse, before any synthesis, a model the provider would refuse; the message names every limit."""
+    model = cloud_lb(lb, target)
+    violations = check_limits(model)
+    if violations:
+        raise DomainError("provider_limit", " ".join(v.message for v in violations), status=422)
+
+
+def create_apply(*, principal: Principal, target: CloudTarget, lb: LoadBalancer,
+                 drift_check: bool = False) -> CloudApply:
+    if lb.kind != target.provider:
+        raise DomainError("provider_mismatch", f"Load balancer {lb.name} is of kind {lb.kind}; target "
+                          f"{target.name} is {target.provider}.", field="lb")
+    if lb.org_id != target.org_id:
+        raise DomainError("org_mismatch", "The load balancer and the cloud target belong to different "
+                          "organizations.", field="target")
+    check_provider_limits(lb, target)
+    with transaction.atomic():
+        apply = CloudApply.objects.create(target=target, lb=lb, lb_revision=lb.revision, drift_check=drift_check,
+                                          created_by=principal.actor if principal else "system")
+        audit_record(principal=principal, org=target.org, action="cloudapply.create", obj=apply,
+                     after={"target": target.pk, "lb": lb.pk, "lb_revision": lb.revision})
+        transaction.on_commit(lambda: _enqueue("cloud.plan_task", apply.pk))
+    return apply
+
+
+def synthesize_apply(apply: CloudApply) -> dict[str, Any]:
+    """Synthesize the apply's LB (limits first) and write main.tf.json to the target's working dir."""
+    from deploy.limits import LimitError
+    from deploy.synth import synthesize
+
+    target, lb = apply.target, apply.lb
+    model = cloud_lb(lb, target)
+    violations = check_limits(model)
+    if violations:
+        raise DomainError("provider_limit", " ".join(v.message for v in violations), status=422)
+    work = runner.workdir(target.name, lb.name)
+    try:
+        doc = synthesize(model, work / "cdktf.out")
+    except LimitError as exc:  # same check inside synthesize; kept for a model changed in between
+        raise DomainError("provider_limit", str(exc), status=422) from exc
+    if target.state_backend:
+        # {"gcs": {"bucket": ...}} or {"s3": {...}}: replaces cdktf's local backend.
+        doc.setdefault("terraform", {})["backend"] = target.state_backend
+    else:
+        # cdktf writes a local backend path relative to its own stack dir; state lives next to main.tf.json.
+        doc.setdefault("terraform", {})["backend"] = {"local": {"path": "terraform.tfstate"}}
+    text = runner.scrub(json.dumps(doc, indent=2, sort_keys=True), runner.secrets_of(target.credentials_ref))
+    (work / MAIN_FILE).write_text(text)
+    return json.loads(text)
+
+
+def approve(*, principal: Principal, apply: CloudApply) -> CloudApply:
+    if not principal.can_deploy:
+        raise DomainError("forbidden", "Applying needs an editor with the deploy scope.", status=403)
+    with transaction.atomic():
+        locked = CloudApply.objects.select_for_update().get(pk=apply.pk)
+        if locked.status not in APPROVABLE:
+            raise Conflict("not_approvable", f"This run is {locked.status}; only a plan awaiting approval "
+                           "can be approved.")
+        reason = apply_unavailable_reason(locked.target)
+        if reason:
+            raise Conflict("apply_unavailable", reason)
+        locked.status, locked.approved_by, locked.approved_at = S.APPLYING, principal.actor, timezone.now()
+        locked.save(update_fields=["status", "approved_by", "approved_at", "updated_at"])
+        audit_record(principal=principal, org=locked.target.org, action="cloudapply.approve", obj=locked)
+        transaction.on_commit(lambda: _enqueue("cloud.apply_task", locked.pk))
+    return locked
+
+
+def run_plan(apply_id: int) -> str:
+    """Synthesize and plan one run; the run ends planned, awaiting_approval or failed. Idempotent."""
+    with transaction.atomic():
+        apply = CloudApply.objects.select_for_update().select_related("target", "lb").filter(pk=apply_id).first()
+        if apply is None or apply.status not in PLANNABLE:
+            return apply.status if apply else "missing"
+        apply.status = S.PLANNING
+        apply.save(update_fields=["status", "updated_at"])
+    target = apply.target
+    try:
+        apply.synth_json = synthesize_apply(apply)
+    except DomainError as exc:
+        return _fail(apply, exc.detail)
+    except Exception as exc:  # cdktf/jsii failures arrive as many types; the run must still end
+        log.exception("cloud synthesis failed for apply %s", apply_id)
+        return _fail(apply, f"Synthesis failed: {runner.scrub(str(exc), runner.secrets_of(target.credentials_ref))}")
+    apply.save(update_fields=["synth_json", "updated_at"])
+    reason = apply_unavailable_reason(target)
+    if reason:
+        return _fail(apply, f"Plan unavailable: {reason} The synthesized JSON can be downloaded.")
+    binary = runner.terraform_bin()
+    assert binary is not None
+    work = runner.workdir(target.name, apply.lb.name)
+    common = {"cwd": work, "provider": target.provider, "ref": target.credentials_ref}
+    init = runner.run(binary, ["init", "-input=false", "-no-color"], timeout_s=runner.INIT_TIMEOUT_S, **common)
+    apply.plan_output = _section(init)
+    if init.returncode != 0:
+        return _fail(apply, f"terraform init failed (exit {init.returncode}): {_last_error(init.output)}")
+    plan = runner.run(binary, ["plan", "-input=false", "-no-color", "-detailed-exitcode", f"-out={PLAN_FILE}"],
+                      timeout_s=runner.PLAN_TIMEOUT_S, **common)
+    apply.plan_output += _section(plan)
+    if plan.returncode not in (0, 2):
+        return _fail(apply, f"terraform plan failed (exit {plan.returncode}): {_last_error(plan.output)}")
+    apply.diff = runner.plan_diff(plan.output)
+    apply.status = S.AWAITING_APPROVAL if plan.returncode == 2 else S.PLANNED
+    apply.finished_at = timezone.now() if apply.status == S.PLANNED else None
+    apply.save(update_fields=["plan_output", "diff", "status", "finished_at", "updated_at"])
+    return apply.status
+
+
+def run_apply(apply_id: int) -> str:
+    """Apply the approved saved plan of one run. Idempotent: only a run in `applying` is worked on."""
+    apply = CloudApply.objects.select_related("target", "lb").filter(pk=apply_id).first()
+    if apply is None or apply.status != S.APPLYING or not apply.approved_by:
+        return apply.status if apply else "missing"
+    target = apply.target
+    reason = apply_unavailable_reason(target)
+    if reason:
+        return _fail(apply, f"Apply unavailable: {reason}")
+    work = runner.workdir(target.name, apply.lb.name)
+    if not (work / PLAN_FILE).is_file():
+        return _fail(apply, "The saved plan of this run is gone from the working directory; plan again.")
+    binary = runner.terraform_bin()
+    assert binary is not None
+    result = runner.run(binary, ["apply", "-input=false", "-no-color", "-auto-approve", PLAN_FILE],
+                        cwd=work, provider=target.provider, ref=target.credentials_ref,
+                        timeout_s=runner.APPLY_TIMEOUT_S)
+    apply.apply_output = _section(result)
+    if result.returncode != 0:
+        return _fail(apply, f"terraform apply failed (exit {result.returncode}): {_last_error(result.output)}")
+    apply.status, apply.finished_at = S.APPLIED, timezone.now()
+    apply.save(update_fields=["apply_output", "status", "finished_at", "updated_at"])
+    return apply.status
+
+
+def _fail(apply: CloudApply, error: str) -> str:
+    apply.status, apply.error, apply.finished_at = S.FAILED, error[:10_000], timezone.now()
+    apply.save()
+    return apply.status
+
+
+def _section(result: runner.RunResult) -> str:
+    return f"$ {' '.join(result.argv)}\n{result.output}\n[exit {result.returncode}]\n"
+
+
+def _last_error(output: str) -> str:
+    """The first `Error:` paragraph terraform printed, else the output's last lines."""
+    lines = output.strip().splitlines()
+    for i, line in enumerate(lines):
+        if line.strip().startswith("Error:") or line.strip().startswith("│ Error:"):
+            return " ".join(x.strip(" │╷╵") for x in lines[i:i + 6] if x.strip(" │╷╵"))
+    return " ".join(lines[-3:])
+
+
+def _enqueue(name: str, apply_id: int) -> None:
+    from celery import current_app
+
+    current_app.send_task(name, args=[apply_id])
+
+
+def plan_drift() -> int:
+    """Start a drift plan for every LB whose last run on its target was applied; returns how many started.
+
+    A drift plan that ends awaiting_approval means the cloud differs from the model (someone changed it
+    outside Spillway, or the model changed since); it waits for the same approval as any other plan.
+    """
+    started = 0
+    latest: dict[tuple[int, int], CloudApply] = {}
+    for apply in CloudApply.objects.select_related("target", "lb").order_by("created_at", "pk"):
+        latest[(apply.target_id, apply.lb_id)] = apply
+    for apply in latest.values():
+        if apply.status != S.APPLIED or apply_unavailable_reason(apply.target):
+            continue
+        try:
+            create_apply(principal=None, target=apply.target, lb=apply.lb, drift_check=True)  # type: ignore[arg-type]
+        except DomainError as exc:
+            log.warning("drift plan of %s skipped: %s", apply.lb.name, exc.code)
+            continue
+        started += 1
+    return started
