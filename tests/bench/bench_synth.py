@@ -102,9 +102,13 @@ def self_rss_mb() -> float:
     return _rss_kb(Path("/proc/self/status")) / 1024
 
 
+SYNTHS = [0]
+
+
 def time_synth(lb: CloudLB, repeat: int, workdir: Path) -> tuple[list[float], int]:
     from deploy.synth import synthesize
 
+    SYNTHS[0] += repeat
     times_ms = []
     size = 0
     for i in range(repeat):
@@ -125,8 +129,9 @@ def main() -> None:
 
     gcp_import_s = warm(("gcp",))
     aws_import_s = warm(("aws",))
+    node_after_import_mb = node_rss_mb()
     print(f"provider import (once per worker): gcp {gcp_import_s:.1f} s, aws {aws_import_s:.1f} s; "
-          f"node child RSS {node_rss_mb():.0f} MB, python RSS {self_rss_mb():.0f} MB")
+          f"node RSS {node_after_import_mb:.0f} MB, python RSS {self_rss_mb():.0f} MB")
 
     result: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="bench-synth-") as tmp:
@@ -157,8 +162,11 @@ def main() -> None:
         except LimitError as exc:
             print(f"aws  1000 routes: refused before synthesis: {exc.violations[0].message}")
 
-    print(f"after all runs: node child RSS {node_rss_mb():.0f} MB, python RSS {self_rss_mb():.0f} MB "
-          "(jsii keeps constructs referenced from Python; a long-lived worker should watch this)")
+    node_end_mb = node_rss_mb()
+    growth_mb = (node_end_mb - node_after_import_mb) / SYNTHS[0]
+    print(f"after {SYNTHS[0]} syntheses: node RSS {node_end_mb:.0f} MB ({growth_mb:.1f} MB per synthesis: the "
+          f"jsii kernel keeps every construct it was sent), python RSS {self_rss_mb():.0f} MB")
+    result["node_rss_mb"] = f"{node_end_mb:.0f}"
     result["import_s_gcp"] = f"{gcp_import_s:.1f}"
     result["import_s_aws"] = f"{aws_import_s:.1f}"
     print("RESULT " + " ".join(f"{k}={v}" for k, v in result.items()))
