@@ -16,7 +16,7 @@ from deploy.model import (
     HealthCheck,
     RouteTarget,
 )
-from deploy.synth import synthesize, warm
+from deploy.synth import synthesis_count, synthesize, warm
 
 __all__ = [
     "CloudLB",
@@ -31,6 +31,7 @@ __all__ = [
     "LimitViolation",
     "RouteTarget",
     "check_limits",
+    "synthesis_count",
     "synthesize",
     "warm",
 ]

@@ -9,6 +9,10 @@ Cost model, measured on the 2-core dev machine: loading a prebuilt provider cost
 ever also unpacks ~780 MB into the package cache), a synthesis then takes a fraction of a second. So a
 long-lived worker calls `warm()` once at start; never import per request.
 
+jsii never releases what it sent to its node process: each synthesis leaves its constructs there (about
+1 MB of node RSS per synthesis of a 100-route LB, measured by bench_synth). A worker should therefore be
+recycled after some hundreds of syntheses (`synthesis_count()`, or Celery's worker_max_tasks_per_child).
+
 The prebuilt provider packages import every one of their submodules from their `__init__` (2,212 for
 aws): about 0.5 GB of Python objects per provider and most of the import time, for a dozen classes used
 here. `_register_bare_package` puts an empty package object in sys.modules first, so only the submodules
@@ -54,6 +58,12 @@ _PROVIDER_PACKAGES: dict[str, str] = {
 
 # jsii talks to one node child process over a pipe; concurrent calls from threads are not supported.
 _lock = threading.Lock()
+_count = [0]
+
+
+def synthesis_count() -> int:
+    """Syntheses run by this process (see the note on memory above)."""
+    return _count[0]
 
 
 def prepare_environment() -> None:
@@ -105,4 +115,5 @@ def synthesize(lb: CloudLB, outdir: str | os.PathLike[str], *,
         app = App(outdir=str(out))
         stack_class(app, lb)
         app.synth()
+        _count[0] += 1
     return json.loads((out / "stacks" / lb.name / "cdk.tf.json").read_text())
