@@ -125,14 +125,19 @@ def build_route_maps(routes: tuple[RouteSpec, ...]) -> RouteMaps:
     exact_hosts = sorted(p for p in by_pattern if not p.startswith("*."))
 
     best: dict[str, tuple[tuple[int, int], str]] = {}
+    # (path key suffix, rank, action) per route, computed once: any-host routes are added to every class.
+    prepared = {
+        id(route): (route.path + ("?" if route.path_match == "exact" else ""), route_rank(route), action_key(route))
+        for route in routes
+    }
 
     def add(host_class: str, members: list[RouteSpec]) -> None:
         for route in members:
-            key = host_class + route.path + ("?" if route.path_match == "exact" else "")
-            rank = route_rank(route)
+            suffix, rank, action = prepared[id(route)]
+            key = host_class + suffix
             current = best.get(key)
             if current is None or rank < current[0]:
-                best[key] = (rank, action_key(route))
+                best[key] = (rank, action)
 
     for host_class in [*exact_hosts, *sorted(wildcard_set)]:
         add(host_class, by_pattern[host_class])

@@ -8,6 +8,7 @@ only ever formats values that went through here.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import replace
@@ -45,6 +46,22 @@ class UnsafeValue(v.InvalidValue):
     def __init__(self, field: str, code: str, message: str) -> None:
         super().__init__(code, f"{field}: {message}")
         self.field = field
+
+
+def _memoized(check: Callable[[object], T]) -> Callable[[object], T]:
+    """Cache a pure validator's accepted strings: a 20k-route snapshot repeats most hosts, regions and
+    member names many times. Rejections are not cached (they raise), so nothing unsafe is remembered."""
+    cached = functools.lru_cache(maxsize=1 << 16)(check)
+
+    def run(value: object) -> T:
+        return cached(value) if type(value) is str else check(value)
+
+    return run
+
+
+_slug = _memoized(v.validate_slug)
+_hostname = _memoized(v.validate_hostname)
+_ip = _memoized(v.validate_ip)
 
 
 def _checked(field: str, check: Callable[[object], T], value: object) -> T:
@@ -85,28 +102,22 @@ def _items(field: str, value: object, kind: type[T]) -> list[tuple[str, T]]:
         raise UnsafeValue(field, "invalid_type", f"expected a tuple, got {type(value).__name__}.")
     for i, item in enumerate(value):
         if not isinstance(item, kind):
-            raise UnsafeValue(
-                f"{field}[{i}]", "invalid_type", f"expected {kind.__name__}, got {type(item).__name__}."
-            )
+            raise UnsafeValue(f"{field}[{i}]", "invalid_type", f"expected {kind.__name__}, got {type(item).__name__}.")
     return [(f"{field}[{i}]", item) for i, item in enumerate(value)]
 
 
 def check_node(node: NodeSpec) -> NodeSpec:
     return NodeSpec(
-        name=_checked("node.name", v.validate_slug, node.name),
+        name=_checked("node.name", _slug, node.name),
         runtime_dir=_runtime_dir("node.runtime_dir", node.runtime_dir),
-        bind_address=(
-            None
-            if node.bind_address is None
-            else _checked("node.bind_address", v.validate_ip, node.bind_address)
-        ),
+        bind_address=(None if node.bind_address is None else _checked("node.bind_address", _ip, node.bind_address)),
     )
 
 
 def _check_member(field: str, member: MemberSpec) -> MemberSpec:
     return MemberSpec(
-        name=_checked(f"{field}.name", v.validate_slug, member.name),
-        address=_checked(f"{field}.address", v.validate_ip, member.address),
+        name=_checked(f"{field}.name", _slug, member.name),
+        address=_checked(f"{field}.address", _ip, member.address),
         port=_checked(f"{field}.port", v.validate_port, member.port),
         weight=_checked(f"{field}.weight", v.validate_weight, member.weight),
         admin_state=_choice(f"{field}.admin_state", member.admin_state, ("active", "drain", "maint")),  # type: ignore[arg-type]
@@ -126,26 +137,18 @@ def _check_health(field: str, health: HealthCheckSpec) -> HealthCheckSpec:
 def _check_pool(field: str, pool: PoolSpec) -> PoolSpec:
     regions = []
     for rfield, region in _items(f"{field}.regions", pool.regions, PoolRegionSpec):
-        members = tuple(
-            _check_member(mf, m) for mf, m in _items(f"{rfield}.members", region.members, MemberSpec)
-        )
+        members = tuple(_check_member(mf, m) for mf, m in _items(f"{rfield}.members", region.members, MemberSpec))
         names = [m.name for m in members]
         if len(set(names)) != len(names):
             raise UnsafeValue(f"{rfield}.members", "duplicate_member", "member names must be unique.")
-        regions.append(
-            PoolRegionSpec(
-                region=_checked(f"{rfield}.region", v.validate_slug, region.region), members=members
-            )
-        )
+        regions.append(PoolRegionSpec(region=_checked(f"{rfield}.region", _slug, region.region), members=members))
     if len({r.region for r in regions}) != len(regions):
         raise UnsafeValue(f"{field}.regions", "duplicate_region", "each region may appear once per pool.")
     chain = []
     for sfield, step in _items(f"{field}.chain", pool.chain, RegionStep):
-        region = _checked(f"{sfield}.region", v.validate_slug, step.region)
+        region = _checked(f"{sfield}.region", _slug, step.region)
         if region not in {r.region for r in regions}:
-            raise UnsafeValue(
-                f"{sfield}.region", "unknown_region", f"pool has no members list for {region!r}."
-            )
+            raise UnsafeValue(f"{sfield}.region", "unknown_region", f"pool has no members list for {region!r}.")
         limit = step.rate_limit_per_node
         chain.append(
             RegionStep(
@@ -157,7 +160,7 @@ def _check_pool(field: str, pool: PoolSpec) -> PoolSpec:
         )
     return PoolSpec(
         id=_int(f"{field}.id", pool.id, 0, MAX_ID),
-        name=_checked(f"{field}.name", v.validate_slug, pool.name),
+        name=_checked(f"{field}.name", _slug, pool.name),
         algorithm=_choice(f"{field}.algorithm", pool.algorithm, ("roundrobin", "leastconn", "source")),  # type: ignore[arg-type]
         health=None if pool.health is None else _check_health(f"{field}.health", pool.health),
         regions=tuple(regions),
@@ -166,22 +169,16 @@ def _check_pool(field: str, pool: PoolSpec) -> PoolSpec:
 
 
 def _check_route(field: str, route: RouteSpec, pool_ids: set[int]) -> RouteSpec:
-    hosts = tuple(
-        _checked(hf, v.validate_hostname, h) for hf, h in _items(f"{field}.hosts", route.hosts, str)
-    )
+    hosts = tuple(_checked(hf, _hostname, h) for hf, h in _items(f"{field}.hosts", route.hosts, str))
     redirect = route.redirect_url
     targets: list[RouteTargetSpec] = []
     for tfield, target in _items(f"{field}.targets", route.targets, RouteTargetSpec):
         pool_id = _int(f"{tfield}.pool_id", target.pool_id, 0, MAX_ID)
         if pool_id not in pool_ids:
             raise UnsafeValue(f"{tfield}.pool_id", "unknown_pool", f"pool {pool_id} is not in the snapshot.")
-        targets.append(
-            RouteTargetSpec(pool_id=pool_id, weight=_int(f"{tfield}.weight", target.weight, 0, 10**6))
-        )
+        targets.append(RouteTargetSpec(pool_id=pool_id, weight=_int(f"{tfield}.weight", target.weight, 0, 10**6)))
     if redirect is None and sum(t.weight for t in targets) <= 0:
-        raise UnsafeValue(
-            f"{field}.targets", "no_target", "a route needs a redirect or targets with weight > 0."
-        )
+        raise UnsafeValue(f"{field}.targets", "no_target", "a route needs a redirect or targets with weight > 0.")
     return RouteSpec(
         id=_int(f"{field}.id", route.id, 0, MAX_ID),
         priority=_int(f"{field}.priority", route.priority, -MAX_PRIORITY, MAX_PRIORITY),
@@ -189,18 +186,14 @@ def _check_route(field: str, route: RouteSpec, pool_ids: set[int]) -> RouteSpec:
         path_match=_choice(f"{field}.path_match", route.path_match, ("prefix", "exact")),  # type: ignore[arg-type]
         path=_checked(f"{field}.path", v.validate_path, route.path),
         targets=tuple(targets),
-        redirect_url=None
-        if redirect is None
-        else _checked(f"{field}.redirect_url", v.validate_redirect_url, redirect),
+        redirect_url=None if redirect is None else _checked(f"{field}.redirect_url", v.validate_redirect_url, redirect),
     )
 
 
 def _check_cert(field: str, cert: CertSpec) -> CertSpec:
-    name = _checked(f"{field}.name", v.validate_slug, cert.name)
+    name = _checked(f"{field}.name", _slug, cert.name)
     if not isinstance(cert.pem, bytes) or not _PEM_RE.match(cert.pem) or b"PRIVATE KEY-----" not in cert.pem:
-        raise UnsafeValue(
-            f"{field}.pem", "invalid_pem", "expected PEM text holding a certificate and its key."
-        )
+        raise UnsafeValue(f"{field}.pem", "invalid_pem", "expected PEM text holding a certificate and its key.")
     return CertSpec(name=name, pem=cert.pem)
 
 
@@ -213,13 +206,9 @@ def _check_listener(field: str, listener: ListenerSpec, pool_ids: set[int]) -> L
             raise UnsafeValue(
                 f"{field}.default_pool_id", "unknown_pool", f"pool {default_pool_id} is not in the snapshot."
             )
-    routes = tuple(
-        _check_route(rf, r, pool_ids) for rf, r in _items(f"{field}.routes", listener.routes, RouteSpec)
-    )
+    routes = tuple(_check_route(rf, r, pool_ids) for rf, r in _items(f"{field}.routes", listener.routes, RouteSpec))
     if protocol == "tcp" and routes:
-        raise UnsafeValue(
-            f"{field}.routes", "routes_on_tcp", "TCP listeners route to their default pool only."
-        )
+        raise UnsafeValue(f"{field}.routes", "routes_on_tcp", "TCP listeners route to their default pool only.")
     if len({r.id for r in routes}) != len(routes):
         raise UnsafeValue(f"{field}.routes", "duplicate_route", "route ids must be unique per listener.")
     cert = listener.cert
@@ -228,10 +217,10 @@ def _check_listener(field: str, listener: ListenerSpec, pool_ids: set[int]) -> L
     return replace(
         listener,
         id=_int(f"{field}.id", listener.id, 0, MAX_ID),
-        lb=_checked(f"{field}.lb", v.validate_slug, listener.lb),
-        name=_checked(f"{field}.name", v.validate_slug, listener.name),
+        lb=_checked(f"{field}.lb", _slug, listener.lb),
+        name=_checked(f"{field}.name", _slug, listener.name),
         protocol=protocol,
-        address=_checked(f"{field}.address", v.validate_ip, listener.address),
+        address=_checked(f"{field}.address", _ip, listener.address),
         port=_checked(f"{field}.port", v.validate_port, listener.port),
         routes=routes,
         cert=None if cert is None or protocol != "https" else _check_cert(f"{field}.cert", cert),
@@ -259,8 +248,8 @@ def check_snapshot(snapshot: FleetSnapshot) -> FleetSnapshot:
                 f"two different certificates are both named {ln.cert.name!r}.",
             )
     return FleetSnapshot(
-        fleet=_checked("fleet", v.validate_slug, snapshot.fleet),
-        region=_checked("region", v.validate_slug, snapshot.region),
+        fleet=_checked("fleet", _slug, snapshot.fleet),
+        region=_checked("region", _slug, snapshot.region),
         revision=_int("revision", snapshot.revision, 0, 2**63 - 1),
         listeners=listeners,
         pools=pools,

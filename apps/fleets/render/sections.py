@@ -23,10 +23,10 @@ def global_section(node: NodeSpec) -> list[str]:
             # `haproxy -f` in master-worker mode so reloads behave the same.
             "master-worker",
             # Maps and certificates are referenced relative to the directory haproxy.cfg is read from:
-        # transports write each config set into its own directory and validate it there, so a
-        # staged config checks against its own maps, and validate.py checks a scratch copy as is.
-        "default-path config",
-        f"stats socket {rd}/{STATS_SOCKET_FILE} mode 600 level admin expose-fd listeners",
+            # transports write each config set into its own directory and validate it there, so a
+            # staged config checks against its own maps, and validate.py checks a scratch copy as is.
+            "default-path config",
+            f"stats socket {rd}/{STATS_SOCKET_FILE} mode 600 level admin expose-fd listeners",
             f"server-state-file {rd}/{SERVER_STATE_FILE}",
         ]
     )
@@ -99,8 +99,6 @@ def backend_sections(pool: PoolSpec, protocol: str) -> list[list[str]]:
             ]
             default_server += f" inter {health.interval_s}s rise {health.rise} fall {health.fall}"
         lines.append(default_server)
-        lines += [
-            _server_line(m, pool.health is not None) for m in sorted(region.members, key=lambda m: m.name)
-        ]
+        lines += [_server_line(m, pool.health is not None) for m in sorted(region.members, key=lambda m: m.name)]
         sections.append(_indent(lines))
     return sections
