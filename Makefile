@@ -50,3 +50,5 @@ bench-loadgen: install-dev
 bench-synth: install-dev
 	$(BIN)/pip install -q -r requirements-cloud.txt
 	$(BIN)/python tests/bench/bench_synth.py
+bench-render: install-dev
+	$(BIN)/python tests/bench/bench_render.py
