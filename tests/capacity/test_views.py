@@ -36,7 +36,7 @@ def test_the_index_lists_tests_and_offers_the_form_with_own_and_shared_listeners
     world.listener(9100, lb=world.globex_lb, name="globex-http")
     world.listener(9101, lb=world.edge, name="edge-http")
     page = browser_for(alice).get("/capacity/").content.decode()
-    assert "/capacity/tests/%d/" % test_obj.pk in page
+    assert f"/capacity/tests/{test_obj.pk}/" in page
     assert 'hx-post="/capacity/"' in page
     assert "edge/edge-http" in page and "acme-lb/http-8082" in page
     assert "globex-http" not in page
