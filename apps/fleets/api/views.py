@@ -1,0 +1,247 @@
+"""Fleets API: thin viewsets over apps.fleets.services."""
+
+from __future__ import annotations
+
+import time
+
+from django.core.cache import cache
+from django.db import transaction
+from django.shortcuts import get_object_or_404
+from rest_framework import permissions, status
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.balancers.models import LoadBalancer
+from apps.core.api.serializers import EmptySerializer
+from apps.core.api.viewsets import TenantViewSet, etag_for
+from apps.core.errors import DomainError
+from apps.fleets import certs, engine, selectors, services
+from apps.fleets.api import serializers as s
+from apps.fleets.models import Certificate, ConfigRevision, Fleet, Node, NodeHealth, Rollout
+
+APPLIED_MAX_TIMEOUT_S = 60.0
+APPLIED_POLL_S = 0.05
+
+
+class OperatorOnlyMixin:
+    """Fleet infrastructure: operators read and write it; anyone else finds nothing (404)."""
+
+    operator_only_write = True
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False) or not self.principal.is_operator:
+            return self.model.objects.none()
+        return super().get_queryset()
+
+
+class FleetModelViewSet(TenantViewSet):
+    """TenantViewSet for models without TENANT_PATH: the queryset is the model's own."""
+
+    def get_queryset(self):
+        qs = self.model.objects.all()
+        if self.select_related:
+            qs = qs.select_related(*self.select_related)
+        if self.prefetch_related:
+            qs = qs.prefetch_related(*self.prefetch_related)
+        return qs
+
+
+class FleetViewSet(OperatorOnlyMixin, FleetModelViewSet):
+    model = Fleet
+    serializer_class = s.FleetSerializer
+    select_related = ("region",)
+    prefetch_related = ("serves",)
+    filterset_fields = ["name", "region__slug"]
+
+    def perform_create(self, serializer):
+        serializer.instance = services.fleet_save(principal=self.principal, fleet=Fleet(),
+                                                  data=serializer.validated_data)
+
+    def perform_update(self, serializer):
+        services.fleet_save(principal=self.principal, fleet=serializer.instance, data=serializer.validated_data)
+
+    def perform_destroy(self, instance):
+        services.fleet_delete(principal=self.principal, fleet=instance)
+
+    @action(detail=True, methods=["post"], serializer_class=EmptySerializer)
+    def reconcile(self, request, pk=None):
+        """Render the desired state now and roll it out if it changed (asynchronously)."""
+        fleet = self.get_object()
+        services.rollout_start(fleet=fleet)
+        return Response({"queued": True}, status=status.HTTP_202_ACCEPTED)
+
+    @action(detail=True, methods=["post"], serializer_class=EmptySerializer)
+    def converge(self, request, pk=None):
+        """Check drift now and re-converge drifted nodes and nodes that came back."""
+        fleet = self.get_object()
+        rollout = services.fleet_converge(fleet=fleet)
+        drifted = list(fleet.nodes.filter(status=Node.Status.DRIFTED).values_list("name", flat=True))
+        data = {"drifted": drifted,
+                "rollout": s.RolloutSerializer(rollout, context=self.get_serializer_context()).data
+                if rollout else None}
+        return Response(data, status=status.HTTP_202_ACCEPTED if rollout else status.HTTP_200_OK)
+
+    @action(detail=True, methods=["get"])
+    def health(self, request, pk=None):
+        """The hot copy of `show stat` per node (cache first, database rows otherwise)."""
+        fleet = self.get_object()
+        summary = cache.get(engine.health_cache_key(fleet.pk))
+        if summary is None:
+            rows = NodeHealth.objects.filter(node__fleet=fleet).select_related("node")
+            summary = {"collected_at": None, "nodes": {}}
+            for row in rows:
+                entry = summary["nodes"].setdefault(row.node.name, {"reachable": True, "servers": []})
+                if row.server not in ("FRONTEND", "BACKEND"):
+                    entry["servers"].append({"backend": row.proxy, "server": row.server, "status": row.status,
+                                             "check": row.check_status, "weight": row.weight,
+                                             "rate": row.rate_per_s})
+        return Response(summary)
+
+
+class NodeViewSet(OperatorOnlyMixin, FleetModelViewSet):
+    model = Node
+    serializer_class = s.NodeSerializer
+    select_related = ("fleet", "applied_revision")
+    filterset_fields = ["fleet", "status", "transport", "enabled"]
+
+    def perform_create(self, serializer):
+        serializer.instance = services.node_save(principal=self.principal, node=Node(),
+                                                 data=serializer.validated_data)
+
+    def perform_update(self, serializer):
+        services.node_save(principal=self.principal, node=serializer.instance, data=serializer.validated_data)
+
+    def perform_destroy(self, instance):
+        services.node_delete(principal=self.principal, node=instance)
+
+
+class ConfigRevisionViewSet(OperatorOnlyMixin, FleetModelViewSet):
+    model = ConfigRevision
+    select_related = ("fleet",)
+    filterset_fields = ["fleet", "number", "validation_ok"]
+    ordering_fields = ["number", "created_at"]
+    http_method_names = ["get", "head", "options"]
+
+    def get_serializer_class(self):
+        return s.ConfigRevisionDetailSerializer if self.action == "retrieve" else s.ConfigRevisionSerializer
+
+
+class RolloutViewSet(TenantViewSet):
+    """Operators create rollouts and roll back; customers read those of fleets serving their LBs."""
+
+    model = Rollout
+    serializer_class = s.RolloutSerializer
+    select_related = ("fleet", "revision")
+    prefetch_related = ("results__node",)
+    filterset_fields = ["fleet", "status", "kind"]
+    http_method_names = ["get", "post", "head", "options"]
+    operator_only_write = True
+
+    def _create(self, request, *args, **kwargs):
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        fleet = data["fleet"]
+        if "revision" in data:
+            revision = ConfigRevision.objects.filter(fleet=fleet, number=data["revision"]).first()
+            if revision is None:
+                raise DomainError("not_found", f"Fleet {fleet.name} has no revision {data['revision']}.",
+                                  field="revision", status=404)
+        else:
+            revision = services.fleet_render(fleet=fleet, reason=f"rollout requested by {self.principal.actor}")
+        with transaction.atomic():
+            kind = Rollout.Kind.ROLLBACK if revision.number < fleet.desired_revision else Rollout.Kind.DEPLOY
+            rollout = services.rollout_create(fleet=fleet, revision=revision, principal=self.principal,
+                                              kind=kind, canary=data.get("canary"),
+                                              batch_size=data.get("batch_size"))
+        out = self.get_serializer(rollout).data
+        return Response(out, status=status.HTTP_201_CREATED, headers={"ETag": etag_for(out)})
+
+    @action(detail=True, methods=["post"], serializer_class=EmptySerializer)
+    def rollback(self, request, pk=None):
+        """Put the fleet back on the revision it served before this rollout."""
+        if not self.principal.is_operator:
+            raise PermissionDenied("Only operators roll fleets back.")
+        rollout = self.get_object()
+        new = services.rollout_rollback(rollout=rollout, principal=self.principal)
+        data = s.RolloutSerializer(new, context=self.get_serializer_context()).data
+        return Response(data, status=status.HTTP_201_CREATED)
+
+
+class CertificateViewSet(TenantViewSet):
+    model = Certificate
+    serializer_class = s.CertificateSerializer
+    select_related = ("org",)
+    filterset_fields = ["name"]
+
+    def _save(self, serializer, cert: Certificate) -> Certificate:
+        data = serializer.validated_data
+        return certs.certificate_save(
+            principal=self.principal, cert=cert,
+            org=data.get("org") or (cert.org if cert.pk else self.principal.org),
+            name=data.get("name", cert.name), cert_pem=data["cert_pem"], key_pem=data["key_pem"],
+            chain_pem=data.get("chain_pem", ""))
+
+    def perform_create(self, serializer):
+        serializer.instance = self._save(serializer, Certificate())
+
+    def perform_update(self, serializer):
+        self._save(serializer, serializer.instance)
+
+    def perform_destroy(self, instance):
+        certs.certificate_delete(principal=self.principal, cert=instance)
+
+
+# --- load balancer endpoints ----------------------------------------------------------------------------
+
+
+class HasPrincipal(permissions.BasePermission):
+    def has_permission(self, request, view) -> bool:
+        return getattr(request, "principal", None) is not None
+
+
+def _visible_lb(request, pk: int) -> LoadBalancer:
+    return get_object_or_404(LoadBalancer.objects.visible_to(request.principal), pk=pk)
+
+
+class LoadBalancerPreviewView(APIView):
+    """POST /load-balancers/{id}/preview/: the rendered diff of the next rollout; nothing is pushed."""
+
+    permission_classes = [HasPrincipal]
+    serializer_class = EmptySerializer
+
+    def post(self, request, pk: int):
+        lb = _visible_lb(request, pk)
+        return Response({"load_balancer": lb.pk, "revision": lb.revision,
+                         "fleets": services.lb_preview(lb=lb, principal=request.principal)})
+
+
+class LoadBalancerAppliedView(APIView):
+    """GET /load-balancers/{id}/applied/?revision=N&timeout=S: wait until every node serves it.
+
+    200 once every enabled node of every fleet serving the LB runs a verified config covering LB
+    revision N (or later); 202 with per-node state when `timeout` seconds (at most 60) pass first.
+    """
+
+    permission_classes = [HasPrincipal]
+    serializer_class = s.AppliedQuerySerializer
+
+    def get(self, request, pk: int):
+        lb = _visible_lb(request, pk)
+        query = s.AppliedQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        wanted = query.validated_data["revision"]
+        timeout_s = min(query.validated_data["timeout"], APPLIED_MAX_TIMEOUT_S)
+        if not selectors.lb_fleets(lb).exists():
+            raise DomainError("no_fleet", "This load balancer is not served by any HAProxy fleet.", status=409)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            done, nodes = selectors.lb_applied_state(lb, wanted)
+            if done or time.monotonic() >= deadline:
+                break
+            time.sleep(APPLIED_POLL_S)
+        body = {"load_balancer": lb.pk, "revision": wanted, "current_revision": lb.revision,
+                "applied": done, "nodes": nodes}
+        return Response(body, status=status.HTTP_200_OK if done else status.HTTP_202_ACCEPTED)

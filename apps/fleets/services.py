@@ -1,0 +1,384 @@
+"""Writes for fleets: config revisions, rollouts, rollbacks, runtime changes, preview.
+
+The rollout engine itself (lease, coalescing loop, canary + batches, drift, health) lives in
+apps.fleets.engine; the functions other apps and the API call are re-exported here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import logging
+import re
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from apps.accounts.principal import Principal
+from apps.audit.services import audit_record
+from apps.balancers.models import LoadBalancer, Member, Pool, Route
+from apps.core import crypto
+from apps.core.errors import Conflict, DomainError
+from apps.fleets import selectors
+from apps.fleets.codec import content_sha256, display_text, snapshot_to_json, strip_header
+from apps.fleets.delivery import set_server
+from apps.fleets.models import ConfigRevision, Fleet, Node, NodeResult, Rollout
+from apps.fleets.render import UnsafeValue, backend_name, render
+from apps.fleets.validate import validate_bundle
+
+logger = logging.getLogger(__name__)
+
+# Changes closer together than this become one render (a route plus its targets, a script's burst).
+# Changes that arrive while a rollout runs are coalesced into the next one whatever this is.
+DEBOUNCE_S = getattr(settings, "FLEET_ROLLOUT_DEBOUNCE_MS", 20) / 1000.0
+RUNTIME_THREADS = 16
+
+
+def _org(principal: Principal | None):
+    return principal.org if principal is not None else None
+
+
+# --- config revisions ------------------------------------------------------------------------------
+
+
+def revision_diff(old_text: str, new_text: str, old_label: str, new_label: str) -> str:
+    return "".join(difflib.unified_diff(
+        strip_header(old_text).splitlines(keepends=True),
+        strip_header(new_text).splitlines(keepends=True),
+        fromfile=old_label, tofile=new_label, n=3,
+    ))
+
+
+def fleet_render(*, fleet: Fleet, reason: str = "") -> ConfigRevision:
+    """Render the fleet's desired state and validate it: the latest revision if nothing changed.
+
+    The same content as the latest revision makes no new revision; the latest then also covers the
+    LB revisions just read (it serves them). A config the renderer refuses (a value failing its
+    allowlist) or `haproxy -c -dW` rejects is stored with the reason and can never be rolled out.
+    """
+    with transaction.atomic():
+        fleet = Fleet.objects.select_for_update().select_related("region").get(pk=fleet.pk)
+        latest = selectors.latest_revision(fleet)
+        number = latest.number + 1 if latest else 1
+        snap, lb_revisions = selectors.fleet_snapshot(fleet, number)
+        try:
+            bundle = render(snap, selectors.reference_node(fleet))
+        except UnsafeValue as exc:
+            # Same refusal twice = same "content": no new revision for it.
+            text, ok, output, took_ms = "", False, f"render refused: {exc}", 0.0
+            content = hashlib.sha256(output.encode()).hexdigest()
+        else:
+            text, content = display_text(bundle), content_sha256(bundle)
+        if latest is not None and latest.sha256 == content:
+            merged = dict(latest.lb_revisions)
+            for lb_id, lb_rev in lb_revisions.items():
+                merged[lb_id] = max(int(merged.get(lb_id, 0)), lb_rev)
+            if merged != latest.lb_revisions:
+                latest.lb_revisions = merged
+                latest.save(update_fields=["lb_revisions"])
+            return latest
+        if text:
+            result = validate_bundle(bundle, settings.HAPROXY_BIN)
+            ok, output, took_ms = result.ok, result.output, result.duration_ms
+        diff = revision_diff(latest.text if latest else "", text,
+                             f"revision {latest.number}" if latest else "empty", f"revision {number}")
+        revision = ConfigRevision.objects.create(
+            fleet=fleet, number=number, text=text, sha256=content, diff=diff,
+            snapshot=snapshot_to_json(snap, crypto.encrypt), validation_ok=ok, validation_output=output,
+            validation_ms=took_ms, lb_revisions=lb_revisions, reason=reason[:200],
+        )
+    if not ok:
+        logger.warning("fleet %s: revision %s is invalid and will not be pushed:\n%s",
+                       fleet.name, number, output)
+    return revision
+
+
+# --- rollouts ---------------------------------------------------------------------------------------
+
+
+def rollout_create(
+    *,
+    fleet: Fleet,
+    revision: ConfigRevision,
+    principal: Principal | None = None,
+    kind: str = Rollout.Kind.DEPLOY,
+    canary: bool | None = None,
+    batch_size: int | None = None,
+    nodes: list[Node] | None = None,
+    rollback_of: Rollout | None = None,
+    enqueue: bool = True,
+) -> Rollout:
+    """Make `revision` the fleet's desired revision and queue a rollout of it (newest intent wins:
+    older pending rollouts of the fleet are superseded). With `enqueue` a reconcile task runs it
+    after commit; the engine passes False when it runs the rollout itself."""
+    if revision.fleet_id != fleet.pk:
+        raise DomainError("wrong_fleet", f"Revision {revision.number} belongs to another fleet.",
+                          field="revision")
+    if not revision.validation_ok:
+        raise DomainError("revision_invalid",
+                          f"Revision {revision.number} failed validation and can never be pushed.",
+                          field="revision")
+    with transaction.atomic():
+        fleet = Fleet.objects.select_for_update().get(pk=fleet.pk)
+        now = timezone.now()
+        superseded = Rollout.objects.filter(fleet=fleet, status=Rollout.Status.PENDING)
+        NodeResult.objects.filter(rollout__in=superseded, status=NodeResult.Status.PENDING).update(
+            status=NodeResult.Status.SKIPPED, error="superseded by a newer rollout")
+        superseded.update(status=Rollout.Status.SUPERSEDED, finished_at=now)
+        rollout = Rollout.objects.create(
+            fleet=fleet, revision=revision, from_revision=fleet.desired_revision, kind=kind,
+            canary=fleet.canary if canary is None else canary,
+            batch_size=fleet.batch_size if batch_size is None else batch_size,
+            actor=principal.actor if principal else "system", rollback_of=rollback_of,
+        )
+        targets = nodes if nodes is not None else list(selectors.enabled_nodes(fleet))
+        NodeResult.objects.bulk_create([NodeResult(rollout=rollout, node=n) for n in targets])
+        Fleet.objects.filter(pk=fleet.pk).update(desired_revision=revision.number)
+        audit_record(principal=principal, org=_org(principal), action=f"rollout.{kind}", obj=rollout,
+                     after={"fleet": fleet.name, "revision": revision.number,
+                            "from_revision": rollout.from_revision, "nodes": [n.name for n in targets]})
+        if enqueue:
+            transaction.on_commit(lambda: request_reconcile(fleet.pk))
+    return rollout
+
+
+def request_reconcile(fleet_id: int) -> bool:
+    """Queue one reconcile for the fleet unless one is queued already (the queued one sees every
+    change made before it starts). True when a task was queued."""
+    queued = Fleet.objects.filter(pk=fleet_id, reconcile_queued=False).update(reconcile_queued=True)
+    if queued:
+        from apps.fleets.tasks import reconcile_task
+
+        reconcile_task.apply_async((fleet_id,), countdown=DEBOUNCE_S or None)
+    return bool(queued)
+
+
+def rollout_start(*, fleet: Fleet | int) -> None:
+    """Desired state changed: render and roll out soon, coalesced with changes close to this one."""
+    fleet_id = fleet if isinstance(fleet, int) else fleet.pk
+    Fleet.objects.filter(pk=fleet_id).update(change_seq=F("change_seq") + 1)
+    request_reconcile(fleet_id)
+
+
+def rollout_rollback(*, rollout: Rollout, principal: Principal | None) -> Rollout:
+    """Put the fleet back on the revision it had before `rollout`."""
+    if rollout.from_revision == 0:
+        raise Conflict("nothing_to_roll_back",
+                       "This rollout was the fleet's first: there is no earlier revision.")
+    revision = ConfigRevision.objects.filter(fleet=rollout.fleet, number=rollout.from_revision).first()
+    if revision is None:
+        raise Conflict("revision_missing", f"Revision {rollout.from_revision} no longer exists.")
+    return rollout_create(fleet=rollout.fleet, revision=revision, principal=principal,
+                          kind=Rollout.Kind.ROLLBACK, rollback_of=rollout)
+
+
+def fleet_rollback(*, fleet: Fleet, number: int, principal: Principal | None) -> Rollout:
+    """Roll the fleet to any earlier valid revision (it stays there until the next change)."""
+    revision = ConfigRevision.objects.filter(fleet=fleet, number=number).first()
+    if revision is None:
+        raise DomainError("not_found", f"Fleet {fleet.name} has no revision {number}.", field="revision",
+                          status=404)
+    return rollout_create(fleet=fleet, revision=revision, principal=principal, kind=Rollout.Kind.ROLLBACK)
+
+
+# --- runtime changes ---------------------------------------------------------------------------------
+
+
+def member_runtime_apply(*, member_id: int) -> dict[str, str | None]:
+    """Send a member's admin state and weight to every node serving its pool, all at once.
+
+    The desired state is already in the database (balancers wrote it), so the next render agrees;
+    the transport dumps runtime state to the server-state file before each reload, so it survives.
+    Returns {"fleet/node": error or None}.
+    """
+    member = Member.objects.select_related("pool__lb", "region").filter(pk=member_id).first()
+    if member is None:
+        return {}
+    backends = [backend_name(member.pool_id, member.region.slug, proto) for proto in ("http", "tcp")]
+    nodes = list(Node.objects.filter(fleet__in=selectors.lb_fleets(member.pool.lb), enabled=True)
+                 .select_related("fleet"))
+    if not nodes:
+        return {}
+    conns = [(f"{n.fleet.name}/{n.name}", selectors.node_conn(n)) for n in nodes]
+    with ThreadPoolExecutor(max_workers=min(RUNTIME_THREADS, len(conns))) as pool:
+        futures = {
+            key: pool.submit(set_server, conn, backends, member.name, member.admin_state, member.weight)
+            for key, conn in conns
+        }
+        results = {key: future.result() for key, future in futures.items()}
+    for key, error in results.items():
+        if error:
+            logger.warning("runtime change of member %s on %s failed: %s", member.pk, key, error)
+    return results
+
+
+# --- preview -------------------------------------------------------------------------------------------
+
+
+def _customer_filter(lb: LoadBalancer, principal: Principal) -> re.Pattern[str]:
+    """Lines of a rendered config that concern only the principal's own routes and pools."""
+    route_ids = list(Route.objects.visible_to(principal).filter(lb=lb).values_list("pk", flat=True))
+    pool_ids = list(Pool.objects.visible_to(principal).filter(lb=lb).values_list("pk", flat=True))
+    alternatives = [rf"# route {i}\b|\br{i}_host\b" for i in route_ids]
+    alternatives += [rf"\bp{i}_|\bstr\(p{i}\)|# pool {i} \(|-m str p{i}\b" for i in pool_ids]
+    return re.compile("|".join(alternatives) or r"(?!x)x")
+
+
+def lb_preview(*, lb: LoadBalancer, principal: Principal) -> list[dict[str, Any]]:
+    """What the next rollout would change on each fleet serving `lb`: nothing is stored or pushed.
+
+    Operators get the whole diff and the validation output. A customer on a shared LB gets only the
+    diff lines about its own routes and pools, so it never reads another tenant's hostnames.
+    """
+    previews = []
+    for fleet in selectors.lb_fleets(lb).select_related("region"):
+        base = ConfigRevision.objects.filter(fleet=fleet, number=fleet.desired_revision).first()
+        latest = selectors.latest_revision(fleet)
+        number = (latest.number + 1) if latest else 1
+        snap, _ = selectors.fleet_snapshot(fleet, number)
+        entry: dict[str, Any] = {"fleet": fleet.name, "base_revision": base.number if base else None}
+        try:
+            bundle = render(snap, selectors.reference_node(fleet))
+        except UnsafeValue as exc:
+            entry.update(changed=True, valid=False, diff="", problem=str(exc))
+            previews.append(entry)
+            continue
+        changed = base is None or base.sha256 != content_sha256(bundle)
+        diff = revision_diff(base.text if base else "", display_text(bundle),
+                             f"revision {base.number}" if base else "empty", "preview") if changed else ""
+        result = validate_bundle(bundle, settings.HAPROXY_BIN) if changed else None
+        entry.update(changed=changed, valid=True if result is None else result.ok, problem="")
+        if principal.is_operator:
+            entry["diff"] = diff
+            entry["validation_output"] = result.output if result else ""
+        else:
+            pattern = _customer_filter(lb, principal)
+            lines = [ln for ln in diff.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+            own = [ln for ln in lines if pattern.search(ln)]
+            entry["diff"] = "\n".join(own) + ("\n" if own else "")
+            entry["hidden_lines"] = len(lines) - len(own)
+            if result is not None and not result.ok:
+                entry["problem"] = "The rendered configuration failed validation; an operator can see why."
+        previews.append(entry)
+    return previews
+
+
+# --- fleets and nodes ---------------------------------------------------------------------------------
+
+
+def fleets_sharing(fleet_ids: set[int]) -> set[int]:
+    """These fleets and every fleet serving one of their LBs: node counts there feed the share rule."""
+    lb_ids = set(LoadBalancer.objects.filter(fleet_id__in=fleet_ids).values_list("pk", flat=True))
+    lb_ids |= set(Fleet.serves.through.objects.filter(fleet_id__in=fleet_ids)
+                  .values_list("loadbalancer_id", flat=True))
+    sharing = set(fleet_ids)
+    sharing |= set(LoadBalancer.objects.filter(pk__in=lb_ids, fleet__isnull=False)
+                   .values_list("fleet_id", flat=True))
+    sharing |= set(Fleet.serves.through.objects.filter(loadbalancer_id__in=lb_ids)
+                   .values_list("fleet_id", flat=True))
+    return sharing
+
+
+def _restart_after_commit(fleet_ids: set[int]) -> None:
+    def start() -> None:
+        for fleet_id in sorted(fleets_sharing(fleet_ids)):
+            rollout_start(fleet=fleet_id)
+
+    transaction.on_commit(start)
+
+
+def _fleet_dict(fleet: Fleet) -> dict[str, Any]:
+    return {"name": fleet.name, "region": fleet.region_id, "canary": fleet.canary,
+            "batch_size": fleet.batch_size, "serves": sorted(fleet.serves.values_list("pk", flat=True))}
+
+
+def fleet_save(*, principal: Principal, fleet: Fleet, data: dict[str, Any]) -> Fleet:
+    data = dict(data)
+    serves = data.pop("serves", None)
+    with transaction.atomic():
+        before = _fleet_dict(fleet) if fleet.pk else None
+        for key, value in data.items():
+            setattr(fleet, key, value)
+        fleet.save()
+        if serves is not None:
+            fleet.serves.set(serves)
+        audit_record(principal=principal, org=principal.org, action="fleet.save", obj=fleet, before=before,
+                     after=_fleet_dict(fleet))
+        _restart_after_commit({fleet.pk})
+    return fleet
+
+
+def fleet_delete(*, principal: Principal, fleet: Fleet) -> None:
+    with transaction.atomic():
+        sharing = fleets_sharing({fleet.pk}) - {fleet.pk}
+        audit_record(principal=principal, org=principal.org, action="fleet.delete", obj=fleet,
+                     before=_fleet_dict(fleet))
+        fleet.delete()
+        if sharing:
+            _restart_after_commit(sharing)
+
+
+NODE_AUDIT_FIELDS = ("name", "address", "transport", "runtime_dir", "config_dir", "bind_address", "ssh_host",
+                     "ssh_port", "ssh_user", "enabled")
+
+
+def node_save(*, principal: Principal, node: Node, data: dict[str, Any]) -> Node:
+    """Create or update a node; `ssh_private_key` (PEM) is encrypted before it is stored."""
+    data = dict(data)
+    key = data.pop("ssh_private_key", None)
+    with transaction.atomic():
+        before = {f: getattr(node, f) for f in NODE_AUDIT_FIELDS} if node.pk else None
+        for field_name, value in data.items():
+            setattr(node, field_name, value)
+        if key is not None:
+            node.ssh_private_key_encrypted = crypto.encrypt(key)
+        node.save()
+        after = {f: getattr(node, f) for f in NODE_AUDIT_FIELDS}
+        after["ssh_key_changed"] = key is not None
+        audit_record(principal=principal, org=principal.org, action="node.save", obj=node, before=before,
+                     after=after)
+        _restart_after_commit({node.fleet_id})
+    return node
+
+
+def node_delete(*, principal: Principal, node: Node) -> None:
+    with transaction.atomic():
+        audit_record(principal=principal, org=principal.org, action="node.delete", obj=node,
+                     before={f: getattr(node, f) for f in NODE_AUDIT_FIELDS})
+        fleet_id = node.fleet_id
+        node.delete()
+        _restart_after_commit({fleet_id})
+
+
+# --- the engine, re-exported --------------------------------------------------------------------------
+
+from apps.fleets.engine import (  # noqa: E402  (engine imports the functions above)
+    fleet_converge,
+    fleet_drift_check,
+    fleet_health_collect,
+    fleet_reconcile,
+)
+
+__all__ = [
+    "fleet_converge",
+    "fleet_delete",
+    "fleet_drift_check",
+    "fleet_health_collect",
+    "fleet_reconcile",
+    "fleet_render",
+    "fleet_rollback",
+    "fleet_save",
+    "fleets_sharing",
+    "lb_preview",
+    "member_runtime_apply",
+    "node_delete",
+    "node_save",
+    "request_reconcile",
+    "rollout_create",
+    "rollout_rollback",
+    "rollout_start",
+]
