@@ -365,11 +365,11 @@ def test_overflow_chain_renders_health_then_rate_then_last_resort() -> None:
     frontend = text.split("frontend fe_web.http")[1].split("\nbackend")[0]
     chain = [line.strip() for line in frontend.splitlines() if "use_backend p1_" in line]
     assert chain == [
-        "use_backend p1_eu if { var(txn.pool) -m str p1 } { nbsrv(p1_eu) gt 0 } "
+        "use_backend p1_eu if { var(txn.pool) -m int 1 } { nbsrv(p1_eu) gt 0 } "
         "{ be_sess_rate(p1_eu) lt 20 }",
-        "use_backend p1_us if { var(txn.pool) -m str p1 } { nbsrv(p1_us) gt 0 }",
-        "use_backend p1_eu if { var(txn.pool) -m str p1 } { nbsrv(p1_eu) gt 0 }",
-        "use_backend p1_eu if { var(txn.pool) -m str p1 }",
+        "use_backend p1_us if { var(txn.pool) -m int 1 } { nbsrv(p1_us) gt 0 }",
+        "use_backend p1_eu if { var(txn.pool) -m int 1 } { nbsrv(p1_eu) gt 0 }",
+        "use_backend p1_eu if { var(txn.pool) -m int 1 }",
     ]
     tcp = text.split("frontend fe_web.db")[1].split("\nbackend")[0]
     assert "default_backend p3_eu_tcp" in tcp
