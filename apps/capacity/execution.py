@@ -175,7 +175,7 @@ def write_run_progress(run_id: int, *, force: bool = False) -> None:
     qs.update(
         progress_percent=sum(s["percent"] for s in shards) / len(shards),
         current_step=min((s["current_step"] for s in running), default=max(s["current_step"] for s in shards)),
-        achieved_rate=sum(s["achieved_rate"] for s in running),
+        achieved_rate=round(sum(s["achieved_rate"] for s in running), 1),
         sent=sum(s["sent"] for s in shards), ok=sum(s["ok"] for s in shards),
         errors=sum(s["errors"] for s in shards), progress_at=now)
 
@@ -295,7 +295,6 @@ def run_finalize(run: CapacityRun) -> None:
         "sent": sum(r.sent for r in merged.values()),
         "ok": sum(r.ok for r in merged.values()),
         "errors": sum(r.error_count for r in merged.values()),
-        "achieved_rate": 0.0,
     }
     if run.status == CapacityRun.Status.RUNNING:
         broken = [s for s in shards if s.status in (CapacityShard.Status.FAILED, CapacityShard.Status.LOST)]

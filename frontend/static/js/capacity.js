@@ -40,7 +40,8 @@
       // The knee: one point on the p99 curve, drawn large, no line.
       const knee = xs.map((x) => (run.knee_index !== null && run.offered_rate[run.knee_index] === x ? run.p99_ms[run.knee_index] : null));
       data.push(knee);
-      series.push({ label: prefix + "knee", stroke: "#1a7f37", fill: "#1a7f37", width: 0, points: { show: true, size: 12 }, paths: () => null });
+      series.push({ label: prefix + "knee", stroke: "#1a7f37", fill: "#1a7f37", width: 0, paths: () => null,
+                    points: { show: true, size: 14, fill: "#1a7f37", stroke: "#1a7f37" } });
     });
     if (runs.length === 1 && runs[0].slo_p99_ms) {
       data.push(xs.map(() => runs[0].slo_p99_ms));
@@ -61,14 +62,14 @@
     const bars = uPlot.paths && uPlot.paths.bars ? uPlot.paths.bars({ size: [0.6, 60] }) : undefined;
     const opts = {
       width: width(el), height: 180,
-      series: [{ label: "step" }, { label: "errors", stroke: "#c62828", fill: "rgba(198,40,40,.35)", paths: bars, points: { show: false } },
-               { label: "ok", stroke: "#1a7f37", width: 1, points: { show: true } }],
-      scales: { x: { time: false } },
-      axes: [{ label: "step", values: (u, ticks) => ticks.map((t) => (Number.isInteger(t) ? t + " (" + run.offered_rate[t - 1] + ")" : "")) },
-             { label: "requests" }],
+      series: [{ label: "step" }, { label: "errors", stroke: "#c62828", fill: "rgba(198,40,40,.45)", paths: bars, points: { show: false } }],
+      // Half a step of padding each side so the first and last bars are drawn whole.
+      scales: { x: { time: false, range: [0.5, xs.length + 0.5] }, y: { range: (u, min, max) => [0, Math.max(max, 1)] } },
+      axes: [{ label: "step (offered req/s)", splits: () => xs, values: (u, ticks) => ticks.map((t) => t + " (" + run.offered_rate[t - 1] + ")") },
+             { label: "errors" }],
     };
     el.replaceChildren();
-    return new uPlot(opts, [xs, run.errors, run.ok], el);
+    return new uPlot(opts, [xs, run.errors], el);
   }
 
   function init() {
