@@ -52,3 +52,5 @@ bench-synth: install-dev
 	$(BIN)/python tests/bench/bench_synth.py
 bench-render: install-dev
 	$(BIN)/python tests/bench/bench_render.py
+bench-overflow: install-dev
+	$(BIN)/python tests/bench/bench_overflow.py
