@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from django.db import close_old_connections, connection, transaction
+from django.db import connection, transaction
 from django.db.models import F, Q, Sum
 from django.utils import timezone
 
@@ -351,5 +351,4 @@ def reap_stale_runs() -> int:
         if overdue and _fail_run(run.pk, "run_stale",
                                  "The run's shards did not all report in time; a worker was lost."):
             reaped += 1
-    close_old_connections()
     return reaped

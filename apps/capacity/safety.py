@@ -320,6 +320,8 @@ def target_resolve(*, test) -> ResolvedTarget:
                               field="route")
         if not hostname and route.hosts:
             hostname = next((h for h in route.hosts if not h.startswith("*.")), "")
+        if path == "/" and route.path and not route.redirect_url:
+            path = route.path
     check_listener_owned(org_id=org.pk, is_operator=org.is_operator, listener=facts, hostname=hostname,
                          approved_claims=list(claims))
     if facts.protocol == "https":

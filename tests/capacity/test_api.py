@@ -287,3 +287,35 @@ def test_only_operators_write_the_allowlist_and_tenants_see_what_applies_to_them
     assert charlie.client.delete(f"/api/v1/capacity-allowlist/{entry_id}/").status_code == 403
     assert otto.client.delete(f"/api/v1/capacity-allowlist/{entry_id}/").status_code == 204
     assert not TargetAllowlist.objects.filter(pk=entry_id).exists()
+
+
+# --- housekeeping -----------------------------------------------------------------------------------
+
+
+def test_a_redelivered_shard_is_recorded_as_lost_instead_of_offering_its_load_again(test_id):
+    """GIVEN a shard whose worker died mid-run (its row still says running), WHEN the broker redelivers
+    its message, THEN the shard is marked lost and the run fails, instead of loading the target late."""
+    test = CapacityTest.objects.get(pk=test_id)
+    run = CapacityRun.objects.create(test=test, status="running", shards_total=1, step_count=3)
+    CapacityShard.objects.create(run=run, index=0, status="running")
+    assert execution.shard_execute(run.pk, 0, worker="w2") == "finalized"
+    run.refresh_from_db()
+    assert CapacityShard.objects.get(run=run).status == "lost"
+    assert run.status == "failed" and run.error_code == "shard_failed"
+
+
+def test_runs_whose_shards_never_report_are_reaped(test_id):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    test = CapacityTest.objects.get(pk=test_id)
+    stale = CapacityRun.objects.create(test=test, status="running", plan={"max_duration_s": 10.0},
+                                       start_at=timezone.now() - timedelta(seconds=300))
+    fresh = CapacityRun.objects.create(test=test, status="running", plan={"max_duration_s": 10.0},
+                                       start_at=timezone.now())
+    assert execution.reap_stale_runs() == 1
+    stale.refresh_from_db()
+    fresh.refresh_from_db()
+    assert stale.status == "failed" and stale.error_code == "run_stale"
+    assert fresh.status == "running"
