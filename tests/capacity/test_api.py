@@ -146,6 +146,7 @@ def test_test_names_are_unique_per_org(alice, listener, test_id):
     ({"hostname": "a.example.com\r\nX-Evil: 1"}, "invalid_hostname"),
     ({"hostname": "*.acme.test"}, "invalid_hostname"),
     ({"shards": 17}, "max_value"),
+    ({"listener": None, "address": "evil host\r\nX: 1", "port": 80}, "invalid_hostname"),
 ])
 def test_invalid_tests_are_refused_with_a_code(alice, listener, fields, code):
     body = {"name": "bad", "listener": listener.pk, "steps": [10], **fields}

@@ -8,7 +8,9 @@ from rest_framework import serializers
 
 from apps.accounts.models import Organization
 from apps.balancers.models import Pool, Region
+from apps.capacity import safety
 from apps.capacity.models import CapacityRun, CapacityShard, CapacityTest, StepResult, TargetAllowlist
+from apps.core import validators
 from apps.core.api.fields import HostnameField, PathField, ScopedRelatedField, ScopedSlugRelatedField, SlugNameField
 
 
@@ -62,6 +64,17 @@ class CapacityTestSerializer(serializers.ModelSerializer):
         if not principal.is_operator and org.pk != principal.org_id:
             raise serializers.ValidationError("You can only create tests for your own organization.")
         return org
+
+    def validate_address(self, value: str) -> str:
+        """An external target: an IP literal or a concrete hostname (still subject to the allowlist)."""
+        if not value:
+            return value
+        if safety.parse_ip(value) is not None:
+            return str(safety.parse_ip(value))
+        try:
+            return validators.validate_hostname(value, allow_wildcard=False)
+        except validators.InvalidValue as exc:
+            raise serializers.ValidationError(exc.message, code=exc.code) from exc
 
     def validate_hostname(self, value: str) -> str:
         if value.startswith("*."):
