@@ -16,14 +16,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import socket
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Q
@@ -45,6 +48,8 @@ from apps.fleets.snapshot import ConfigBundle, FleetSnapshot
 logger = logging.getLogger(__name__)
 
 LEASE_S = 30.0
+# True: local nodes run `haproxy -c` on every push as SSH nodes do (see CentrallyValidatedLocalTransport).
+REVALIDATE_LOCAL_NODES = getattr(settings, "FLEET_REVALIDATE_LOCAL_NODES", False)
 MAX_LOOPS = 50  # a reconcile hands over to a fresh task after this many rounds
 NODE_THREADS = 16
 HEALTH_CACHE_S = 120
@@ -161,17 +166,32 @@ def _next_rollout(fleet: Fleet) -> Rollout | None:
 # --- rollout execution -----------------------------------------------------------------------------------
 
 
+_BUNDLE_CACHE: OrderedDict[tuple, ConfigBundle] = OrderedDict()
+_BUNDLE_CACHE_SIZE = 512
+
+
 class _Renderer:
-    """Renders each (revision, node) once per rollout; snapshots are decoded once per revision."""
+    """Renders each (revision, node) once: a revision never changes, so a worker keeps recent
+    bundles (the next rollout's rollback target is this rollout's bundle)."""
 
     def __init__(self) -> None:
         self._snaps: dict[int, FleetSnapshot] = {}
 
     def bundle(self, revision: ConfigRevision, node: Node) -> ConfigBundle:
+        spec = selectors.node_spec(node)
+        key = (revision.pk, revision.number, revision.snapshot.get("fleet"), revision.sha256, spec)
+        cached = _BUNDLE_CACHE.get(key)
+        if cached is not None:
+            _BUNDLE_CACHE.move_to_end(key)
+            return cached
         snap = self._snaps.get(revision.pk)
         if snap is None:
             snap = self._snaps[revision.pk] = selectors.revision_snapshot(revision)
-        return render(snap, selectors.node_spec(node))
+        bundle = render(snap, spec)
+        _BUNDLE_CACHE[key] = bundle
+        while len(_BUNDLE_CACHE) > _BUNDLE_CACHE_SIZE:
+            _BUNDLE_CACHE.popitem(last=False)
+        return bundle
 
 
 def _plan(renderer: _Renderer, rollout: Rollout, node: Node) -> NodePlan:
@@ -180,13 +200,23 @@ def _plan(renderer: _Renderer, rollout: Rollout, node: Node) -> NodePlan:
         with contextlib.suppress(UnsafeValue):
             last_good = renderer.bundle(node.applied_revision, node)
     applied_here = node.applied_revision_id == rollout.revision_id
+    conn = selectors.node_conn(node)
     return NodePlan(
-        conn=selectors.node_conn(node),
+        conn=conn,
         bundle=renderer.bundle(rollout.revision, node),
         last_good=last_good,
         applied_sha256=node.applied_sha256 if applied_here else "",
         worker_pid=node.worker_pid,
+        prevalidated=_same_binary_as_central(conn),
     )
+
+
+def _same_binary_as_central(conn) -> bool:
+    """A local node running the haproxy binary Spillway validates with (see delivery)."""
+    if conn.transport != "local" or REVALIDATE_LOCAL_NODES:
+        return False
+    central, own = shutil.which(settings.HAPROXY_BIN), shutil.which(conn.haproxy_bin)
+    return central is not None and own is not None and os.path.realpath(central) == os.path.realpath(own)
 
 
 def _batches(items: list[NodeResult], canary: bool, batch_size: int) -> list[list[NodeResult]]:

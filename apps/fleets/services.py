@@ -32,9 +32,12 @@ from apps.fleets.validate import validate_bundle
 
 logger = logging.getLogger(__name__)
 
-# Changes closer together than this become one render (a route plus its targets, a script's burst).
-# Changes that arrive while a rollout runs are coalesced into the next one whatever this is.
-DEBOUNCE_S = getattr(settings, "FLEET_ROLLOUT_DEBOUNCE_MS", 20) / 1000.0
+# Coalescing: a change starts a reconcile at once unless one is queued already (it will see the
+# change); changes arriving while a rollout runs all go into the next one. So a burst costs at most
+# two rollouts per fleet and an isolated change waits for nothing. A debounce (ms) would add its
+# whole length to every isolated change's latency; measured with bench_propagation, 20 ms bought
+# no fewer rollouts for writes ~30 ms apart, so the default is 0.
+DEBOUNCE_S = getattr(settings, "FLEET_ROLLOUT_DEBOUNCE_MS", 0) / 1000.0
 RUNTIME_THREADS = 16
 
 

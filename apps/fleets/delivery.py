@@ -1,0 +1,371 @@
+"""What a rollout does to one node: pre-check, push, reload, verify, roll back (no Django).
+
+Services decide *which* nodes get *which* bundle and record the outcome; this module only talks to
+nodes, so it can run in worker threads (one per node of a batch) without touching the database.
+
+A node is never left half-applied: a push writes a whole config set and swaps one symlink
+(transports/base.py); a refused push changes nothing; a failed reload or verification puts the
+node back on its last good bundle (re-pushed from the revision it last verified, not whatever
+`previous` happens to hold) and reloads it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from apps.fleets.runtime import (
+    MasterSocket,
+    ProcInfo,
+    ReloadResult,
+    RuntimeApiError,
+    RuntimeUnavailable,
+    StatRow,
+    parse_show_stat,
+)
+from apps.fleets.snapshot import ConfigBundle
+from apps.fleets.transports import NodeConn, TransportError, transport_for
+from apps.fleets.transports.base import FileSetTransport
+from apps.fleets.transports.local import LocalTransport
+from apps.fleets.validate import bind_conflicts
+
+RELOAD_TIMEOUT_S = 10.0
+PROBE_TIMEOUT_S = 1.0
+_BIND_RE = re.compile(r"^\s*bind (\[[0-9a-fA-F:.]+\]|[0-9.]+):(\d+)", re.MULTILINE)
+_BACKEND_RE = re.compile(r"^backend (\S+)", re.MULTILINE)
+_FRONTEND_RE = re.compile(r"^frontend (\S+)", re.MULTILINE)
+_WILDCARDS = {"0.0.0.0", "::"}
+# Every exception a node operation can raise when the node, its sshd or its sockets misbehave.
+NODE_ERRORS = (TransportError, RuntimeUnavailable, RuntimeApiError, OSError, ValueError, TimeoutError)
+
+
+def bundle_binds(bundle: ConfigBundle) -> list[tuple[str, int]]:
+    """(address, port) of every `bind` line in the bundle's haproxy.cfg."""
+    binds = []
+    for address, port in _BIND_RE.findall(bundle.main):
+        binds.append((address.strip("[]"), int(port)))
+    return sorted(set(binds))
+
+
+def bundle_proxies(bundle: ConfigBundle) -> tuple[list[str], list[str]]:
+    """(frontends, backends) the bundle declares: what `show stat` must list once it runs."""
+    return sorted(_FRONTEND_RE.findall(bundle.main)), sorted(_BACKEND_RE.findall(bundle.main))
+
+
+def probe_address(bind: tuple[str, int], node_address: str) -> tuple[str, int]:
+    """Where to connect to test a listener: a wildcard bind is reached through the node's address."""
+    address, port = bind
+    return (node_address if address in _WILDCARDS else address, port)
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    conn: NodeConn
+    bundle: ConfigBundle  # what the node must serve
+    last_good: ConfigBundle | None  # the last bundle verified on it (rollback target)
+    applied_sha256: str = ""  # what the database says it verified last
+    worker_pid: int | None = None  # the worker that took it
+    # Both bundles passed `haproxy -c -dW` with the node's own binary already (see
+    # CentrallyValidatedLocalTransport); only ever set for local nodes.
+    prevalidated: bool = False
+
+    @property
+    def already_applied(self) -> bool:
+        return bool(self.applied_sha256) and self.applied_sha256 == self.bundle.sha256
+
+
+@dataclass
+class NodeOutcome:
+    node: str
+    status: str  # succeeded | failed | rolled_back
+    error: str = ""
+    unreachable: bool = False  # the node could not be reached at all: nothing was changed on it
+    reloaded: bool = False
+    worker_pid: int | None = None
+    sha256: str = ""  # what the node serves now (the new bundle on success, last good after rollback)
+    push_ms: float = 0.0
+    reload_ms: float = 0.0
+    duration_ms: float = 0.0
+    steps: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "succeeded"
+
+
+class _QuickPollMaster(MasterSocket):
+    """Polls `show proc` every 5 ms instead of 20 during a reload: a new worker shows up 40-90 ms
+    after the command, so 20 ms steps add ~10 ms to every reload on a rollout's critical path.
+    A local unix socket answers in well under a millisecond, so the extra polls cost nothing."""
+
+    def reload_and_verify(self, timeout_s: float = 10.0, poll_s: float = 0.005) -> ReloadResult:
+        return super().reload_and_verify(timeout_s, poll_s)
+
+
+class CentrallyValidatedLocalTransport(LocalTransport):
+    """A local node whose bundles were already checked with `haproxy -c -dW` by Spillway itself.
+
+    A node's bundle differs from the revision's validated reference bundle only by values taken
+    from the node's allowlisted settings: the header comment, runtime_dir in the `stats socket` and
+    `server-state-file` lines (which validation relocates anyway) and bind IP literals. On the same
+    host with the same binary, a second `haproxy -c` per node repeats the first one and would double
+    a rollout's critical path, so pushes skip it. SSH nodes, whose binary may differ, always
+    validate on the node.
+    """
+
+    def __init__(self, node: NodeConn, socket_timeout_s: float = 2.0) -> None:
+        super().__init__(node, socket_timeout_s)
+        self._pushing = False
+
+    def master(self) -> MasterSocket:
+        path = self.node.master_socket_path
+        return _QuickPollMaster(path, self.socket_timeout_s, send=self._sender(path))
+
+    def push(self, bundle):  # type: ignore[no-untyped-def]
+        self._pushing = True
+        try:
+            return super().push(bundle)
+        finally:
+            self._pushing = False
+
+    def validate_dir(self, set_dir: str) -> tuple[bool, str]:
+        if self._pushing:
+            return True, "validated by Spillway before the push (same host, same haproxy binary)"
+        return super().validate_dir(set_dir)
+
+
+def _transport(conn: NodeConn, prevalidated: bool = False) -> FileSetTransport:
+    if prevalidated and conn.transport == "local":
+        return CentrallyValidatedLocalTransport(conn)
+    transport = transport_for(conn)
+    assert isinstance(transport, FileSetTransport)
+    return transport
+
+
+def verify(transport: FileSetTransport, bundle: ConfigBundle, node_address: str) -> str | None:
+    """None when the node serves `bundle`'s listeners and backends; otherwise what is wrong.
+
+    Called after a reload `show proc` confirmed: every bind answers a TCP connect (a reload racing a
+    port conflict can leave one dead, HAPROXY.md), and `show stat` lists every expected proxy.
+    """
+    binds = [probe_address(b, node_address) for b in bundle_binds(bundle)]
+    probes = transport.probe_listeners(binds, timeout_s=PROBE_TIMEOUT_S)
+    dead = sorted(f"{a}:{p}" for (a, p), ok in probes.items() if not ok)
+    if dead:
+        return f"listener(s) not answering after reload: {', '.join(dead)}"
+    rows = parse_show_stat(transport.runtime("show stat"))
+    present = {(r.pxname, r.type) for r in rows}
+    frontends, backends = bundle_proxies(bundle)
+    missing = [f"frontend {f}" for f in frontends if (f, 0) not in present]
+    missing += [f"backend {b}" for b in backends if (b, 1) not in present]
+    if missing:
+        return f"`show stat` does not list {', '.join(missing[:10])}" + (" ..." if len(missing) > 10 else "")
+    return None
+
+
+def reachable(conn: NodeConn) -> tuple[ProcInfo | None, str]:
+    """(show proc, "") when the node's master answers; (None, why) otherwise."""
+    transport = _transport(conn)
+    try:
+        return transport.show_proc(), ""
+    except NODE_ERRORS as exc:
+        return None, f"node {conn.name} unreachable: {exc}"
+    finally:
+        transport.close()
+
+
+def precheck_binds(conn: NodeConn, bundle: ConfigBundle, last_good: ConfigBundle | None) -> list[str]:
+    """Bind addresses of `bundle` another process already holds on the node (HAPROXY.md hazard).
+
+    Local nodes: a probe bind on this host, ignoring sockets the node's own HAProxy holds
+    (validate.bind_conflicts). SSH nodes: a TCP connect from the node's side to every address the
+    node does not bind yet; an answer means someone else listens there.
+    """
+    binds = bundle_binds(bundle)
+    # Addresses the node already serves from its last verified config are held by its own HAProxy.
+    new = [b for b in binds if last_good is None or b not in set(bundle_binds(last_good))]
+    if not new:
+        return []
+    if conn.transport == "local":
+        owned: set[int] = set()
+        proc, _ = reachable(conn)
+        if proc is not None:
+            owned.add(proc.master_pid)
+        return [f"{a}:{p}" for a, p in bind_conflicts(new, owned)]
+    if last_good is None:
+        return []  # what the node binds today is unknown: rely on the post-reload probes
+    transport = _transport(conn)
+    try:
+        probes = transport.probe_listeners([probe_address(b, conn.address) for b in new], PROBE_TIMEOUT_S)
+    finally:
+        transport.close()
+    return sorted(f"{a}:{p}" for (a, p), answered in probes.items() if answered)
+
+
+def _rollback(transport: FileSetTransport, plan: NodePlan, outcome: NodeOutcome) -> None:
+    """Put the node back on its last good bundle; records the result on `outcome`."""
+    try:
+        if plan.last_good is not None:
+            pushed = transport.push(plan.last_good)
+            if not pushed.ok:
+                outcome.steps.append("rollback push refused:\n" + pushed.validation_output)
+                return
+            result = transport.activate(RELOAD_TIMEOUT_S)
+            target = plan.last_good
+        else:
+            result = transport.rollback(RELOAD_TIMEOUT_S)
+            target = None
+        if not result.ok:
+            outcome.steps.append(f"rollback reload failed: {result.error}")
+            return
+        if target is not None:
+            problem = verify(transport, target, plan.conn.address)
+            if problem:
+                outcome.steps.append(f"rollback verification failed: {problem}")
+                return
+            outcome.sha256 = target.sha256
+        outcome.worker_pid = result.new_worker_pid
+        outcome.status = "rolled_back"
+        outcome.steps.append("rolled back to the last good config")
+    except NODE_ERRORS as exc:
+        outcome.steps.append(f"rollback failed: {exc}")
+
+
+def apply_node(plan: NodePlan) -> NodeOutcome:
+    """Push, reload and verify one node; on any failure after the push, roll it back.
+
+    Idempotent: a node that already runs the bundle (same files on disk, same worker, no failed
+    reload) is only verified; one that has the files but not the worker (a run killed between push
+    and reload) is reloaded without a new push.
+    """
+    started = time.monotonic()
+    outcome = NodeOutcome(node=plan.conn.name, status="failed")
+    transport = _transport(plan.conn, plan.prevalidated)
+    try:
+        try:
+            proc = transport.show_proc()
+            on_disk = transport.config_sha256()
+        except NODE_ERRORS as exc:
+            outcome.unreachable = True
+            outcome.error = f"node {plan.conn.name} unreachable: {exc}"
+            return outcome
+        current = proc.current_worker
+        running_it = (
+            on_disk == plan.bundle.sha256
+            and plan.already_applied
+            and current is not None
+            and current.pid == plan.worker_pid
+            and proc.failed_reloads == 0
+        )
+        if running_it:
+            problem = verify(transport, plan.bundle, plan.conn.address)
+            if problem is None:
+                outcome.status, outcome.sha256 = "succeeded", plan.bundle.sha256
+                outcome.worker_pid = current.pid
+                outcome.steps.append("already serving this config: verified, not reloaded")
+                return outcome
+            outcome.steps.append(f"serving this config but {problem}: reloading")
+        if on_disk != plan.bundle.sha256:
+            push_started = time.monotonic()
+            pushed = transport.push(plan.bundle)
+            outcome.push_ms = (time.monotonic() - push_started) * 1000.0
+            if not pushed.ok:
+                # Nothing changed on the node: the staging copy was refused and removed.
+                outcome.error = "the node refused the config (`haproxy -c -dW`):\n" + pushed.validation_output
+                return outcome
+        result = transport.activate(RELOAD_TIMEOUT_S)
+        outcome.reload_ms = result.duration_ms
+        outcome.reloaded = True
+        if not result.ok:
+            outcome.error = f"reload failed: {result.error}"
+        else:
+            problem = verify(transport, plan.bundle, plan.conn.address)
+            if problem is None:
+                outcome.status, outcome.sha256, outcome.worker_pid = (
+                    "succeeded", plan.bundle.sha256, result.new_worker_pid)
+                return outcome
+            outcome.error = f"verification failed: {problem}"
+        _rollback(transport, plan, outcome)
+        return outcome
+    except NODE_ERRORS as exc:
+        outcome.error = outcome.error or f"node {plan.conn.name}: {exc}"
+        try:
+            transport.show_proc()
+        except NODE_ERRORS:
+            outcome.unreachable = True  # went away mid-rollout: nothing to roll back through
+            return outcome
+        _rollback(transport, plan, outcome)
+        return outcome
+    finally:
+        if outcome.steps:
+            outcome.error = "\n".join(filter(None, [outcome.error, *outcome.steps]))
+        outcome.duration_ms = (time.monotonic() - started) * 1000.0
+        with contextlib.suppress(Exception):
+            transport.close()
+
+
+# --- runtime API ---------------------------------------------------------------------------------
+
+_STATE_FOR_ADMIN = {"active": "ready", "drain": "drain", "maint": "maint"}
+
+
+def set_server(conn: NodeConn, backends: Iterable[str], server: str, admin_state: str | None,
+               weight: int | None) -> str | None:
+    """Apply a member's admin state and weight on one node without a reload; None or the error.
+
+    A backend the node does not have (say the TCP twin of an HTTP-only pool) is skipped; any other
+    refusal is reported. Drain keeps the configured weight for later: HAProxy's `drain` state sets
+    the effective weight to 0 by itself.
+    """
+    transport = _transport(conn)
+    errors = []
+    try:
+        stats = transport.stats()
+        for backend in backends:
+            try:
+                if weight is not None and admin_state != "drain":
+                    stats.set_server_weight(backend, server, weight)
+                if admin_state is not None:
+                    stats.set_server_state(backend, server, _STATE_FOR_ADMIN[admin_state])  # type: ignore[arg-type]
+            except RuntimeApiError as exc:
+                if "No such" in exc.message:
+                    continue
+                errors.append(str(exc))
+    except NODE_ERRORS as exc:
+        errors.append(str(exc))
+    finally:
+        transport.close()
+    return "; ".join(errors) or None
+
+
+# --- drift and health -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeState:
+    node: str
+    reachable: bool
+    error: str = ""
+    on_disk_sha256: str | None = None
+    worker_pid: int | None = None
+    failed_reloads: int = 0
+    stats: tuple[StatRow, ...] = ()
+
+
+def read_state(conn: NodeConn, with_stats: bool = False) -> NodeState:
+    """What a node runs: config hash on disk, current worker, failed reloads, optionally show stat."""
+    transport = _transport(conn)
+    try:
+        proc = transport.show_proc()
+        sha = transport.config_sha256()
+        rows = tuple(parse_show_stat(transport.runtime("show stat"))) if with_stats else ()
+        worker = proc.current_worker
+        return NodeState(conn.name, True, "", sha, worker.pid if worker else None, proc.failed_reloads, rows)
+    except NODE_ERRORS as exc:
+        return NodeState(conn.name, False, str(exc))
+    finally:
+        with contextlib.suppress(Exception):
+            transport.close()

@@ -1,0 +1,270 @@
+"""Shared setup for the fleet benchmarks: a fresh database, 2 regions x N local HAProxy nodes,
+small HTTP backends, a real Celery worker and a real gunicorn serving the API. Loopback only;
+everything started here is stopped by PID in `close()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+DB_URL_BASE = os.environ.get("BENCH_DATABASE_SERVER", "postgres://postgres@127.0.0.1:5432")
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/2")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        body = self.server.name.encode()  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024
+
+
+def start_backend(name: str, address: str) -> tuple[_Server, int]:
+    server = _Server((address, 0), _Handler)
+    server.name = name  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    return server, int(server.server_address[1])
+
+
+def http_get(host: str, port: int, path: str, timeout_s: float = 1.0) -> tuple[int, str]:
+    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    try:
+        conn.request("GET", path, headers={"Connection": "close"})
+        response = conn.getresponse()
+        return response.status, response.read().decode()
+    except OSError as exc:
+        return 0, str(exc)
+    finally:
+        conn.close()
+
+
+def free_port(addresses: list[str]) -> int:
+    for _ in range(100):
+        with socket.socket() as sock:
+            sock.bind((addresses[0], 0))
+            port = int(sock.getsockname()[1])
+        ok = True
+        for address in addresses[1:]:
+            with socket.socket() as probe:
+                try:
+                    probe.bind((address, port))
+                except OSError:
+                    ok = False
+        if ok:
+            return port
+    raise RuntimeError("no free common port")
+
+
+def _recreate_database(name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(f"{DB_URL_BASE}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+class FleetBench:
+    """2 regions (us-east, eu-west) x `nodes_per_region` local nodes serving LB `bench`."""
+
+    def __init__(self, db_name: str, nodes_per_region: int = 3, worker_concurrency: int = 2) -> None:
+        self.procs: list[subprocess.Popen] = []
+        self.masters: list[subprocess.Popen] = []
+        self.servers: list[_Server] = []
+        self.base = tempfile.mkdtemp(prefix="spw-bench-", dir="/tmp")
+        self.env = dict(os.environ)
+        self.env.update({
+            "DATABASE_URL": f"{DB_URL_BASE}/{db_name}", "REDIS_URL": REDIS_URL,
+            "SECRET_KEY": "bench-only-secret-key", "FIELD_ENCRYPTION_KEY": "bench-only-field-key",
+            "DJANGO_SETTINGS_MODULE": "controlplane.settings", "SPILLWAY_VAR_DIR": f"{self.base}/var",
+            "LOG_LEVEL": "WARNING",
+        })
+        os.environ.update(self.env)
+        _recreate_database(db_name)
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        self._build(nodes_per_region)
+        self._start_worker(worker_concurrency)
+        self._start_web()
+
+    # --- setup -------------------------------------------------------------------------------
+    def _build(self, nodes_per_region: int) -> None:
+        from apps.accounts.models import Organization, Role
+        from apps.accounts.services import token_create, user_create_with_membership
+        from apps.balancers.models import (
+            Listener,
+            LoadBalancer,
+            Member,
+            Pool,
+            PoolRegion,
+            Region,
+            RegionDistance,
+        )
+        from apps.fleets.localnodes import start_local_node
+        from apps.fleets.models import Fleet, Node
+
+        ops = Organization.objects.create(slug="ops", name="Ops", kind="operator")
+        user_create_with_membership(username="bench", password="bench-password-123", org=ops, role=Role.ADMIN)
+        self.token = token_create(org=ops, name="bench", scopes=["read", "write", "deploy"]).secret
+        regions = {slug: Region.objects.create(slug=slug, name=slug) for slug in ("us-east", "eu-west")}
+        RegionDistance.objects.create(src=regions["us-east"], dst=regions["eu-west"], rtt_ms=80)
+        fleets = [Fleet.objects.create(name=f"{slug}-fleet", region=region) for slug, region in regions.items()]
+        self.lb = LoadBalancer.objects.create(org=ops, name="bench", fleet=fleets[0])
+        fleets[1].serves.add(self.lb)
+        pools = {}
+        # One backend per pool and region (a member's endpoint is unique within its pool).
+        for n, name in enumerate(("old", "new")):
+            pool = Pool.objects.create(lb=self.lb, org=ops, name=name, health_path="")
+            for r, (slug, region) in enumerate(regions.items()):
+                address = f"127.0.90.{1 + n + 2 * r}"
+                server, port = start_backend(name, address)
+                self.servers.append(server)
+                PoolRegion.objects.create(pool=pool, region=region, max_rate_per_member=None)
+                Member.objects.create(pool=pool, region=region, name=f"{name}-{slug}", address=address, port=port)
+            pools[name] = pool
+        self.pools = pools
+        self.node_addresses = [f"127.0.{91 + r}.{i}" for r in range(2) for i in range(1, nodes_per_region + 1)]
+        self.port = free_port(self.node_addresses)
+        Listener.objects.create(lb=self.lb, name="http", port=self.port, default_pool=pools["old"])
+        self.fleets = fleets
+        for r, fleet in enumerate(fleets):
+            for i in range(1, nodes_per_region + 1):
+                address = f"127.0.{91 + r}.{i}"
+                node = Node.objects.create(fleet=fleet, name=f"n{i}", address=address, bind_address=address,
+                                           runtime_dir=f"{self.base}/{fleet.name}/n{i}/run",
+                                           config_dir=f"{self.base}/{fleet.name}/n{i}/etc")
+                self.masters.append(start_local_node(node))
+
+    def _start_worker(self, concurrency: int) -> None:
+        log = open(f"{self.base}/worker.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--pool", "prefork",
+             "--concurrency", str(concurrency), "--without-gossip", "--without-mingle", "--purge",
+             "--loglevel", "WARNING", "--hostname", "bench@%h"],
+            cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        self._wait(lambda: self._worker_ready(), 60, "celery worker")
+
+    def _worker_ready(self) -> bool:
+        from controlplane.celery import app
+
+        with contextlib.suppress(Exception):
+            return bool(app.control.ping(timeout=0.5))
+        return False
+
+    def _start_web(self) -> None:
+        self.web_port = free_port(["127.0.0.1"])
+        log = open(f"{self.base}/web.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "controlplane.wsgi:application", "--bind",
+             f"127.0.0.1:{self.web_port}", "--workers", "1", "--threads", "4"],
+            cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        self._wait(lambda: http_get("127.0.0.1", self.web_port, "/healthz")[0] == 200, 60, "gunicorn")
+
+    @staticmethod
+    def _wait(predicate, timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"{what} did not start within {timeout_s:.0f}s")
+
+    # --- API and nodes ----------------------------------------------------------------------------
+    def api(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.web_port, timeout=30)
+        try:
+            conn.request(method, path, body=json.dumps(body) if body is not None else None,
+                         headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
+            response = conn.getresponse()
+            raw = response.read()
+            return response.status, json.loads(raw) if raw else {}
+        finally:
+            conn.close()
+
+    def add_route(self, path: str, priority: int) -> int:
+        status, body = self.api("POST", "/api/v1/routes/", {
+            "lb": self.lb.pk, "path": path, "priority": priority,
+            "targets": [{"pool": self.pools["new"].pk, "weight": 100}]})
+        if status != 201:
+            raise RuntimeError(f"route create failed: {status} {body}")
+        return int(body["id"])
+
+    def wait_served(self, path: str, want: str, timeout_s: float = 30.0) -> float:
+        """Seconds (monotonic clock) at which the last node first answered `want` on `path`."""
+        done: dict[str, float] = {}
+        deadline = time.monotonic() + timeout_s
+
+        def poll(address: str) -> None:
+            while time.monotonic() < deadline:
+                if http_get(address, self.port, path, 0.5)[1] == want:
+                    done[address] = time.monotonic()
+                    return
+                time.sleep(0.002)
+
+        threads = [threading.Thread(target=poll, args=(a,)) for a in self.node_addresses]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if len(done) != len(self.node_addresses):
+            missing = sorted(set(self.node_addresses) - set(done))
+            raise RuntimeError(f"{path} not served as {want!r} by {missing} within {timeout_s:.0f}s")
+        return max(done.values())
+
+    def initial_rollout(self) -> None:
+        from apps.fleets import services
+
+        for fleet in self.fleets:
+            services.rollout_start(fleet=fleet)
+        self.wait_served("/", "old", 60)
+
+    def close(self) -> None:
+        from apps.fleets.localnodes import stop_local_node
+
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(5)
+        for master in self.masters:
+            with contextlib.suppress(Exception):
+                stop_local_node(master)
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+        shutil.rmtree(self.base, ignore_errors=True)

@@ -1,0 +1,111 @@
+"""API write -> served on every node: propagation latency through the whole delivery path.
+
+2 regions x 3 local HAProxy nodes (loopback), one LB served by both fleets, a real gunicorn and a
+real Celery worker. Each change POSTs a route `/c<i>` -> pool `new` through the REST API and
+measures until every node answers `new` on it (probed over HTTP every 2 ms per node). Then a
+burst of back-to-back writes shows how changes coalesce into rollouts.
+
+    python tests/bench/bench_propagation.py [--changes 50] [--burst 10] [--nodes 3]
+
+Last line: ``RESULT p50_ms=... p99_ms=...``. Goal: p50 <= 300 ms, p99 <= 1000 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _fleetbench import FleetBench
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[index]
+
+
+def stage_report(marks: list[tuple[float, float]]) -> None:
+    """Where the time goes, from database timestamps: write -> revision -> rollout start -> end."""
+    from apps.fleets.models import ConfigRevision, Rollout
+
+    to_revision, to_start, to_end = [], [], []
+    for wall, _mono in marks:
+        revision = ConfigRevision.objects.filter(created_at__gte=_dt(wall)).order_by("created_at").first()
+        rollout = Rollout.objects.filter(created_at__gte=_dt(wall)).order_by("created_at").first()
+        if revision is None or rollout is None or rollout.started_at is None or rollout.finished_at is None:
+            continue
+        to_revision.append((revision.created_at.timestamp() - wall) * 1000.0)
+        to_start.append((rollout.started_at.timestamp() - wall) * 1000.0)
+        to_end.append((rollout.finished_at.timestamp() - wall) * 1000.0)
+    if to_end:
+        print(f"stages p50 (ms after the write): revision stored {statistics.median(to_revision):.0f}, "
+              f"rollout started {statistics.median(to_start):.0f}, rollout finished {statistics.median(to_end):.0f}")
+
+
+def _dt(wall: float):
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(wall, dt.UTC)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--changes", type=int, default=50)
+    parser.add_argument("--burst", type=int, default=10)
+    parser.add_argument("--nodes", type=int, default=3)
+    args = parser.parse_args()
+
+    bench = FleetBench("spw_bench_propagation", nodes_per_region=args.nodes)
+    try:
+        from apps.fleets.models import NodeResult, Rollout
+
+        bench.initial_rollout()
+        latencies: list[float] = []
+        api_ms: list[float] = []
+        marks: list[tuple[float, float]] = []  # (wall clock at the write, monotonic at the write)
+        for i in range(args.changes):
+            marks.append((time.time(), time.monotonic()))
+            started = time.monotonic()
+            # Trailing slash: "/c1/" must not prefix-match "/c10/".
+            bench.add_route(f"/c{i}/", 1000 + i)
+            api_ms.append((time.monotonic() - started) * 1000.0)
+            served = bench.wait_served(f"/c{i}/x", "new")
+            latencies.append((served - started) * 1000.0)
+            time.sleep(0.05)
+        print(f"changes={len(latencies)} nodes={len(bench.node_addresses)} (2 regions)")
+        print(f"propagation ms: p50={statistics.median(latencies):.0f} p90={percentile(latencies, 90):.0f} "
+              f"p99={percentile(latencies, 99):.0f} max={max(latencies):.0f} min={min(latencies):.0f}")
+        print(f"API write (POST /routes/) ms: p50={statistics.median(api_ms):.0f} max={max(api_ms):.0f}")
+        recent = NodeResult.objects.filter(status="succeeded", reload_ms__isnull=False).order_by("-id")[:120]
+        reloads = [r.reload_ms for r in recent]
+        pushes = [r.push_ms for r in recent if r.push_ms]
+        if reloads:
+            print(f"per node: push p50={statistics.median(pushes):.0f} ms, reload p50={statistics.median(reloads):.0f}"
+                  f" ms, node total p50={statistics.median([r.duration_ms for r in recent]):.0f} ms")
+        rollouts = list(Rollout.objects.filter(status="succeeded").order_by("-id")[:40])
+        if rollouts:
+            print(f"rollout duration p50={statistics.median([r.duration_ms for r in rollouts]):.0f} ms")
+        stage_report(marks)
+
+        before = Rollout.objects.count()
+        started = time.monotonic()
+        for j in range(args.burst):
+            bench.add_route(f"/b{j}/", 5000 + j)
+        served = bench.wait_served(f"/b{args.burst - 1}/x", "new")
+        time.sleep(1.0)  # let any trailing rollout finish before counting
+        burst_rollouts = Rollout.objects.count() - before
+        print(f"burst: {args.burst} writes back to back -> {burst_rollouts} rollouts over 2 fleets, "
+              f"last served {(served - started) * 1000.0:.0f} ms after the first write")
+        print(f"RESULT p50_ms={statistics.median(latencies):.0f} p99_ms={percentile(latencies, 99):.0f} "
+              f"changes={len(latencies)} burst_writes={args.burst} burst_rollouts={burst_rollouts}")
+    finally:
+        bench.close()
+
+
+if __name__ == "__main__":
+    main()
