@@ -54,3 +54,7 @@ bench-render: install-dev
 	$(BIN)/python tests/bench/bench_render.py
 bench-overflow: install-dev
 	$(BIN)/python tests/bench/bench_overflow.py
+bench-propagation: install-dev
+	$(BIN)/python tests/bench/bench_propagation.py
+bench-hitless: install-dev
+	$(BIN)/python tests/bench/bench_hitless.py

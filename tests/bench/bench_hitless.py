@@ -1,0 +1,93 @@
+"""Hitless delivery: keep-alive load through every node while route changes are rolled out.
+
+2 regions x N local HAProxy nodes (loopback), a real gunicorn and Celery worker (see
+_fleetbench). One `wrk` per node (keep-alive, `-t1 -c<connections>`) runs for `--duration`
+seconds against `/`; meanwhile `--changes` routes are added through the REST API, evenly spaced,
+each causing a verified reload of every node. wrk's own counters are summed.
+
+    python tests/bench/bench_hitless.py [--duration 30] [--changes 20] [--nodes 3] [--connections 4]
+
+Last line: ``RESULT requests=... socket_errors=... non_2xx=...``. Goal: 0 and 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _fleetbench import FleetBench
+
+_REQUESTS_RE = re.compile(r"(\d+) requests in")
+_SOCKET_RE = re.compile(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)")
+_NON2XX_RE = re.compile(r"Non-2xx or 3xx responses: (\d+)")
+
+
+def parse_wrk(text: str) -> tuple[int, int, int]:
+    requests = int(m.group(1)) if (m := _REQUESTS_RE.search(text)) else 0
+    socket_errors = sum(int(x) for x in m.groups()) if (m := _SOCKET_RE.search(text)) else 0
+    non_2xx = int(m.group(1)) if (m := _NON2XX_RE.search(text)) else 0
+    return requests, socket_errors, non_2xx
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--duration", type=int, default=30)
+    parser.add_argument("--changes", type=int, default=20)
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=4, help="keep-alive connections per node")
+    args = parser.parse_args()
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        raise SystemExit("wrk is not installed (apt-get install wrk)")
+
+    bench = FleetBench("spw_bench_hitless", nodes_per_region=args.nodes)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        from apps.fleets.models import NodeResult, Rollout
+
+        bench.initial_rollout()
+        first_result = NodeResult.objects.order_by("-id").values_list("id", flat=True).first() or 0
+        for address in bench.node_addresses:
+            procs.append(subprocess.Popen(
+                [wrk, "-t1", f"-c{args.connections}", f"-d{args.duration}s", "--timeout", "5s",
+                 f"http://{address}:{bench.port}/"],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        started = time.monotonic()
+        spacing_s = (args.duration - 4) / max(1, args.changes)
+        time.sleep(2.0)
+        for i in range(args.changes):
+            bench.add_route(f"/h{i}/", 2000 + i)
+            bench.wait_served(f"/h{i}/x", "new")
+            next_at = started + 2.0 + (i + 1) * spacing_s
+            time.sleep(max(0.0, next_at - time.monotonic()))
+        totals = [0, 0, 0]
+        for proc in procs:
+            out, _ = proc.communicate(timeout=args.duration + 30)
+            text = out.decode(errors="replace")
+            for k, value in enumerate(parse_wrk(text)):
+                totals[k] += value
+        reloads = NodeResult.objects.filter(id__gt=first_result, status="succeeded",
+                                            reload_ms__isnull=False).count()
+        failed = Rollout.objects.exclude(status__in=["succeeded", "superseded"]).count()
+        print(f"{len(procs)} nodes, wrk -t1 -c{args.connections} each for {args.duration}s (keep-alive)")
+        print(f"{args.changes} route changes via the API, {reloads} verified node reloads, {failed} failed rollouts")
+        print(f"requests={totals[0]} socket_errors={totals[1]} non_2xx={totals[2]} "
+              f"(~{totals[0] / args.duration:.0f} req/s over the fleet)")
+        print(f"RESULT requests={totals[0]} socket_errors={totals[1]} non_2xx={totals[2]} reloads={reloads}")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(5)
+        bench.close()
+
+
+if __name__ == "__main__":
+    main()
