@@ -58,3 +58,5 @@ bench-propagation: install-dev
 	$(BIN)/python tests/bench/bench_propagation.py
 bench-hitless: install-dev
 	$(BIN)/python tests/bench/bench_hitless.py
+bench-capacity-runs: install-dev
+	$(BIN)/python tests/bench/bench_capacity_runs.py
