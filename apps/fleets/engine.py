@@ -128,7 +128,8 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
         for _ in range(MAX_LOOPS):
             fleet = Fleet.objects.select_related("region").get(pk=fleet_id)
             seq = fleet.change_seq
-            if seq > fleet.rendered_seq:
+            # Held changes (auto_rollout off) wait for fleet_push; they stay visible in the preview.
+            if seq > fleet.rendered_seq and fleet.auto_rollout:
                 revision = fleet_render(fleet=fleet, reason="desired state changed")
                 rendered.append(revision.number)
                 Fleet.objects.filter(pk=fleet_id, rendered_seq__lt=seq).update(rendered_seq=seq)
@@ -141,13 +142,14 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
                 if not lease_renew(fleet_id, owner):
                     return {"rendered": rendered, "rollouts": ran, "lease_lost": True}
                 continue
-            if Fleet.objects.filter(pk=fleet_id, change_seq=seq).exists():
+            if not fleet.auto_rollout or Fleet.objects.filter(pk=fleet_id, change_seq=seq).exists():
                 break
     finally:
         lease_release(fleet_id, owner)
     # A change or rollout that arrived after our last look found the lease taken and gave up.
     fleet = Fleet.objects.get(pk=fleet_id)
-    if fleet.change_seq > fleet.rendered_seq or _next_rollout(fleet) is not None:
+    missed = fleet.auto_rollout and fleet.change_seq > fleet.rendered_seq
+    if missed or _next_rollout(fleet) is not None:
         Fleet.objects.filter(pk=fleet_id).update(reconcile_queued=False)
         request_reconcile(fleet_id)
     return {"rendered": rendered, "rollouts": ran}

@@ -22,6 +22,8 @@ class Fleet(models.Model):
     # Rollout strategy: first node alone (canary), then the rest `batch_size` at a time (0 = all).
     canary = models.BooleanField(default=True)
     batch_size = models.PositiveSmallIntegerField(default=0)
+    # Off: changes wait (previewable) until someone pushes them; on: each change rolls out at once.
+    auto_rollout = models.BooleanField(default=True)
     # The revision number every node should serve (0 = nothing rendered yet).
     desired_revision = models.PositiveIntegerField(default=0)
     # Coalescing: each desired-state change bumps change_seq; a reconcile renders once for all
@@ -155,9 +157,13 @@ class Rollout(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     error = models.TextField(blank=True, default="")
     actor = models.CharField(max_length=100, blank=True, default="system")
+    rollback_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="rollbacks"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.FloatField(null=True, blank=True)
 
     objects = RolloutQuerySet.as_manager()
 
@@ -167,12 +173,6 @@ class Rollout(models.Model):
 
     def __str__(self) -> str:
         return f"rollout {self.pk} {self.fleet.name}@{self.revision.number} {self.status}"
-
-    @property
-    def duration_ms(self) -> float | None:
-        if self.started_at is None or self.finished_at is None:
-            return None
-        return (self.finished_at - self.started_at).total_seconds() * 1000.0
 
 
 class NodeResult(models.Model):
@@ -188,6 +188,9 @@ class NodeResult(models.Model):
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="results")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     error = models.TextField(blank=True, default="")
+    # The node could not be reached: nothing was verified on it, so it is retried when it returns
+    # (a node that refused the config or failed verification is not retried with the same revision).
+    unreachable = models.BooleanField(default=False)
     duration_ms = models.FloatField(null=True, blank=True)
     push_ms = models.FloatField(null=True, blank=True)
     reload_ms = models.FloatField(null=True, blank=True)

@@ -160,11 +160,34 @@ def request_reconcile(fleet_id: int) -> bool:
     return bool(queued)
 
 
-def rollout_start(*, fleet: Fleet | int) -> None:
-    """Desired state changed: render and roll out soon, coalesced with changes close to this one."""
+def rollout_start(*, fleet: Fleet | int, force: bool = False) -> bool:
+    """Desired state changed: render and roll out soon, coalesced with changes close to this one.
+
+    A fleet with `auto_rollout` off only notes the change; it rolls out when someone pushes
+    (`force=True`: the fleet page's and the LB preview's "push" buttons). True when queued.
+    """
     fleet_id = fleet if isinstance(fleet, int) else fleet.pk
     Fleet.objects.filter(pk=fleet_id).update(change_seq=F("change_seq") + 1)
+    if force:
+        return fleet_push(fleet=Fleet.objects.get(pk=fleet_id)) is not None
+    if not Fleet.objects.filter(pk=fleet_id, auto_rollout=True).exists():
+        return False
     request_reconcile(fleet_id)
+    return True
+
+
+def fleet_push(*, fleet: Fleet, principal: Principal | None = None) -> Rollout | None:
+    """Render now and roll out what changed (the "push" of a fleet whose changes are held).
+
+    None when nothing changed or the render is invalid (then stored with its reason, not pushed).
+    """
+    seq = Fleet.objects.values_list("change_seq", flat=True).get(pk=fleet.pk)
+    revision = fleet_render(fleet=fleet, reason=f"pushed by {principal.actor if principal else 'system'}")
+    Fleet.objects.filter(pk=fleet.pk, rendered_seq__lt=seq).update(rendered_seq=seq)
+    fleet.refresh_from_db()
+    if not revision.validation_ok or revision.number == fleet.desired_revision:
+        return None
+    return rollout_create(fleet=fleet, revision=revision, principal=principal)
 
 
 def rollout_rollback(*, rollout: Rollout, principal: Principal | None) -> Rollout:
@@ -296,7 +319,8 @@ def _restart_after_commit(fleet_ids: set[int]) -> None:
 
 def _fleet_dict(fleet: Fleet) -> dict[str, Any]:
     return {"name": fleet.name, "region": fleet.region_id, "canary": fleet.canary,
-            "batch_size": fleet.batch_size, "serves": sorted(fleet.serves.values_list("pk", flat=True))}
+            "batch_size": fleet.batch_size, "auto_rollout": fleet.auto_rollout,
+            "serves": sorted(fleet.serves.values_list("pk", flat=True))}
 
 
 def fleet_save(*, principal: Principal, fleet: Fleet, data: dict[str, Any]) -> Fleet:
@@ -371,6 +395,7 @@ __all__ = [
     "fleet_delete",
     "fleet_drift_check",
     "fleet_health_collect",
+    "fleet_push",
     "fleet_reconcile",
     "fleet_render",
     "fleet_rollback",

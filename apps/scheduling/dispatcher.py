@@ -23,21 +23,21 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
 
-from apps.scheduling import cron, planning
-from apps.scheduling.models import Job, JobRun
+from apps.scheduling import cron, kinds, planning
+from apps.scheduling.models import Job, JobRun, schedule_from_fields
 from apps.scheduling.runner import Ticket, enqueue_on_commit
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BATCH = 200
-_JOB_FIELDS = ("id", "schedule_type", "cron", "timezone", "interval_s", "start_at", "run_at", "end_at",
-               "misfire_policy", "misfire_grace_s", "max_retries", "timeout_s", "next_fire_at")
+_JOB_FIELDS = ("id", "kind", "params", "schedule_type", "cron", "timezone", "interval_s", "start_at", "run_at",
+               "end_at", "misfire_policy", "misfire_grace_s", "max_retries", "timeout_s", "next_fire_at")
 
 
 @dataclass
@@ -65,16 +65,17 @@ class _Row:
     trigger: str
     status: str
     max_attempts: int
-    timeout_s: int
     missed_since: datetime | None = None
     error: str = ""
 
 
 def dispatch_once(*, now: datetime | None = None, batch_size: int = DEFAULT_BATCH,
-                  send: Callable[[list[Ticket]], Any] | None = None) -> TickResult:
+                  send: Callable[[list[Ticket]], Any] | None = None,
+                  plans: dict[tuple[Any, ...], planning.Plan] | None = None) -> TickResult:
     """One batch: claim due jobs, create their runs, advance them. `now` and `send` are injectable
     (tests drive DST nights with a fake clock; `send` defaults to the Celery queue)."""
     now = now or timezone.now()
+    plans = {} if plans is None else plans
     result = TickResult()
     with transaction.atomic():
         jobs = list(Job.objects.select_for_update(skip_locked=True)
@@ -83,26 +84,27 @@ def dispatch_once(*, now: datetime | None = None, batch_size: int = DEFAULT_BATC
         if not jobs:
             return result
         rows: list[_Row] = []
-        advanced: list[Job] = []
-        plans: dict[tuple[Any, ...], planning.Plan] = {}
+        advanced: dict[datetime | None, list[int]] = {}
         for job in jobs:
             plan = _plan(job, now, plans)
             if plan is None:
                 continue
             rows += _rows_for(job, plan)
-            job.next_fire_at = plan.next_fire_at
-            advanced.append(job)
+            advanced.setdefault(plan.next_fire_at, []).append(job.pk)
         created = _insert(rows, now)
-        Job.objects.bulk_update(advanced, ["next_fire_at"])
+        # Jobs on the same schedule move to the same next slot: one UPDATE per distinct slot.
+        for next_fire_at, job_ids in advanced.items():
+            Job.objects.filter(pk__in=job_ids).update(next_fire_at=next_fire_at)
         result.jobs = len(jobs)
-        timeouts = {row.job_id: row.timeout_s for row in rows}
+        by_id = {job.pk: job for job in jobs}
         for run_id, job_id, status, trigger in created:
             if status == JobRun.Status.SKIPPED:
                 result.skipped += 1
                 continue
             result.runs += 1
             result.catch_up += trigger == JobRun.Trigger.CATCH_UP
-            result.tickets.append(Ticket(run_id, timeouts[job_id]))
+            job = by_id[job_id]
+            result.tickets.append(Ticket(run_id, job.timeout_s, quick=kinds.is_quick(job.kind, job.params)))
         result.conflicts = len(rows) - len(created)
         enqueue_on_commit(result.tickets, send)
     if result.conflicts:
@@ -116,12 +118,34 @@ def dispatch_due(*, now: datetime | None = None, batch_size: int = DEFAULT_BATCH
     """Batches until nothing claimable is due. Each batch commits (and its runs start) on its own,
     so workers begin on the first jobs while the dispatcher plans the next ones."""
     total = TickResult()
+    now = now or timezone.now()
+    plans: dict[tuple[Any, ...], planning.Plan] = {}
     for _ in range(max_batches):
-        batch = dispatch_once(now=now, batch_size=batch_size, send=send)
+        batch = dispatch_once(now=now, batch_size=batch_size, send=send, plans=plans)
         total.add(batch)
         if batch.jobs < batch_size:
             break
     return total
+
+
+def warm_upcoming(*, now: datetime | None = None, within_s: float = 2.0, limit: int = 5000) -> int:
+    """Between ticks: evaluate the schedules of jobs about to fire, so the tick itself only writes."""
+    now = now or timezone.now()
+    upcoming = Job.objects.filter(enabled=True, next_fire_at__gt=now,
+                                  next_fire_at__lte=now + timedelta(seconds=within_s))
+    rows = (upcoming.order_by()  # no ORDER BY: DISTINCT must not include the default ordering column
+            .values_list("schedule_type", "cron", "timezone", "interval_s", "start_at", "run_at", "next_fire_at")
+            .distinct()[:limit])
+    warmed = 0
+    for schedule_type, cron_expr, tz, interval_s, start_at, run_at, next_fire_at in rows:
+        try:
+            schedule = schedule_from_fields(schedule_type=schedule_type, cron_expr=cron_expr, timezone=tz,
+                                            interval_s=interval_s, start_at=start_at, run_at=run_at)
+        except cron.ScheduleError:
+            continue
+        planning.warm(schedule, next_fire_at)
+        warmed += 1
+    return warmed
 
 
 def due_unclaimed(now: datetime | None = None) -> bool:
@@ -156,15 +180,14 @@ def _rows_for(job: Job, plan: planning.Plan) -> list[_Row]:
     missed = plan.missed
     if missed is not None and plan.catch_up is not None:
         rows.append(_Row(job.pk, plan.catch_up, JobRun.Trigger.CATCH_UP, JobRun.Status.PENDING, attempts,
-                         job.timeout_s, missed_since=missed.first))
+                         missed_since=missed.first))
     elif missed is not None:
         rows.append(_Row(job.pk, missed.last, JobRun.Trigger.SCHEDULE, JobRun.Status.SKIPPED, attempts,
-                         job.timeout_s, missed_since=missed.first,
+                         missed_since=missed.first,
                          error=f"missed: no dispatcher ran from {missed.first:%Y-%m-%d %H:%M:%S} to "
                                f"{missed.last:%Y-%m-%d %H:%M:%S} UTC; not run (misfire policy skip)"))
     for slot in plan.run_slots:
-        rows.append(_Row(job.pk, slot, JobRun.Trigger.SCHEDULE, JobRun.Status.PENDING, attempts,
-                         job.timeout_s))
+        rows.append(_Row(job.pk, slot, JobRun.Trigger.SCHEDULE, JobRun.Status.PENDING, attempts))
     return rows
 
 

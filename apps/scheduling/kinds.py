@@ -78,6 +78,8 @@ class JobKind:
     execute: Callable[[RunContext, Params], dict[str, Any]]
     available: Callable[[], bool] = lambda: True
     operator_only: bool = False
+    # Quick runs (milliseconds: a state flip) may share a message with others; see runner.CHUNK_SIZE.
+    quick: Callable[[Params], bool] = lambda params: False
 
 
 REGISTRY: dict[str, JobKind] = {}
@@ -108,6 +110,14 @@ def validate_params(kind_name: str, params: object, principal: Principal) -> Par
     if not isinstance(params, dict):
         raise DomainError("invalid_params", "params must be a JSON object.", field="params")
     return kind.validate(params, principal)
+
+
+def is_quick(kind_name: str, params: Params) -> bool:
+    kind = REGISTRY.get(kind_name)
+    try:
+        return bool(kind and kind.quick(params))
+    except Exception:
+        return False
 
 
 def kind_choices() -> list[tuple[str, str]]:
@@ -251,7 +261,7 @@ def _http_check_execute(ctx: RunContext, params: Params) -> dict[str, Any]:
 
 
 register(JobKind("noop", "No-op (test)", "Does nothing; optional sleep_s, fail, fail_attempts.",
-                 _noop_validate, _noop_execute))
+                 _noop_validate, _noop_execute, quick=lambda params: float(params.get("sleep_s", 0)) <= 0.05))
 register(JobKind("http_check", "HTTP check", "GET a URL and expect a status code.",
                  _http_check_validate, _http_check_execute))
 
@@ -309,10 +319,10 @@ def _scaler_execute(ctx: RunContext, params: Params) -> dict[str, Any]:
 
 
 register(JobKind("member_set_state", "Set member state", "Drain window start/end: admin_state (and weight).",
-                 _member_validate, _member_execute))
+                 _member_validate, _member_execute, quick=lambda params: True))
 register(JobKind("pool_capacity_scaler", "Set pool capacity scaler",
                  "Scale a pool's capacity in one region (0, or 0.1 to 1.0).",
-                 _scaler_validate, _scaler_execute))
+                 _scaler_validate, _scaler_execute, quick=lambda params: True))
 
 
 from apps.scheduling import kinds_external  # noqa: E402,F401  (registers fleet, capacity and cloud kinds)

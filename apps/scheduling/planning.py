@@ -19,6 +19,7 @@ would keep one of them.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -80,14 +81,32 @@ def plan_due(schedule: cron.Schedule, *, next_fire_at: datetime | None, now: dat
             if misfire_policy == RUN_ONCE:
                 catch_up = last_missed
     on_time_after = max(next_fire_at, cutoff) - _EPSILON
-    run_slots = cron.slots_between(schedule, on_time_after, horizon, limit=MAX_SLOTS_PER_TICK) \
-        if horizon > on_time_after else []
-    if len(run_slots) == MAX_SLOTS_PER_TICK:
-        resume = cron.next_fire_times(schedule, run_slots[-1], count=1)
+    # The usual tick finds one due slot: one walk of the schedule gives it and the next one.
+    probe = _probe(schedule, on_time_after)
+    if len(probe) < 2 or probe[1] > now:
+        run_slots = [slot for slot in probe if slot <= horizon]
+        resume = [slot for slot in probe if slot > now]
     else:
-        resume = cron.next_fire_times(schedule, now, count=1)
+        run_slots = cron.slots_between(schedule, on_time_after, horizon, limit=MAX_SLOTS_PER_TICK) \
+            if horizon > on_time_after else []
+        if len(run_slots) == MAX_SLOTS_PER_TICK:
+            resume = cron.next_fire_times(schedule, run_slots[-1], count=1)
+        else:
+            resume = cron.next_fire_times(schedule, now, count=1)
     next_at = _within_end(resume[0] if resume else None, end_at)
     return Plan(run_slots=run_slots, catch_up=catch_up, missed=missed, next_fire_at=next_at)
+
+
+def warm(schedule: cron.Schedule, next_fire_at: datetime) -> None:
+    """Evaluate ahead of time what an on-time tick at `next_fire_at` will ask for (see `_probe`)."""
+    _probe(schedule, next_fire_at - _EPSILON)
+
+
+@functools.lru_cache(maxsize=4096)
+def _probe(schedule: cron.Schedule, after: datetime) -> list[datetime]:
+    # Cached: a cron walk with DST handling costs milliseconds, and a burst of jobs on the same
+    # schedule asks the same question. The dispatcher warms it between ticks.
+    return cron.next_fire_times(schedule, after, count=2)
 
 
 def retry_delay_s(*, backoff_s: int, failed_attempt: int, cap_s: int = 3600) -> int:

@@ -1,11 +1,19 @@
-"""Running a JobRun: claim it, heartbeat it, enforce its timeout, record the outcome, retry or notify.
+"""Running JobRuns: claim, heartbeat, enforce the timeout, record the outcome, retry or notify.
 
-Exactly-once per attempt comes from conditional UPDATEs: a run is claimed with
-``UPDATE ... SET status='running' WHERE id=? AND status='pending' AND attempt=?``, and an
-outcome is written with ``... WHERE status='running' AND attempt=?``. So a message the
-broker delivers twice starts nothing the second time, and a run that was cancelled,
-replaced or given up by the reaper while it ran cannot overwrite that decision when it
-finally returns.
+Exactly once per attempt comes from row locks and conditional UPDATEs: a worker claims
+runs with ``SELECT ... FOR UPDATE SKIP LOCKED WHERE status='pending'`` and marks them
+`running` in the same transaction, and an outcome is written with
+``UPDATE ... WHERE status='running' AND attempt=?``. So a message the broker delivers
+twice starts nothing the second time, and a run that was cancelled, replaced or given
+up by the reaper while it ran cannot overwrite that decision when it finally returns.
+
+Throughput: quick kinds (a member drain, a scaler change: milliseconds each) travel in
+chunks of up to CHUNK_SIZE runs per message. A chunk is claimed in one transaction and
+its outcomes are written in one transaction, so a burst of 1,000 runs costs ~100
+messages and ~200 commits instead of 1,000 and 2,000. Runs inside a chunk execute one
+after another, each with its own `started_at`; if a chunk has used up CHUNK_BUDGET_S,
+its remaining runs are released and sent on as messages of their own, so a slow run
+cannot hold the others back for long. Kinds that may take long always travel alone.
 
 Retries reuse the same JobRun row (the slot stays unique): `attempt` counts up, the
 failed attempt is appended to `attempts`, and the row goes back to `pending` with
@@ -13,11 +21,14 @@ failed attempt is appended to `attempts`, and the row goes back to `pending` wit
 
 A run whose worker died stops heartbeating; the reaper (`reap`, every few seconds from
 beat and from `manage.py dispatcher`) retries it or marks it failed. Nothing stays
-`running` forever.
+`running` forever. A worker that dies after executing a run but before recording it
+leaves the run to the reaper too, so under crashes a run may execute again: at least
+once for side effects, exactly once as a recorded slot.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -42,6 +53,9 @@ HEARTBEAT_INTERVAL_S = 2.0
 STALE_AFTER_S = 20.0  # no heartbeat for this long: the worker is gone
 REENQUEUE_AFTER_S = 120.0  # a pending run whose message should have arrived by now is sent again
 HARD_LIMIT_MARGIN_S = 30  # Celery kills the process this long after the soft timeout
+CHUNK_SIZE = 25
+CHUNK_BUDGET_S = 1.0  # a chunk releases its unstarted runs after this long
+FLUSH_EVERY_S = 0.25  # outcomes wait at most this long (or the end of the chunk) to be written
 MAX_ERROR_CHARS = 4000
 
 S = JobRun.Status
@@ -49,32 +63,51 @@ S = JobRun.Status
 
 @dataclass(frozen=True)
 class Ticket:
-    """One message to send: which run, its timeout, and how long to hold it back."""
+    """One run to send: its id, its timeout, whether it is quick, and how long to hold it back."""
 
     run_id: int
     timeout_s: int
     countdown_s: float = 0.0
+    quick: bool = False
 
 
 def enqueue(tickets: Iterable[Ticket]) -> int:
-    """Send run messages through one producer connection (1,000 sends take ~0.1 s, not ~1 s)."""
-    from apps.scheduling.tasks import run_job_task
+    """Send run messages through one producer connection; quick runs in chunks. Returns messages sent."""
+    from apps.scheduling.tasks import run_job_task, run_jobs_task
 
     tickets = list(tickets)
     if not tickets:
         return 0
-    app = run_job_task.app
-    with app.producer_or_acquire() as producer:
-        for ticket in tickets:
-            options: dict[str, Any] = {
-                "soft_time_limit": ticket.timeout_s,
-                "time_limit": ticket.timeout_s + HARD_LIMIT_MARGIN_S,
-                "producer": producer,
-            }
+    quick = [t for t in tickets if t.quick and t.countdown_s <= 0]
+    alone = [t for t in tickets if not (t.quick and t.countdown_s <= 0)]
+    sent = 0
+    with run_job_task.app.producer_or_acquire() as producer:
+        for start in range(0, len(quick), CHUNK_SIZE):
+            chunk = quick[start:start + CHUNK_SIZE]
+            soft_s = max(t.timeout_s for t in chunk) + CHUNK_BUDGET_S
+            run_jobs_task.apply_async(args=[[t.run_id for t in chunk]], producer=producer,
+                                      soft_time_limit=soft_s, time_limit=soft_s + HARD_LIMIT_MARGIN_S)
+            sent += 1
+        for ticket in alone:
+            options: dict[str, Any] = {"soft_time_limit": ticket.timeout_s,
+                                       "time_limit": ticket.timeout_s + HARD_LIMIT_MARGIN_S, "producer": producer}
             if ticket.countdown_s > 0:
                 options["countdown"] = ticket.countdown_s
             run_job_task.apply_async(args=[ticket.run_id], **options)
-    return len(tickets)
+            sent += 1
+    return sent
+
+
+def warm_producer() -> None:
+    """Open the broker connection and declare the queue now: the first send otherwise pays ~100 ms,
+    and the first send of a dispatcher is the first run of a burst."""
+    from apps.scheduling.tasks import run_job_task
+
+    app = run_job_task.app
+    with app.producer_or_acquire() as producer:
+        producer.connection.ensure_connection(max_retries=3)
+        for queue in app.amqp.queues.values():
+            producer.maybe_declare(queue)
 
 
 def enqueue_on_commit(tickets: list[Ticket], send: Callable[[list[Ticket]], Any] | None = None) -> None:
@@ -83,17 +116,17 @@ def enqueue_on_commit(tickets: list[Ticket], send: Callable[[list[Ticket]], Any]
         transaction.on_commit(lambda: sender(tickets))
 
 
-# --- heartbeat: one thread per worker process for all the runs it executes --------------------
+# --- heartbeat: one thread per worker process for all the runs it holds ------------------------
 
 
 class _Heartbeat:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._runs: dict[int, tuple[int, kinds.RunContext, float]] = {}
+        self._runs: dict[int, tuple[int, kinds.RunContext | None, float]] = {}
         self._thread: threading.Thread | None = None
         self._pid = 0
 
-    def add(self, run_id: int, attempt: int, ctx: kinds.RunContext, deadline_monotonic: float) -> None:
+    def add(self, run_id: int, attempt: int, ctx: kinds.RunContext | None, deadline_monotonic: float) -> None:
         with self._lock:
             self._runs[run_id] = (attempt, ctx, deadline_monotonic)
             alive = self._thread is not None and self._thread.is_alive() and self._pid == os.getpid()
@@ -121,8 +154,8 @@ class _Heartbeat:
         if not runs:
             return
         now_mono = time.monotonic()
-        for _run_id, (_attempt, ctx, deadline) in runs.items():
-            if now_mono > deadline and not ctx.cancel_event.is_set():
+        for _attempt, ctx, deadline in runs.values():
+            if ctx is not None and now_mono > deadline and not ctx.cancel_event.is_set():
                 ctx.cancel_reason = "timeout"
                 ctx.cancel_event.set()
         alive = Q()
@@ -132,7 +165,7 @@ class _Heartbeat:
         live.update(heartbeat_at=timezone.now())
         still_running = set(live.values_list("pk", flat=True))
         for run_id, (_attempt, ctx, _deadline) in runs.items():
-            if run_id not in still_running and not ctx.cancel_event.is_set():
+            if ctx is not None and run_id not in still_running and not ctx.cancel_event.is_set():
                 ctx.cancel_reason = "cancelled"  # replaced, cancelled by a user, or reaped
                 ctx.cancel_event.set()
 
@@ -140,55 +173,96 @@ class _Heartbeat:
 HEARTBEAT = _Heartbeat()
 
 
-# --- claim, execute, finish -----------------------------------------------------------------
+# --- claim ----------------------------------------------------------------------------------
 
 
-def run_claim(run_id: int, *, worker: str, now: datetime | None = None) -> JobRun | None:
-    """Take a pending run for this worker, or None (someone else has it, or policy says no)."""
+def claim_runs(run_ids: list[int], *, worker: str, now: datetime | None = None,
+               send: Callable[[list[Ticket]], Any] | None = None) -> list[JobRun]:
+    """Take pending runs for this worker, in one transaction; returns those now running here, in order.
+
+    Concurrency policies are decided here, under the job row lock, so "is another run of this
+    job running?" cannot race: forbid marks the newcomer skipped, replace cancels the old one.
+    """
     now = now or timezone.now()
-    run = JobRun.objects.select_related("job", "job__org").filter(pk=run_id).first()
-    if run is None or run.status != S.PENDING:
-        return None
-    if run.not_before is not None and run.not_before > now:
-        # Early (the reaper re-sent it, or a broker ignored the countdown): come back later.
-        enqueue([Ticket(run.pk, run.job.timeout_s, (run.not_before - now).total_seconds())])
-        return None
-    job = run.job
-    claim = {"status": S.RUNNING, "started_at": now, "heartbeat_at": now, "worker": worker[:200],
-             "deadline_at": now + timedelta(seconds=job.timeout_s), "finished_at": None}
-    mine = JobRun.objects.filter(pk=run.pk, status=S.PENDING, attempt=run.attempt)
-    if job.concurrency_policy == Job.ConcurrencyPolicy.ALLOW:
-        if not mine.update(**claim):
-            return None
-    else:
-        with transaction.atomic():
-            # The job row serialises claims of one job, so "is another running?" cannot race.
-            Job.objects.select_for_update().filter(pk=job.pk).values_list("pk").first()
-            others = (JobRun.objects.filter(job_id=job.pk, status=S.RUNNING,
-                                            heartbeat_at__gte=now - timedelta(seconds=STALE_AFTER_S))
-                      .exclude(pk=run.pk))
-            if job.concurrency_policy == Job.ConcurrencyPolicy.FORBID:
-                busy = others.values_list("pk", flat=True).first()
-                if busy is not None:
-                    error = f"skipped: run {busy} of this job was still running (policy forbid)"
-                    if mine.update(status=S.SKIPPED, finished_at=now, error=error):
-                        _set_last_status(job.pk, S.SKIPPED, now)
-                    return None
-            else:  # replace: the running one is cancelled now; its executor stops at its next check
-                others.update(status=S.CANCELLED, finished_at=now,
-                              error=f"replaced by run {run.pk} (policy replace)")
-            if not mine.update(**claim):
-                return None
-    run.refresh_from_db()
-    return run
+    claimed: list[JobRun] = []
+    early: list[Ticket] = []
+    with transaction.atomic():
+        runs = list(JobRun.objects.select_for_update(skip_locked=True, of=("self",))
+                    .select_related("job", "job__org").filter(pk__in=run_ids, status=S.PENDING))
+        order = {run_id: index for index, run_id in enumerate(run_ids)}
+        runs.sort(key=lambda r: order[r.pk])
+        guarded = sorted({r.job_id for r in runs if r.job.concurrency_policy != Job.ConcurrencyPolicy.ALLOW})
+        busy: dict[int, int] = {}  # job id -> a run of it that is running
+        if guarded:
+            # The job rows serialise claims of one job (in id order: no deadlock between workers).
+            list(Job.objects.select_for_update().filter(pk__in=guarded).order_by("pk").values_list("pk"))
+            fresh = now - timedelta(seconds=STALE_AFTER_S)
+            running = JobRun.objects.filter(job_id__in=guarded, status=S.RUNNING, heartbeat_at__gte=fresh)
+            busy.update(dict(running.values_list("job_id", "pk")))
+        skipped: list[tuple[JobRun, int]] = []
+        replaced: list[int] = []  # runs that replace whatever of their job is running
+        superseded: list[tuple[JobRun, int]] = []  # claimed in this chunk, then replaced by a later one
+        for run in runs:
+            if run.not_before is not None and run.not_before > now:
+                # Early (the reaper re-sent it, or a broker ignored the countdown): come back later.
+                early.append(Ticket(run.pk, run.job.timeout_s, (run.not_before - now).total_seconds()))
+                continue
+            policy = run.job.concurrency_policy
+            if run.job_id in busy and policy == Job.ConcurrencyPolicy.FORBID:
+                skipped.append((run, busy[run.job_id]))
+                continue
+            if run.job_id in busy and policy == Job.ConcurrencyPolicy.REPLACE:
+                earlier = next((r for r in claimed if r.pk == busy[run.job_id]), None)
+                if earlier is not None:
+                    claimed.remove(earlier)
+                    superseded.append((earlier, run.pk))
+                else:
+                    replaced.append(run.pk)
+            if policy != Job.ConcurrencyPolicy.ALLOW:
+                busy[run.job_id] = run.pk
+            claimed.append(run)
+        for run, other in skipped:
+            JobRun.objects.filter(pk=run.pk).update(
+                status=S.SKIPPED, finished_at=now,
+                error=f"skipped: run {other} of this job was still running (policy forbid)")
+            _set_last_status([run.job_id], S.SKIPPED, now)
+        for run_id in replaced:
+            run = next(r for r in claimed if r.pk == run_id)
+            JobRun.objects.filter(job_id=run.job_id, status=S.RUNNING).update(
+                status=S.CANCELLED, finished_at=now, error=f"replaced by run {run.pk} (policy replace)")
+        for run, by in superseded:
+            JobRun.objects.filter(pk=run.pk).update(status=S.CANCELLED, finished_at=now,
+                                                    error=f"replaced by run {by} (policy replace)")
+        if claimed:
+            JobRun.objects.filter(pk__in=[r.pk for r in claimed]).update(
+                status=S.RUNNING, started_at=now, heartbeat_at=now, worker=worker[:200], finished_at=None)
+        for run in claimed:
+            run.status, run.started_at, run.heartbeat_at, run.worker = S.RUNNING, now, now, worker[:200]
+            run.deadline_at = now + timedelta(seconds=run.job.timeout_s)
+    if early:
+        (send or enqueue)(early)
+    for run in claimed:
+        HEARTBEAT.add(run.pk, run.attempt, None, float("inf"))
+    return claimed
 
 
-def run_execute(run_id: int, *, worker: str) -> str:
-    """Claim, execute and record one run; returns what happened (for logs and tests)."""
-    run = run_claim(run_id, worker=worker)
-    if run is None:
-        return "not_claimed"
+# --- execute --------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    run: JobRun
+    status: str
+    output: Any = None
+    error: str = ""
+    duration_ms: int | None = None
+    started_at: datetime | None = None
+
+
+def execute(run: JobRun) -> Outcome:
+    """Run one claimed run's kind; never raises (every failure becomes the run's error)."""
     job = run.job
+    started_at = timezone.now()
     ctx = kinds.RunContext(run_id=run.pk, job_id=job.pk, attempt=run.attempt, scheduled_for=run.scheduled_for,
                            principal=kinds.job_principal(job))
     started = time.monotonic()
@@ -199,7 +273,7 @@ def run_execute(run_id: int, *, worker: str) -> str:
     except SoftTimeLimitExceeded:
         status, error = S.TIMED_OUT, f"timed out after {job.timeout_s} s"
     except kinds.RunCancelled:
-        if getattr(ctx, "cancel_reason", "") == "timeout":
+        if ctx.cancel_reason == "timeout":
             status, error = S.TIMED_OUT, f"timed out after {job.timeout_s} s"
         else:
             status, error = S.CANCELLED, "cancelled while running"
@@ -210,47 +284,158 @@ def run_execute(run_id: int, *, worker: str) -> str:
     except Exception as exc:
         log.exception("job %s run %s crashed", job.pk, run.pk)
         status, error = S.FAILED, f"{type(exc).__name__}: {exc}"
+    return Outcome(run, status, output, error, int((time.monotonic() - started) * 1000), started_at)
+
+
+def run_chunk(run_ids: list[int], *, worker: str, send: Callable[[list[Ticket]], Any] | None = None) -> list[str]:
+    """Claim, execute and record runs (one message's worth); returns what happened to each claimed run."""
+    claimed = claim_runs(run_ids, worker=worker, send=send)
+    results: list[str] = []
+    pending: list[Outcome] = []
+    chunk_started = last_flush = time.monotonic()
+    try:
+        for index, run in enumerate(claimed):
+            if index > 0 and time.monotonic() - chunk_started > CHUNK_BUDGET_S:
+                results += record(pending, send=send)
+                pending = []
+                release(claimed[index:], send=send)
+                break
+            pending.append(execute(run))
+            if time.monotonic() - last_flush > FLUSH_EVERY_S:
+                results += record(pending, send=send)
+                pending, last_flush = [], time.monotonic()
+        results += record(pending, send=send)
     finally:
+        # Whatever happened (a timeout inside record, a lost database), this process stops vouching
+        # for these runs: any left `running` lose their heartbeat and the reaper takes them.
+        for run in claimed:
+            HEARTBEAT.discard(run.pk)
+    return results
+
+
+def run_execute(run_id: int, *, worker: str) -> str:
+    """One run: claim, execute, record. Returns its outcome, or "not_claimed"."""
+    results = run_chunk([run_id], worker=worker)
+    return results[0] if results else "not_claimed"
+
+
+def release(runs: list[JobRun], *, send: Callable[[list[Ticket]], Any] | None = None) -> None:
+    """Hand claimed-but-unstarted runs back (pending) and send each as its own message."""
+    tickets: list[Ticket] = []
+    for run in runs:
         HEARTBEAT.discard(run.pk)
-    duration_ms = int((time.monotonic() - started) * 1000)
-    return close_attempt(run, status=status, output=output, error=error, duration_ms=duration_ms)
+        if JobRun.objects.filter(pk=run.pk, status=S.RUNNING, attempt=run.attempt, worker=run.worker).update(
+                status=S.PENDING, started_at=None, heartbeat_at=None, enqueued_at=timezone.now()):
+            tickets.append(Ticket(run.pk, run.job.timeout_s))
+    if tickets:
+        (send or enqueue)(tickets)
 
 
-def close_attempt(run: JobRun, *, status: str, output: Any = None, error: str = "",
-                  duration_ms: int | None = None, now: datetime | None = None) -> str:
-    """Record the end of the current attempt: retry (back to pending) or final. Conditional on the run
-    still being ours; returns the status written, or "discarded" if someone else decided first."""
+# --- record ---------------------------------------------------------------------------------
+
+
+def record(outcomes: list[Outcome], *, now: datetime | None = None,
+           send: Callable[[list[Ticket]], Any] | None = None) -> list[str]:
+    """Write outcomes in one transaction: final, or back to pending for a retry. Each write is
+    conditional on the run still being this attempt's; a lost race reads "discarded"."""
+    if not outcomes:
+        return []
     now = now or timezone.now()
-    job = run.job
-    error = error[:MAX_ERROR_CHARS]
-    record = {"attempt": run.attempt, "status": status, "worker": run.worker, "error": error[:500],
-              "started_at": run.started_at.isoformat() if run.started_at else None,
-              "finished_at": now.isoformat(), "duration_ms": duration_ms}
-    retry = status in (S.FAILED, S.TIMED_OUT) and run.attempt < run.max_attempts
-    mine = JobRun.objects.filter(pk=run.pk, status=S.RUNNING, attempt=run.attempt)
+    results: list[str] = []
+    retries: list[Ticket] = []
+    final_by_status: dict[str, list[int]] = {}
+    webhooks: list[int] = []
     with transaction.atomic():
-        if retry:
-            delay_s = planning.retry_delay_s(backoff_s=job.retry_backoff_s, failed_attempt=run.attempt)
-            changed = mine.update(status=S.PENDING, attempt=run.attempt + 1, attempts=[*run.attempts, record],
-                                  not_before=now + timedelta(seconds=delay_s), enqueued_at=now, error=error,
-                                  output=output, duration_ms=duration_ms, heartbeat_at=None, deadline_at=None)
-            if changed:
-                enqueue_on_commit([Ticket(run.pk, job.timeout_s, float(delay_s))])
-                return "retry"
+        finished = _record_final_bulk(outcomes, now) if connection.vendor == "postgresql" else {}
+        for outcome in outcomes:
+            result = finished.get(outcome.run.pk) or _record_one(outcome, now, retries)
+            results.append(result)
+            if result not in ("retry", "discarded"):
+                final_by_status.setdefault(result, []).append(outcome.run.job_id)
+                if result in (S.FAILED, S.TIMED_OUT) and outcome.run.job.webhook_url:
+                    webhooks.append(outcome.run.pk)
+        for status, job_ids in final_by_status.items():
+            _set_last_status(job_ids, status, now)
+        enqueue_on_commit(retries, send)
+        for run_id in webhooks:
+            transaction.on_commit(lambda run_id=run_id: _send_webhook_later(run_id))
+    for outcome in outcomes:
+        HEARTBEAT.discard(outcome.run.pk)
+    return results
+
+
+def _entry(outcome: Outcome, now: datetime) -> dict[str, Any]:
+    run = outcome.run
+    started_at = outcome.started_at or run.started_at
+    return {"attempt": run.attempt, "status": outcome.status, "worker": run.worker,
+            "error": outcome.error[:500], "started_at": started_at.isoformat() if started_at else None,
+            "finished_at": now.isoformat(), "duration_ms": outcome.duration_ms}
+
+
+def _is_final(outcome: Outcome) -> bool:
+    retry = outcome.status in (S.FAILED, S.TIMED_OUT) and outcome.run.attempt < outcome.run.max_attempts
+    return not retry
+
+
+def _record_final_bulk(outcomes: list[Outcome], now: datetime) -> dict[int, str]:
+    """PostgreSQL: every final outcome in one UPDATE ... FROM (VALUES ...), still conditional per row.
+    Returns {run id: status} for rows written; the caller records the rest (retries, lost races) one by one."""
+    final = [o for o in outcomes if _is_final(o)]
+    if len(final) < 2:
+        return {}
+    ops = connection.ops
+    values: list[str] = []
+    params: list[Any] = []
+    for outcome in final:
+        run = outcome.run
+        values.append("(%s::bigint, %s::integer, %s::varchar, %s::timestamptz, %s::integer, %s::jsonb, %s::text, "
+                      "%s::jsonb)")
+        params += [run.pk, run.attempt, outcome.status,
+                   ops.adapt_datetimefield_value(outcome.started_at or run.started_at), outcome.duration_ms,
+                   None if outcome.output is None else json.dumps(outcome.output, default=str),
+                   outcome.error[:MAX_ERROR_CHARS], json.dumps([_entry(outcome, now)])]
+    table = ops.quote_name(JobRun._meta.db_table)
+    # Identifiers and placeholders only are interpolated; every value is a parameter.
+    sql = (f"UPDATE {table} AS r SET status = v.status, started_at = v.started_at, finished_at = %s, "  # noqa: S608
+           f"duration_ms = v.duration_ms, output = v.output, error = v.error, attempts = r.attempts || v.entry "
+           f"FROM (VALUES {', '.join(values)}) AS v(id, attempt, status, started_at, duration_ms, output, error, "
+           f"entry) WHERE r.id = v.id AND r.status = %s AND r.attempt = v.attempt RETURNING r.id, r.status")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [ops.adapt_datetimefield_value(now), *params, S.RUNNING])
+        return dict(cursor.fetchall())
+
+
+def _record_one(outcome: Outcome, now: datetime, retries: list[Ticket]) -> str:
+    run, status = outcome.run, outcome.status
+    job = run.job
+    error = outcome.error[:MAX_ERROR_CHARS]
+    started_at = outcome.started_at or run.started_at
+    entry = _entry(outcome, now)
+    mine = JobRun.objects.filter(pk=run.pk, status=S.RUNNING, attempt=run.attempt)
+    if status in (S.FAILED, S.TIMED_OUT) and run.attempt < run.max_attempts:
+        delay_s = planning.retry_delay_s(backoff_s=job.retry_backoff_s, failed_attempt=run.attempt)
+        if not mine.update(status=S.PENDING, attempt=run.attempt + 1, attempts=[*run.attempts, entry],
+                           not_before=now + timedelta(seconds=delay_s), enqueued_at=now, error=error,
+                           output=outcome.output, duration_ms=outcome.duration_ms, started_at=started_at,
+                           heartbeat_at=None):
             return "discarded"
-        changed = mine.update(status=status, finished_at=now, duration_ms=duration_ms, output=output,
-                              error=error, attempts=[*run.attempts, record])
-        if not changed:
-            return "discarded"
-        _set_last_status(job.pk, status, now)
-        if status in (S.FAILED, S.TIMED_OUT) and job.webhook_url:
-            transaction.on_commit(lambda: _send_webhook_later(run.pk))
+        retries.append(Ticket(run.pk, job.timeout_s, float(delay_s)))
+        return "retry"
+    if not mine.update(status=status, started_at=started_at, finished_at=now, duration_ms=outcome.duration_ms,
+                       output=outcome.output, error=error, attempts=[*run.attempts, entry]):
+        return "discarded"
     return status
 
 
-def _set_last_status(job_id: int, status: str, now: datetime) -> None:
+def close_attempt(run: JobRun, *, status: str, error: str = "", duration_ms: int | None = None,
+                  now: datetime | None = None, send: Callable[[list[Ticket]], Any] | None = None) -> str:
+    """Record the end of `run`'s current attempt from outside its worker (the reaper)."""
+    return record([Outcome(run, status, None, error, duration_ms)], now=now, send=send)[0]
+
+
+def _set_last_status(job_ids: list[int], status: str, now: datetime) -> None:
     # A run that finishes late must not hide the outcome of a newer one.
-    Job.objects.filter(pk=job_id).filter(Q(last_run_at__isnull=True) | Q(last_run_at__lte=now)).update(
+    Job.objects.filter(pk__in=job_ids).filter(Q(last_run_at__isnull=True) | Q(last_run_at__lte=now)).update(
         last_status=status, last_run_at=now)
 
 
@@ -278,28 +463,28 @@ def reap(*, now: datetime | None = None, stale_after_s: float = STALE_AFTER_S,
     close_old_connections()
     now = now or timezone.now()
     result = ReapResult()
-    stale_before = now - timedelta(seconds=stale_after_s)
+    hard_limit_passed = now - timedelta(seconds=HARD_LIMIT_MARGIN_S)
     with transaction.atomic():
         dead = list(JobRun.objects.select_for_update(skip_locked=True, of=("self",)).select_related("job")
                     .filter(status=S.RUNNING)
-                    .filter(Q(heartbeat_at__lt=stale_before) | Q(heartbeat_at__isnull=True)
-                            | Q(deadline_at__lt=now - timedelta(seconds=HARD_LIMIT_MARGIN_S)))
+                    .filter(Q(heartbeat_at__lt=now - timedelta(seconds=stale_after_s))
+                            | Q(heartbeat_at__isnull=True) | Q(deadline_at__lt=hard_limit_passed))
                     .order_by("heartbeat_at")[:limit])
-        hard_limit_passed = now - timedelta(seconds=HARD_LIMIT_MARGIN_S)
+        outcomes: list[Outcome] = []
         for run in dead:
             if run.deadline_at is not None and run.deadline_at < hard_limit_passed:
-                status = S.TIMED_OUT
                 error = f"timed out after {run.job.timeout_s} s (worker stopped responding)"
+                outcomes.append(Outcome(run, S.TIMED_OUT, None, error))
                 result.timed_out += 1
             else:
                 seen = run.heartbeat_at.isoformat() if run.heartbeat_at else "never"
-                status = S.FAILED
                 error = f"worker lost: {run.worker or 'unknown'} stopped heartbeating (last {seen})"
+                outcomes.append(Outcome(run, S.FAILED, None, error))
                 result.lost += 1
-            duration_ms = int((now - run.started_at).total_seconds() * 1000) if run.started_at else None
-            if close_attempt(run, status=status, error=error, duration_ms=duration_ms, now=now) == "retry":
-                result.retried += 1
-    due = (Q(not_before__isnull=True) | Q(not_before__lte=now))
+            if run.started_at is not None:
+                outcomes[-1].duration_ms = int((now - run.started_at).total_seconds() * 1000)
+        result.retried = record(outcomes, now=now, send=send).count("retry")
+    due = Q(not_before__isnull=True) | Q(not_before__lte=now)
     lost_messages = list(JobRun.objects.filter(due, status=S.PENDING,
                                                enqueued_at__lt=now - timedelta(seconds=reenqueue_after_s))
                          .values_list("pk", "job__timeout_s")[:limit])

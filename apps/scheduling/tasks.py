@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from celery import shared_task
+from celery.signals import worker_process_init
+from django.db import connection
 
 from apps.scheduling import dispatcher, notify, runner
 
@@ -30,6 +33,13 @@ def run_job_task(self, run_id: int) -> str:
     return runner.run_execute(run_id, worker=worker)
 
 
+@shared_task(name="scheduling.run_jobs_task", bind=True, ignore_result=True)
+def run_jobs_task(self, run_ids: list[int]) -> list[str]:
+    """Execute a chunk of quick JobRuns one after another (see runner.CHUNK_SIZE)."""
+    worker = f"{self.request.hostname or 'worker'}/pid{os.getpid()}"
+    return runner.run_chunk([int(run_id) for run_id in run_ids][: runner.CHUNK_SIZE * 2], worker=worker)
+
+
 @shared_task(name="scheduling.send_webhook_task", bind=True, ignore_result=True, max_retries=3)
 def send_webhook_task(self, run_id: int) -> str:
     outcome = notify.webhook_send(run_id)
@@ -37,3 +47,10 @@ def send_webhook_task(self, run_id: int) -> str:
         # 10 s, 40 s, 160 s: a receiver that is restarting gets time to come back.
         raise self.retry(countdown=10 * 4 ** self.request.retries)
     return outcome.status
+
+
+@worker_process_init.connect
+def _connect_early(**_: object) -> None:
+    """Open each pool process's database connection when it starts, not on the first run of a burst."""
+    with contextlib.suppress(Exception):  # no database yet: the first task connects, as it would anyway
+        connection.ensure_connection()

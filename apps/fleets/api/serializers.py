@@ -32,7 +32,7 @@ class FleetSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Fleet
-        fields = ["id", "name", "region", "serves", "load_balancers", "canary", "batch_size",
+        fields = ["id", "name", "region", "serves", "load_balancers", "canary", "batch_size", "auto_rollout",
                   "desired_revision", "nodes", "created_at", "updated_at"]
         read_only_fields = ["desired_revision", "created_at", "updated_at"]
 

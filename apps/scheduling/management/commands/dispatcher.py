@@ -48,6 +48,10 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, stop)
         tick_s: float = max(0.05, opts["tick_s"])
         next_reap = 0.0
+        try:
+            runner.warm_producer()
+        except Exception as exc:  # the broker may come later; sends retry then
+            log.warning("dispatcher: broker not reachable yet (%s)", exc)
         self.stdout.write(f"dispatcher ready (tick {tick_s} s, batch {opts['batch']})", ending="\n")
         self.stdout.flush()
         while not stopping:
@@ -64,6 +68,10 @@ class Command(BaseCommand):
                 connection.close()
             if opts["once"]:
                 break
+            try:
+                dispatcher.warm_upcoming(within_s=tick_s * 2)
+            except (OperationalError, InterfaceError):
+                connection.close()
             now = time.time()
             time.sleep(max(0.0, math.floor(now / tick_s) * tick_s + tick_s + TICK_OFFSET_S - now))
 

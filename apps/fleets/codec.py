@@ -1,0 +1,133 @@
+"""FleetSnapshot <-> JSON, and the revision-independent content hash of a bundle (no Django).
+
+A ConfigRevision stores the snapshot it was rendered from, so any node (also one added later) can be
+rendered for any revision: rollback to an earlier revision and drift checks need exactly that.
+Certificate PEMs hold private keys, so they are stored only through the `seal` / `unseal` callables
+the caller passes (apps.core.crypto in production).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from apps.fleets.snapshot import (
+    MAIN_FILE,
+    CertSpec,
+    ConfigBundle,
+    FleetSnapshot,
+    HealthCheckSpec,
+    ListenerSpec,
+    MemberSpec,
+    PoolRegionSpec,
+    PoolSpec,
+    RegionStep,
+    RouteSpec,
+    RouteTargetSpec,
+    bundle_digest,
+)
+
+Seal = Callable[[str], str]
+
+
+def snapshot_to_json(snap: FleetSnapshot, seal: Seal) -> dict[str, Any]:
+    def member(m: MemberSpec) -> dict[str, Any]:
+        return {"name": m.name, "address": m.address, "port": m.port, "weight": m.weight,
+                "admin_state": m.admin_state}
+
+    def pool(p: PoolSpec) -> dict[str, Any]:
+        health = None
+        if p.health is not None:
+            health = {"path": p.health.path, "interval_s": p.health.interval_s, "rise": p.health.rise,
+                      "fall": p.health.fall, "expected_status": p.health.expected_status}
+        return {
+            "id": p.id, "name": p.name, "algorithm": p.algorithm, "health": health,
+            "regions": [{"region": r.region, "members": [member(m) for m in r.members]} for r in p.regions],
+            "chain": [[s.region, s.rate_limit_per_node] for s in p.chain],
+        }
+
+    def route(r: RouteSpec) -> dict[str, Any]:
+        return {"id": r.id, "priority": r.priority, "hosts": list(r.hosts), "path_match": r.path_match,
+                "path": r.path, "targets": [[t.pool_id, t.weight] for t in r.targets],
+                "redirect_url": r.redirect_url}
+
+    def listener(ln: ListenerSpec) -> dict[str, Any]:
+        cert = None
+        if ln.cert is not None:
+            cert = {"name": ln.cert.name, "pem_sealed": seal(ln.cert.pem.decode())}
+        return {"id": ln.id, "lb": ln.lb, "name": ln.name, "protocol": ln.protocol, "address": ln.address,
+                "port": ln.port, "default_pool_id": ln.default_pool_id,
+                "routes": [route(r) for r in ln.routes], "cert": cert}
+
+    return {
+        "fleet": snap.fleet, "region": snap.region, "revision": snap.revision,
+        "listeners": [listener(ln) for ln in snap.listeners], "pools": [pool(p) for p in snap.pools],
+    }
+
+
+def snapshot_from_json(data: dict[str, Any], unseal: Seal) -> FleetSnapshot:
+    def pool(p: dict[str, Any]) -> PoolSpec:
+        health = p.get("health")
+        return PoolSpec(
+            id=p["id"], name=p["name"], algorithm=p["algorithm"],
+            health=None if health is None else HealthCheckSpec(**health),
+            regions=tuple(
+                PoolRegionSpec(region=r["region"], members=tuple(MemberSpec(**m) for m in r["members"]))
+                for r in p["regions"]
+            ),
+            chain=tuple(RegionStep(region=s[0], rate_limit_per_node=s[1]) for s in p["chain"]),
+        )
+
+    def route(r: dict[str, Any]) -> RouteSpec:
+        return RouteSpec(
+            id=r["id"], priority=r["priority"], hosts=tuple(r["hosts"]), path_match=r["path_match"],
+            path=r["path"], targets=tuple(RouteTargetSpec(pool_id=t[0], weight=t[1]) for t in r["targets"]),
+            redirect_url=r.get("redirect_url"),
+        )
+
+    def listener(ln: dict[str, Any]) -> ListenerSpec:
+        cert = ln.get("cert")
+        return ListenerSpec(
+            id=ln["id"], lb=ln["lb"], name=ln["name"], protocol=ln["protocol"], address=ln["address"],
+            port=ln["port"], default_pool_id=ln.get("default_pool_id"),
+            routes=tuple(route(r) for r in ln["routes"]),
+            cert=None
+            if cert is None
+            else CertSpec(name=cert["name"], pem=unseal(cert["pem_sealed"]).encode()),
+        )
+
+    return FleetSnapshot(
+        fleet=data["fleet"], region=data["region"], revision=data["revision"],
+        listeners=tuple(listener(ln) for ln in data["listeners"]),
+        pools=tuple(pool(p) for p in data["pools"]),
+    )
+
+
+def strip_header(text: str) -> str:
+    """haproxy.cfg without the renderer's header comment (which names the revision and node)."""
+    if text.startswith("# Spillway:"):
+        _head, sep, rest = text.partition("\n\n")
+        if sep:
+            return rest
+    return text
+
+
+def content_sha256(bundle: ConfigBundle) -> str:
+    """Hash of what a bundle makes HAProxy do: every file, haproxy.cfg without its header.
+
+    Two renders of the same desired state for the same node hash the same whatever revision
+    number they carry, so an unchanged state makes no new revision.
+    """
+    files = dict(bundle.files)
+    files[MAIN_FILE] = strip_header(files[MAIN_FILE].decode()).encode()
+    return bundle_digest(files)
+
+
+def display_text(bundle: ConfigBundle) -> str:
+    """haproxy.cfg followed by the bundle's map files, for people and diffs; never the certificates."""
+    parts = [bundle.main]
+    for name, content in bundle.files.items():
+        if name == MAIN_FILE or bundle.is_secret(name):
+            continue
+        parts.append(f"\n# ---- {name} ----\n{content.decode(errors='replace')}")
+    return "".join(parts)

@@ -1,0 +1,28 @@
+"""Balancers' signals -> fleet work. Both signals are sent after commit (apps.balancers.signals)."""
+
+from __future__ import annotations
+
+import logging
+
+from apps.fleets import selectors, services
+
+logger = logging.getLogger(__name__)
+
+
+def on_lb_changed(sender, lb_id: int, revision: int, **kwargs) -> None:
+    for fleet_id in selectors.fleet_ids_for_lb(lb_id):
+        services.rollout_start(fleet=fleet_id)
+
+
+def on_member_runtime_changed(sender, member_id: int, **kwargs) -> None:
+    from apps.fleets.tasks import member_runtime_task
+
+    # A task, not inline: the web request must not wait on (possibly remote) nodes.
+    member_runtime_task.delay(member_id)
+
+
+def connect() -> None:
+    from apps.balancers.signals import lb_changed, member_runtime_changed
+
+    lb_changed.connect(on_lb_changed, dispatch_uid="fleets.on_lb_changed")
+    member_runtime_changed.connect(on_member_runtime_changed, dispatch_uid="fleets.on_member_runtime_changed")

@@ -1,0 +1,221 @@
+"""Reads for fleets: the FleetSnapshot a fleet must serve, node specs, what each node applied."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Q, QuerySet
+
+from apps.balancers.models import (
+    Listener,
+    LoadBalancer,
+    Member,
+    Pool,
+    PoolRegion,
+    RegionDistance,
+    Route,
+)
+from apps.core import crypto
+from apps.fleets.codec import snapshot_from_json
+from apps.fleets.models import ConfigRevision, Fleet, Node
+from apps.fleets.snapshot import (
+    CertSpec,
+    FleetSnapshot,
+    HealthCheckSpec,
+    ListenerSpec,
+    MemberSpec,
+    NodeSpec,
+    PoolRegionSpec,
+    PoolSpec,
+    RegionStep,
+    RouteSpec,
+    RouteTargetSpec,
+)
+from apps.fleets.transports import NodeConn
+from apps.traffic.overflow import PlanInputError
+from apps.traffic.selectors import pool_capacities_many
+from apps.traffic.thresholds import node_chain
+
+# Listeners without a static IP bind every address of the node (or the node's bind_address).
+ANY_ADDRESS = "0.0.0.0"
+
+
+def fleet_lbs(fleet: Fleet) -> QuerySet[LoadBalancer]:
+    """HAProxy LBs the fleet serves: its FK LBs and those listed in `serves`."""
+    return (
+        LoadBalancer.objects.filter(Q(fleet=fleet) | Q(serving_fleets=fleet), kind=LoadBalancer.Kind.HAPROXY)
+        .distinct()
+        .order_by("name")
+    )
+
+
+def lb_fleets(lb: LoadBalancer) -> QuerySet[Fleet]:
+    return Fleet.objects.filter(Q(pk=lb.fleet_id) | Q(serves=lb)).distinct().order_by("name")
+
+
+def fleet_ids_for_lb(lb_id: int) -> list[int]:
+    lb = LoadBalancer.objects.filter(pk=lb_id).only("fleet_id", "kind").first()
+    if lb is None or lb.kind != LoadBalancer.Kind.HAPROXY:
+        return []
+    return list(lb_fleets(lb).values_list("pk", flat=True))
+
+
+def enabled_nodes(fleet: Fleet) -> QuerySet[Node]:
+    return Node.objects.filter(fleet=fleet, enabled=True).select_related("applied_revision").order_by("name")
+
+
+def _nodes_per_region(lb_ids: list[int]) -> dict[int, dict[str, int]]:
+    """{lb id: {region slug: enabled nodes of every fleet serving that LB}} (the share rule's S)."""
+    counts: dict[int, dict[str, int]] = {lb_id: defaultdict(int) for lb_id in lb_ids}
+    seen: set[tuple[int, int]] = set()
+    # One row per (node, FK LB, M2M LB) combination; `seen` counts each node once per LB.
+    for node_id, region, fk_lb, m2m_lb in Node.objects.filter(enabled=True).values_list(
+        "pk", "fleet__region__slug", "fleet__load_balancers__id", "fleet__serves__id"
+    ):
+        for lb_id in {fk_lb, m2m_lb}:
+            if lb_id in counts and (node_id, lb_id) not in seen:
+                seen.add((node_id, lb_id))
+                counts[lb_id][region] += 1
+    return counts
+
+
+def _cert_spec(listener: Listener) -> CertSpec | None:
+    cert = listener.certificate
+    if cert is None or listener.protocol != Listener.Protocol.HTTPS:
+        return None
+    pem = cert.cert_pem.strip() + "\n" + crypto.decrypt(cert.key_encrypted).strip() + "\n"
+    return CertSpec(name=f"cert-{cert.pk}", pem=pem.encode())
+
+
+def fleet_snapshot(fleet: Fleet, revision: int) -> tuple[FleetSnapshot, dict[str, int]]:
+    """(what the fleet's nodes must serve, {lb id: LB revision it reflects}).
+
+    LB revisions are read first: anything read after them is at least that new, so a revision
+    never claims an LB change it does not contain.
+    """
+    lbs = list(fleet_lbs(fleet))
+    lb_revisions = {str(lb.pk): lb.revision for lb in lbs}
+    lb_ids = [lb.pk for lb in lbs]
+    region = fleet.region.slug
+    distances = {
+        (d.src.slug, d.dst.slug): d.rtt_ms for d in RegionDistance.objects.select_related("src", "dst")
+    }
+    nodes_per_region = _nodes_per_region(lb_ids)
+
+    pools = list(Pool.objects.filter(lb_id__in=lb_ids).order_by("pk"))
+    members: dict[int, list[Member]] = defaultdict(list)
+    for m in Member.objects.filter(pool_id__in=[p.pk for p in pools]).select_related("region").order_by("pk"):
+        members[m.pool_id].append(m)
+    pool_caps = pool_capacities_many(pools)
+    pool_regions: dict[int, list[PoolRegion]] = defaultdict(list)
+    for pr in PoolRegion.objects.filter(pool_id__in=[p.pk for p in pools]).select_related("region"):
+        pool_regions[pr.pool_id].append(pr)
+
+    pool_specs = []
+    for pool in pools:
+        by_region: dict[str, list[MemberSpec]] = defaultdict(list)
+        for m in members[pool.pk]:
+            by_region[m.region.slug].append(
+                MemberSpec(name=m.name, address=m.address, port=m.port, weight=m.weight,
+                           admin_state=m.admin_state)  # type: ignore[arg-type]
+            )
+        rows = {pr.region.slug: pr for pr in pool_regions[pool.pk]}
+        region_slugs = sorted(set(by_region) | set(rows))
+        # One capacity model for planner, what-if and configs (traffic: health-aware, GCP semantics).
+        capacities = pool_caps.get(pool.pk)
+        per_region = dict(nodes_per_region.get(pool.lb_id, {}))
+        per_region[region] = max(1, per_region.get(region, 0))  # a fleet without nodes yet still renders
+        try:
+            steps = (node_chain(capacities, region, distances, pool.overflow_policy, per_region)
+                     if capacities is not None else [])
+        except PlanInputError:
+            steps = []  # bad capacity rows: fall back to health-only ordering (renderer default)
+        health = None
+        if pool.health_path:
+            health = HealthCheckSpec(path=pool.health_path, interval_s=pool.health_interval_s,
+                                     rise=pool.health_rise, fall=pool.health_fall,
+                                     expected_status=pool.health_expected_status)
+        pool_specs.append(PoolSpec(
+            id=pool.pk, name=pool.name, algorithm=pool.algorithm,  # type: ignore[arg-type]
+            health=health,
+            regions=tuple(PoolRegionSpec(region=slug, members=tuple(by_region.get(slug, [])))
+                          for slug in region_slugs),
+            chain=tuple(RegionStep(region=r, rate_limit_per_node=limit) for r, limit in steps),
+        ))
+
+    routes_by_lb: dict[int, list[RouteSpec]] = defaultdict(list)
+    routes = Route.objects.filter(lb_id__in=lb_ids).prefetch_related("targets").order_by("priority", "pk")
+    for route in routes:
+        routes_by_lb[route.lb_id].append(RouteSpec(
+            id=route.pk, priority=route.priority, hosts=tuple(route.hosts),
+            path_match=route.path_match,  # type: ignore[arg-type]
+            path=route.path,
+            targets=tuple(RouteTargetSpec(pool_id=t.pool_id, weight=t.weight)
+                          for t in sorted(route.targets.all(), key=lambda t: t.pool_id)),
+            redirect_url=route.redirect_url or None,
+        ))
+
+    listener_specs = []
+    for ln in (Listener.objects.filter(lb_id__in=lb_ids)
+               .select_related("lb", "static_ip", "certificate").order_by("lb__name", "name")):
+        listener_routes = () if ln.protocol == Listener.Protocol.TCP else tuple(routes_by_lb[ln.lb_id])
+        listener_specs.append(ListenerSpec(
+            id=ln.pk, lb=ln.lb.name, name=ln.name, protocol=ln.protocol,  # type: ignore[arg-type]
+            address=ln.static_ip.address if ln.static_ip else ANY_ADDRESS, port=ln.port,
+            default_pool_id=ln.default_pool_id, routes=listener_routes, cert=_cert_spec(ln),
+        ))
+    snap = FleetSnapshot(fleet=fleet.name, region=region, revision=revision,
+                         listeners=tuple(listener_specs), pools=tuple(pool_specs))
+    return snap, lb_revisions
+
+
+def revision_snapshot(revision: ConfigRevision) -> FleetSnapshot:
+    return snapshot_from_json(revision.snapshot, crypto.decrypt)
+
+
+def reference_node(fleet: Fleet) -> NodeSpec:
+    """The node a revision's stored text and central validation are rendered for: the fleet's own
+    paths, no bind override, so the text does not change when nodes come and go."""
+    return NodeSpec(name="reference", runtime_dir=f"/run/spillway/{fleet.name}", bind_address=None)
+
+
+def node_spec(node: Node) -> NodeSpec:
+    return NodeSpec(name=node.name, runtime_dir=node.runtime_dir, bind_address=node.bind_address or None)
+
+
+def node_conn(node: Node) -> NodeConn:
+    return NodeConn(
+        name=node.name,
+        address=node.address,
+        runtime_dir=node.runtime_dir,
+        config_dir=node.config_dir,
+        haproxy_bin=node.haproxy_bin or settings.HAPROXY_BIN,
+        transport=node.transport,  # type: ignore[arg-type]
+        ssh_host=node.ssh_host,
+        ssh_port=node.ssh_port,
+        ssh_user=node.ssh_user,
+        ssh_private_key=crypto.decrypt(node.ssh_private_key_encrypted) if node.transport == "ssh" else "",
+        ssh_known_hosts=node.ssh_known_hosts,
+    )
+
+
+def latest_revision(fleet: Fleet) -> ConfigRevision | None:
+    return ConfigRevision.objects.filter(fleet=fleet).order_by("-number").first()
+
+
+def lb_applied_state(lb: LoadBalancer, revision: int) -> tuple[bool, list[dict[str, Any]]]:
+    """(every enabled node of every fleet serving `lb` serves LB revision >= `revision`, per node)."""
+    nodes = (Node.objects.filter(fleet__in=lb_fleets(lb), enabled=True)
+             .select_related("fleet", "applied_revision").order_by("fleet__name", "name"))
+    states = []
+    for node in nodes:
+        applied = node.applied_revision
+        covered = int(applied.lb_revisions.get(str(lb.pk), 0)) if applied else 0
+        states.append({
+            "fleet": node.fleet.name, "node": node.name, "status": node.status,
+            "applied_revision": applied.number if applied else None,
+            "lb_revision": covered, "done": covered >= revision,
+        })
+    return bool(states) and all(s["done"] for s in states), states

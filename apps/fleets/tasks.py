@@ -1,0 +1,59 @@
+"""Celery tasks for fleets: thin, take ids, idempotent (re-running one converges)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import shared_task
+from django.db.models import F
+
+from apps.fleets import services
+from apps.fleets.models import Fleet, Rollout
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(name="fleets.reconcile_task")
+def reconcile_task(fleet_id: int) -> dict[str, Any]:
+    """Render if desired state moved and run the fleet's newest rollout (see apps.fleets.engine)."""
+    if not Fleet.objects.filter(pk=fleet_id).exists():
+        return {"missing": True}
+    return services.fleet_reconcile(fleet_id=fleet_id)
+
+
+@shared_task(name="fleets.member_runtime_task")
+def member_runtime_task(member_id: int) -> dict[str, str | None]:
+    return services.member_runtime_apply(member_id=member_id)
+
+
+@shared_task(name="fleets.converge_task")
+def converge_task() -> dict[str, Any]:
+    """Level-triggered safety net: renders missed changes, resumes rollouts a dead worker left,
+    re-converges drifted nodes and nodes that came back."""
+    done: dict[str, Any] = {}
+    for fleet in Fleet.objects.all():
+        stale = Rollout.objects.filter(fleet=fleet, status__in=Rollout.ACTIVE).exists()
+        missed = fleet.auto_rollout and fleet.change_seq > fleet.rendered_seq
+        if missed or stale:
+            done[fleet.name] = services.fleet_reconcile(fleet_id=fleet.pk)
+            fleet.refresh_from_db()
+        rollout = services.fleet_converge(fleet=fleet, enqueue=False)
+        if rollout is not None:
+            logger.info("fleet %s: converging %s", fleet.name, rollout)
+            done[fleet.name] = services.fleet_reconcile(fleet_id=fleet.pk)
+    return done
+
+
+@shared_task(name="fleets.health_task")
+def health_task() -> dict[str, int]:
+    return {fleet.name: services.fleet_health_collect(fleet=fleet)
+            for fleet in Fleet.objects.filter(nodes__enabled=True).distinct()}
+
+
+@shared_task(name="fleets.render_task")
+def render_task(fleet_id: int) -> int:
+    """Mark desired state changed and reconcile now (used by operators' "render" action)."""
+    Fleet.objects.filter(pk=fleet_id).update(change_seq=F("change_seq") + 1)
+    services.fleet_reconcile(fleet_id=fleet_id)
+    return Fleet.objects.get(pk=fleet_id).desired_revision

@@ -1,0 +1,234 @@
+"""Fleet UI: fleets and nodes, revision history with diffs, live rollout progress, preview, rollback.
+
+Operators see and act on everything. Customers see the fleets serving load balancers they can see,
+their nodes' state and rollouts, never config text (a shared LB's config names other tenants).
+"""
+
+from __future__ import annotations
+
+from django.core.cache import cache
+from django.db.models import Q
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django_htmx.http import HttpResponseClientRedirect
+
+from apps.balancers.models import LoadBalancer
+from apps.core.errors import DomainError
+from apps.fleets import engine, selectors, services
+from apps.fleets.models import ConfigRevision, Fleet, Node, Rollout
+from frontend.base import PrincipalView
+
+RECENT_ROLLOUTS = 15
+RECENT_REVISIONS = 30
+
+
+def diff_lines(diff: str) -> list[tuple[str, str]]:
+    """(css class, line) for a unified diff: the template colours additions and deletions."""
+    lines = []
+    for line in diff.splitlines():
+        if line.startswith(("+++", "---")):
+            cls = "meta"
+        elif line.startswith("+"):
+            cls = "add"
+        elif line.startswith("-"):
+            cls = "del"
+        else:
+            cls = ""
+        lines.append((cls, line))
+    return lines
+
+
+class FleetAccessMixin:
+    def visible_fleets(self):
+        if self.principal.is_operator:
+            return Fleet.objects.all()
+        lbs = LoadBalancer.objects.visible_to(self.principal)
+        return Fleet.objects.filter(Q(load_balancers__in=lbs) | Q(serves__in=lbs)).distinct()
+
+    def get_fleet(self, pk: int) -> Fleet:
+        return get_object_or_404(self.visible_fleets().select_related("region"), pk=pk)
+
+    def require_operator(self) -> None:
+        if not self.principal.is_operator:
+            raise Http404("Not found.")
+
+    def fleet_context(self, fleet: Fleet) -> dict:
+        nodes = list(Node.objects.filter(fleet=fleet).select_related("applied_revision").order_by("name"))
+        health = cache.get(engine.health_cache_key(fleet.pk)) or {}
+        for node in nodes:
+            entry = health.get("nodes", {}).get(node.name, {})
+            servers = entry.get("servers", [])
+            node.servers_up = sum(1 for s in servers if s.get("status") in ("UP", "no check"))
+            node.servers_total = len(servers)
+            node.on_desired = node.applied_revision is not None and node.applied_revision.number == (
+                fleet.desired_revision)
+        return {"fleet": fleet, "nodes": nodes, "is_operator": self.principal.is_operator,
+                "health_at": health.get("collected_at")}
+
+
+class FleetListView(FleetAccessMixin, PrincipalView):
+    def get(self, request):
+        fleets = list(self.visible_fleets().select_related("region").order_by("name"))
+        for fleet in fleets:
+            nodes = list(fleet.nodes.filter(enabled=True).values_list("status", "applied_revision__number"))
+            fleet.node_total = len(nodes)
+            fleet.node_up = sum(1 for status, _ in nodes if status == Node.Status.UP)
+            fleet.node_on_desired = sum(1 for _, number in nodes if number == fleet.desired_revision)
+            fleet.problem_nodes = sum(1 for status, _ in nodes if status in (Node.Status.DOWN, Node.Status.DRIFTED))
+            fleet.last_rollout = fleet.rollouts.order_by("-id").first()
+            fleet.lbs = [lb.name for lb in selectors.fleet_lbs(fleet)]
+        return render(request, "fleets/list.html", {"fleets": fleets})
+
+
+class FleetDetailView(FleetAccessMixin, PrincipalView):
+    def get(self, request, pk: int):
+        fleet = self.get_fleet(pk)
+        context = self.fleet_context(fleet)
+        context["rollouts"] = fleet.rollouts.select_related("revision").order_by("-id")[:RECENT_ROLLOUTS]
+        context["lbs"] = selectors.fleet_lbs(fleet).filter(
+            pk__in=LoadBalancer.objects.visible_to(self.principal).values("pk"))
+        if self.principal.is_operator:
+            context["revisions"] = fleet.revisions.order_by("-number")[:RECENT_REVISIONS]
+            context["pending_changes"] = fleet.change_seq > fleet.rendered_seq
+        return render(request, "fleets/detail.html", context)
+
+
+class FleetNodesPartial(FleetAccessMixin, PrincipalView):
+    """The nodes table alone: the fleet page polls it every few seconds."""
+
+    def get(self, request, pk: int):
+        return render(request, "fleets/_nodes.html", self.fleet_context(self.get_fleet(pk)))
+
+
+class FleetRolloutsPartial(FleetAccessMixin, PrincipalView):
+    def get(self, request, pk: int):
+        fleet = self.get_fleet(pk)
+        rollouts = fleet.rollouts.select_related("revision").order_by("-id")[:RECENT_ROLLOUTS]
+        return render(request, "fleets/_rollouts.html", {"fleet": fleet, "rollouts": rollouts,
+                                                         "is_operator": self.principal.is_operator})
+
+
+class FleetActionView(FleetAccessMixin, PrincipalView):
+    """Operator buttons on the fleet page: push held changes, converge, hold/auto."""
+
+    def post(self, request, pk: int, verb: str):
+        self.require_operator()
+        fleet = self.get_fleet(pk)
+        if not self.principal.can_deploy:
+            return HttpResponse("Your role cannot deploy.", status=403)
+        if verb == "push":
+            rollout = services.fleet_push(fleet=fleet, principal=self.principal)
+            if rollout is not None:
+                return HttpResponseClientRedirect(f"/fleets/rollouts/{rollout.pk}/")
+        elif verb == "converge":
+            rollout = services.fleet_converge(fleet=fleet)
+            if rollout is not None:
+                return HttpResponseClientRedirect(f"/fleets/rollouts/{rollout.pk}/")
+        elif verb in ("hold", "auto"):
+            services.fleet_save(principal=self.principal, fleet=fleet, data={"auto_rollout": verb == "auto"})
+        else:
+            raise Http404("Unknown action.")
+        return HttpResponseClientRedirect(f"/fleets/{fleet.pk}/")
+
+
+class RevisionDetailView(FleetAccessMixin, PrincipalView):
+    def get(self, request, pk: int, number: int):
+        self.require_operator()
+        fleet = self.get_fleet(pk)
+        revision = get_object_or_404(ConfigRevision, fleet=fleet, number=number)
+        return render(request, "fleets/revision.html", {
+            "fleet": fleet, "revision": revision, "diff": diff_lines(revision.diff),
+            "is_desired": revision.number == fleet.desired_revision,
+        })
+
+
+class RevisionRolloutView(FleetAccessMixin, PrincipalView):
+    """Roll the fleet out to this revision (a rollback when it is older than the desired one)."""
+
+    def post(self, request, pk: int, number: int):
+        self.require_operator()
+        fleet = self.get_fleet(pk)
+        if not self.principal.can_deploy:
+            return HttpResponse("Your role cannot deploy.", status=403)
+        try:
+            rollout = services.fleet_rollback(fleet=fleet, number=number, principal=self.principal)
+        except DomainError as exc:
+            return HttpResponse(exc.detail, status=exc.status)
+        return HttpResponseClientRedirect(f"/fleets/rollouts/{rollout.pk}/")
+
+
+class RolloutMixin(FleetAccessMixin):
+    def get_rollout(self, pk: int) -> Rollout:
+        rollout = get_object_or_404(Rollout.objects.visible_to(self.principal).select_related(
+            "fleet", "revision"), pk=pk)
+        return rollout
+
+    def rollout_context(self, rollout: Rollout) -> dict:
+        results = list(rollout.results.select_related("node").order_by("node__name"))
+        done = sum(1 for r in results if r.status not in ("pending", "running"))
+        return {"rollout": rollout, "results": results, "done": done, "total": len(results),
+                "active": rollout.status in Rollout.ACTIVE, "is_operator": self.principal.is_operator}
+
+
+class RolloutDetailView(RolloutMixin, PrincipalView):
+    def get(self, request, pk: int):
+        return render(request, "fleets/rollout.html", self.rollout_context(self.get_rollout(pk)))
+
+
+class RolloutProgressPartial(RolloutMixin, PrincipalView):
+    """Per-node progress; keeps polling itself while the rollout is active."""
+
+    def get(self, request, pk: int):
+        return render(request, "fleets/_rollout_progress.html", self.rollout_context(self.get_rollout(pk)))
+
+
+class RolloutRollbackView(RolloutMixin, PrincipalView):
+    def post(self, request, pk: int):
+        self.require_operator()
+        rollout = self.get_rollout(pk)
+        if not self.principal.can_deploy:
+            return HttpResponse("Your role cannot deploy.", status=403)
+        try:
+            new = services.rollout_rollback(rollout=rollout, principal=self.principal)
+        except DomainError as exc:
+            return HttpResponse(exc.detail, status=exc.status)
+        return HttpResponseClientRedirect(f"/fleets/rollouts/{new.pk}/")
+
+
+class LbPreviewView(PrincipalView):
+    """Preview-before-push for a load balancer: GET the page, POST (htmx) computes the diff."""
+
+    def lb(self, pk: int) -> LoadBalancer:
+        return self.get_scoped(LoadBalancer, pk=pk)
+
+    def get(self, request, pk: int):
+        lb = self.lb(pk)
+        fleets = list(selectors.lb_fleets(lb))
+        return render(request, "fleets/lb_preview.html", {
+            "lb": lb, "fleets": fleets, "can_push": self.can_push(lb),
+            "held": [f for f in fleets if not f.auto_rollout]})
+
+    def post(self, request, pk: int):
+        lb = self.lb(pk)
+        previews = services.lb_preview(lb=lb, principal=self.principal)
+        for entry in previews:
+            entry["lines"] = diff_lines(entry.get("diff", ""))
+        return render(request, "fleets/_preview.html", {"lb": lb, "previews": previews,
+                                                        "can_push": self.can_push(lb)})
+
+    def can_push(self, lb: LoadBalancer) -> bool:
+        if not self.principal.can_deploy:
+            return False
+        return self.principal.is_operator or (lb.org_id == self.principal.org_id and not lb.shared)
+
+
+class LbPushView(LbPreviewView):
+    def post(self, request, pk: int):
+        lb = self.lb(pk)
+        if not self.can_push(lb):
+            return HttpResponse("Only operators (or the owner of a dedicated LB) push.", status=403)
+        started = [r for r in (services.fleet_push(fleet=f, principal=self.principal)
+                               for f in selectors.lb_fleets(lb)) if r is not None]
+        if len(started) == 1:
+            return HttpResponseClientRedirect(f"/fleets/rollouts/{started[0].pk}/")
+        return HttpResponseClientRedirect(f"/fleets/lb/{lb.pk}/preview/")

@@ -1,0 +1,147 @@
+"""Helpers for fleet service tests: a database fleet whose nodes are real local HAProxy masters.
+
+Nodes listen on their own loopback address (127.0.<n>.<i>) so several share one port, as
+production nodes share a static IP's port. Runtime directories live under a short /tmp path:
+unix socket paths are limited to 107 bytes and pytest's tmp_path can be longer than that allows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from django.db.models import F
+
+from apps.accounts.models import Organization
+from apps.balancers.models import Listener, LoadBalancer, Member, Pool, PoolRegion, Region, Route, RouteTarget
+from apps.fleets import services
+from apps.fleets.localnodes import start_local_node, stop_local_node
+from apps.fleets.models import Fleet, Node
+
+from .conftest import http_get
+
+
+def free_port_on(addresses: list[str]) -> int:
+    """A port free on every address (the kernel picks it on the first, the others are checked)."""
+    for _ in range(50):
+        with socket.socket() as sock:
+            sock.bind((addresses[0], 0))
+            port = int(sock.getsockname()[1])
+        ok = True
+        for address in addresses[1:]:
+            with socket.socket() as probe:
+                try:
+                    probe.bind((address, port))
+                except OSError:
+                    ok = False
+        if ok:
+            return port
+    raise AssertionError("no common free port")
+
+
+@dataclass
+class LocalFleet:
+    fleet: Fleet
+    lb: LoadBalancer
+    listener: Listener
+    port: int
+    base: str
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def nodes(self) -> list[Node]:
+        return list(Node.objects.filter(fleet=self.fleet).order_by("name"))
+
+    def start(self, node: Node) -> None:
+        self.procs[node.name] = start_local_node(node)
+
+    def kill(self, node: Node) -> None:
+        """Stop a node's HAProxy (the "node died" case); its files stay on disk."""
+        proc = self.procs.pop(node.name)
+        stop_local_node(proc)
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            with contextlib.suppress(Exception):
+                stop_local_node(proc)
+        self.procs.clear()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def get(self, node: Node, path: str = "/", host: str | None = None) -> tuple[int, str]:
+        headers = {"Host": host} if host else None
+        try:
+            return http_get(f"http://{node.bind_address}:{self.port}{path}", timeout_s=2.0, headers=headers)
+        except OSError as exc:
+            return (0, f"error: {exc}")
+
+    def bodies(self, path: str = "/") -> dict[str, str]:
+        return {n.name: self.get(n, path)[1] for n in self.nodes}
+
+
+def make_local_fleet(
+    *, name: str, subnet: int, node_count: int, backend_address: tuple[str, int], region: str = "us-east"
+) -> LocalFleet:
+    """A fleet of `node_count` local nodes on 127.0.<subnet>.1.., serving LB `name` whose default pool
+    has one member at `backend_address`. Nodes are started (on an empty config), not rolled out."""
+    ops, _ = Organization.objects.get_or_create(slug="ops", defaults={"name": "Ops", "kind": "operator"})
+    reg, _ = Region.objects.get_or_create(slug=region, defaults={"name": region})
+    fleet = Fleet.objects.create(name=f"{name}-fleet", region=reg)
+    lb = LoadBalancer.objects.create(org=ops, name=name, fleet=fleet)
+    pool = Pool.objects.create(lb=lb, org=ops, name="old", health_path="")
+    PoolRegion.objects.create(pool=pool, region=reg, max_rate_per_member=None)
+    Member.objects.create(pool=pool, region=reg, name="old-1", address=backend_address[0], port=backend_address[1])
+    addresses = [f"127.0.{subnet}.{i}" for i in range(1, node_count + 1)]
+    port = free_port_on(addresses)
+    listener = Listener.objects.create(lb=lb, name="http", port=port, default_pool=pool)
+    base = tempfile.mkdtemp(prefix="spw-", dir="/tmp")
+    local = LocalFleet(fleet=fleet, lb=lb, listener=listener, port=port, base=base)
+    try:
+        for i, address in enumerate(addresses, start=1):
+            node = Node.objects.create(
+                fleet=fleet, name=f"n{i}", address=address, bind_address=address,
+                runtime_dir=f"{base}/n{i}/run", config_dir=f"{base}/n{i}/etc",
+            )
+            local.start(node)
+    except BaseException:
+        local.stop_all()
+        raise
+    return local
+
+
+def add_pool(lb: LoadBalancer, name: str, backend_address: tuple[str, int], region: str = "us-east") -> Pool:
+    reg = Region.objects.get(slug=region)
+    pool = Pool.objects.create(lb=lb, org=lb.org, name=name, health_path="")
+    PoolRegion.objects.create(pool=pool, region=reg, max_rate_per_member=None)
+    Member.objects.create(pool=pool, region=reg, name=f"{name}-1", address=backend_address[0],
+                          port=backend_address[1])
+    return pool
+
+
+def add_route(lb: LoadBalancer, pool: Pool, path: str, priority: int, hosts: list[str] | None = None) -> Route:
+    route = Route.objects.create(lb=lb, org=lb.org, path=path, priority=priority, hosts=hosts or [])
+    RouteTarget.objects.create(route=route, pool=pool, weight=100)
+    return route
+
+
+def changed(fleet: Fleet) -> None:
+    """What balancers' lb_changed does through the receiver, minus the Celery hop."""
+    Fleet.objects.filter(pk=fleet.pk).update(change_seq=F("change_seq") + 1)
+
+
+def reconcile(fleet: Fleet) -> dict:
+    changed(fleet)
+    return services.fleet_reconcile(fleet_id=fleet.pk)
+
+
+def wait_for(predicate, timeout_s: float = 10.0, interval_s: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return False

@@ -1,0 +1,53 @@
+"""Scheduling test helpers: jobs made through the service (as the API would), dispatcher processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from apps.scheduling import services
+from apps.scheduling.models import Job
+from tests.conftest import REPO, process_env, stop_process
+
+
+@pytest.fixture
+def make_job() -> Callable[..., Job]:
+    def make(org, name: str = "job", **fields: Any) -> Job:
+        secret = fields.pop("webhook_secret", None)
+        data: dict[str, Any] = {"org": org, "name": name, "kind": "noop", "params": {},
+                                "schedule_type": "interval", "interval_s": 60}
+        data.update(fields)
+        return services.job_save(principal=None, job=Job(), data=data, webhook_secret=secret)
+
+    return make
+
+
+@pytest.fixture
+def dispatcher_factory(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen]]:
+    """Start real `manage.py dispatcher` processes against the test database; stopped by PID."""
+    procs: list[subprocess.Popen] = []
+
+    def start(name: str = "d1", *args: str) -> subprocess.Popen:
+        log_path = tmp_path / f"dispatcher-{name}.log"
+        log = open(log_path, "wb")  # noqa: SIM115 (closed by the OS when the test process ends)
+        proc = subprocess.Popen([sys.executable, "manage.py", "dispatcher", *args], cwd=REPO,
+                                env=process_env(LOG_LEVEL="INFO"), stdout=log, stderr=subprocess.STDOUT)
+        procs.append(proc)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if b"dispatcher ready" in log_path.read_bytes():
+                return proc
+            if proc.poll() is not None:
+                raise RuntimeError(log_path.read_text())
+            time.sleep(0.1)
+        raise RuntimeError(f"dispatcher {name} did not start in 30 s")
+
+    yield start
+    for proc in procs:
+        stop_process(proc)
