@@ -1,0 +1,101 @@
+"""Fleet UI pages: what operators and customers see, live partials, preview and rollback buttons."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from apps.balancers.models import Listener, LoadBalancer, Member, Pool, PoolRegion, Region, Route, RouteTarget
+from apps.fleets import services
+from apps.fleets.models import Fleet, Node, NodeResult, Rollout
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def edge(ops, acme):
+    region = Region.objects.create(slug="us-east", name="US East")
+    fleet = Fleet.objects.create(name="edge-us", region=region)
+    lb = LoadBalancer.objects.create(org=ops, name="edge", shared=True, fleet=fleet)
+    pool = Pool.objects.create(lb=lb, org=acme, name="acme-web")
+    PoolRegion.objects.create(pool=pool, region=region, max_rate_per_member=50)
+    Member.objects.create(pool=pool, region=region, name="m1", address="127.0.20.1", port=9101)
+    route = Route.objects.create(lb=lb, org=acme, hosts=["acme.example.com"], path="/", priority=100)
+    RouteTarget.objects.create(route=route, pool=pool, weight=100)
+    Listener.objects.create(lb=lb, name="http", port=18081)
+    node = Node.objects.create(fleet=fleet, name="n1", address="127.0.0.1", runtime_dir="/run/spw/n1",
+                               config_dir="/etc/spw/n1", status="up")
+    revision = services.fleet_render(fleet=fleet)
+    rollout = services.rollout_create(fleet=fleet, revision=revision, enqueue=False)
+    Rollout.objects.filter(pk=rollout.pk).update(status="failed", error="node n1: reload failed: acme.example.com")
+    NodeResult.objects.filter(rollout=rollout).update(status="rolled_back", error="secret detail")
+    Node.objects.filter(pk=node.pk).update(applied_revision=revision)
+    return {"fleet": fleet, "lb": lb, "rollout": rollout, "revision": revision, "route": route}
+
+
+def browser(persona) -> Client:
+    client = Client()
+    client.force_login(persona.user)
+    return client
+
+
+def test_operator_sees_fleet_nodes_revisions_and_the_diff(edge, otto) -> None:
+    client = browser(otto)
+    listing = client.get("/fleets/").content.decode()
+    assert "edge-us" in listing and "1/1" in listing
+
+    page = client.get(f"/fleets/{edge['fleet'].pk}/").content.decode()
+    assert "n1" in page and "127.0.0.1" in page and "Config revisions" in page and "Render and push now" in page
+    assert f'hx-get="/fleets/{edge["fleet"].pk}/nodes/"' in page
+
+    revision = client.get(f"/fleets/{edge['fleet'].pk}/revisions/1/").content.decode()
+    assert 'class="add"' in revision and "frontend fe_edge.http" in revision
+
+
+def test_rollout_page_polls_while_active_and_offers_rollback_when_done(edge, otto) -> None:
+    client = browser(otto)
+    rollout = edge["rollout"]
+    done = client.get(f"/fleets/rollouts/{rollout.pk}/").content.decode()
+    assert "rolled_back" in done and "secret detail" in done and "hx-trigger=\"every 1s\"" not in done
+    Rollout.objects.filter(pk=rollout.pk).update(status="running")
+    running = client.get(f"/fleets/rollouts/{rollout.pk}/progress/").content.decode()
+    assert 'hx-trigger="every 1s"' in running and "<progress" in running
+
+
+def test_customer_sees_the_fleet_of_a_shared_lb_but_no_config_or_errors(edge, alice, charlie) -> None:
+    client = browser(alice)
+    page = client.get(f"/fleets/{edge['fleet'].pk}/").content.decode()
+    assert "n1" in page and "Config revisions" not in page and "127.0.0.1" not in page
+    assert client.get(f"/fleets/{edge['fleet'].pk}/revisions/1/").status_code == 404
+    progress = client.get(f"/fleets/rollouts/{edge['rollout'].pk}/").content.decode()
+    assert "secret detail" not in progress and "acme.example.com" not in progress
+    assert client.post(f"/fleets/rollouts/{edge['rollout'].pk}/rollback/").status_code == 404
+
+    LoadBalancer.objects.filter(pk=edge["lb"].pk).update(shared=False)
+    assert browser(charlie).get(f"/fleets/{edge['fleet'].pk}/").status_code == 404
+
+
+def test_preview_page_renders_the_pending_diff_and_push_rolls_it_out(edge, otto) -> None:
+    Fleet.objects.filter(pk=edge["fleet"].pk).update(auto_rollout=False)
+    Route.objects.filter(pk=edge["route"].pk).update(path="/shop")
+    client = browser(otto)
+    page = client.get(f"/fleets/lb/{edge['lb'].pk}/preview/").content.decode()
+    assert "held" in page
+
+    preview = client.post(f"/fleets/lb/{edge['lb'].pk}/preview/", HTTP_HX_REQUEST="true").content.decode()
+    assert "path_beg /shop" in preview and "Push now" in preview
+
+    pushed = client.post(f"/fleets/lb/{edge['lb'].pk}/push/", HTTP_HX_REQUEST="true")
+    rollout = Rollout.objects.order_by("-id").first()
+    assert pushed.headers["HX-Redirect"] == f"/fleets/rollouts/{rollout.pk}/"
+    assert rollout.revision.number == 2 and rollout.status == "pending"
+
+
+def test_rollback_button_queues_a_rollback_rollout(edge, otto) -> None:
+    services.fleet_render(fleet=edge["fleet"])
+    Route.objects.filter(pk=edge["route"].pk).update(path="/v2")
+    second = services.fleet_push(fleet=edge["fleet"])
+    response = browser(otto).post(f"/fleets/rollouts/{second.pk}/rollback/", HTTP_HX_REQUEST="true")
+    back = Rollout.objects.order_by("-id").first()
+    assert response.headers["HX-Redirect"] == f"/fleets/rollouts/{back.pk}/"
+    assert back.kind == "rollback" and back.revision.number == 1
