@@ -95,6 +95,7 @@ def test_two_runs_compare_on_one_chart(page, alice, capacity_test):  # noqa: F81
     a, b = knee_run(capacity_test.pk), knee_run(capacity_test.pk)
     login(page, "alice", PASSWORD)
     page.goto("/capacity/")
+    shot(page, "capacity-index")
     page.get_by_label(f"Compare run {a.pk}").check()
     page.get_by_label(f"Compare run {b.pk}").check()
     page.get_by_role("button", name="Compare two selected runs").click()
