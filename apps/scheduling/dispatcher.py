@@ -36,6 +36,7 @@ from apps.scheduling.runner import Ticket, enqueue_on_commit
 log = logging.getLogger(__name__)
 
 DEFAULT_BATCH = 200
+FIRST_BATCH = 25  # a burst starts small so the first runs go out at once, then batches double
 _JOB_FIELDS = ("id", "kind", "params", "schedule_type", "cron", "timezone", "interval_s", "start_at", "run_at",
                "end_at", "misfire_policy", "misfire_grace_s", "max_retries", "timeout_s", "next_fire_at")
 
@@ -120,11 +121,13 @@ def dispatch_due(*, now: datetime | None = None, batch_size: int = DEFAULT_BATCH
     total = TickResult()
     now = now or timezone.now()
     plans: dict[tuple[Any, ...], planning.Plan] = {}
+    size = min(FIRST_BATCH, batch_size)
     for _ in range(max_batches):
-        batch = dispatch_once(now=now, batch_size=batch_size, send=send, plans=plans)
+        batch = dispatch_once(now=now, batch_size=size, send=send, plans=plans)
         total.add(batch)
-        if batch.jobs < batch_size:
+        if batch.jobs < size:
             break
+        size = min(size * 2, batch_size)
     return total
 
 

@@ -109,7 +109,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--concurrency", type=int, default=2, help="processes per worker")
+    parser.add_argument("--concurrency", type=int, default=4, help="pool processes per worker")
     parser.add_argument("--dispatchers", type=int, default=2)
     parser.add_argument("--batch", type=int, default=200, help="jobs per dispatcher transaction")
     args = parser.parse_args()
