@@ -1,0 +1,52 @@
+"""The demo fleet `make run` starts: 2 regions x 2 real HAProxy nodes serving the demo LB."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from apps.balancers import demo as balancers_demo
+from apps.fleets import demo
+from apps.fleets.models import Fleet, Node, Rollout
+
+from .conftest import http_get
+
+pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
+
+
+def _free(address: str, port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT leftovers do not count
+        try:
+            probe.bind((address, port))
+        except OSError:
+            return False
+    return True
+
+
+def test_the_demo_fleet_starts_serves_both_regions_and_stops(haproxy_bin, settings, tmp_path) -> None:
+    if not all(_free(a, 8080) for addrs in demo.DEMO_NODES.values() for a in addrs):
+        pytest.skip("a demo fleet is already running on this machine (make run)")
+    settings.VAR_DIR = tmp_path / "var"
+    balancers_demo.load_demo()
+    assert "2 regions x 2" in demo.load_demo()
+    demo.load_demo()  # idempotent
+    assert Fleet.objects.filter(name__startswith="demo-").count() == 2
+    assert Node.objects.count() == 4
+    try:
+        message = demo.start_demo_processes()
+        assert "4 HAProxy nodes" in message, message
+        assert set(Rollout.objects.values_list("status", flat=True)) == {"succeeded"}
+        us = http_get("http://127.0.40.2:8080/", headers={"Host": "acme.example.com"})
+        eu = http_get("http://127.0.41.1:8080/", headers={"Host": "globex.example.com"})
+        assert us[0] == 200 and us[1].startswith("acme-us-east-")
+        assert eu == (200, "globex-eu-west-1 /\n")
+    finally:
+        demo.stop_demo_processes()
+    assert _free("127.0.40.1", 8080) and _free("127.0.20.1", 9101)
+
+
+def test_without_haproxy_the_demo_says_so(settings) -> None:
+    settings.HAPROXY_BIN = "/nonexistent/haproxy"
+    assert demo.start_demo_processes() == "haproxy not installed: demo fleet not started"
