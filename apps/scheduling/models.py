@@ -106,9 +106,11 @@ def schedule_from_fields(*, schedule_type: str, cron_expr: str = "", timezone: s
     if schedule_type == Job.ScheduleType.CRON:
         return cron.CronSchedule(cron_expr, timezone or "UTC")
     if schedule_type == Job.ScheduleType.INTERVAL:
+        if interval_s is None:
+            raise cron.ScheduleError("invalid_interval", "an interval schedule needs interval_s (seconds)")
         if start_at is None:
             raise cron.ScheduleError("invalid_schedule", "an interval schedule needs start_at")
-        return cron.IntervalSchedule(interval_s if interval_s is not None else 0, start_at)
+        return cron.IntervalSchedule(interval_s, start_at)
     if schedule_type == Job.ScheduleType.ONCE:
         if run_at is None:
             raise cron.ScheduleError("invalid_schedule", "a one-off schedule needs run_at")

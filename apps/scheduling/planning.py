@@ -61,8 +61,13 @@ def upcoming(schedule: cron.Schedule, *, first: datetime | None, count: int = 5,
     """`first` (the stored next slot) and the slots after it: what the UI shows as "next runs"."""
     if first is None or count <= 0:
         return []
-    slots = [first, *cron.next_fire_times(schedule, first, count=count - 1)]
-    return [slot for slot in slots if end_at is None or slot <= end_at]
+    return [slot for slot in _upcoming(schedule, first, count) if end_at is None or slot <= end_at]
+
+
+@functools.lru_cache(maxsize=2048)
+def _upcoming(schedule: cron.Schedule, first: datetime, count: int) -> tuple[datetime, ...]:
+    # Cached: a list page shows the next five times of fifty jobs, which mostly share schedules.
+    return (first, *cron.next_fire_times(schedule, first, count=count - 1))
 
 
 def plan_due(schedule: cron.Schedule, *, next_fire_at: datetime | None, now: datetime, grace_s: int,

@@ -82,6 +82,7 @@ def job_save(*, principal: Principal | None, job: Job, data: dict[str, Any],
             job.webhook_secret_encrypted = crypto.encrypt(webhook_secret)
         if not job.webhook_url:
             job.webhook_secret_encrypted = ""
+        _clear_other_schedule_fields(job)
         schedule = _check(job, now=now, creating=creating)
         new_schedule = {f: getattr(job, f) for f in (*SCHEDULE_FIELDS, "enabled")}
         if creating or new_schedule != old_schedule:
@@ -97,6 +98,18 @@ def job_save(*, principal: Principal | None, job: Job, data: dict[str, Any],
         audit_record(principal=principal, org=job.org, action="job.create" if creating else "job.update",
                      obj=job, before=before, after=job_snapshot(job))
     return job
+
+
+def _clear_other_schedule_fields(job: Job) -> None:
+    # A job switched from cron to interval keeps no stale cron text that would confuse a reader.
+    if job.schedule_type != Job.ScheduleType.CRON:
+        job.cron = ""
+    if job.schedule_type != Job.ScheduleType.INTERVAL:
+        job.interval_s = None
+    if job.schedule_type != Job.ScheduleType.ONCE:
+        job.run_at = None
+    else:
+        job.start_at = None
 
 
 def _first_fire(job: Job, schedule: cron.Schedule, now: datetime) -> datetime | None:
