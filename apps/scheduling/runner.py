@@ -39,7 +39,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
-from django.db import close_old_connections, connection, transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -152,6 +152,8 @@ class _Heartbeat:
         with self._lock:
             runs = dict(self._runs)
         if not runs:
+            # Idle: give the connection back rather than hold a database session per worker process.
+            connection.close()
             return
         now_mono = time.monotonic()
         for _attempt, ctx, deadline in runs.values():
@@ -460,7 +462,6 @@ def reap(*, now: datetime | None = None, stale_after_s: float = STALE_AFTER_S,
          reenqueue_after_s: float = REENQUEUE_AFTER_S, limit: int = 200,
          send: Callable[[list[Ticket]], Any] | None = None) -> ReapResult:
     """Retry or fail runs whose worker died or overran its hard limit; resend lost pending messages."""
-    close_old_connections()
     now = now or timezone.now()
     result = ReapResult()
     hard_limit_passed = now - timedelta(seconds=HARD_LIMIT_MARGIN_S)
