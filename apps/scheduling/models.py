@@ -92,6 +92,16 @@ class Job(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def description(self) -> str:
+        """The schedule in words, for people: "At 02:30 AM, Europe/Berlin (paused)"."""
+        try:
+            text = cron.describe(self.schedule())
+        except cron.ScheduleError as exc:
+            return f"invalid schedule: {exc.message}"
+        if self.end_at is not None:
+            text += f", until {self.end_at:%Y-%m-%d %H:%M:%S} UTC"
+        return text if self.enabled else f"{text} (paused)"
+
     def schedule(self) -> cron.Schedule:
         """The pure schedule object (raises cron.ScheduleError if the row is inconsistent)."""
         return schedule_from_fields(

@@ -72,13 +72,7 @@ class JobSerializer(serializers.ModelSerializer):
         return bool(job.webhook_secret_encrypted)
 
     def get_description(self, job: Job) -> str:
-        try:
-            text = schedules.describe(job.schedule())
-        except schedules.ScheduleError as exc:
-            return f"invalid schedule: {exc.message}"
-        if job.end_at is not None:
-            text += f", until {job.end_at:%Y-%m-%d %H:%M:%S} UTC"
-        return text if job.enabled else f"{text} (paused)"
+        return job.description()
 
     def get_next_fire_times(self, job: Job) -> list[str]:
         try:

@@ -1,0 +1,195 @@
+"""Jobs UI: list with next run and last status, create/edit with a live schedule preview, history, actions.
+
+Thin: reads through visible_to, validates with the API serializer, writes through the services.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from datetime import datetime
+from typing import Any
+
+from django.http import HttpResponse
+from django.shortcuts import render
+from django.template.response import TemplateResponse
+from django_htmx.http import HttpResponseClientRedirect
+
+from apps.core.errors import DomainError
+from apps.scheduling import kinds, services
+from apps.scheduling.api.serializers import JobSerializer, SchedulePreviewSerializer, schedule_preview
+from apps.scheduling.models import Job, JobRun
+from frontend.base import PrincipalView
+
+FORM_FIELDS = ("name", "kind", "schedule_type", "cron", "timezone", "interval_s", "start_at", "run_at", "end_at",
+               "misfire_policy", "misfire_grace_s", "concurrency_policy", "max_retries", "retry_backoff_s",
+               "timeout_s", "webhook_url")
+PREVIEW_FIELDS = ("schedule_type", "cron", "timezone", "interval_s", "start_at", "run_at", "end_at")
+COMMON_ZONES = ("UTC", "Europe/Berlin", "Europe/London", "Europe/Paris", "America/New_York", "America/Chicago",
+                "America/Los_Angeles", "America/Sao_Paulo", "Asia/Tokyo", "Asia/Singapore", "Asia/Kolkata",
+                "Australia/Sydney")
+HISTORY_LIMIT = 50
+
+
+def _errors_of(errors: Any) -> dict[str, list[str]]:
+    if isinstance(errors, DomainError):
+        return {(errors.field or "non_field_errors").replace(".", "_"): [errors.detail]}
+    flat: dict[str, list[str]] = {}
+    for key, value in errors.items():
+        flat[key.replace(".", "_")] = [str(e) for e in (value if isinstance(value, list) else [value])]
+    return flat
+
+
+def _job_values(job: Job) -> dict[str, Any]:
+    values = {f: getattr(job, f) for f in FORM_FIELDS}
+    for field in ("start_at", "run_at", "end_at"):
+        values[field] = values[field].strftime("%Y-%m-%dT%H:%M:%S") if values[field] else ""
+    values["params"] = json.dumps(job.params, indent=2)
+    values["interval_s"] = job.interval_s or ""
+    return values
+
+
+class _JobsView(PrincipalView):
+    def form_context(self, **extra: Any) -> dict[str, Any]:
+        return {"kinds": sorted(kinds.REGISTRY.values(), key=lambda k: k.name), "zones": COMMON_ZONES,
+                "schedule_types": Job.ScheduleType.choices, "misfire_policies": Job.MisfirePolicy.choices,
+                "concurrency_policies": Job.ConcurrencyPolicy.choices, "can_write": self.principal.can_write,
+                **extra}
+
+    def refuse(self, what: str) -> HttpResponse:
+        return HttpResponse(f"Your role cannot {what}.", status=403)
+
+
+class JobListView(_JobsView):
+    def get(self, request):
+        jobs = self.scoped(Job).select_related("org").order_by("name")
+        q = request.GET.get("q", "").strip()
+        if q:
+            jobs = jobs.filter(name__icontains=q)
+        template = self.template_for("scheduling/list.html", "scheduling/_table.html")
+        return render(request, template, {"jobs": jobs, "q": q, "can_write": self.principal.can_write})
+
+
+class JobFormView(_JobsView):
+    """GET: the form (new or edit). POST: validate like the API, save through the service."""
+
+    def get(self, request, pk: int | None = None):
+        job = self.get_scoped(Job, pk=pk) if pk else None
+        values = _job_values(job) if job else {"schedule_type": "cron", "cron": "0 2 * * *", "timezone": "UTC",
+                                                 "kind": "noop", "params": "{}", "misfire_policy": "run_once",
+                                                 "misfire_grace_s": 60, "concurrency_policy": "forbid",
+                                                 "max_retries": 0, "retry_backoff_s": 30, "timeout_s": 600}
+        preview = schedule_preview_for(values)
+        return render(request, "scheduling/form.html", self.form_context(job=job, values=values, preview=preview))
+
+    def post(self, request, pk: int | None = None):
+        job = self.get_scoped(Job, pk=pk) if pk else None
+        if not self.principal.can_write:
+            return self.refuse("change jobs")
+        data: dict[str, Any] = {f: request.POST.get(f) for f in FORM_FIELDS if request.POST.get(f) is not None}
+        for field in ("interval_s", "start_at", "run_at", "end_at"):
+            if data.get(field) == "":
+                data[field] = None
+        errors: dict[str, list[str]] = {}
+        try:
+            data["params"] = json.loads(request.POST.get("params") or "{}")
+        except json.JSONDecodeError as exc:
+            errors["params"] = [f"params must be JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."]
+        if request.POST.get("webhook_secret"):
+            data["webhook_secret"] = request.POST["webhook_secret"]
+        if job is None:
+            data["enabled"] = request.POST.get("enabled") == "on"
+        serializer = JobSerializer(instance=job, data=data, partial=job is not None, context={"request": request})
+        if not errors and serializer.is_valid():
+            validated = dict(serializer.validated_data)
+            secret = validated.pop("webhook_secret", None)
+            try:
+                saved = services.job_save(principal=self.principal, job=job or Job(), data=validated,
+                                          webhook_secret=secret)
+                return HttpResponseClientRedirect(f"/jobs/{saved.pk}/")
+            except DomainError as exc:
+                errors = _errors_of(exc)
+        elif not errors:
+            errors = _errors_of(serializer.errors)
+        values = {**{f: request.POST.get(f, "") for f in FORM_FIELDS}, "params": request.POST.get("params", "")}
+        context = self.form_context(job=job, values=values, errors=errors, preview=schedule_preview_for(values))
+        return TemplateResponse(request, "scheduling/_form.html", context, status=422)
+
+
+def schedule_preview_for(values: dict[str, Any]) -> dict[str, Any]:
+    serializer = SchedulePreviewSerializer(data={k: v for k, v in values.items()
+                                                 if k in PREVIEW_FIELDS and v not in (None, "")})
+    if not serializer.is_valid():
+        first = next(iter(serializer.errors.items()))
+        return {"code": "invalid", "detail": f"{first[0]}: {first[1][0]}"}
+    result = schedule_preview(serializer.validated_data)
+    result.setdefault("timezone", serializer.validated_data.get("timezone") or "UTC")
+    if "next_fire_times" in result:
+        result["times"] = [datetime.fromisoformat(t.replace("Z", "+00:00")) for t in result["next_fire_times"]]
+    return result
+
+
+class SchedulePreviewView(_JobsView):
+    """The htmx partial under the schedule fields: description and next five times, as you type."""
+
+    def get(self, request):
+        values = {k: request.GET.get(k, "") for k in PREVIEW_FIELDS}
+        return render(request, "scheduling/_preview.html", {"preview": schedule_preview_for(values)})
+
+
+class JobDetailView(_JobsView):
+    def get(self, request, pk: int):
+        job = self.get_scoped(Job, pk=pk)
+        data = JobSerializer(job, context={"request": request}).data
+        times = [datetime.fromisoformat(t.replace("Z", "+00:00")) for t in data["next_fire_times"]]
+        runs = job.runs.order_by("-scheduled_for")[:HISTORY_LIMIT]
+        return render(request, "scheduling/detail.html", {
+            "job": job, "description": data["description"], "times": times, "runs": runs,
+            "params": json.dumps(job.params, indent=2), "can_write": self.principal.can_write})
+
+
+class JobHistoryView(_JobsView):
+    """The run history partial; the detail page polls it."""
+
+    def get(self, request, pk: int):
+        job = self.get_scoped(Job, pk=pk)
+        runs = job.runs.order_by("-scheduled_for")[:HISTORY_LIMIT]
+        return render(request, "scheduling/_history.html", {"job": job, "runs": runs,
+                                                            "can_write": self.principal.can_write})
+
+
+class JobActionView(_JobsView):
+    """POST run / pause / resume / delete. From the list a row comes back; from the detail page, a redirect."""
+
+    action = ""
+
+    def post(self, request, pk: int):
+        job = self.get_scoped(Job, pk=pk)
+        if not self.principal.can_write:
+            return self.refuse(f"{self.action} jobs")
+        try:
+            if self.action == "run":
+                services.job_run_now(principal=self.principal, job=job)
+            elif self.action == "pause":
+                job = services.job_pause(principal=self.principal, job=job)
+            elif self.action == "resume":
+                job = services.job_resume(principal=self.principal, job=job)
+            elif self.action == "delete":
+                services.job_delete(principal=self.principal, job=job)
+                return HttpResponseClientRedirect("/jobs/")
+        except DomainError as exc:
+            return HttpResponse(f"{exc.detail}", status=exc.status)
+        if request.POST.get("from") == "list":
+            job.refresh_from_db()
+            return render(request, "scheduling/_row.html", {"job": job, "can_write": True})
+        return HttpResponseClientRedirect(f"/jobs/{job.pk}/")
+
+
+class RunCancelView(_JobsView):
+    def post(self, request, pk: int):
+        run = self.get_scoped(JobRun, pk=pk)
+        if not self.principal.can_write:
+            return self.refuse("cancel runs")
+        with contextlib.suppress(DomainError):  # finished meanwhile: the refreshed history shows how
+            services.run_cancel(principal=self.principal, run=run)
+        return HttpResponseClientRedirect(f"/jobs/{run.job_id}/")

@@ -1,0 +1,137 @@
+"""Jobs UI through Django's test client: list, form with live preview, actions, history, tenancy."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client
+
+from apps.scheduling.models import Job, JobRun
+
+pytestmark = pytest.mark.django_db
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+def browser(persona) -> Client:
+    client = Client()
+    client.force_login(persona.user)
+    return client
+
+
+def assert_csp_clean(html: str) -> None:
+    """The CSP blocks inline scripts and style attributes: the pages must not rely on them."""
+    assert not re.search(r"\sstyle=", html)
+    assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", html)
+
+
+def test_the_list_shows_next_run_and_last_status(alice, make_job) -> None:
+    job = make_job(alice.org, "nightly", schedule_type="cron", cron="30 2 * * *", timezone="Europe/Berlin")
+    Job.objects.filter(pk=job.pk).update(last_status="failed")
+    response = browser(alice).get("/jobs/")
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "nightly" in html and "At 02:30 AM, Europe/Berlin" in html
+    assert job.next_fire_at.strftime("%Y-%m-%d %H:%M:%S") in html
+    assert 'badge badge-failed">failed' in html
+    assert_csp_clean(html)
+
+
+def test_the_form_previews_the_schedule_as_you_type(alice) -> None:
+    client = browser(alice)
+    page = client.get("/jobs/new/")
+    assert page.status_code == 200 and 'hx-get="/jobs/preview/"' in page.content.decode()
+    assert_csp_clean(page.content.decode())
+    preview = client.get("/jobs/preview/", {"schedule_type": "cron", "cron": "30 2 * * *",
+                                            "timezone": "Europe/Berlin"}, **HTMX).content.decode()
+    assert "At 02:30 AM, Europe/Berlin" in preview
+    assert preview.count("<li>") == 5 and ("CET" in preview or "CEST" in preview)
+    bad = client.get("/jobs/preview/", {"schedule_type": "cron", "cron": "99 * * * *"}, **HTMX).content.decode()
+    assert "invalid_cron" in bad
+
+
+def test_creating_a_job_from_the_form(alice) -> None:
+    response = browser(alice).post("/jobs/new/", {
+        "name": "drain-window", "kind": "noop", "params": '{"message": "hi"}', "schedule_type": "interval",
+        "interval_s": "3600", "timezone": "UTC", "misfire_policy": "skip", "misfire_grace_s": "60",
+        "concurrency_policy": "forbid", "max_retries": "1", "retry_backoff_s": "10", "timeout_s": "60",
+        "enabled": "on"}, **HTMX)
+    job = Job.objects.get(name="drain-window")
+    assert response.status_code == 200 and response["HX-Redirect"] == f"/jobs/{job.pk}/"
+    assert job.params == {"sleep_s": 0.0, "fail": False, "fail_attempts": 0, "message": "hi"}
+    assert job.interval_s == 3600 and job.misfire_policy == "skip" and job.enabled
+
+
+def test_form_errors_come_back_next_to_their_fields(alice) -> None:
+    response = browser(alice).post("/jobs/new/", {
+        "name": "broken", "kind": "noop", "params": '{"sleep_s": "x"}', "schedule_type": "cron",
+        "cron": "61 * * * *", "timezone": "UTC"}, **HTMX)
+    assert response.status_code == 422
+    html = response.content.decode()
+    assert "job-cron-err" in html and "61" in html
+    assert not Job.objects.filter(name="broken").exists()
+    not_json = browser(alice).post("/jobs/new/", {"name": "broken", "kind": "noop", "params": "{oops",
+                                                  "schedule_type": "cron", "cron": "0 2 * * *"}, **HTMX)
+    assert not_json.status_code == 422 and "params must be JSON" in not_json.content.decode()
+
+
+def test_editing_keeps_the_webhook_secret_unless_a_new_one_is_typed(alice, make_job) -> None:
+    job = make_job(alice.org, "hooked", webhook_url="https://hooks.example.com/x", webhook_secret="s" * 24)
+    before = job.webhook_secret_encrypted
+    page = browser(alice).get(f"/jobs/{job.pk}/edit/").content.decode()
+    assert "s" * 24 not in page and "leave empty to keep" in page
+    response = browser(alice).post(f"/jobs/{job.pk}/edit/", {
+        "name": "hooked", "kind": "noop", "params": "{}", "schedule_type": "interval", "interval_s": "120",
+        "webhook_url": "https://hooks.example.com/x", "webhook_secret": ""}, **HTMX)
+    assert response.status_code == 200, response.content.decode()
+    job.refresh_from_db()
+    assert job.interval_s == 120 and job.webhook_secret_encrypted == before
+
+
+def test_run_now_and_pause_from_the_list(alice, make_job) -> None:
+    job = make_job(alice.org, "clicky")
+    client = browser(alice)
+    row = client.post(f"/jobs/{job.pk}/run/", {"from": "list"}, **HTMX)
+    assert row.status_code == 200 and f'id="job-{job.pk}"' in row.content.decode()
+    assert JobRun.objects.filter(job=job, trigger="manual").count() == 1
+    paused = client.post(f"/jobs/{job.pk}/pause/", {"from": "list"}, **HTMX).content.decode()
+    assert "Resume" in paused and "paused" in paused
+    job.refresh_from_db()
+    assert not job.enabled
+    client.post(f"/jobs/{job.pk}/resume/", {"from": "list"}, **HTMX)
+    job.refresh_from_db()
+    assert job.enabled and job.next_fire_at is not None
+
+
+def test_the_detail_page_shows_the_history(alice, make_job) -> None:
+    job = make_job(alice.org, "historic")
+    client = browser(alice)
+    client.post(f"/jobs/{job.pk}/run/", **HTMX)
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "Run history" in html and "manual" in html and "badge badge-pending" in html
+    assert html.count("<li>") >= 5  # next runs
+    assert_csp_clean(html)
+    assert "manual" in client.get(f"/jobs/{job.pk}/runs/", **HTMX).content.decode()
+
+
+def test_a_viewer_sees_jobs_but_cannot_act(alice, vera, make_job) -> None:
+    job = make_job(alice.org, "look-dont-touch")
+    client = browser(vera)
+    html = client.get("/jobs/").content.decode()
+    assert "look-dont-touch" in html and "Run now" not in html
+    assert client.post(f"/jobs/{job.pk}/run/", **HTMX).status_code == 403
+    assert client.post(f"/jobs/{job.pk}/pause/", **HTMX).status_code == 403
+    assert client.post("/jobs/new/", {"name": "x", "kind": "noop"}, **HTMX).status_code == 403
+    assert not JobRun.objects.exists()
+
+
+def test_an_outsider_gets_404_and_an_empty_list(alice, charlie, make_job) -> None:
+    job = make_job(alice.org, "private")
+    client = browser(charlie)
+    assert "private" not in client.get("/jobs/").content.decode()
+    assert client.get(f"/jobs/{job.pk}/").status_code == 404
+    assert client.get(f"/jobs/{job.pk}/edit/").status_code == 404
+    assert client.post(f"/jobs/{job.pk}/run/", **HTMX).status_code == 404
+    assert client.post(f"/jobs/{job.pk}/delete/", **HTMX).status_code == 404
+    assert Job.objects.filter(pk=job.pk).exists()
