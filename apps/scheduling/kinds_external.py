@@ -25,14 +25,17 @@ from apps.scheduling.kinds import (
     register,
 )
 
-# Candidate names, first match wins: the owning apps name their services <entity>_<action>.
-FLEET_ROLLOUT = ("apps.fleets.services", ("fleet_rollout_start", "rollout_start", "fleet_rollout"))
-FLEET_RESYNC = ("apps.fleets.services", ("fleet_resync", "fleet_sync", "fleet_reconcile"))
+# (module, function names): the first that exists is called. The owning apps name them; these are
+# the names they have today (fleets: fleet_push renders and rolls out what changed, request_reconcile
+# brings every node back to the desired revision; cloud: create_apply plans, approve applies).
+FLEET_ROLLOUT = ("apps.fleets.services", ("fleet_push",))
+FLEET_RESYNC = ("apps.fleets.services", ("request_reconcile",))
 CAPACITY_START = ("apps.capacity.services", ("capacity_run_start",))
 CAPACITY_CANCEL = ("apps.capacity.services", ("capacity_run_cancel",))
 CAPACITY_APPLY = ("apps.capacity.services", ("capacity_apply_recommendation",))
-CLOUD_APPLY = ("apps.cloud.services", ("cloud_apply_start", "cloud_apply", "cloud_apply_create"))
-CAPACITY_POLL_S = 2.0
+CLOUD_PLAN = ("apps.cloud.services", ("create_apply",))
+CLOUD_APPROVE = ("apps.cloud.services", ("approve",))
+POLL_S = 2.0
 
 
 def _model(app_label: str, name: str):
@@ -76,22 +79,32 @@ def _fleet_validate(params: Params, principal: Principal) -> Params:
     return {"fleet": pk}
 
 
-def _fleet_execute(spec: tuple[str, tuple[str, ...]]):
-    def execute(ctx: RunContext, params: Params) -> dict[str, Any]:
-        fleet = _model("fleets", "Fleet").objects.filter(pk=params["fleet"]).first()
-        if fleet is None:
-            raise JobFailed(f"fleet {params['fleet']} no longer exists.")
-        result = _call(spec, principal=ctx.principal, fleet=fleet)
-        return {"fleet": fleet.pk, "result": _summary(result)}
-
-    return execute
+def _fleet_rollout_execute(ctx: RunContext, params: Params) -> dict[str, Any]:
+    fleet = _fleet_at_run(params)
+    rollout = _call(FLEET_ROLLOUT, fleet=fleet, principal=ctx.principal)
+    if rollout is None:
+        return {"fleet": fleet.pk, "rollout": None, "note": "nothing changed (or the render is invalid: see the fleet)"}
+    return {"fleet": fleet.pk, "rollout": _summary(rollout)}
 
 
-register(JobKind("fleet_rollout", "Roll out a fleet", "Render, validate and roll out the fleet's config.",
-                 _fleet_validate, _fleet_execute(FLEET_ROLLOUT), available=lambda: _has(FLEET_ROLLOUT),
+def _fleet_resync_execute(ctx: RunContext, params: Params) -> dict[str, Any]:
+    fleet = _fleet_at_run(params)
+    queued = _call(FLEET_RESYNC, fleet_id=fleet.pk)
+    return {"fleet": fleet.pk, "reconcile_queued": bool(queued)}
+
+
+def _fleet_at_run(params: Params):
+    fleet = _model("fleets", "Fleet").objects.filter(pk=params["fleet"]).first()
+    if fleet is None:
+        raise JobFailed(f"fleet {params['fleet']} no longer exists.")
+    return fleet
+
+
+register(JobKind("fleet_rollout", "Roll out a fleet", "Render the fleet's config now and roll out what changed.",
+                 _fleet_validate, _fleet_rollout_execute, available=lambda: _has(FLEET_ROLLOUT),
                  operator_only=True))
 register(JobKind("fleet_resync", "Re-sync a fleet", "Bring every node back to the fleet's desired revision.",
-                 _fleet_validate, _fleet_execute(FLEET_RESYNC), available=lambda: _has(FLEET_RESYNC),
+                 _fleet_validate, _fleet_resync_execute, available=lambda: _has(FLEET_RESYNC),
                  operator_only=True))
 
 
@@ -119,7 +132,7 @@ def _capacity_execute(ctx: RunContext, params: Params) -> dict[str, Any]:
             run.refresh_from_db()
             if not run.is_active:
                 break
-            ctx.sleep(CAPACITY_POLL_S)
+            ctx.sleep(POLL_S)
     except RunCancelled:
         # Our run was stopped (timeout, replace, cancel): do not leave the load running behind it.
         _stop_capacity_run(ctx, run)
@@ -153,20 +166,42 @@ register(JobKind("capacity_test", "Run a capacity test",
 
 # --- cloud -----------------------------------------------------------------------------------
 
+CLOUD_DONE = {"planned", "awaiting_approval", "applied", "failed"}
+
 
 def _cloud_validate(params: Params, principal: Principal) -> Params:
-    _only(params, {"target"})
-    _visible(_model("cloud", "CloudTarget"), principal, "target", params.get("target"), "cloud target")
-    return {"target": params["target"]}
+    _only(params, {"target", "lb", "approve"})
+    target = _visible(_model("cloud", "CloudTarget"), principal, "target", params.get("target"), "cloud target")
+    lb = _visible(_model("balancers", "LoadBalancer"), principal, "lb", params.get("lb"), "load balancer")
+    if lb.org_id != target.org_id:
+        raise _bad("lb", "The load balancer and the cloud target belong to different organizations.")
+    return {"target": params["target"], "lb": params["lb"], "approve": _bool(params, "approve", default=False)}
 
 
 def _cloud_execute(ctx: RunContext, params: Params) -> dict[str, Any]:
+    """Plan; with approve, apply what the plan found. Without approve a changed plan waits for a person."""
     target = _resolve_at_run(_model("cloud", "CloudTarget"), ctx, params["target"], "cloud target")
+    lb = _resolve_at_run(_model("balancers", "LoadBalancer"), ctx, params["lb"], "load balancer")
     started = time.monotonic()
-    result = _call(CLOUD_APPLY, principal=ctx.principal, target=target)
-    elapsed_s = round(time.monotonic() - started, 3)
-    return {"target": target.pk, "result": _summary(result), "elapsed_s": elapsed_s}
+    apply = _call(CLOUD_PLAN, principal=ctx.principal, target=target, lb=lb)
+    _wait_cloud(ctx, apply, CLOUD_DONE)
+    if apply.status == "awaiting_approval" and params.get("approve"):
+        apply = _call(CLOUD_APPROVE, principal=ctx.principal, apply=apply)
+        _wait_cloud(ctx, apply, {"applied", "failed"})
+    output = {"cloud_apply": apply.pk, "status": apply.status, "elapsed_s": round(time.monotonic() - started, 3)}
+    if apply.status == "failed":
+        raise JobFailed(f"cloud apply {apply.pk} failed: {apply.error[:500]}")
+    return output
 
 
-register(JobKind("cloud_apply", "Apply a cloud target", "Synthesize and apply the target's cloud stack.",
-                 _cloud_validate, _cloud_execute, available=lambda: _has(CLOUD_APPLY)))
+def _wait_cloud(ctx: RunContext, apply: Any, done: set[str]) -> None:
+    while True:
+        apply.refresh_from_db()
+        if apply.status in done:
+            return
+        ctx.sleep(POLL_S)
+
+
+register(JobKind("cloud_apply", "Plan / apply a cloud load balancer",
+                 "Synthesize and plan the LB on the target; with approve, apply the plan.",
+                 _cloud_validate, _cloud_execute, available=lambda: _has(CLOUD_PLAN)))
