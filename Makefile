@@ -60,3 +60,5 @@ bench-hitless: install-dev
 	$(BIN)/python tests/bench/bench_hitless.py
 bench-capacity-runs: install-dev
 	$(BIN)/python tests/bench/bench_capacity_runs.py
+bench-scheduler: install-dev
+	$(BIN)/python tests/bench/bench_scheduler.py
