@@ -113,3 +113,14 @@ def test_a_job_runs_as_its_org_even_when_an_operator_created_it(acme, otto, make
                           data={"org": acme, "name": "overreach", "kind": "pool_capacity_scaler",
                                 "params": {"pool_region": foreign.pk, "capacity_scaler": 0.5},
                                 "schedule_type": "interval", "interval_s": 60})
+
+
+def test_the_demo_jobs_load_once() -> None:
+    from apps.balancers.demo import load_demo as load_balancers_demo
+    from apps.scheduling.demo import load_demo
+
+    load_balancers_demo()
+    assert load_demo() == "scheduling: 5 demo job(s) created"
+    assert load_demo() is None
+    drain = Job.objects.get(name="maintenance-drain-start")
+    assert drain.next_fire_at is not None and "Sunday" in drain.description()
