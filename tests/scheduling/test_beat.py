@@ -1,0 +1,45 @@
+"""The default deployment: Celery beat ticks `scheduling.dispatch_task` every second and a worker runs it.
+
+Real beat (django-celery-beat's database scheduler) and a real worker; an every-second job
+runs once per slot for a few seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from apps.scheduling.models import JobRun
+from tests.conftest import REPO, process_env, stop_process
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+SLOTS = 6
+
+
+def test_beat_drives_the_dispatcher_and_every_slot_runs_once(acme, make_job, celery_worker_factory,
+                                                             tmp_path) -> None:
+    celery_worker_factory(name="beat-w1", concurrency=2)
+    log = open(tmp_path / "beat.log", "wb")  # noqa: SIM115 (closed when the test process ends)
+    beat = subprocess.Popen([sys.executable, "-m", "celery", "-A", "controlplane", "beat", "--loglevel", "INFO",
+                             "--schedule", str(tmp_path / "beat-schedule")], cwd=REPO, env=process_env(),
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        start = datetime.fromtimestamp(math.ceil(time.time()) + 4, tz=UTC)
+        end = start + timedelta(seconds=SLOTS - 1)
+        job = make_job(acme, "beat-driven", schedule_type="interval", interval_s=1, start_at=start, end_at=end,
+                       concurrency_policy="allow", misfire_grace_s=60)
+        deadline = time.monotonic() + 4 + SLOTS + 25
+        while JobRun.objects.filter(job=job, status="succeeded").count() < SLOTS:
+            assert time.monotonic() < deadline, (tmp_path / "beat.log").read_text()[-2000:]
+            time.sleep(0.5)
+        time.sleep(2)
+    finally:
+        stop_process(beat)
+    slots = sorted(JobRun.objects.filter(job=job).values_list("scheduled_for", flat=True))
+    assert slots == [start + timedelta(seconds=k) for k in range(SLOTS)]
