@@ -24,6 +24,7 @@ import uuid
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -76,12 +77,11 @@ def _owner_gone(owner: str) -> bool:
     if pid == os.getpid():
         return False
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
         return True
-    except PermissionError:
-        return False
-    return False
+    # A killed worker whose parent died too can linger as a zombie (state Z) until reaped.
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
 
 def lease_claim(fleet_id: int, owner: str) -> bool:

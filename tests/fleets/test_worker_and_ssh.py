@@ -49,9 +49,19 @@ def _sigkill_worker(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
+def _diagnose(rollout: Rollout, tmp_path: Path) -> str:
+    rollout.refresh_from_db()
+    fleet = Fleet.objects.get(pk=rollout.fleet_id)
+    results = list(rollout.results.values_list("node__name", "status", "error"))
+    logs = "".join(f"\n--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(tmp_path.glob("celery-*.log")))
+    return (f"rollout {rollout.status} {rollout.error!r} results={results} lease={fleet.lease_owner!r} "
+            f"until={fleet.lease_until} queued={fleet.reconcile_queued} seq={fleet.change_seq}/"
+            f"{fleet.rendered_seq}{logs}")
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_killed_mid_rollout_leaves_no_node_half_applied_and_the_next_run_converges(
-    fleet3: LocalFleet, tiny_backend, celery_worker_factory
+    fleet3: LocalFleet, tiny_backend, celery_worker_factory, tmp_path
 ) -> None:
     reconcile(fleet3.fleet)  # revision 1 everywhere, in-process
     Fleet.objects.filter(pk=fleet3.fleet.pk).update(batch_size=1)  # n1, then n2, then n3
@@ -79,7 +89,8 @@ def test_a_worker_killed_mid_rollout_leaves_no_node_half_applied_and_the_next_ru
     celery_worker_factory(name="w2")
     services.rollout_start(fleet=fleet3.fleet)  # the next run (a change, or the periodic converge)
 
-    assert wait_for(lambda: Rollout.objects.get(pk=rollout.pk).status == Rollout.Status.SUCCEEDED, 30)
+    converged = wait_for(lambda: Rollout.objects.get(pk=rollout.pk).status == Rollout.Status.SUCCEEDED, 30)
+    assert converged, _diagnose(rollout, tmp_path)
     assert fleet3.bodies("/new") == {"n1": "new", "n2": "new", "n3": "new"}
     assert {n.applied_revision_id for n in fleet3.nodes} == {rollout.revision_id}
     assert Rollout.objects.filter(fleet=fleet3.fleet, revision=rollout.revision).count() == 1
