@@ -477,4 +477,12 @@ def fleet_health_collect(*, fleet: Fleet) -> int:
         NodeHealth.objects.filter(node__in=seen).exclude(updated_at=now).delete()
     summary["duration_ms"] = (time.monotonic() - started) * 1000.0
     cache.set(health_cache_key(fleet.pk), summary, HEALTH_CACHE_S)
+    try:
+        # History for the overflow charts (apps.traffic TrafficSample), from the same readings.
+        from apps.traffic.services import samples_record
+
+        samples_record(stats_by_node={node.pk: state.stats for node, state in zip(nodes, states, strict=True)
+                                      if state.reachable}, at=now)
+    except Exception:  # charts must never break health collection
+        logger.exception("fleet %s: traffic samples not recorded", fleet.name)
     return len(rows)

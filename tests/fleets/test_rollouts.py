@@ -280,3 +280,7 @@ def test_health_collection_keeps_a_hot_copy_per_server(fleet3: LocalFleet) -> No
     pool = fleet3.listener.default_pool
     servers = NodeHealth.objects.filter(proxy=f"p{pool.pk}_us-east", server="old-1")
     assert servers.count() == 3 and {s.status for s in servers} <= {"UP", "no check"}
+    from apps.traffic.models import TrafficSample
+
+    # The same readings feed the overflow charts' history: one sample per node for the pool.
+    assert TrafficSample.objects.filter(pool=pool).count() == 3
