@@ -25,7 +25,7 @@ PUSH_BUCKETS_S = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 def _histogram(name: str, doc: str, queryset, field: str, label: str,
                buckets: tuple[float, ...]) -> HistogramMetricFamily:
-    family = HistogramMetricFamily(name, doc, labels=[label])
+    family = HistogramMetricFamily(name, doc, labels=["fleet"])
     aggregates = {f"le_{i}": Count("pk", filter=Q(**{f"{field}__lte": b * 1000.0}))
                   for i, b in enumerate(buckets)}
     rows = queryset.exclude(**{f"{field}__isnull": True}).values(label).annotate(

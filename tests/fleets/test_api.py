@@ -235,3 +235,23 @@ def test_certificate_upload_validates_key_and_expiry_and_encrypts_the_key(alice,
     stored = Certificate.objects.get(pk=body["id"])
     assert "PRIVATE KEY" not in stored.key_encrypted and "PRIVATE KEY" in crypto.decrypt(stored.key_encrypted)
     assert charlie.client.get(f"/api/v1/certificates/{body['id']}/").status_code == 404
+
+
+def test_metrics_expose_node_health_applied_vs_desired_and_durations(shared, anon) -> None:
+    node = Node.objects.create(fleet=shared["fleet"], name="n1", address="127.0.0.1", runtime_dir="/run/spw/n1",
+                               config_dir="/etc/spw/n1", status="up")
+    revision = services.fleet_render(fleet=shared["fleet"])
+    rollout = services.rollout_create(fleet=shared["fleet"], revision=revision, enqueue=False)
+    Rollout.objects.filter(pk=rollout.pk).update(status="succeeded", duration_ms=180.0)
+    rollout.results.update(status="succeeded", duration_ms=90.0)
+
+    text = anon.get("/metrics").content.decode()
+
+    assert 'spillway_fleet_desired_revision{fleet="edge"} 1.0' in text
+    assert 'spillway_node_applied_revision{fleet="edge",node="n1"} 0.0' in text
+    assert 'spillway_node_behind{fleet="edge",node="n1"} 1.0' in text
+    assert 'spillway_node_up{fleet="edge",node="n1"} 1.0' in text
+    assert 'spillway_rollout_duration_seconds_bucket{fleet="edge",le="0.25"} 1.0' in text
+    assert 'spillway_node_push_duration_seconds_count{fleet="edge"} 1.0' in text
+    Node.objects.filter(pk=node.pk).update(applied_revision=revision)
+    assert 'spillway_node_behind{fleet="edge",node="n1"} 0.0' in anon.get("/metrics").content.decode()
