@@ -149,7 +149,8 @@ class Rollout(models.Model):
     ACTIVE = (Status.PENDING, Status.RUNNING)
 
     fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="rollouts")
-    revision = models.ForeignKey(ConfigRevision, on_delete=models.PROTECT, related_name="rollouts")
+    # RESTRICT: a revision with rollouts cannot be deleted alone, but goes with its fleet.
+    revision = models.ForeignKey(ConfigRevision, on_delete=models.RESTRICT, related_name="rollouts")
     from_revision = models.PositiveIntegerField(default=0)  # fleet.desired_revision before this one
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.DEPLOY)
     canary = models.BooleanField(default=True)

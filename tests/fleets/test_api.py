@@ -255,3 +255,10 @@ def test_metrics_expose_node_health_applied_vs_desired_and_durations(shared, ano
     assert 'spillway_node_push_duration_seconds_count{fleet="edge"} 1.0' in text
     Node.objects.filter(pk=node.pk).update(applied_revision=revision)
     assert 'spillway_node_behind{fleet="edge",node="n1"} 0.0' in anon.get("/metrics").content.decode()
+
+
+def test_deleting_a_fleet_with_history_works_and_frees_its_lb(shared, otto) -> None:
+    revision = services.fleet_render(fleet=shared["fleet"])
+    services.rollout_create(fleet=shared["fleet"], revision=revision, enqueue=False)
+    assert otto.client.delete(f"/api/v1/fleets/{shared['fleet'].pk}/").status_code == 204
+    assert LoadBalancer.objects.get(pk=shared["lb"].pk).fleet_id is None

@@ -284,3 +284,35 @@ def test_health_collection_keeps_a_hot_copy_per_server(fleet3: LocalFleet) -> No
 
     # The same readings feed the overflow charts' history: one sample per node for the pool.
     assert TrafficSample.objects.filter(pool=pool).count() == 3
+
+
+def test_a_canary_whose_reload_fails_is_rolled_back_and_the_rollout_stops(fleet3: LocalFleet, monkeypatch) -> None:
+    """GIVEN a port taken between the pre-check and the reload (simulated: the pre-check is told
+    nothing is in the way) WHEN the canary reloads THEN HAProxy refuses, the canary goes back to its
+    last good config, the other nodes are never touched and the rollout fails with the node's error."""
+    reconcile(fleet3.fleet)
+    before = {n.name: (n.applied_revision_id, n.worker_pid) for n in fleet3.nodes}
+    from apps.balancers.models import Listener
+    from apps.fleets import engine
+
+    from .fleetkit import free_port_on
+
+    port = free_port_on([n.bind_address for n in fleet3.nodes])
+    Listener.objects.create(lb=fleet3.lb, name="second", port=port, default_pool=fleet3.listener.default_pool)
+    monkeypatch.setattr(engine, "precheck_binds", lambda *args: [])
+    stray = _hold("127.0.71.1", port)
+    try:
+        result = reconcile(fleet3.fleet)
+    finally:
+        stray.close()
+
+    rollout = Rollout.objects.get(pk=result["rollouts"][-1])
+    assert rollout.status == Rollout.Status.FAILED and "n1" in rollout.error and "reload failed" in rollout.error
+    by_node = {r.node.name: r.status for r in rollout.results.select_related("node")}
+    assert by_node == {"n1": "rolled_back", "n2": "skipped", "n3": "skipped"}
+    nodes = {n.name: n for n in fleet3.nodes}
+    assert {name: (n.applied_revision_id, n.worker_pid) for name, n in nodes.items() if name != "n1"} == {
+        name: value for name, value in before.items() if name != "n1"}
+    assert nodes["n1"].applied_revision_id == before["n1"][0] and nodes["n1"].status == Node.Status.UP
+    assert set(fleet3.bodies("/").values()) == {"old"}  # every node serves, n1 included
+    assert services.fleet_drift_check(fleet=fleet3.fleet) == []
