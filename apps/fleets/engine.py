@@ -30,7 +30,8 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.fleets import selectors
@@ -282,9 +283,8 @@ def _record(result: NodeResult, outcome: NodeOutcome, rollout: Rollout) -> None:
 def _execute(rollout: Rollout, owner: str) -> Rollout:
     """Canary first, then batches; stop at the first failing batch. Safe to call again."""
     fleet_id = rollout.fleet_id
-    now = timezone.now()
-    Rollout.objects.filter(pk=rollout.pk, started_at__isnull=True).update(started_at=now)
-    Rollout.objects.filter(pk=rollout.pk).update(status=Rollout.Status.RUNNING)
+    Rollout.objects.filter(pk=rollout.pk).update(status=Rollout.Status.RUNNING,
+                                                 started_at=Coalesce("started_at", Value(timezone.now())))
     rollout = Rollout.objects.select_related("fleet", "revision").get(pk=rollout.pk)
     results = list(rollout.results.select_related("node__applied_revision").order_by("node__name"))
     todo = [r for r in results if r.status != NodeResult.Status.SUCCEEDED and r.node.enabled]
@@ -305,14 +305,17 @@ def _execute(rollout: Rollout, owner: str) -> Rollout:
         return rollout
 
     # Pre-flight, for every node before any is touched: who is down, who would hit a bind conflict.
-    down = {rid: why for rid, (proc, why) in zip(
-        plans, _parallel(lambda p: reachable(p.conn), list(plans.values())), strict=True) if proc is None}
+    def preflight(result: NodeResult) -> tuple[str, list[str]]:
+        plan = plans[result.pk]
+        proc, why = reachable(plan.conn)
+        if proc is None:
+            return why, []
+        return "", precheck_binds(plan.conn, plan.bundle, plan.last_good)
+
+    checks = dict(zip([r.pk for r in todo], _parallel(preflight, todo) if todo else [], strict=True))
+    down = {rid: why for rid, (why, _) in checks.items() if why}
     live = [r for r in todo if r.pk not in down]
-    conflicts = dict(zip(
-        [r.pk for r in live],
-        _parallel(lambda r: precheck_binds(plans[r.pk].conn, plans[r.pk].bundle, plans[r.pk].last_good), live)
-        if live else [], strict=True))
-    clashing = {rid: c for rid, c in conflicts.items() if c}
+    clashing = {rid: c for rid, (_, c) in checks.items() if c}
     if clashing:
         names = {r.pk: r.node.name for r in todo}
         detail = "; ".join(f"{names[rid]}: {', '.join(c)}" for rid, c in clashing.items())

@@ -213,25 +213,30 @@ class FleetBench:
         finally:
             conn.close()
 
-    def add_route(self, path: str, priority: int) -> int:
-        status, body = self.api("POST", "/api/v1/routes/", {
-            "lb": self.lb.pk, "path": path, "priority": priority,
-            "targets": [{"pool": self.pools["new"].pk, "weight": 100}]})
+    def add_route(self, path: str, priority: int, redirect_url: str | None = None) -> int:
+        body: dict = {"lb": self.lb.pk, "path": path, "priority": priority}
+        if redirect_url:
+            body["redirect_url"] = redirect_url
+        else:
+            body["targets"] = [{"pool": self.pools["new"].pk, "weight": 100}]
+        status, body = self.api("POST", "/api/v1/routes/", body)
         if status != 201:
             raise RuntimeError(f"route create failed: {status} {body}")
         return int(body["id"])
 
-    def wait_served(self, path: str, want: str, timeout_s: float = 30.0) -> float:
-        """Seconds (monotonic clock) at which the last node first answered `want` on `path`."""
+    def wait_served(self, path: str, want: str | int, timeout_s: float = 30.0, interval_s: float = 0.005) -> float:
+        """Seconds (monotonic clock) at which the last node first answered `want` on `path`
+        (a body, or a status code when `want` is an int)."""
         done: dict[str, float] = {}
         deadline = time.monotonic() + timeout_s
 
         def poll(address: str) -> None:
             while time.monotonic() < deadline:
-                if http_get(address, self.port, path, 0.5)[1] == want:
+                status, body = http_get(address, self.port, path, 0.5)
+                if (status if isinstance(want, int) else body) == want:
                     done[address] = time.monotonic()
                     return
-                time.sleep(0.002)
+                time.sleep(interval_s)
 
         threads = [threading.Thread(target=poll, args=(a,)) for a in self.node_addresses]
         for t in threads:

@@ -1,9 +1,12 @@
 """API write -> served on every node: propagation latency through the whole delivery path.
 
 2 regions x 3 local HAProxy nodes (loopback), one LB served by both fleets, a real gunicorn and a
-real Celery worker. Each change POSTs a route `/c<i>` -> pool `new` through the REST API and
-measures until every node answers `new` on it (probed over HTTP every 2 ms per node). Then a
-burst of back-to-back writes shows how changes coalesce into rollouts.
+real Celery worker. Each change POSTs a route `/c<i>/` through the REST API and measures until
+every node serves it (probed over HTTP every 10 ms per node). The route is a redirect, answered by
+HAProxy itself: the same render -> validate -> canary -> batch path as a pool route, but the probes
+do not load the Python test backends, which on a 2-core box slowed the very reloads being timed.
+`--pool-routes` measures routes to pool `new` instead. Then a burst of back-to-back writes shows
+how changes coalesce into rollouts.
 
     python tests/bench/bench_propagation.py [--changes 50] [--burst 10] [--nodes 3]
 
@@ -58,6 +61,7 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=50)
     parser.add_argument("--burst", type=int, default=10)
     parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--pool-routes", action="store_true", help="routes to a pool instead of redirects")
     args = parser.parse_args()
 
     bench = FleetBench("spw_bench_propagation", nodes_per_region=args.nodes)
@@ -72,9 +76,14 @@ def main() -> None:
             marks.append((time.time(), time.monotonic()))
             started = time.monotonic()
             # Trailing slash: "/c1/" must not prefix-match "/c10/".
-            bench.add_route(f"/c{i}/", 1000 + i)
-            api_ms.append((time.monotonic() - started) * 1000.0)
-            served = bench.wait_served(f"/c{i}/x", "new")
+            if args.pool_routes:
+                bench.add_route(f"/c{i}/", 1000 + i)
+                api_ms.append((time.monotonic() - started) * 1000.0)
+                served = bench.wait_served(f"/c{i}/x", "new", interval_s=0.01)
+            else:
+                bench.add_route(f"/c{i}/", 1000 + i, redirect_url=f"https://example.com/c{i}")
+                api_ms.append((time.monotonic() - started) * 1000.0)
+                served = bench.wait_served(f"/c{i}/x", 302, interval_s=0.01)
             latencies.append((served - started) * 1000.0)
             time.sleep(0.05)
         print(f"changes={len(latencies)} nodes={len(bench.node_addresses)} (2 regions)")
