@@ -44,6 +44,13 @@ def node_payload(**extra):
             "config_dir": "/etc/spillway/n1", **extra}
 
 
+def test_anonymous_callers_are_refused_everywhere(shared, anon) -> None:
+    for path in ("/api/v1/fleets/", "/api/v1/nodes/", "/api/v1/config-revisions/", "/api/v1/rollouts/",
+                 f"/api/v1/load-balancers/{shared['lb'].pk}/applied/?revision=1"):
+        assert anon.get(path).status_code == 401, path
+    assert anon.post(f"/api/v1/load-balancers/{shared['lb'].pk}/preview/").status_code == 401
+
+
 def test_operators_manage_fleets_and_nodes_and_customers_find_nothing(shared, otto, alice, charlie) -> None:
     response = otto.client.post("/api/v1/fleets/", {"name": "eu", "region": "us-east", "batch_size": 2},
                                 format="json")
