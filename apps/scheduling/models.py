@@ -64,7 +64,7 @@ class Job(models.Model):
     webhook_secret_encrypted = models.TextField(blank=True)  # Fernet, see apps.core.crypto
 
     # The earliest slot not yet handed to a run; NULL = nothing left to fire (paused, ended, one-off done).
-    next_fire_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    next_fire_at = models.DateTimeField(null=True, blank=True)  # indexed by job_due_idx (enabled jobs)
     last_status = models.CharField(max_length=16, blank=True)
     last_run_at = models.DateTimeField(null=True, blank=True)
     created_by = models.CharField(max_length=64, blank=True)
@@ -147,7 +147,9 @@ class JobRun(models.Model):
 
     TENANT_PATH = "job__org"
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="runs")
+    # No separate index on job: the unique (job, scheduled_for) index serves every lookup by job,
+    # and newest-first history too (a B-tree reads backwards). Fewer indexes, cheaper run updates.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="runs", db_index=False)
     scheduled_for = models.DateTimeField()
     trigger = models.CharField(max_length=8, choices=Trigger.choices, default=Trigger.SCHEDULE)
     # Set when this run follows a misfire: the first slot that was missed.
@@ -177,9 +179,9 @@ class JobRun(models.Model):
             models.UniqueConstraint(fields=["job", "scheduled_for"], name="jobrun_unique_slot"),
         ]
         indexes = [
-            models.Index(fields=["job", "-scheduled_for"], name="jobrun_history_idx"),
-            # The reaper's queries: live runs only, so the index stays small.
-            models.Index(fields=["status", "heartbeat_at"], condition=Q(status__in=["pending", "running"]),
+            # The reaper's queries: live runs only, so the index stays small. heartbeat_at is left out
+            # so a heartbeat (every 2 s per running run) can be a HOT update that touches no index.
+            models.Index(fields=["status"], condition=Q(status__in=["pending", "running"]),
                          name="jobrun_live_idx"),
         ]
         ordering = ["-scheduled_for"]
