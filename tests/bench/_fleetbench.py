@@ -16,7 +16,6 @@ import sys
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,31 +25,45 @@ DB_URL_BASE = os.environ.get("BENCH_DATABASE_SERVER", "postgres://postgres@127.0
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/2")
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+async def _serve_fast(specs: list[tuple[str, str]]) -> None:
+    """asyncio backends: a fixed 200 per request, keep-alive, one process for all of them."""
+    import asyncio
 
-    def do_GET(self) -> None:
-        body = self.server.name.encode()  # type: ignore[attr-defined]
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+    class Answer(asyncio.Protocol):
+        def __init__(self, body: bytes) -> None:
+            self.response = (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
+                             + str(len(body)).encode() + b"\r\n\r\n" + body)
+            self.buffer = b""
 
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+        def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def]
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            self.buffer += data
+            while b"\r\n\r\n" in self.buffer:  # GET requests: no body
+                _, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+                self.transport.write(self.response)
+
+    loop = asyncio.get_running_loop()
+    for name, address in specs:
+        server = await loop.create_server(lambda n=name: Answer(n.encode()), address, 0, backlog=1024)
+        print(f"{name} {address} {server.sockets[0].getsockname()[1]}", flush=True)
+    print("READY", flush=True)
+    await asyncio.Event().wait()
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 1024
-
-
-def start_backend(name: str, address: str) -> tuple[_Server, int]:
-    server = _Server((address, 0), _Handler)
-    server.name = name  # type: ignore[attr-defined]
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    return server, int(server.server_address[1])
+def start_fast_backends(specs: list[tuple[str, str]]) -> tuple[subprocess.Popen, dict[tuple[str, str], int]]:
+    """Start the asyncio backends in their own process (no GIL shared with the bench); {(name, address): port}."""
+    arg = ",".join(f"{n}@{a}" for n, a in specs)
+    proc = subprocess.Popen([sys.executable, __file__, "backends", arg], stdout=subprocess.PIPE, text=True)
+    ports: dict[tuple[str, str], int] = {}
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.strip() == "READY":
+            return proc, ports
+        name, address, port = line.split()
+        ports[(name, address)] = int(port)
+    raise RuntimeError("fast backends did not start")
 
 
 def http_get(host: str, port: int, path: str, timeout_s: float = 1.0) -> tuple[int, str]:
@@ -96,7 +109,6 @@ class FleetBench:
     def __init__(self, db_name: str, nodes_per_region: int = 3, worker_concurrency: int = 2) -> None:
         self.procs: list[subprocess.Popen] = []
         self.masters: list[subprocess.Popen] = []
-        self.servers: list[_Server] = []
         self.base = tempfile.mkdtemp(prefix="spw-bench-", dir="/tmp")
         self.env = dict(os.environ)
         self.env.update({
@@ -143,14 +155,16 @@ class FleetBench:
         fleets[1].serves.add(self.lb)
         pools = {}
         # One backend per pool and region (a member's endpoint is unique within its pool).
+        specs = [(name, f"127.0.90.{1 + n + 2 * r}") for n, name in enumerate(("old", "new")) for r in range(2)]
+        backends, ports = start_fast_backends(specs)
+        self.procs.append(backends)
         for n, name in enumerate(("old", "new")):
             pool = Pool.objects.create(lb=self.lb, org=ops, name=name, health_path="")
             for r, (slug, region) in enumerate(regions.items()):
                 address = f"127.0.90.{1 + n + 2 * r}"
-                server, port = start_backend(name, address)
-                self.servers.append(server)
                 PoolRegion.objects.create(pool=pool, region=region, max_rate_per_member=None)
-                Member.objects.create(pool=pool, region=region, name=f"{name}-{slug}", address=address, port=port)
+                Member.objects.create(pool=pool, region=region, name=f"{name}-{slug}", address=address,
+                                      port=ports[(name, address)])
             pools[name] = pool
         self.pools = pools
         self.node_addresses = [f"127.0.{91 + r}.{i}" for r in range(2) for i in range(1, nodes_per_region + 1)]
@@ -269,7 +283,16 @@ class FleetBench:
         for master in self.masters:
             with contextlib.suppress(Exception):
                 stop_local_node(master)
-        for server in self.servers:
-            server.shutdown()
-            server.server_close()
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "backends":
+    import asyncio
+
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    asyncio.run(_serve_fast([tuple(item.split("@")) for item in sys.argv[2].split(",")]))  # type: ignore[misc]

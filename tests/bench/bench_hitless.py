@@ -5,7 +5,7 @@ _fleetbench). One `wrk` per node (keep-alive, `-t1 -c<connections>`) runs for `-
 seconds against `/`; meanwhile `--changes` routes are added through the REST API, evenly spaced,
 each causing a verified reload of every node. wrk's own counters are summed.
 
-    python tests/bench/bench_hitless.py [--duration 30] [--changes 20] [--nodes 3] [--connections 4]
+    python tests/bench/bench_hitless.py [--duration 30] [--changes 20] [--nodes 3] [--connections 8]
 
 Last line: ``RESULT requests=... socket_errors=... non_2xx=...``. Goal: 0 and 0.
 """
@@ -41,7 +41,8 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=30)
     parser.add_argument("--changes", type=int, default=20)
     parser.add_argument("--nodes", type=int, default=3)
-    parser.add_argument("--connections", type=int, default=4, help="keep-alive connections per node")
+    parser.add_argument("--connections", type=int, default=8, help="keep-alive connections per node")
+    parser.add_argument("--verbose", action="store_true", help="print each wrk report")
     args = parser.parse_args()
     wrk = shutil.which("wrk")
     if wrk is None:
@@ -71,11 +72,15 @@ def main() -> None:
         for proc in procs:
             out, _ = proc.communicate(timeout=args.duration + 30)
             text = out.decode(errors="replace")
+            if args.verbose:
+                print(text)
             for k, value in enumerate(parse_wrk(text)):
                 totals[k] += value
         reloads = NodeResult.objects.filter(id__gt=first_result, status="succeeded",
                                             reload_ms__isnull=False).count()
-        failed = Rollout.objects.exclude(status__in=["succeeded", "superseded"]).count()
+        failed = Rollout.objects.filter(status="failed").count()
+        for rollout in Rollout.objects.filter(status="failed"):
+            print(f"failed rollout {rollout.pk} ({rollout.fleet.name}): {rollout.error[:300]}")
         print(f"{len(procs)} nodes, wrk -t1 -c{args.connections} each for {args.duration}s (keep-alive)")
         print(f"{args.changes} route changes via the API, {reloads} verified node reloads, {failed} failed rollouts")
         print(f"requests={totals[0]} socket_errors={totals[1]} non_2xx={totals[2]} "
