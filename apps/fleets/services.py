@@ -327,6 +327,8 @@ def fleet_save(*, principal: Principal, fleet: Fleet, data: dict[str, Any]) -> F
     data = dict(data)
     serves = data.pop("serves", None)
     with transaction.atomic():
+        # Fleets that shared an LB before the change count its nodes too (the share rule).
+        sharing_before = fleets_sharing({fleet.pk}) if fleet.pk else set()
         before = _fleet_dict(fleet) if fleet.pk else None
         for key, value in data.items():
             setattr(fleet, key, value)
@@ -335,7 +337,7 @@ def fleet_save(*, principal: Principal, fleet: Fleet, data: dict[str, Any]) -> F
             fleet.serves.set(serves)
         audit_record(principal=principal, org=principal.org, action="fleet.save", obj=fleet, before=before,
                      after=_fleet_dict(fleet))
-        _restart_after_commit({fleet.pk})
+        _restart_after_commit({fleet.pk} | sharing_before)
     return fleet
 
 

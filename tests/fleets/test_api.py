@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
 import time
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from django.db import connection
 
 from apps.balancers.models import Listener, LoadBalancer, Member, Pool, PoolRegion, Region, Route, RouteTarget
 from apps.core import crypto
 from apps.fleets import services
 from apps.fleets.models import Certificate, ConfigRevision, Fleet, Node, Rollout
+
+from .fleetkit import self_signed
 
 pytestmark = pytest.mark.django_db
 
@@ -211,23 +208,9 @@ def test_applied_returns_as_soon_as_the_last_node_is_verified(ops, acme, globex,
     assert response.status_code == 200 and 0.35 <= time.monotonic() - started < 2.0
 
 
-def _self_signed(days: int, key=None) -> tuple[str, str]:
-    key = key or ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "shop.acme.example")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=1))
-            .not_valid_after(now + dt.timedelta(days=days))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("shop.acme.example")]), critical=False)
-            .sign(key, hashes.SHA256()))
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption()).decode()
-    return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem
-
-
 def test_certificate_upload_validates_key_and_expiry_and_encrypts_the_key(alice, charlie) -> None:
-    cert_pem, key_pem = _self_signed(days=10)
-    _, other_key = _self_signed(days=10)
+    cert_pem, key_pem = self_signed(days=10)
+    _, other_key = self_signed(days=10)
     mismatch = alice.client.post("/api/v1/certificates/", {"name": "shop", "cert_pem": cert_pem,
                                                            "key_pem": other_key}, format="json")
     assert mismatch.status_code == 400 and mismatch.json()["code"] == "key_mismatch"

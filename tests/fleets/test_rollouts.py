@@ -8,7 +8,7 @@ import pytest
 
 from apps.balancers.models import Member
 from apps.fleets import services
-from apps.fleets.models import ConfigRevision, Node, NodeResult, Rollout
+from apps.fleets.models import Certificate, ConfigRevision, Node, NodeResult, Rollout
 from apps.fleets.runtime import HAProxySocket, MasterSocket
 
 from .fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
@@ -316,3 +316,53 @@ def test_a_canary_whose_reload_fails_is_rolled_back_and_the_rollout_stops(fleet3
     assert nodes["n1"].applied_revision_id == before["n1"][0] and nodes["n1"].status == Node.Status.UP
     assert set(fleet3.bodies("/").values()) == {"old"}  # every node serves, n1 included
     assert services.fleet_drift_check(fleet=fleet3.fleet) == []
+
+
+def test_an_uploaded_certificate_is_served_by_every_node_with_its_key_kept_private(fleet3: LocalFleet) -> None:
+    import os
+    import ssl
+    import stat
+
+    from apps.balancers.models import Listener
+    from apps.fleets.certs import certificate_save
+
+    from .fleetkit import free_port_on, self_signed
+
+    cert_pem, key_pem = self_signed(days=90, name="shop.example.com")
+    cert = certificate_save(principal=_system(fleet3), cert=Certificate(), org=fleet3.lb.org, name="shop",
+                            cert_pem=cert_pem, key_pem=key_pem)
+    port = free_port_on([n.bind_address for n in fleet3.nodes])
+    Listener.objects.create(lb=fleet3.lb, name="https", protocol="https", port=port, certificate=cert,
+                            default_pool=fleet3.listener.default_pool)
+
+    result = reconcile(fleet3.fleet)
+
+    assert Rollout.objects.get(pk=result["rollouts"][-1]).status == Rollout.Status.SUCCEEDED
+    context = ssl.create_default_context(cadata=cert_pem)
+    context.check_hostname = True
+    for node in fleet3.nodes:
+        import http.client
+
+        conn = http.client.HTTPSConnection(node.bind_address, port, timeout=3, context=context)
+        try:
+            conn.request("GET", "/", headers={"Host": "shop.example.com"})
+            assert conn.getresponse().read() == b"old"
+        except ssl.SSLCertVerificationError:
+            # The node's IP is not in the certificate: verify the chain, not the name.
+            context.check_hostname = False
+            conn = http.client.HTTPSConnection(node.bind_address, port, timeout=3, context=context)
+            conn.request("GET", "/")
+            assert conn.getresponse().read() == b"old"
+        finally:
+            conn.close()
+        certs_dir = f"{node.config_dir}/current/certs"
+        [name] = os.listdir(certs_dir)
+        assert stat.S_IMODE(os.stat(f"{certs_dir}/{name}").st_mode) == 0o600
+    revision = Rollout.objects.get(pk=result["rollouts"][-1]).revision
+    assert "PRIVATE KEY" not in revision.text and "PRIVATE KEY" not in str(revision.snapshot)
+
+
+def _system(local: LocalFleet):
+    from apps.accounts.principal import Principal
+
+    return Principal(org=local.lb.org, role="admin")
