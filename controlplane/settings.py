@@ -232,3 +232,5 @@ LOGGING = {
 HAPROXY_BIN = envstr("HAPROXY_BIN", "haproxy")
 TERRAFORM_BIN = envstr("TERRAFORM_BIN", "")
 IDEMPOTENCY_TTL_S = envint("IDEMPOTENCY_TTL_S", 24 * 3600, minimum=60)
+# Networks a tenant's job may reach besides public addresses (webhooks, http_check), e.g. "10.20.0.0/16".
+SCHEDULING_TENANT_URL_ALLOW_CIDRS = envlist("SCHEDULING_TENANT_URL_ALLOW_CIDRS", [])

@@ -49,6 +49,16 @@ def job_principal(job) -> JobPrincipal:
     return JobPrincipal(org=job.org, role=Role.EDITOR, job_id=job.pk)
 
 
+def url_policy(org) -> webhooks.AddressPolicy:
+    """Where an org's jobs may send HTTP: the operator's anywhere but link-local and metadata; a tenant's
+    to public addresses and the networks in settings.SCHEDULING_TENANT_URL_ALLOW_CIDRS."""
+    from django.conf import settings
+
+    if org.is_operator:
+        return webhooks.INTERNAL_TOO
+    return webhooks.AddressPolicy.with_networks(getattr(settings, "SCHEDULING_TENANT_URL_ALLOW_CIDRS", []))
+
+
 @dataclass
 class RunContext:
     run_id: int
@@ -236,7 +246,7 @@ def _http_check_validate(params: Params, principal: Principal) -> Params:
     _only(params, {"url", "expect_status", "timeout_s"})
     url = params.get("url")
     try:
-        webhooks.parse_url(url)
+        webhooks.parse_url(url, url_policy(principal.org))
     except webhooks.UnsafeUrl as exc:
         raise _bad("url", exc.message) from None
     return {
@@ -248,7 +258,8 @@ def _http_check_validate(params: Params, principal: Principal) -> Params:
 
 def _http_check_execute(ctx: RunContext, params: Params) -> dict[str, Any]:
     try:
-        reply = webhooks.request("GET", params["url"], timeout_s=params.get("timeout_s", 5.0))
+        reply = webhooks.request("GET", params["url"], timeout_s=params.get("timeout_s", 5.0),
+                                 policy=url_policy(ctx.principal.org))
     except webhooks.UnsafeUrl as exc:
         raise JobFailed(exc.message) from None
     except OSError as exc:

@@ -49,7 +49,7 @@ def _check(job: Job, *, now: datetime, creating: bool) -> cron.Schedule:
         raise DomainError("invalid_schedule", "end_at must be after start_at.", field="end_at")
     if job.webhook_url:
         try:
-            webhooks.parse_url(job.webhook_url)
+            webhooks.parse_url(job.webhook_url, kinds.url_policy(job.org))
         except webhooks.UnsafeUrl as exc:
             raise DomainError(exc.code, exc.message, field="webhook_url") from None
         if not job.webhook_secret_encrypted:

@@ -6,9 +6,10 @@ Guard rails, because a URL typed by a tenant is fetched from inside the control 
 * the host is resolved once, every address is checked, and the connection goes to the
   checked address (so DNS rebinding between check and connect cannot swap it);
 * never link-local (169.254.0.0/16, fe80::/10, which holds the cloud metadata services),
-  never the other known metadata addresses, multicast, unspecified or reserved ranges.
-  Loopback and private ranges are allowed: a self-hosted control plane legitimately
-  notifies receivers on its own network;
+  never the other known metadata addresses, multicast, unspecified or reserved ranges;
+* internal addresses (loopback, RFC 1918, unique-local, CGNAT) only under a policy that
+  allows them: the operator's jobs may notify receivers on the operator's own network, a
+  tenant's jobs reach public addresses plus the networks the deployment lists;
 * a bounded timeout for connect and read, and a bounded response read.
 
 Signature (verify it before trusting a payload): the headers carry
@@ -55,6 +56,20 @@ class UnsafeUrl(ValueError):
 
 
 @dataclass(frozen=True)
+class AddressPolicy:
+    allow_internal: bool = False  # loopback, private, unique-local, CGNAT
+    allow_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+
+    @classmethod
+    def with_networks(cls, cidrs: list[str] | tuple[str, ...], *, allow_internal: bool = False) -> AddressPolicy:
+        return cls(allow_internal, tuple(ipaddress.ip_network(c, strict=False) for c in cidrs))
+
+
+PUBLIC_ONLY: Final = AddressPolicy()
+INTERNAL_TOO: Final = AddressPolicy(allow_internal=True)
+
+
+@dataclass(frozen=True)
 class Target:
     scheme: str
     host: str
@@ -70,8 +85,8 @@ class Response:
     address: str
 
 
-def parse_url(url: object) -> Target:
-    """Check the URL's shape (no network). Raises UnsafeUrl."""
+def parse_url(url: object, policy: AddressPolicy = PUBLIC_ONLY) -> Target:
+    """Check the URL's shape, and a literal IP host against `policy` (no network). Raises UnsafeUrl."""
     if not isinstance(url, str) or not url:
         raise UnsafeUrl("invalid_url", "URL must be a non-empty string.")
     if len(url) > MAX_URL_LEN:
@@ -90,28 +105,34 @@ def parse_url(url: object) -> Target:
     host = parts.hostname or ""
     if not host:
         raise UnsafeUrl("invalid_url", "URL has no host.")
-    if _literal_ip(host) is not None:
-        check_address(_literal_ip(host))  # type: ignore[arg-type]
+    literal = _literal_ip(host)
+    if literal is not None:
+        check_address(literal, policy)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     default_port = 443 if parts.scheme == "https" else 80
     return Target(scheme=parts.scheme, host=host, port=port or default_port, path=path)
 
 
-def check_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> None:
+def check_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address,
+                  policy: AddressPolicy = PUBLIC_ONLY) -> None:
     mapped = getattr(address, "ipv4_mapped", None)
     if mapped is not None:
         address = mapped
     if address in _METADATA or address.is_link_local:
         raise UnsafeUrl("forbidden_address", f"{address} is a link-local or cloud metadata address.")
-    if address.is_multicast or address.is_unspecified or address.is_reserved:
+    if address.is_multicast or address.is_unspecified or (address.is_reserved and not address.is_loopback):
         raise UnsafeUrl("forbidden_address", f"{address} is not a unicast host address.")
+    if address.is_global or policy.allow_internal or any(address in net for net in policy.allow_networks):
+        return
+    raise UnsafeUrl("internal_address", f"{address} is an internal address; this organization's jobs may only "
+                                        "reach public addresses (and networks the operator allows).")
 
 
-def resolve(target: Target) -> str:
+def resolve(target: Target, policy: AddressPolicy = PUBLIC_ONLY) -> str:
     """The first address of the host, after checking every address it resolves to."""
     literal = _literal_ip(target.host)
     if literal is not None:
-        check_address(literal)
+        check_address(literal, policy)
         return str(literal)
     try:
         infos = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
@@ -121,15 +142,15 @@ def resolve(target: Target) -> str:
     if not addresses:
         raise UnsafeUrl("unresolvable_host", f"{target.host} does not resolve.")
     for address in addresses:
-        check_address(address)  # one bad address rejects the host: rebinding picks any of them
+        check_address(address, policy)  # one bad address rejects the host: rebinding picks any of them
     return str(addresses[0])
 
 
 def request(method: str, url: str, *, body: bytes | None = None, headers: dict[str, str] | None = None,
-            timeout_s: float = 5.0) -> Response:
+            timeout_s: float = 5.0, policy: AddressPolicy = PUBLIC_ONLY) -> Response:
     """One HTTP request to a checked address; no redirects. Raises UnsafeUrl or OSError."""
-    target = parse_url(url)
-    address = resolve(target)
+    target = parse_url(url, policy)
+    address = resolve(target, policy)
     timeout_s = max(0.1, min(float(timeout_s), MAX_TIMEOUT_S))
     started = time.monotonic()
     conn = _connection(target, address, timeout_s)
@@ -160,7 +181,7 @@ def verify(secret: str, timestamp: int, body: bytes, signature: str, *, now: flo
 
 
 def deliver(url: str, *, secret: str, event: str, payload: dict[str, Any], timeout_s: float = 5.0,
-            now: float | None = None) -> Response:
+            now: float | None = None, policy: AddressPolicy = PUBLIC_ONLY) -> Response:
     """POST a signed JSON payload. Raises UnsafeUrl or OSError; the caller decides on retries."""
     body = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str).encode()
     timestamp = int(time.time() if now is None else now)
@@ -171,7 +192,7 @@ def deliver(url: str, *, secret: str, event: str, payload: dict[str, Any], timeo
         TIMESTAMP_HEADER: str(timestamp),
         SIGNATURE_HEADER: sign(secret, timestamp, body),
     }
-    return request("POST", url, body=body, headers=headers, timeout_s=timeout_s)
+    return request("POST", url, body=body, headers=headers, timeout_s=timeout_s, policy=policy)
 
 
 def _literal_ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

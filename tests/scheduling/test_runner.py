@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from apps.audit.models import AuditEvent
+from apps.core.errors import DomainError
 from apps.scheduling import notify, runner, services, webhooks
 from apps.scheduling.models import Job, JobRun
 from tests.factories import MemberFactory, PoolRegionFactory
@@ -90,7 +91,10 @@ class _Hooks(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def hook_server():
+def hook_server(settings):
+    """A receiver on loopback; loopback is allowed for acme's jobs here, as an operator would allow
+    a tenant's own network (tenants reach only public addresses by default)."""
+    settings.SCHEDULING_TENANT_URL_ALLOW_CIDRS = ["127.0.0.0/8"]
     _Hooks.received = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Hooks)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -141,6 +145,20 @@ def test_webhooks_never_go_to_link_local_or_metadata_addresses(acme, make_job, u
     run = manual_run(job)
     outcome = notify.webhook_send(run.pk)
     assert outcome.status.startswith("refused") and not outcome.retry
+
+
+def test_a_tenants_jobs_reach_only_public_addresses_unless_the_operator_allows_more(acme, ops, make_job,
+                                                                                   settings) -> None:
+    settings.SCHEDULING_TENANT_URL_ALLOW_CIDRS = []
+    for url in ("http://127.0.0.1:9/hook", "http://10.1.2.3/hook", "http://[::1]/hook"):
+        with pytest.raises(DomainError) as info:
+            make_job(acme, "internal", webhook_url=url, webhook_secret="s" * 20)
+        assert info.value.code == "internal_address"
+        with pytest.raises(DomainError):
+            make_job(acme, "probe", kind="http_check", params={"url": url})
+    assert make_job(ops, "ops-hook", webhook_url="http://127.0.0.1:9/hook", webhook_secret="s" * 20).pk
+    settings.SCHEDULING_TENANT_URL_ALLOW_CIDRS = ["10.1.0.0/16"]
+    assert make_job(acme, "own-network", webhook_url="http://10.1.2.3/hook", webhook_secret="s" * 20).pk
 
 
 def test_forbid_skips_a_run_while_another_of_the_job_runs(acme, make_job) -> None:

@@ -27,7 +27,8 @@ class JobSerializer(serializers.ModelSerializer):
     timezone = serializers.CharField(max_length=64, required=False)
     interval_s = serializers.IntegerField(min_value=schedules.MIN_INTERVAL_S, max_value=366 * 86400, required=False,
                                          allow_null=True)
-    misfire_grace_s = serializers.IntegerField(min_value=0, max_value=7 * 86400, required=False)
+    # At least 1 s: with 0, a tick a few ms after the slot would already count as a misfire.
+    misfire_grace_s = serializers.IntegerField(min_value=1, max_value=7 * 86400, required=False)
     max_retries = serializers.IntegerField(min_value=0, max_value=20, required=False)
     retry_backoff_s = serializers.IntegerField(min_value=0, max_value=86400, required=False)
     timeout_s = serializers.IntegerField(min_value=1, max_value=7 * 86400, required=False)
