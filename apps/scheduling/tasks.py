@@ -37,7 +37,7 @@ def run_job_task(self, run_id: int) -> str:
 def run_jobs_task(self, run_ids: list[int]) -> list[str]:
     """Execute a chunk of quick JobRuns one after another (see runner.CHUNK_SIZE)."""
     worker = f"{self.request.hostname or 'worker'}/pid{os.getpid()}"
-    return runner.run_chunk([int(run_id) for run_id in run_ids][: runner.CHUNK_SIZE * 2], worker=worker)
+    return runner.run_chunk([int(run_id) for run_id in run_ids], worker=worker)
 
 
 @shared_task(name="scheduling.send_webhook_task", bind=True, ignore_result=True, max_retries=3)
