@@ -109,6 +109,7 @@ class FleetBench:
     def __init__(self, db_name: str, nodes_per_region: int = 3, worker_concurrency: int = 2) -> None:
         self.procs: list[subprocess.Popen] = []
         self.masters: list[subprocess.Popen] = []
+        self.fleets: list = []
         self.base = tempfile.mkdtemp(prefix="spw-bench-", dir="/tmp")
         self.env = dict(os.environ)
         self.env.update({
@@ -125,9 +126,13 @@ class FleetBench:
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
-        self._build(nodes_per_region)
-        self._start_worker(worker_concurrency)
-        self._start_web()
+        try:
+            self._build(nodes_per_region)
+            self._start_worker(worker_concurrency)
+            self._start_web()
+        except BaseException:
+            self.close()  # whatever was started is stopped by PID
+            raise
 
     # --- setup -------------------------------------------------------------------------------
     def _build(self, nodes_per_region: int) -> None:
