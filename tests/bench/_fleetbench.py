@@ -243,11 +243,14 @@ class FleetBench:
             raise RuntimeError(f"route create failed: {status} {body}")
         return int(body["id"])
 
-    def wait_served(self, path: str, want: str | int, timeout_s: float = 30.0, interval_s: float = 0.005) -> float:
+    def wait_served(self, path: str, want: str | int, timeout_s: float = 30.0, interval_s: float = 0.005,
+                    not_before: float = 0.0) -> float:
         """Seconds (monotonic clock) at which the last node first answered `want` on `path`
-        (a body, or a status code when `want` is an int)."""
+        (a body, or a status code when `want` is an int). Polling starts at `not_before` (monotonic):
+        probes cost CPU on a 2-core box, so none are sent while nothing can have changed yet."""
         done: dict[str, float] = {}
         deadline = time.monotonic() + timeout_s
+        time.sleep(max(0.0, not_before - time.monotonic()))
 
         def poll(address: str) -> None:
             while time.monotonic() < deadline:
