@@ -189,8 +189,11 @@ def claim_runs(run_ids: list[int], *, worker: str, now: datetime | None = None,
     claimed: list[JobRun] = []
     early: list[Ticket] = []
     with transaction.atomic():
-        runs = list(JobRun.objects.select_for_update(skip_locked=True, of=("self",))
-                    .select_related("job", "job__org").filter(pk__in=run_ids, status=S.PENDING))
+        # By primary key only (the status is checked below): a plain index lookup whatever the statistics
+        # of the live-runs index say, and no ORDER BY to sort for.
+        runs = [run for run in JobRun.objects.select_for_update(skip_locked=True, of=("self",))
+                .select_related("job", "job__org").filter(pk__in=run_ids).order_by()
+                if run.status == S.PENDING]
         order = {run_id: index for index, run_id in enumerate(run_ids)}
         runs.sort(key=lambda r: order[r.pk])
         guarded = sorted({r.job_id for r in runs if r.job.concurrency_policy != Job.ConcurrencyPolicy.ALLOW})
