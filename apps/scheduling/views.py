@@ -16,7 +16,7 @@ from django.template.response import TemplateResponse
 from django_htmx.http import HttpResponseClientRedirect
 
 from apps.core.errors import DomainError
-from apps.scheduling import kinds, services
+from apps.scheduling import kinds, selectors, services
 from apps.scheduling.api.serializers import JobSerializer, SchedulePreviewSerializer, schedule_preview
 from apps.scheduling.models import Job, JobRun
 from frontend.base import PrincipalView
@@ -62,10 +62,8 @@ class _JobsView(PrincipalView):
 
 class JobListView(_JobsView):
     def get(self, request):
-        jobs = self.scoped(Job).select_related("org").order_by("name")
         q = request.GET.get("q", "").strip()
-        if q:
-            jobs = jobs.filter(name__icontains=q)
+        jobs = selectors.job_list(principal=self.principal, q=q)
         template = self.template_for("scheduling/list.html", "scheduling/_table.html")
         return render(request, template, {"jobs": jobs, "q": q, "can_write": self.principal.can_write})
 
@@ -140,11 +138,9 @@ class SchedulePreviewView(_JobsView):
 class JobDetailView(_JobsView):
     def get(self, request, pk: int):
         job = self.get_scoped(Job, pk=pk)
-        data = JobSerializer(job, context={"request": request}).data
-        times = [datetime.fromisoformat(t.replace("Z", "+00:00")) for t in data["next_fire_times"]]
-        runs = job.runs.order_by("-scheduled_for")[:HISTORY_LIMIT]
+        runs = selectors.job_history(job=job, limit=HISTORY_LIMIT)
         return render(request, "scheduling/detail.html", {
-            "job": job, "description": data["description"], "times": times, "runs": runs,
+            "job": job, "description": job.description(), "times": selectors.job_upcoming(job=job), "runs": runs,
             "params": json.dumps(job.params, indent=2), "can_write": self.principal.can_write})
 
 
@@ -153,7 +149,7 @@ class JobHistoryView(_JobsView):
 
     def get(self, request, pk: int):
         job = self.get_scoped(Job, pk=pk)
-        runs = job.runs.order_by("-scheduled_for")[:HISTORY_LIMIT]
+        runs = selectors.job_history(job=job, limit=HISTORY_LIMIT)
         return render(request, "scheduling/_history.html", {"job": job, "runs": runs,
                                                             "can_write": self.principal.can_write})
 

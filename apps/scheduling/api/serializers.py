@@ -10,7 +10,7 @@ from rest_framework import serializers
 from apps.accounts.models import Organization
 from apps.core.api.fields import ScopedSlugRelatedField, SlugNameField
 from apps.scheduling import cron as schedules
-from apps.scheduling import kinds, planning
+from apps.scheduling import kinds, planning, selectors
 from apps.scheduling.models import Job, JobRun
 
 # Fields whose value changes without anyone editing the job (the dispatcher moves them on);
@@ -76,11 +76,7 @@ class JobSerializer(serializers.ModelSerializer):
         return job.description()
 
     def get_next_fire_times(self, job: Job) -> list[str]:
-        try:
-            slots = planning.upcoming(job.schedule(), first=job.next_fire_at, count=5, end_at=job.end_at)
-        except schedules.ScheduleError:
-            return []
-        return [_iso(slot) for slot in slots]
+        return [_iso(slot) for slot in selectors.job_upcoming(job=job)]
 
 
 def _iso(moment) -> str:
