@@ -382,31 +382,30 @@ def _is_final(outcome: Outcome) -> bool:
     return not retry
 
 
+_PG_RECORD = """
+UPDATE scheduling_jobrun AS r
+SET status = v.status, started_at = v.started_at, finished_at = %s, duration_ms = v.duration_ms,
+    output = v.output::jsonb, error = v.error, attempts = r.attempts || v.entry::jsonb
+FROM unnest(%s::bigint[], %s::integer[], %s::text[], %s::timestamptz[], %s::integer[], %s::text[], %s::text[],
+            %s::text[]) AS v(id, attempt, status, started_at, duration_ms, output, error, entry)
+WHERE r.id = v.id AND r.status = 'running' AND r.attempt = v.attempt
+RETURNING r.id, r.status
+"""
+
+
 def _record_final_bulk(outcomes: list[Outcome], now: datetime) -> dict[int, str]:
-    """PostgreSQL: every final outcome in one UPDATE ... FROM (VALUES ...), still conditional per row.
-    Returns {run id: status} for rows written; the caller records the rest (retries, lost races) one by one."""
+    """PostgreSQL: every final outcome in one UPDATE (one array per column, a constant statement),
+    still conditional per row. Returns {run id: status} for rows written; the caller records the rest
+    (retries, lost races) one by one."""
     final = [o for o in outcomes if _is_final(o)]
     if len(final) < 2:
         return {}
-    ops = connection.ops
-    values: list[str] = []
-    params: list[Any] = []
-    for outcome in final:
-        run = outcome.run
-        values.append("(%s::bigint, %s::integer, %s::varchar, %s::timestamptz, %s::integer, %s::jsonb, %s::text, "
-                      "%s::jsonb)")
-        params += [run.pk, run.attempt, outcome.status,
-                   ops.adapt_datetimefield_value(outcome.started_at or run.started_at), outcome.duration_ms,
-                   None if outcome.output is None else json.dumps(outcome.output, default=str),
-                   outcome.error[:MAX_ERROR_CHARS], json.dumps([_entry(outcome, now)])]
-    table = ops.quote_name(JobRun._meta.db_table)
-    # Identifiers and placeholders only are interpolated; every value is a parameter.
-    sql = (f"UPDATE {table} AS r SET status = v.status, started_at = v.started_at, finished_at = %s, "  # noqa: S608
-           f"duration_ms = v.duration_ms, output = v.output, error = v.error, attempts = r.attempts || v.entry "
-           f"FROM (VALUES {', '.join(values)}) AS v(id, attempt, status, started_at, duration_ms, output, error, "
-           f"entry) WHERE r.id = v.id AND r.status = %s AND r.attempt = v.attempt RETURNING r.id, r.status")
+    params = [now, [o.run.pk for o in final], [o.run.attempt for o in final], [o.status for o in final],
+              [o.started_at or o.run.started_at for o in final], [o.duration_ms for o in final],
+              [None if o.output is None else json.dumps(o.output, default=str) for o in final],
+              [o.error[:MAX_ERROR_CHARS] for o in final], [json.dumps([_entry(o, now)]) for o in final]]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [ops.adapt_datetimefield_value(now), *params, S.RUNNING])
+        cursor.execute(_PG_RECORD, params)
         return dict(cursor.fetchall())
 
 
