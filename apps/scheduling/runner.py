@@ -9,8 +9,8 @@ up by the reaper while it ran cannot overwrite that decision when it finally ret
 
 Throughput: quick kinds (a member drain, a scaler change: milliseconds each) travel in
 chunks of up to CHUNK_SIZE runs per message. A chunk is claimed in one transaction and
-its outcomes are written in one transaction, so a burst of 1,000 runs costs ~100
-messages and ~200 commits instead of 1,000 and 2,000. Runs inside a chunk execute one
+its outcomes are written in one transaction, so a burst of 1,000 runs costs ~40
+messages and ~80 commits instead of 1,000 and 2,000. Runs inside a chunk execute one
 after another, each with its own `started_at`; if a chunk has used up CHUNK_BUDGET_S,
 its remaining runs are released and sent on as messages of their own, so a slow run
 cannot hold the others back for long. Kinds that may take long always travel alone.
