@@ -160,3 +160,6 @@ def celery_worker_factory(tmp_path) -> Iterator[Callable[..., subprocess.Popen]]
     yield start
     for proc in procs:
         stop_process(proc)
+
+
+from tests.browser import browser, page  # noqa: E402, F401  (one shared Playwright session)

@@ -12,8 +12,8 @@ from playwright.sync_api import expect
 
 from apps.balancers.models import PoolRegion
 from apps.capacity.models import CapacityRun, CapacityTest
+from tests.browser import ARGS, CHROMIUM, login, shot
 from tests.capacity.test_api import knee_run
-from tests.ui.conftest import ARGS, CHROMIUM, login, page, shot  # noqa: F401 (page is a fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -49,7 +49,7 @@ def _no_csp_errors(pg) -> None:
     assert not [e for e in pg.console_errors if "Content Security Policy" in e or "uPlot" in e], pg.console_errors
 
 
-def test_progress_bar_follows_the_run_then_the_page_shows_the_chart(page, alice, capacity_test):  # noqa: F811
+def test_progress_bar_follows_the_run_then_the_page_shows_the_chart(page, alice, capacity_test):
     run = CapacityRun.objects.create(test=capacity_test, status="running", progress_percent=20.0, step_count=3,
                                      achieved_rate=50.0, shards_total=1)
     login(page, "alice", PASSWORD)
@@ -77,7 +77,7 @@ def test_progress_bar_follows_the_run_then_the_page_shows_the_chart(page, alice,
     _no_csp_errors(page)
 
 
-def test_the_poller_reloads_into_results_when_the_run_ends(page, alice, capacity_test):  # noqa: F811
+def test_the_poller_reloads_into_results_when_the_run_ends(page, alice, capacity_test):
     run = knee_run(capacity_test.pk)
     CapacityRun.objects.filter(pk=run.pk).update(status="running", finished_at=None)
     login(page, "alice", PASSWORD)
@@ -91,7 +91,7 @@ def test_the_poller_reloads_into_results_when_the_run_ends(page, alice, capacity
     _no_csp_errors(page)
 
 
-def test_two_runs_compare_on_one_chart(page, alice, capacity_test):  # noqa: F811
+def test_two_runs_compare_on_one_chart(page, alice, capacity_test):
     a, b = knee_run(capacity_test.pk), knee_run(capacity_test.pk)
     login(page, "alice", PASSWORD)
     page.goto("/capacity/")

@@ -1,6 +1,6 @@
 """The jobs UI in real headless Chromium: the schedule preview follows typing, a job is created and run.
 
-Uses the UI suite's fixtures (tests/ui/conftest.py): Playwright, a live server, screenshots.
+Uses the UI suite's fixtures (tests/browser.py): Playwright, a live server, screenshots.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import re
 import pytest
 
 from apps.scheduling.models import Job, JobRun
-from tests.ui.conftest import browser, login, page, shot  # noqa: F401 (fixtures)
+from tests.browser import login, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_create_a_job_with_the_live_preview_then_run_it(page, alice) -> None:  # noqa: F811
+def test_create_a_job_with_the_live_preview_then_run_it(page, alice) -> None:
     missing: list[str] = []
     page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
     login(page, "alice", "correct-horse-battery")
@@ -52,7 +52,7 @@ def test_create_a_job_with_the_live_preview_then_run_it(page, alice) -> None:  #
     assert not [e for e in page.console_errors if "Content Security Policy" in e]
 
 
-def test_form_errors_show_next_to_the_field(page, alice) -> None:  # noqa: F811
+def test_form_errors_show_next_to_the_field(page, alice) -> None:
     login(page, "alice", "correct-horse-battery")
     page.goto("/jobs/new/")
     page.get_by_label("Name").fill("bad-cron")
