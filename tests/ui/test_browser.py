@@ -6,7 +6,7 @@ import pytest
 
 from apps.balancers.demo import DEMO_PASSWORDS, load_demo
 from apps.balancers.models import LoadBalancer, Member, Route
-from tests.ui.conftest import login, shot
+from tests.browser import login, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
