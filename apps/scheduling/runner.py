@@ -241,9 +241,13 @@ def claim_runs(run_ids: list[int], *, worker: str, now: datetime | None = None,
         for run, by in superseded:
             JobRun.objects.filter(pk=run.pk).update(status=S.CANCELLED, finished_at=now,
                                                     error=f"replaced by run {by} (policy replace)")
-        if claimed:
-            JobRun.objects.filter(pk__in=[r.pk for r in claimed]).update(
-                status=S.RUNNING, started_at=now, heartbeat_at=now, worker=worker[:200], finished_at=None)
+        by_timeout: dict[int, list[int]] = {}
+        for run in claimed:
+            by_timeout.setdefault(run.job.timeout_s, []).append(run.pk)
+        for timeout_s, run_pks in by_timeout.items():  # usually one or two distinct timeouts
+            JobRun.objects.filter(pk__in=run_pks).update(
+                status=S.RUNNING, started_at=now, heartbeat_at=now, worker=worker[:200], finished_at=None,
+                deadline_at=now + timedelta(seconds=timeout_s))
         for run in claimed:
             run.status, run.started_at, run.heartbeat_at, run.worker = S.RUNNING, now, now, worker[:200]
             run.deadline_at = now + timedelta(seconds=run.job.timeout_s)

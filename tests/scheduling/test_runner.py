@@ -193,6 +193,21 @@ def test_allow_runs_side_by_side(acme, make_job) -> None:
     assert runner.run_execute(manual_run(job).pk, worker="w2") == "succeeded"
 
 
+def test_a_claimed_run_carries_its_deadline_and_the_reaper_times_out_a_stuck_one(acme, make_job) -> None:
+    run = manual_run(make_job(acme, timeout_s=30, max_retries=0))
+    [claimed] = runner.claim_runs([run.pk], worker="w1")
+    run.refresh_from_db()
+    assert run.deadline_at == run.started_at + timedelta(seconds=30)
+    # GIVEN the worker still heartbeats but Celery's hard limit has long passed (a stuck C call)
+    JobRun.objects.filter(pk=run.pk).update(deadline_at=now() - timedelta(seconds=runner.HARD_LIMIT_MARGIN_S + 5),
+                                            heartbeat_at=now())
+    result = runner.reap(send=lambda t: None)
+    assert result.timed_out == 1
+    run.refresh_from_db()
+    assert run.status == "timed_out" and "timed out after 30 s" in run.error
+    runner.HEARTBEAT.discard(claimed.pk)
+
+
 def test_a_late_outcome_never_overwrites_a_cancel(acme, make_job) -> None:
     run = manual_run(make_job(acme))
     [claimed] = runner.claim_runs([run.pk], worker="w1")
