@@ -296,7 +296,17 @@ def execute(run: JobRun) -> Outcome:
     except Exception as exc:
         log.exception("job %s run %s crashed", job.pk, run.pk)
         status, error = S.FAILED, f"{type(exc).__name__}: {exc}"
-    return Outcome(run, status, output, error, int((time.monotonic() - started) * 1000), started_at)
+    return Outcome(run, status, _plain(output), error, int((time.monotonic() - started) * 1000), started_at)
+
+
+def _plain(output: Any) -> Any:
+    """Executor output as strict JSON (dates as text; NaN, which jsonb refuses, as text too)."""
+    if output is None:
+        return None
+    try:
+        return json.loads(json.dumps(output, default=str, allow_nan=False))
+    except ValueError:
+        return {"repr": repr(output)[:2000]}
 
 
 def run_chunk(run_ids: list[int], *, worker: str, send: Callable[[list[Ticket]], Any] | None = None) -> list[str]:
