@@ -71,6 +71,14 @@ def cron_for(target: datetime, index: int) -> tuple[str, str]:
     return expr, zone
 
 
+def vacuum(connection) -> None:
+    """Each run creates and deletes 1,000 jobs and their runs. Where autovacuum is off (it is on this
+    test machine's PostgreSQL) the dead rows pile up and every later run measures table bloat instead
+    of the scheduler, so the tables this benchmark churns are vacuumed first."""
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE scheduling_job, scheduling_jobrun")
+
+
 def percentile(values: list[float], pct: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(pct / 100.0 * (len(ordered) - 1))))
@@ -131,6 +139,7 @@ def main() -> int:
     org, _ = Organization.objects.get_or_create(slug=ORG_SLUG, defaults={"name": "Bench scheduler"})
     Job.objects.filter(org=org).delete()
     celery_app.control.purge()
+    vacuum(connection)
 
     now = datetime.now(UTC)
     target = (now + timedelta(seconds=LEAD_S + 60)).replace(second=0, microsecond=0)
@@ -145,6 +154,8 @@ def main() -> int:
                         schedule_type="cron", cron=expr, timezone=zone, misfire_policy="run_once",
                         concurrency_policy="allow", timeout_s=60, next_fire_at=first))
     Job.objects.bulk_create(jobs, batch_size=500)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE scheduling_job")
     job_ids = list(Job.objects.filter(org=org).values_list("pk", flat=True))
     print(f"{len(job_ids)} jobs due at {target:%H:%M:%S} UTC ({(target - now).total_seconds():.0f} s from now); "
           f"{len({(j.cron, j.timezone) for j in jobs})} distinct schedules")
