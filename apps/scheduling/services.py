@@ -16,6 +16,7 @@ from apps.scheduling import cron, kinds, planning, webhooks
 from apps.scheduling.models import Job, JobRun
 from apps.scheduling.runner import Ticket, enqueue_on_commit
 
+RUN_RETENTION_DAYS = 30  # finished runs older than this are pruned (an every-second job writes 86,400 a day)
 SCHEDULE_FIELDS = ("schedule_type", "cron", "timezone", "interval_s", "start_at", "run_at", "end_at")
 MIN_WEBHOOK_SECRET_LEN = 16
 
@@ -187,3 +188,17 @@ def run_cancel(*, principal: Principal | None, run: JobRun) -> JobRun:
         audit_record(principal=principal, org=run.job.org, action="jobrun.cancel", obj=run,
                      after={"status": run.status})
     return run
+
+
+def run_history_prune(*, older_than_days: int = RUN_RETENTION_DAYS, batch: int = 5000, max_batches: int = 100) -> int:
+    """Delete finished runs older than the retention, in batches (short transactions). Their slots are
+    long past every job's next_fire_at, so no dispatcher will ask for them again."""
+    cutoff = timezone.now() - timedelta(days=older_than_days)
+    removed = 0
+    for _ in range(max_batches):
+        ids = list(JobRun.objects.filter(scheduled_for__lt=cutoff, status__in=list(JobRun.FINAL))
+                   .values_list("pk", flat=True)[:batch])
+        if not ids:
+            break
+        removed += JobRun.objects.filter(pk__in=ids).delete()[0]
+    return removed

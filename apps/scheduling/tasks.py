@@ -9,7 +9,7 @@ from celery import shared_task
 from celery.signals import worker_process_init
 from django.db import connection
 
-from apps.scheduling import dispatcher, notify, runner
+from apps.scheduling import dispatcher, notify, runner, services
 
 
 @shared_task(name="scheduling.dispatch_task", ignore_result=True)
@@ -24,6 +24,11 @@ def reap_task() -> dict[str, int]:
     result = runner.reap()
     return {"lost": result.lost, "timed_out": result.timed_out, "retried": result.retried,
             "resent": result.resent}
+
+
+@shared_task(name="scheduling.prune_task", ignore_result=True)
+def prune_task() -> int:
+    return services.run_history_prune()
 
 
 @shared_task(name="scheduling.run_job_task", bind=True, ignore_result=True)

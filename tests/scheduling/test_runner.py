@@ -358,3 +358,14 @@ def test_a_run_past_its_timeout_is_stopped_and_marked_timed_out(acme, make_job) 
     assert result == ["timed_out"] and time.monotonic() - started < 1 + runner.HEARTBEAT_INTERVAL_S * 2
     run.refresh_from_db()
     assert run.status == "timed_out" and run.error == "timed out after 1 s"
+
+
+def test_old_finished_runs_are_pruned_and_live_ones_kept(acme, make_job) -> None:
+    job = make_job(acme)
+    old, recent, stuck = manual_run(job), manual_run(job), manual_run(job)
+    long_ago = now() - timedelta(days=services.RUN_RETENTION_DAYS + 1)
+    JobRun.objects.filter(pk=old.pk).update(status="succeeded", scheduled_for=long_ago)
+    JobRun.objects.filter(pk=recent.pk).update(status="succeeded")
+    JobRun.objects.filter(pk=stuck.pk).update(scheduled_for=long_ago - timedelta(seconds=1))  # still pending
+    assert services.run_history_prune() == 1
+    assert set(JobRun.objects.values_list("pk", flat=True)) == {recent.pk, stuck.pk}
