@@ -138,11 +138,16 @@ def celery_worker_factory(tmp_path) -> Iterator[Callable[..., subprocess.Popen]]
     if not os.environ.get("REDIS_URL"):
         pytest.skip("real Celery workers need REDIS_URL (make test sets it)")
     procs: list[subprocess.Popen] = []
+    # Drop messages left by earlier tests once, before this test enqueues anything. Not per
+    # worker (`--purge`): a worker started mid-test would delete messages the test just sent.
+    from controlplane.celery import app as celery_app
+
+    celery_app.control.purge()
 
     def start(name: str = "w1", concurrency: int = 1, queues: str | None = None, **env: str) -> subprocess.Popen:
         cmd = [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--pool", "prefork",
                "--concurrency", str(concurrency), "--hostname", f"{name}@%h", "--without-gossip",
-               "--without-mingle", "--purge", "--loglevel", "INFO"]
+               "--without-mingle", "--loglevel", "INFO"]
         if queues:
             cmd += ["--queues", queues]
         log = open(tmp_path / f"celery-{name}.log", "wb")  # noqa: SIM115 (closed by the OS at exit)
