@@ -29,7 +29,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from apps.scheduling import cron, kinds, planning
+from apps.scheduling import cron, kinds, pgsql, planning
 from apps.scheduling.models import Job, JobRun, schedule_from_fields
 from apps.scheduling.runner import Ticket, enqueue_on_commit
 
@@ -93,9 +93,7 @@ def dispatch_once(*, now: datetime | None = None, batch_size: int = DEFAULT_BATC
             rows += _rows_for(job, plan)
             advanced.setdefault(plan.next_fire_at, []).append(job.pk)
         created = _insert(rows, now)
-        # Jobs on the same schedule move to the same next slot: one UPDATE per distinct slot.
-        for next_fire_at, job_ids in advanced.items():
-            Job.objects.filter(pk__in=job_ids).update(next_fire_at=next_fire_at)
+        _advance(advanced)
         result.jobs = len(jobs)
         by_id = {job.pk: job for job in jobs}
         for run_id, job_id, status, trigger in created:
@@ -177,6 +175,15 @@ def _plan(job: Job, now: datetime, cache: dict[tuple[Any, ...], planning.Plan]) 
     return plan
 
 
+def _advance(advanced: dict[datetime | None, list[int]]) -> None:
+    if connection.vendor == "postgresql":
+        pgsql.advance_jobs({job_id: slot for slot, job_ids in advanced.items() for job_id in job_ids})
+        return
+    # Jobs on the same schedule move to the same next slot: one UPDATE per distinct slot.
+    for next_fire_at, job_ids in advanced.items():
+        Job.objects.filter(pk__in=job_ids).update(next_fire_at=next_fire_at)
+
+
 def _rows_for(job: Job, plan: planning.Plan) -> list[_Row]:
     attempts = job.max_retries + 1
     rows: list[_Row] = []
@@ -199,31 +206,8 @@ def _insert(rows: list[_Row], now: datetime) -> list[tuple[int, int, str, str]]:
     if not rows:
         return []
     if connection.vendor == "postgresql":
-        return _insert_postgresql(rows, now)
+        return pgsql.insert_runs(rows, now)
     return _insert_values(rows, now)
-
-
-_PG_INSERT = """
-INSERT INTO scheduling_jobrun (job_id, scheduled_for, "trigger", missed_since, status, attempt, max_attempts,
-                               attempts, enqueued_at, finished_at, error, worker, webhook_status, created_at)
-SELECT job_id, scheduled_for, "trigger", missed_since, status, 1, max_attempts, '[]'::jsonb, %s,
-       CASE WHEN status = 'skipped' THEN %s::timestamptz END, error, '', '', %s
-FROM unnest(%s::bigint[], %s::timestamptz[], %s::text[], %s::timestamptz[], %s::text[], %s::integer[], %s::text[])
-     AS r(job_id, scheduled_for, "trigger", missed_since, status, max_attempts, error)
-ON CONFLICT (job_id, scheduled_for) DO NOTHING
-RETURNING id, job_id, status, "trigger"
-"""
-
-
-def _insert_postgresql(rows: list[_Row], now: datetime) -> list[tuple[int, int, str, str]]:
-    # One array per column and a constant statement: psycopg parses the SQL once and caches it,
-    # where a VALUES list with thousands of placeholders is re-parsed for every batch (~5 ms each).
-    params = [now, now, now, [r.job_id for r in rows], [r.scheduled_for for r in rows], [r.trigger for r in rows],
-              [r.missed_since for r in rows], [r.status for r in rows], [r.max_attempts for r in rows],
-              [r.error for r in rows]]
-    with connection.cursor() as cursor:
-        cursor.execute(_PG_INSERT, params)
-        return [tuple(r) for r in cursor.fetchall()]  # type: ignore[misc]
 
 
 def _insert_values(rows: list[_Row], now: datetime) -> list[tuple[int, int, str, str]]:

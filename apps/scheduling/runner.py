@@ -45,7 +45,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.core.errors import DomainError
-from apps.scheduling import kinds, planning
+from apps.scheduling import kinds, pgsql, planning
 from apps.scheduling.models import Job, JobRun
 
 log = logging.getLogger(__name__)
@@ -183,12 +183,34 @@ HEARTBEAT = _Heartbeat()
 
 def claim_runs(run_ids: list[int], *, worker: str, now: datetime | None = None,
                send: Callable[[list[Ticket]], Any] | None = None) -> list[JobRun]:
-    """Take pending runs for this worker, in one transaction; returns those now running here, in order.
+    """Take pending runs for this worker; returns those now running here, in the order given.
 
-    Concurrency policies are decided here, under the job row lock, so "is another run of this
-    job running?" cannot race: forbid marks the newcomer skipped, replace cancels the old one.
+    Runs of jobs that allow overlap are claimed with one conditional UPDATE (PostgreSQL). The rest
+    take the careful path: concurrency policies are decided under the job row lock, so "is another
+    run of this job running?" cannot race: forbid marks the newcomer skipped, replace cancels the
+    old one.
     """
     now = now or timezone.now()
+    order = {run_id: index for index, run_id in enumerate(run_ids)}
+    claimed: list[JobRun] = []
+    rest = run_ids
+    if connection.vendor == "postgresql":
+        # The common case in one statement: runs of jobs that allow overlap, pending and due.
+        taken = set(pgsql.claim_allow(run_ids, worker=worker, now=now))
+        if taken:
+            claimed = list(JobRun.objects.select_related("job", "job__org").filter(pk__in=taken).order_by())
+            rest = [run_id for run_id in run_ids if run_id not in taken]
+    if rest:
+        claimed += _claim_careful(rest, worker=worker, now=now, send=send)
+    claimed.sort(key=lambda r: order[r.pk])
+    for run in claimed:
+        HEARTBEAT.add(run.pk, run.attempt, None, float("inf"))
+    return claimed
+
+
+def _claim_careful(run_ids: list[int], *, worker: str, now: datetime,
+                   send: Callable[[list[Ticket]], Any] | None) -> list[JobRun]:
+    """Claims that need the job row lock (forbid, replace), early retries, and the portable path."""
     claimed: list[JobRun] = []
     early: list[Ticket] = []
     with transaction.atomic():
@@ -253,8 +275,6 @@ def claim_runs(run_ids: list[int], *, worker: str, now: datetime | None = None,
             run.deadline_at = now + timedelta(seconds=run.job.timeout_s)
     if early:
         (send or enqueue)(early)
-    for run in claimed:
-        HEARTBEAT.add(run.pk, run.attempt, None, float("inf"))
     return claimed
 
 
@@ -358,32 +378,46 @@ def release(runs: list[JobRun], *, send: Callable[[list[Ticket]], Any] | None = 
 
 def record(outcomes: list[Outcome], *, now: datetime | None = None,
            send: Callable[[list[Ticket]], Any] | None = None) -> list[str]:
-    """Write outcomes in one transaction: final, or back to pending for a retry. Each write is
-    conditional on the run still being this attempt's; a lost race reads "discarded"."""
+    """Write outcomes: final, or back to pending for a retry. Each write is conditional on the run
+    still being this attempt's; a lost race reads "discarded". On PostgreSQL a chunk of final
+    outcomes is one statement (pgsql.record_final), which also sets the jobs' last status."""
     if not outcomes:
         return []
     now = now or timezone.now()
+    finals = [o for o in outcomes if _is_final(o)]
+    postgresql = connection.vendor == "postgresql"
+    if postgresql and len(finals) == len(outcomes):
+        written = pgsql.record_final(finals, [_entry(o, now) for o in finals], now=now,
+                                     max_error_chars=MAX_ERROR_CHARS)
+        results = [written.get(o.run.pk, "discarded") for o in outcomes]
+        _after_record(outcomes, results)
+        return results
     results: list[str] = []
     retries: list[Ticket] = []
     final_by_status: dict[str, list[int]] = {}
-    webhooks: list[int] = []
     with transaction.atomic():
-        finished = _record_final_bulk(outcomes, now) if connection.vendor == "postgresql" else {}
+        written = pgsql.record_final(finals, [_entry(o, now) for o in finals], now=now,
+                                     max_error_chars=MAX_ERROR_CHARS) if postgresql and finals else {}
         for outcome in outcomes:
-            result = finished.get(outcome.run.pk) or _record_one(outcome, now, retries)
+            if outcome.run.pk in written:
+                results.append(written[outcome.run.pk])
+                continue
+            result = _record_one(outcome, now, retries)
             results.append(result)
             if result not in ("retry", "discarded"):
                 final_by_status.setdefault(result, []).append(outcome.run.job_id)
-                if result in (S.FAILED, S.TIMED_OUT) and outcome.run.job.webhook_url:
-                    webhooks.append(outcome.run.pk)
         for status, job_ids in final_by_status.items():
             _set_last_status(job_ids, status, now)
         enqueue_on_commit(retries, send)
-        for run_id in webhooks:
-            transaction.on_commit(lambda run_id=run_id: _send_webhook_later(run_id))
-    for outcome in outcomes:
-        HEARTBEAT.discard(outcome.run.pk)
+        _after_record(outcomes, results)
     return results
+
+
+def _after_record(outcomes: list[Outcome], results: list[str]) -> None:
+    for outcome, result in zip(outcomes, results, strict=True):
+        if result in (S.FAILED, S.TIMED_OUT) and outcome.run.job.webhook_url:
+            transaction.on_commit(lambda run_id=outcome.run.pk: _send_webhook_later(run_id))
+        HEARTBEAT.discard(outcome.run.pk)
 
 
 def _entry(outcome: Outcome, now: datetime) -> dict[str, Any]:
@@ -397,33 +431,6 @@ def _entry(outcome: Outcome, now: datetime) -> dict[str, Any]:
 def _is_final(outcome: Outcome) -> bool:
     retry = outcome.status in (S.FAILED, S.TIMED_OUT) and outcome.run.attempt < outcome.run.max_attempts
     return not retry
-
-
-_PG_RECORD = """
-UPDATE scheduling_jobrun AS r
-SET status = v.status, started_at = v.started_at, finished_at = %s, duration_ms = v.duration_ms,
-    output = v.output::jsonb, error = v.error, attempts = r.attempts || v.entry::jsonb
-FROM unnest(%s::bigint[], %s::integer[], %s::text[], %s::timestamptz[], %s::integer[], %s::text[], %s::text[],
-            %s::text[]) AS v(id, attempt, status, started_at, duration_ms, output, error, entry)
-WHERE r.id = v.id AND r.status = 'running' AND r.attempt = v.attempt
-RETURNING r.id, r.status
-"""
-
-
-def _record_final_bulk(outcomes: list[Outcome], now: datetime) -> dict[int, str]:
-    """PostgreSQL: every final outcome in one UPDATE (one array per column, a constant statement),
-    still conditional per row. Returns {run id: status} for rows written; the caller records the rest
-    (retries, lost races) one by one."""
-    final = [o for o in outcomes if _is_final(o)]
-    if len(final) < 2:
-        return {}
-    params = [now, [o.run.pk for o in final], [o.run.attempt for o in final], [o.status for o in final],
-              [o.started_at or o.run.started_at for o in final], [o.duration_ms for o in final],
-              [None if o.output is None else json.dumps(o.output, default=str) for o in final],
-              [o.error[:MAX_ERROR_CHARS] for o in final], [json.dumps([_entry(o, now)]) for o in final]]
-    with connection.cursor() as cursor:
-        cursor.execute(_PG_RECORD, params)
-        return dict(cursor.fetchall())
 
 
 def _record_one(outcome: Outcome, now: datetime, retries: list[Ticket]) -> str:
