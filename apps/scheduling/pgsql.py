@@ -57,13 +57,14 @@ def advance_jobs(next_fire: dict[int, datetime | None]) -> None:
 
 # --- runner ----------------------------------------------------------------------------------
 
+# Correlated lookups by primary key rather than a join: a chunk touches a few dozen jobs, and a
+# join lets the planner scan the whole job table to hash it.
 CLAIM_ALLOW = """
 UPDATE scheduling_jobrun AS r
 SET status = 'running', started_at = %(now)s, heartbeat_at = %(now)s, worker = %(worker)s, finished_at = NULL,
-    deadline_at = %(now)s + make_interval(secs => j.timeout_s)
-FROM scheduling_job AS j
+    deadline_at = %(now)s + make_interval(secs => (SELECT j.timeout_s FROM scheduling_job AS j WHERE j.id = r.job_id))
 WHERE r.id = ANY(%(ids)s::bigint[]) AND r.status = 'pending' AND (r.not_before IS NULL OR r.not_before <= %(now)s)
-  AND j.id = r.job_id AND j.concurrency_policy = 'allow'
+  AND EXISTS (SELECT 1 FROM scheduling_job AS j WHERE j.id = r.job_id AND j.concurrency_policy = 'allow')
 RETURNING r.id
 """
 
