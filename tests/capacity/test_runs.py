@@ -68,10 +68,12 @@ def test_knee_is_found_through_celery_and_applying_it_bumps_the_lb_revision(worl
     members (a third drained), WHEN a 50 -> 100 -> 250 req/s test runs, THEN the knee is the 100 req/s
     step, the recommendation is 100 / 2 x 0.8 = 40 req/s per member, and applying it writes the
     pool's regional capacity and bumps the LB's revision."""
+    # SLO 200 ms: wide enough for a loaded CI machine at 50-100 req/s (p99 51 ms was seen), while
+    # 250 req/s against a 150 req/s server queues ~150 requests in 1.5 s (p99 near a second).
     with ServerProcess("capacity", "--rate", "150") as srv:
         listener = world.listener(srv.port)
         run_id = _create_and_start(alice.client, name="knee", listener=listener.pk,
-                                   steps=[[50, 1.5], [100, 1.5], [250, 1.5]], slo_p99_ms=50,
+                                   steps=[[50, 1.5], [100, 1.5], [250, 1.5]], slo_p99_ms=200,
                                    slo_error_rate=0.01, pool=world.pool.pk, region="us-east", safety_factor=0.8)
         run = wait_for_run(run_id)
     assert run.status == CapacityRun.Status.SUCCEEDED, (run.error_code, run.error)
