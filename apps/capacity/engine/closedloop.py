@@ -12,7 +12,6 @@ from time import perf_counter
 
 from .connection import HttpConnection
 from .driver import Driver
-from .results import NON_2XX
 
 # A user whose connect fails waits at least this long before retrying, so a dead target is
 # reported as errors instead of becoming a connect flood.
@@ -126,24 +125,9 @@ class ClosedLoopDriver(Driver):
     # --- ConnectionOwner --------------------------------------------------------------------------
 
     def on_response(self, conn: HttpConnection, status: int, keep_alive: bool) -> None:
-        now = perf_counter()
-        st = conn.stats
-        if st is None:
-            conn.close()
+        if not self._record_response(conn, status):
             return
-        conn.stats = None
-        if 200 <= status < 300:
-            st.ok += 1
-            st.latencies_us.append(int((now - conn.start_t) * 1_000_000))
-            window = self.window
-            if now >= window.end_t:
-                window = self.next_window(now)
-            window.window_ok += 1
-        else:
-            st.errors[NON_2XX] += 1
-        self.outstanding -= 1
-        if self.stopping and self.outstanding <= 0:
-            self._finish()
+        self._finished_one()
         if keep_alive:
             self._next(conn)
         else:

@@ -16,7 +16,7 @@ from typing import Any
 
 from .connection import HttpConnection, classify_connect_error, classify_lost
 from .plan import LoadPlan, Step
-from .results import ERROR_KINDS, TIMEOUT, Progress, RunResult
+from .results import ERROR_KINDS, NON_2XX, TIMEOUT, Progress, RunResult
 from .stats import StepStats
 
 log = logging.getLogger(__name__)
@@ -251,6 +251,25 @@ class Driver:
         self.window_idx = i
         self.window = stats[i] if i < len(stats) else self._after_window
         return self.window
+
+    def _record_response(self, conn: HttpConnection, status: int) -> bool:
+        """Count a response against its request's step; False for an answer to no request."""
+        now = perf_counter()
+        st = conn.stats
+        if st is None:
+            conn.close()  # an answer to nothing: the connection is out of step
+            return False
+        conn.stats = None
+        if 200 <= status < 300:
+            st.ok += 1
+            st.latencies_us.append(int((now - conn.start_t) * 1_000_000))
+            window = self.window
+            if now >= window.end_t:
+                window = self.next_window(now)
+            window.window_ok += 1
+        else:
+            st.errors[NON_2XX] += 1
+        return True
 
     def _finished_one(self) -> None:
         self.outstanding -= 1

@@ -22,7 +22,7 @@ from time import perf_counter
 from .connection import HttpConnection
 from .driver import Driver
 from .plan import arrival_offset_s
-from .results import NON_2XX, TIMEOUT
+from .results import TIMEOUT
 from .stats import StepStats
 
 # Shorter sleeps round to 0 ms in uvloop and would turn the scheduler into a busy loop.
@@ -160,28 +160,13 @@ class OpenLoopDriver(Driver):
     # --- ConnectionOwner --------------------------------------------------------------------------
 
     def on_response(self, conn: HttpConnection, status: int, keep_alive: bool) -> None:
-        now = perf_counter()
-        st = conn.stats
-        if st is None:
-            conn.close()  # an answer to nothing: the connection is out of step
+        if not self._record_response(conn, status):
             return
-        conn.stats = None
-        if 200 <= status < 300:
-            st.ok += 1
-            st.latencies_us.append(int((now - conn.start_t) * 1_000_000))
-            window = self.window
-            if now >= window.end_t:
-                window = self.next_window(now)
-            window.window_ok += 1
-        else:
-            st.errors[NON_2XX] += 1
         if keep_alive:
             self._release(conn)
         else:
             conn.close()
-        self.outstanding -= 1
-        if self.stopping and self.outstanding <= 0:
-            self._finish()
+        self._finished_one()
 
     def _after_lost(self, conn: HttpConnection) -> None:
         if conn in self.idle:
