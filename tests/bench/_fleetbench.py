@@ -10,7 +10,6 @@ import http.client
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+
+from tests.netutil import free_port_on, pick_free_port  # noqa: E402
 
 DB_URL_BASE = os.environ.get("BENCH_DATABASE_SERVER", "postgres://postgres@127.0.0.1:5432")
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/2")
@@ -76,23 +77,6 @@ def http_get(host: str, port: int, path: str, timeout_s: float = 1.0) -> tuple[i
         return 0, str(exc)
     finally:
         conn.close()
-
-
-def free_port(addresses: list[str]) -> int:
-    for _ in range(100):
-        with socket.socket() as sock:
-            sock.bind((addresses[0], 0))
-            port = int(sock.getsockname()[1])
-        ok = True
-        for address in addresses[1:]:
-            with socket.socket() as probe:
-                try:
-                    probe.bind((address, port))
-                except OSError:
-                    ok = False
-        if ok:
-            return port
-    raise RuntimeError("no free common port")
 
 
 def _recreate_database(name: str) -> None:
@@ -173,7 +157,7 @@ class FleetBench:
             pools[name] = pool
         self.pools = pools
         self.node_addresses = [f"127.0.{91 + r}.{i}" for r in range(2) for i in range(1, nodes_per_region + 1)]
-        self.port = free_port(self.node_addresses)
+        self.port = free_port_on(self.node_addresses)
         Listener.objects.create(lb=self.lb, name="http", port=self.port, default_pool=pools["old"])
         self.fleets = fleets
         for r, fleet in enumerate(fleets):
@@ -202,7 +186,7 @@ class FleetBench:
         return False
 
     def _start_web(self) -> None:
-        self.web_port = free_port(["127.0.0.1"])
+        self.web_port = pick_free_port()
         log = open(f"{self.base}/web.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "controlplane.wsgi:application", "--bind",

@@ -47,6 +47,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from apps.capacity.engine import HARD_MAX_RATE, LoadPlan, Target, decode_histogram, run_plan
+from tests.netutil import pick_free_port
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 RATES = (100, 1000, 5000)
@@ -91,18 +92,12 @@ class Bench(FastHttpUser):
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def pinned(cpu: int, cmd: list[str]) -> list[str]:
     return ["taskset", "-c", str(cpu), *cmd] if shutil.which("taskset") else cmd
 
 
 def start_haproxy(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
+    port = pick_free_port()
     cfg = workdir / "haproxy.cfg"
     cfg.write_text(HAPROXY_CFG.format(port=port))
     proc = subprocess.Popen(

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import socket
 import sys
 import tempfile
 import threading
@@ -55,6 +54,7 @@ from apps.fleets.transports.base import NodeConn, bundle_sha256
 from apps.fleets.transports.local import LocalTransport
 from apps.traffic.overflow import RegionCapacity
 from apps.traffic.thresholds import node_chain
+from tests.netutil import pick_free_port
 
 MULTIPLIERS = (0.5, 1.0, 1.5, 2.0, 3.0)
 MEMBERS_PER_REGION = 3
@@ -155,12 +155,6 @@ class Bundle:
     def __init__(self, files: dict[str, bytes]) -> None:
         self.files = files
         self.sha256 = bundle_sha256(files)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((ADDRESS, 0))
-        return int(sock.getsockname()[1])
 
 
 def snapshot(backends: Backends, region_max_rate: float, ports: dict[int, int]) -> tuple[FleetSnapshot, dict]:
@@ -267,7 +261,7 @@ def main() -> int:
         region_capacity = member_capacity * MEMBERS_PER_REGION
         # The tutorial: max rate about two-thirds of what a region measured (3 VMs x ~5 req/s -> 10).
         region_max_rate = round(region_capacity * 2 / 3)
-        ports = {1: free_port(), 2: free_port()}
+        ports = {1: pick_free_port(ADDRESS), 2: pick_free_port(ADDRESS)}
         snap, chains = snapshot(backends, region_max_rate, ports)
         _node, proc = start_node(snap, base, haproxy_bin)
         print(f"member capacity {member_capacity:.2f} req/s (service {args.service_ms:.0f} ms, one at a time); "

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,18 +29,13 @@ from apps.fleets.process import start_master, stop_master
 from apps.fleets.runtime import HAProxySocket
 from apps.fleets.transports.base import NodeConn, bundle_sha256
 from apps.fleets.transports.local import LocalTransport
+from tests.netutil import pick_free_port
 
 
 class Bundle:
     def __init__(self, files: dict[str, bytes]) -> None:
         self.files = files
         self.sha256 = bundle_sha256(files)
-
-
-def free_port(address: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((address, 0))
-        return int(sock.getsockname()[1])
 
 
 def node_config(node: NodeConn, port: int, members: int) -> str:
@@ -93,7 +87,7 @@ def main() -> int:
         for i in range(args.nodes):
             address = f"127.0.0.{11 + i}"
             node = NodeConn(f"n{i}", address, str(base / f"n{i}" / "run"), str(base / f"n{i}" / "etc"), haproxy_bin)
-            cfg = node_config(node, free_port(address), args.members)
+            cfg = node_config(node, pick_free_port(address), args.members)
             pushed = LocalTransport(node).push(Bundle({"haproxy.cfg": cfg.encode()}))
             if not pushed.ok:
                 print(pushed.validation_output, file=sys.stderr)

@@ -46,6 +46,7 @@ import pytest
 from apps.fleets.process import start_master, stop_master
 from apps.fleets.transports.base import NodeConn, bundle_sha256
 from apps.fleets.transports.local import LocalTransport
+from tests.netutil import pick_free_port
 
 HAPROXY_BIN = shutil.which("haproxy") or "/usr/sbin/haproxy"
 SSHD_BIN = "/usr/sbin/sshd"
@@ -60,13 +61,6 @@ def _port_is_free(address: str, port: int) -> bool:
     return True
 
 
-def pick_free_port(address: str = "127.0.0.1") -> int:
-    """A port free on ``address`` right now (the kernel's choice, so parallel runs don't collide)."""
-    with socket.socket() as sock:
-        sock.bind((address, 0))
-        return int(sock.getsockname()[1])
-
-
 def http_get(url: str, timeout_s: float = 2.0, headers: dict[str, str] | None = None) -> tuple[int, str]:
     """(status, body) of one GET with a fresh connection (no keep-alive between calls)."""
     rest = url.split("://", 1)[1]
@@ -79,6 +73,20 @@ def http_get(url: str, timeout_s: float = 2.0, headers: dict[str, str] | None = 
         return response.status, response.read().decode()
     finally:
         conn.close()
+
+
+def pool_config(port: int, *backends: TinyBackend) -> str:
+    """A frontend on 127.0.0.1:port balancing over the given tiny backends."""
+    servers = "\n".join(f"    server {b.name} {b.server_line_addr} weight 10" for b in backends)
+    return f"""
+frontend fe
+    bind 127.0.0.1:{port}
+    default_backend pool
+
+backend pool
+    balance roundrobin
+{servers}
+"""
 
 
 def standard_global(node: NodeConn) -> str:

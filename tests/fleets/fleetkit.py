@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,26 +21,9 @@ from apps.balancers.models import Listener, LoadBalancer, Member, Pool, PoolRegi
 from apps.fleets import services
 from apps.fleets.localnodes import start_local_node, stop_local_node
 from apps.fleets.models import Fleet, Node
+from tests.netutil import free_port_on
 
 from .conftest import http_get
-
-
-def free_port_on(addresses: list[str]) -> int:
-    """A port free on every address (the kernel picks it on the first, the others are checked)."""
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind((addresses[0], 0))
-            port = int(sock.getsockname()[1])
-        ok = True
-        for address in addresses[1:]:
-            with socket.socket() as probe:
-                try:
-                    probe.bind((address, port))
-                except OSError:
-                    ok = False
-        if ok:
-            return port
-    raise AssertionError("no common free port")
 
 
 @dataclass

@@ -16,7 +16,7 @@ from apps.fleets.runtime import (
     parse_show_proc,
 )
 
-from .conftest import HAProxyNodeFactory, TinyBackend, http_get
+from .conftest import HAProxyNodeFactory, http_get, pool_config
 
 pytestmark = pytest.mark.haproxy
 
@@ -34,19 +34,6 @@ def test_show_proc_parser_reads_the_failed_counter_and_workers() -> None:
     assert (info.master_pid, info.master_reloads, info.failed_reloads) == (9588, 2, 1)
     assert [(w.pid, w.reloads) for w in info.workers] == [(9600, 1)]
     assert info.current_worker is not None and info.current_worker.pid == 9600
-
-
-def pool_config(port: int, *backends: TinyBackend) -> str:
-    servers = "\n".join(f"    server {b.name} {b.server_line_addr} weight 10" for b in backends)
-    return f"""
-frontend fe
-    bind 127.0.0.1:{port}
-    default_backend pool
-
-backend pool
-    balance roundrobin
-{servers}
-"""
 
 
 @pytest.fixture

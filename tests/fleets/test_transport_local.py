@@ -16,7 +16,7 @@ from apps.fleets.transports import Transport, transport_for
 from apps.fleets.transports.base import bundle_sha256
 from apps.fleets.transports.local import LocalTransport
 
-from .conftest import HAProxyNodeFactory, SimpleBundle, TinyBackend, http_get, standard_global
+from .conftest import HAProxyNodeFactory, SimpleBundle, http_get, pool_config, standard_global
 
 pytestmark = pytest.mark.haproxy
 
@@ -175,19 +175,6 @@ def test_rollback_without_a_previous_set_says_so(tmp_path: Path) -> None:
     result = LocalTransport(node).rollback()
     assert not result.ok
     assert "no previous config" in (result.error or "")
-
-
-def pool_config(port: int, *backends: TinyBackend) -> str:
-    servers = "\n".join(f"    server {b.name} {b.server_line_addr} weight 10" for b in backends)
-    return f"""
-frontend fe
-    bind 127.0.0.1:{port}
-    default_backend pool
-
-backend pool
-    balance roundrobin
-{servers}
-"""
 
 
 def test_drain_takes_effect_without_reload_and_survives_the_next_reload(

@@ -14,6 +14,7 @@ import pytest
 from apps.fleets.render import render
 from apps.fleets.snapshot import ConfigBundle, NodeSpec
 from apps.fleets.validate import bind_conflicts, relocate_main, validate_bundle, write_bundle
+from tests.netutil import pick_free_port
 
 from .test_render import NODE, listener, pool, rich_snapshot, route, snapshot
 
@@ -96,14 +97,8 @@ def test_write_bundle_keeps_private_keys_private(tmp_path: Path) -> None:
 # --- bind_conflicts -------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_a_free_address_is_no_conflict() -> None:
-    assert bind_conflicts([("127.0.0.1", _free_port())], set()) == []
+    assert bind_conflicts([("127.0.0.1", pick_free_port())], set()) == []
 
 
 def test_a_port_held_by_a_stranger_is_a_conflict_even_with_so_reuseport() -> None:
@@ -122,7 +117,7 @@ def test_a_port_held_by_a_stranger_is_a_conflict_even_with_so_reuseport() -> Non
 
 def test_a_port_held_by_a_child_of_an_owned_process_is_ours() -> None:
     """HAProxy's listeners live in the worker, a child of the master pid the fleet knows."""
-    port = _free_port()
+    port = pick_free_port()
     code = (
         "import socket,sys,time\n"
         f"s=socket.socket(); s.bind(('127.0.0.1',{port})); s.listen(); print('up',flush=True); time.sleep(30)\n"

@@ -1,0 +1,28 @@
+"""Loopback port helpers shared by tests and benchmarks (no Django, no pytest)."""
+
+from __future__ import annotations
+
+import socket
+
+
+def pick_free_port(address: str = "127.0.0.1") -> int:
+    """A port free on ``address`` right now (the kernel's choice, so parallel runs don't collide)."""
+    with socket.socket() as sock:
+        sock.bind((address, 0))
+        return int(sock.getsockname()[1])
+
+
+def free_port_on(addresses: list[str], attempts: int = 100) -> int:
+    """A port free on every address (the kernel picks it on the first, the others are checked)."""
+    for _ in range(attempts):
+        port = pick_free_port(addresses[0])
+        ok = True
+        for address in addresses[1:]:
+            with socket.socket() as probe:
+                try:
+                    probe.bind((address, port))
+                except OSError:
+                    ok = False
+        if ok:
+            return port
+    raise RuntimeError(f"no port free on all of {addresses}")
