@@ -43,7 +43,7 @@ class LoadBalancerDetailView(PrincipalView):
             self.principal.is_operator or lb.org_id == self.principal.org_id) else []
         return render(request, "lb_detail.html", {
             "lb": lb, "routes": routes, "pools": pools, "listeners": listeners,
-            "route_form": {"lb": lb.pk}, "can_write": self.principal.can_write,
+            "can_write": self.principal.can_write,
         })
 
 
@@ -62,14 +62,11 @@ class RouteCreateView(PrincipalView):
         }
         if not self.principal.can_write:
             return HttpResponse("Your role cannot change routes.", status=403)
-        request.principal = self.principal
         serializer = RouteSerializer(data=data, context={"request": request})
         errors: dict = {}
         if serializer.is_valid():
             try:
-                validated = dict(serializer.validated_data)
-                targets = validated.pop("targets", None)
-                route_save(principal=self.principal, route=Route(), data=validated, targets=targets)
+                route_save(principal=self.principal, route=Route(), data=serializer.validated_data)
                 return HttpResponseClientRedirect(f"/load-balancers/{lb.pk}/")
             except DomainError as exc:
                 errors = {exc.field or "non_field_errors": [exc.detail]}

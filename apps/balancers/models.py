@@ -76,10 +76,6 @@ class LoadBalancer(models.Model):
         return self.name
 
 
-class LbChildQuerySet(TenantQuerySet):
-    """Listeners: owned through their LB; customers see those of LBs they own."""
-
-
 class IpPool(models.Model):
     name = models.SlugField(max_length=63, unique=True)
     cidr = models.CharField(max_length=64)

@@ -204,8 +204,10 @@ def _check_route(*, route: Route, targets: list[dict[str, Any]]) -> None:
                            field="path")
 
 
-def route_save(*, principal: Principal, route: Route, data: dict[str, Any],
-               targets: list[dict[str, Any]] | None) -> Route:
+def route_save(*, principal: Principal, route: Route, data: dict[str, Any]) -> Route:
+    """Create or update a route from validated data; `data["targets"]` absent keeps the current targets."""
+    data = dict(data)
+    targets: list[dict[str, Any]] | None = data.pop("targets", None)
     with transaction.atomic():
         # One writer per LB at a time: the uniqueness rules span rows.
         lb_id = data["lb"].pk if "lb" in data else route.lb_id

@@ -162,9 +162,7 @@ class RouteViewSet(TenantViewSet):
     ordering_fields = ["priority", "created_at"]
 
     def _save(self, serializer, route: Route):
-        data = dict(serializer.validated_data)
-        targets = data.pop("targets", None)
-        return services.route_save(principal=self.principal, route=route, data=data, targets=targets)
+        return services.route_save(principal=self.principal, route=route, data=serializer.validated_data)
 
     def perform_create(self, serializer):
         serializer.instance = self._save(serializer, Route())

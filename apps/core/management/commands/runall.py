@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from importlib import import_module
 
 from django.conf import settings
@@ -33,15 +34,11 @@ class Command(BaseCommand):
                          "--concurrency", "2"])
         time.sleep(3)
         spawn("beat", [py, "-m", "celery", "-A", "controlplane", "beat", "--loglevel", "INFO"])
-        for name in ["apps.fleets.demo"]:
-            try:
-                module = import_module(name)
-            except ModuleNotFoundError:
-                continue
-            if hasattr(module, "start_demo_processes"):
-                message = module.start_demo_processes()
-                if message:
-                    self.stdout.write(message)
+        start_demo = _demo_hook("start_demo_processes")
+        if start_demo is not None:
+            message = start_demo()
+            if message:
+                self.stdout.write(message)
         spawn("web", [py, "-m", "gunicorn", "controlplane.wsgi:application", "--bind", opts["bind"],
                       "--workers", "2", "--threads", "4", "--timeout", "120"])
         self.stdout.write(self.style.SUCCESS(f"Spillway on http://{opts['bind']}/  (API docs: /api/v1/docs/)"))
@@ -71,10 +68,15 @@ class Command(BaseCommand):
                     proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     proc.kill()
-            for name in ["apps.fleets.demo"]:
-                try:
-                    module = import_module(name)
-                except ModuleNotFoundError:
-                    continue
-                if hasattr(module, "stop_demo_processes"):
-                    module.stop_demo_processes()
+            stop_demo = _demo_hook("stop_demo_processes")
+            if stop_demo is not None:
+                stop_demo()
+
+
+def _demo_hook(name: str) -> Callable[[], str | None] | None:
+    """The demo fleet's start/stop function, when the fleets app provides one."""
+    try:
+        module = import_module("apps.fleets.demo")
+    except ModuleNotFoundError:
+        return None
+    return getattr(module, name, None)
