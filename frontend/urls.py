@@ -3,17 +3,28 @@ from importlib import import_module
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from frontend import views
+from frontend import dashboard, hostnames, views, workspace
 from frontend.auth import ThrottledLoginView
 
 urlpatterns = [
     path("login/", ThrottledLoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("", views.DashboardView.as_view(), name="dashboard"),
+    path("", dashboard.DashboardView.as_view(), name="dashboard"),
+    path("dashboard/<slug:panel>/", dashboard.DashboardPanelView.as_view(), name="dashboard-panel"),
     path("load-balancers/", views.LoadBalancerListView.as_view(), name="lb-list"),
-    path("load-balancers/<int:pk>/", views.LoadBalancerDetailView.as_view(), name="lb-detail"),
-    path("load-balancers/<int:pk>/routes/", views.RouteCreateView.as_view(), name="route-create"),
-    path("members/<int:pk>/state/", views.MemberStateView.as_view(), name="member-state"),
+    path("load-balancers/<int:pk>/", workspace.LoadBalancerDetailView.as_view(), name="lb-detail"),
+    path("load-balancers/<int:pk>/routes/", workspace.RoutesView.as_view(), name="route-create"),
+    path("load-balancers/<int:pk>/routes/preview/", workspace.RoutePreviewView.as_view(), name="route-preview"),
+    path("load-balancers/<int:pk>/deploy/", workspace.DeployStatusPartial.as_view(), name="lb-deploy-status"),
+    path("load-balancers/<int:pk>/static-ips/", workspace.StaticIpsView.as_view(), name="lb-static-ips"),
+    path("load-balancers/<int:pk>/static-ips/<int:ip>/release/", workspace.StaticIpReleaseView.as_view(),
+         name="lb-static-ip-release"),
+    path("routes/<int:pk>/", workspace.RouteView.as_view(), name="route-detail"),
+    path("routes/<int:pk>/edit/", workspace.RouteEditView.as_view(), name="route-edit"),
+    path("members/<int:pk>/state/", workspace.MemberStateView.as_view(), name="member-state"),
+    path("hostnames/", hostnames.HostnamesView.as_view(), name="hostnames"),
+    path("hostnames/<int:pk>/", hostnames.HostnameDetailView.as_view(), name="hostname-detail"),
+    path("hostnames/<int:pk>/<slug:verb>/", hostnames.HostnameDecideView.as_view(), name="hostname-decide"),
 ]
 
 # Each domain app may contribute UI pages in apps/<app>/urls.py (a `urlpatterns` list).

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, Final
 
 from django.conf import settings
-from django.db.models import Q, QuerySet
+from django.db.models import Case, Count, F, Max, OuterRef, Q, QuerySet, Subquery, Value, When
 
+from apps.accounts.principal import Principal
 from apps.balancers.models import (
     Listener,
     LoadBalancer,
@@ -19,7 +20,7 @@ from apps.balancers.models import (
 )
 from apps.core import crypto
 from apps.fleets.codec import snapshot_from_json
-from apps.fleets.models import ConfigRevision, Fleet, Node
+from apps.fleets.models import ConfigRevision, Fleet, Node, NodeHealth, NodeResult, Rollout
 from apps.fleets.snapshot import (
     CertSpec,
     FleetSnapshot,
@@ -34,6 +35,7 @@ from apps.fleets.snapshot import (
     RouteTargetSpec,
 )
 from apps.fleets.transports import NodeConn
+from apps.traffic.observe import parse_backend
 from apps.traffic.overflow import PlanInputError
 from apps.traffic.selectors import pool_capacities_many
 from apps.traffic.thresholds import node_chain
@@ -219,3 +221,139 @@ def lb_applied_state(lb: LoadBalancer, revision: int) -> tuple[bool, list[dict[s
             "lb_revision": covered, "done": covered >= revision,
         })
     return bool(states) and all(s["done"] for s in states), states
+
+
+# --- dashboard: fleets, nodes, failing checks, rollouts (constant query count, bounded lists) -------------
+
+# `show stat` rows that summarise a proxy rather than describe one server.
+SUMMARY_ROWS: Final = ("FRONTEND", "BACKEND")
+# HAProxy `check_status` values of a failed last check (a leading "* " means a check is running).
+FAILED_CHECKS: Final = ("L4TOUT", "L4CON", "L6TOUT", "L6RSP", "L7TOUT", "L7RSP", "L7STS", "SOCKERR",
+                        "PROCERR", "PROCTOUT")
+# DOWN, "DOWN 1/2" (coming back), "UP 1/3" (failing, about to go down) or a failed last check.
+FAILING_Q: Final = (Q(status__startswith="DOWN") | Q(status__startswith="UP ")
+                    | Q(check_status__in=FAILED_CHECKS + tuple(f"* {c}" for c in FAILED_CHECKS)))
+UP_Q: Final = Q(status__startswith="UP") | Q(status="no check")
+
+
+def fleets_visible_to(principal: Principal) -> QuerySet[Fleet]:
+    """Operators: every fleet. Customers: the fleets serving a load balancer they can see."""
+    if principal.is_operator:
+        return Fleet.objects.all()
+    lbs = LoadBalancer.objects.visible_to(principal).values("pk")
+    # pk__in rather than a join with distinct(), so callers may annotate counts safely.
+    return Fleet.objects.filter(pk__in=Fleet.objects.filter(Q(load_balancers__in=lbs) | Q(serves__in=lbs))
+                                .values("pk"))
+
+
+def _health_scope(principal: Principal) -> Q:
+    """NodeHealth rows the principal may count: all for operators; a customer only its own pools'
+    backends (a shared LB's nodes also carry other tenants' servers)."""
+    if principal.is_operator:
+        return Q()
+    scope = Q(pk__in=[])
+    for pool_id in Pool.objects.visible_to(principal).values_list("pk", flat=True):
+        scope |= Q(proxy__startswith=f"p{pool_id}_")
+    return scope
+
+
+def fleet_overview(principal: Principal, *, fleet_limit: int = 20, node_limit: int = 48) -> dict[str, Any]:
+    """Fleets with node counts by status and on-desired count, and their nodes, problems first.
+
+    Four queries whatever the number of fleets, nodes or health rows; lists are cut at the limits
+    (`more_fleets` / `more_nodes` say so).
+    """
+    enabled = Q(nodes__enabled=True)
+    last = Rollout.objects.filter(fleet=OuterRef("pk")).order_by("-id")
+    fleets = list(
+        fleets_visible_to(principal).select_related("region")
+        .annotate(
+            node_total=Count("nodes", filter=enabled),
+            node_up=Count("nodes", filter=enabled & Q(nodes__status=Node.Status.UP)),
+            node_down=Count("nodes", filter=enabled & Q(nodes__status=Node.Status.DOWN)),
+            node_drifted=Count("nodes", filter=enabled & Q(nodes__status=Node.Status.DRIFTED)),
+            node_on_desired=Count("nodes", filter=enabled & Q(nodes__applied_revision__number=F("desired_revision"))),
+            last_rollout_id=Subquery(last.values("pk")[:1]),
+            last_rollout_status=Subquery(last.values("status")[:1]),
+        )
+        .annotate(problems=F("node_down") + F("node_drifted"))
+        .order_by("-problems", "name")[: fleet_limit + 1]
+    )
+    more_fleets = len(fleets) > fleet_limit
+    fleets = fleets[:fleet_limit]
+    for fleet in fleets:
+        fleet.node_behind = fleet.node_total - fleet.node_on_desired
+    rank = Case(When(status__in=[Node.Status.DOWN, Node.Status.DRIFTED], then=Value(0)),
+                When(status=Node.Status.UNKNOWN, then=Value(1)), default=Value(2))
+    behind = Case(When(applied_revision__number=F("fleet__desired_revision"), then=Value(1)), default=Value(0))
+    nodes = list(
+        Node.objects.filter(fleet__in=[f.pk for f in fleets], enabled=True)
+        .annotate(rank=rank, on_desired=behind)
+        .order_by("rank", "on_desired", "fleet__name", "name")
+        .values("pk", "name", "status", "status_detail", "last_seen", "fleet_id", "fleet__name",
+                "fleet__desired_revision", "applied_revision__number", "on_desired")[: node_limit + 1]
+    )
+    more_nodes = len(nodes) > node_limit
+    nodes = nodes[:node_limit]
+    servers = {
+        row["node_id"]: row for row in
+        NodeHealth.objects.filter(_health_scope(principal), node_id__in=[n["pk"] for n in nodes])
+        .exclude(server__in=SUMMARY_ROWS).values("node_id")
+        .annotate(total=Count("pk"), up=Count("pk", filter=UP_Q), failing=Count("pk", filter=FAILING_Q))
+    }
+    for node in nodes:
+        counts = servers.get(node["pk"], {})
+        node["servers_total"], node["servers_up"] = counts.get("total", 0), counts.get("up", 0)
+        node["servers_failing"] = counts.get("failing", 0)
+    return {"fleets": fleets, "more_fleets": more_fleets, "nodes": nodes, "more_nodes": more_nodes}
+
+
+def failing_checks(principal: Principal, *, limit: int = 10) -> list[dict[str, Any]]:
+    """Servers whose health check fails on some node, worst first (down on the most nodes, then
+    failing on the most), with the nodes that see it fail and their check results.
+
+    Three or four queries (a customer's pool scope is one more) whatever the number of rows.
+    """
+    scope = _health_scope(principal)
+    live = NodeHealth.objects.filter(scope, node__enabled=True).exclude(server__in=SUMMARY_ROWS)
+    worst = list(
+        live.filter(FAILING_Q).values("proxy", "server")
+        .annotate(failing=Count("pk"), down=Count("pk", filter=Q(status__startswith="DOWN")),
+                  checked_at=Max("updated_at"))
+        .order_by("-down", "-failing", "proxy", "server")[:limit]
+    )
+    if not worst:
+        return []
+    pairs = Q(pk__in=[])
+    for row in worst:
+        pairs |= Q(proxy=row["proxy"], server=row["server"])
+    seen: dict[tuple[str, str], dict[str, Any]] = {(r["proxy"], r["server"]): r | {"nodes": 0, "where": []}
+                                                   for r in worst}
+    for proxy, server, fleet, node, status, check in live.filter(pairs).values_list(
+            "proxy", "server", "node__fleet__name", "node__name", "status", "check_status").order_by(
+            "node__fleet__name", "node__name"):
+        entry = seen[(proxy, server)]
+        entry["nodes"] += 1
+        if status.startswith(("DOWN", "UP ")) or check.removeprefix("* ") in FAILED_CHECKS:
+            entry["where"].append({"node": f"{fleet}/{node}", "status": status, "check": check})
+    refs = {r["proxy"]: parse_backend(r["proxy"]) for r in worst}
+    pools = Pool.objects.select_related("lb").only("pk", "name", "lb__id", "lb__name").in_bulk(
+        {ref.pool_id for ref in refs.values() if ref is not None})
+    for row in worst:
+        ref = refs[row["proxy"]]
+        pool = pools.get(ref.pool_id) if ref else None
+        row.update(seen[(row["proxy"], row["server"])])
+        row["pool"], row["region"] = pool, ref.region if ref else ""
+    return worst
+
+
+def recent_rollouts(principal: Principal, *, limit: int = 10) -> list[Rollout]:
+    """The newest rollouts the principal may see, with per-node progress, in one query."""
+    finished = ~Q(results__status__in=[NodeResult.Status.PENDING, NodeResult.Status.RUNNING])
+    return list(
+        Rollout.objects.filter(pk__in=Rollout.objects.visible_to(principal).values("pk"))
+        .select_related("fleet")
+        .annotate(revision_number=F("revision__number"), node_total=Count("results"),
+                  node_done=Count("results", filter=finished))
+        .order_by("-id")[:limit]
+    )

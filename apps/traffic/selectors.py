@@ -15,10 +15,11 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 
 from apps.balancers.models import Member, Pool, PoolRegion, RegionDistance
-from apps.traffic.models import OverflowPoint, TrafficSample
+from apps.traffic.models import CapacityState, OverflowPoint, TrafficSample
 from apps.traffic.observe import (
     NodePoolSample,
     enforced_plan,
@@ -336,6 +337,98 @@ def pool_overview(pool_qs) -> list[dict[str, Any]]:
     ]
 
 
+# --- dashboard: overflow per region over every visible pool ------------------------------------------
+
+# The dashboard sums every pool, so it reads 10 s points only for short windows (a 6 h window of
+# 10 s points for hundreds of pools is millions of rows); longer windows read 5 min points.
+DASHBOARD_FINE_MAX_S: Final = 3600
+TOP_OVERFLOWING: Final = 5
+
+
+def _region_sums(points: QuerySet[OverflowPoint]) -> list[dict[str, Any]]:
+    """One row per (bucket, region), summed over pools in SQL. Capacity sums the limited pools
+    (None when every pool there is unlimited); `unlimited` counts the others."""
+    return list(points.values("time", "region").annotate(
+        demand_sum=Sum("demand"), local_sum=Sum("local"), out_sum=Sum("out"), in_sum=Sum("inflow"),
+        capacity_sum=Sum("capacity"), unlimited=Count("pk", filter=Q(capacity__isnull=True)),
+    ).order_by("time", "region"))
+
+
+def region_overflow(pools: QuerySet[Pool], window_s: int, *, now: datetime | None = None) -> dict[str, Any]:
+    """Overflow per region summed over `pools` (already scoped): the newest bucket, the mean over
+    the window, the capacity now (CapacityState), a chart series and the pools overflowing most now.
+
+    Four or five queries whatever the number of pools, points or regions.
+    """
+    now = now or timezone.now()
+    since = now - timedelta(seconds=window_s)
+    pool_ids = pools.values("pk")
+    base = OverflowPoint.objects.filter(pool_id__in=pool_ids, time__lte=now)
+    if window_s <= DASHBOARD_FINE_MAX_S:
+        resolution_s = FINE_RESOLUTION_S
+        rows = _region_sums(base.filter(resolution_s=FINE_RESOLUTION_S, time__gte=since))
+        latest_resolution_s = FINE_RESOLUTION_S
+    else:
+        resolution_s = COARSE_RESOLUTION_S
+        rows = _region_sums(base.filter(resolution_s=COARSE_RESOLUTION_S, time__gte=since))
+        # The newest minutes are not downsampled yet: show them at the fine resolution.
+        tail_from = rows[-1]["time"] + timedelta(seconds=COARSE_RESOLUTION_S) if rows else since
+        tail = _region_sums(base.filter(resolution_s=FINE_RESOLUTION_S, time__gte=tail_from))
+        latest_resolution_s = FINE_RESOLUTION_S if tail else COARSE_RESOLUTION_S
+        rows += tail
+
+    capacity_now: dict[str, dict[str, Any]] = {
+        row["region"]: row for row in CapacityState.objects.filter(pool_id__in=pool_ids).values("region")
+        .annotate(capacity_sum=Sum("capacity"), unlimited=Count("pk", filter=Q(capacity__isnull=True)),
+                  healthy=Sum("healthy_members"))
+    }
+    times = sorted({r["time"] for r in rows})
+    regions = sorted({r["region"] for r in rows} | set(capacity_now))
+    index = {t: i for i, t in enumerate(times)}
+    series: dict[str, dict[str, list[float | None]]] = {
+        region: {key: [0.0] * len(times) for key in ("demand", "local", "out", "in")}
+        | {"capacity": [None] * len(times)} for region in regions
+    }
+    sums: dict[str, dict[str, float]] = {r: defaultdict(float) for r in regions}
+    latest: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        values = {"demand": r["demand_sum"] or 0.0, "local": r["local_sum"] or 0.0, "out": r["out_sum"] or 0.0,
+                  "in": r["in_sum"] or 0.0}
+        column, i = series[r["region"]], index[r["time"]]
+        for key, value in values.items():
+            column[key][i] = round(value, 3)
+            sums[r["region"]][key] += value
+        column["capacity"][i] = None if r["capacity_sum"] is None else round(r["capacity_sum"], 3)
+        if r["time"] == times[-1]:
+            latest[r["region"]] = values | {"capacity": r["capacity_sum"], "unlimited": r["unlimited"]}
+
+    buckets = max(len(times), 1)
+    summary = []
+    for region in regions:
+        state = capacity_now.get(region) or latest.get(region) or {}
+        capacity = state.get("capacity_sum", state.get("capacity"))
+        now_row = latest.get(region, {})
+        local, inflow = now_row.get("local", 0.0), now_row.get("in", 0.0)
+        summary.append({
+            "region": region,
+            "capacity": None if capacity is None else round(capacity, 3),
+            "unlimited_pools": state.get("unlimited", 0),
+            "healthy_members": state.get("healthy"),
+            **{key: round(now_row.get(key, 0.0), 3) for key in ("demand", "local", "out", "in")},
+            "utilization": round((local + inflow) / capacity, 4) if capacity else 0.0,
+            "mean": {key: round(sums[region][key] / buckets, 3) for key in ("demand", "local", "out", "in")},
+        })
+    top: list[OverflowPoint] = []
+    if times:
+        top = list(base.filter(time=times[-1], resolution_s=latest_resolution_s, out__gt=0)
+                   .select_related("pool__lb").order_by("-out")[:TOP_OVERFLOWING])
+    return {
+        "window_s": window_s, "resolution_s": resolution_s, "buckets": len(times),
+        "latest_time": times[-1] if times else None, "regions": summary, "top": top,
+        "series": {"time": [int(t.timestamp()) for t in times], "regions": series, "resolution_s": resolution_s},
+    }
+
+
 __all__ = [
     "distances",
     "flow_to_dict",
@@ -347,4 +440,5 @@ __all__ = [
     "pool_nodes",
     "pool_overview",
     "region_chains",
+    "region_overflow",
 ]

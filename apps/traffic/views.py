@@ -18,7 +18,7 @@ from frontend.base import PrincipalView
 WINDOWS = (("5m", "5 min"), ("1h", "1 hour"), ("6h", "6 hours"), ("24h", "24 hours"), ("7d", "7 days"))
 
 
-def _bars(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def bar_scale(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-region rows plus the scale every bar of the panel shares (req/s)."""
     scale = 0.0
     for row in rows:
@@ -53,8 +53,8 @@ class PoolPanelMixin:
             row.setdefault("capacity_now", current.get(row["region"], {}).get("capacity"))
         return {
             "pool": pool, "window": window, "windows": WINDOWS, "seen": seen,
-            "latest": _bars(latest or [dict(r) for r in seen["regions"]]),
-            "summary": _bars([dict(r) for r in seen["regions"]]),
+            "latest": bar_scale(latest or [dict(r) for r in seen["regions"]]),
+            "summary": bar_scale([dict(r) for r in seen["regions"]]),
             "series": {"time": seen["series"]["time"], "regions": seen["series"]["regions"],
                        "resolution_s": seen["resolution_s"]},
         }
@@ -130,4 +130,4 @@ class PoolWhatIfView(PrincipalView):
         for row in result["plan"]["regions"]:
             rows.append({**row, "baseline": baseline.get(row["region"]), "enforced": enforced.get(row["region"])})
         return render(request, "traffic/whatif_result.html",
-                      {"result": result, "bars": _bars(rows), "pool": pool})
+                      {"result": result, "bars": bar_scale(rows), "pool": pool})

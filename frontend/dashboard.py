@@ -1,0 +1,95 @@
+"""Dashboard: fleet health, failing checks, overflow per region, rollouts, audit, load balancers.
+
+The page renders every panel once; each panel then polls its own partial (`/dashboard/<panel>/`)
+every few seconds, so nothing reloads the page. Reads go through visible_to and the apps'
+selectors; every panel runs a fixed number of queries and shows a bounded list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from django.db.models import Count, IntegerField, OuterRef, Subquery, Value
+from django.db.models.functions import Coalesce
+from django.http import Http404
+from django.shortcuts import render
+
+from apps.audit.models import AuditEvent
+from apps.balancers.models import LoadBalancer, Pool, Route
+from apps.fleets import selectors as fleet_selectors
+from apps.traffic import selectors as traffic_selectors
+from apps.traffic.views import bar_scale
+from frontend.base import PrincipalView
+
+# Sums over every pool: longer windows belong to the per-pool page (see traffic.selectors).
+WINDOWS: Final = (("5m", "5 min"), ("1h", "1 hour"), ("6h", "6 hours"), ("24h", "24 hours"))
+DEFAULT_WINDOW: Final = "1h"
+LB_LIMIT: Final = 20
+ROLLOUT_LIMIT: Final = 8
+AUDIT_LIMIT: Final = 8
+CHECK_LIMIT: Final = 10
+POLL: Final = "every 5s"
+
+
+class DashboardMixin:
+    def window(self) -> tuple[str, int]:
+        text = self.request.GET.get("window", DEFAULT_WINDOW)
+        if text not in dict(WINDOWS):
+            text = DEFAULT_WINDOW
+        return text, traffic_selectors.parse_window(text)
+
+    def fleets_panel(self) -> dict[str, Any]:
+        return fleet_selectors.fleet_overview(self.principal)
+
+    def checks_panel(self) -> dict[str, Any]:
+        return {"checks": fleet_selectors.failing_checks(self.principal, limit=CHECK_LIMIT)}
+
+    def overflow_panel(self) -> dict[str, Any]:
+        window, window_s = self.window()
+        overflow = traffic_selectors.region_overflow(self.scoped(Pool), window_s)
+        return {"overflow": overflow, "window": window, "windows": WINDOWS,
+                "bars": bar_scale([dict(r) for r in overflow["regions"]])}
+
+    def rollouts_panel(self) -> dict[str, Any]:
+        return {"rollouts": fleet_selectors.recent_rollouts(self.principal, limit=ROLLOUT_LIMIT)}
+
+    def audit_panel(self) -> dict[str, Any]:
+        return {"events": list(self.scoped(AuditEvent).select_related("org")[:AUDIT_LIMIT])}
+
+    def lbs_panel(self) -> dict[str, Any]:
+        # A customer's count covers its own routes only, also on a shared LB that carries others'.
+        routes = (Route.objects.visible_to(self.principal).filter(lb=OuterRef("pk")).order_by()
+                  .values("lb").annotate(n=Count("pk")).values("n"))
+        lbs = self.scoped(LoadBalancer)
+        return {
+            "lbs": list(lbs.select_related("org", "fleet").annotate(
+                route_count=Coalesce(Subquery(routes, output_field=IntegerField()), Value(0)),
+            ).order_by("name")[:LB_LIMIT]),
+            "lb_total": lbs.count(),
+        }
+
+    def panels(self) -> dict[str, Callable[[], dict[str, Any]]]:
+        return {"fleets": self.fleets_panel, "checks": self.checks_panel, "overflow": self.overflow_panel,
+                "rollouts": self.rollouts_panel, "audit": self.audit_panel, "lbs": self.lbs_panel}
+
+    def common(self) -> dict[str, Any]:
+        return {"is_operator": self.principal.is_operator, "poll": POLL}
+
+
+class DashboardView(DashboardMixin, PrincipalView):
+    def get(self, request):
+        context = self.common()
+        for build in self.panels().values():
+            context.update(build())
+        return render(request, "dashboard.html", context)
+
+
+class DashboardPanelView(DashboardMixin, PrincipalView):
+    """One panel alone: what the page's htmx polling swaps in."""
+
+    def get(self, request, panel: str):
+        build = self.panels().get(panel)
+        if build is None:
+            raise Http404("No such panel.")
+        return render(request, f"dashboard/_{panel}.html", self.common() | build())
