@@ -26,7 +26,7 @@ from apps.fleets.runtime import (
     StatRow,
     parse_show_stat,
 )
-from apps.fleets.snapshot import ConfigBundle
+from apps.fleets.snapshot import MAIN_FILE, ConfigBundle
 from apps.fleets.transports import NodeConn, TransportError, transport_for
 from apps.fleets.transports.base import FileSetTransport
 from apps.fleets.transports.local import LocalTransport
@@ -84,6 +84,7 @@ class NodeOutcome:
     error: str = ""
     unreachable: bool = False  # the node could not be reached at all: nothing was changed on it
     reloaded: bool = False
+    hot: bool = False  # served through runtime map updates, without a reload
     worker_pid: int | None = None
     sha256: str = ""  # what the node serves now (the new bundle on success, last good after rollback)
     push_ms: float = 0.0
@@ -164,6 +165,72 @@ def verify(transport: FileSetTransport, bundle: ConfigBundle, node_address: str)
     if missing:
         return f"`show stat` does not list {', '.join(missing[:10])}" + (" ..." if len(missing) > 10 else "")
     return None
+
+
+def _body(bundle: ConfigBundle) -> str:
+    # The header (fleet, revision, content hash) ends at the first blank line; comments only.
+    return bundle.main.partition("\n\n")[2]
+
+
+def parse_map(content: bytes) -> list[tuple[str, str]]:
+    entries = []
+    for line in content.decode().splitlines():
+        if line.strip() and not line.startswith("#"):
+            key, _, value = line.partition(" ")
+            entries.append((key, value.strip()))
+    return entries
+
+
+def hot_map_changes(old: ConfigBundle, new: ConfigBundle) -> dict[str, list[tuple[str, str]]] | None:
+    """The map files to swap when `new` differs from `old` only in map contents, else None.
+
+    Then a node running `old` can take `new` through the runtime API with no reload: same
+    haproxy.cfg apart from its header comments, same file names, only `maps/*.map` contents moved.
+    The renderer keeps route changes that shape (frontends.classify_with_maps).
+    """
+    if old.files.keys() != new.files.keys() or _body(old) != _body(new):
+        return None
+    changed = {}
+    for name, content in new.files.items():
+        if name == MAIN_FILE or old.files[name] == content:
+            continue
+        if not (name.startswith("maps/") and name.endswith(".map")):
+            return None
+        changed[name] = parse_map(content)
+    return changed
+
+
+def _hot_apply(transport: FileSetTransport, plan: NodePlan, maps: dict[str, list[tuple[str, str]]],
+               outcome: NodeOutcome) -> bool:
+    """Push the bundle and swap its changed maps in the running worker; True when the node serves it.
+
+    False means "reload instead" (the reason is in outcome.steps): the files may be pushed already,
+    and a reload loads the same files, so falling back is always safe.
+    """
+    push_started = time.monotonic()
+    pushed = transport.push(plan.bundle)
+    outcome.push_ms = (time.monotonic() - push_started) * 1000.0
+    if not pushed.ok:
+        outcome.error = "the node refused the config (`haproxy -c -dW`):\n" + pushed.validation_output
+        return True
+    try:
+        stats = transport.stats()
+        for name, entries in maps.items():
+            stats.replace_map(name, entries)
+        for name, entries in maps.items():
+            live = stats.show_map(name)
+            if sorted(live) != sorted(entries):
+                raise RuntimeApiError(f"show map {name}", f"{len(live)} live entries, {len(entries)} expected")
+        problem = verify(transport, plan.bundle, plan.conn.address)
+    except NODE_ERRORS as exc:
+        outcome.steps.append(f"runtime map update failed ({exc}): reloading instead")
+        return False
+    if problem:
+        outcome.steps.append(f"after the runtime map update {problem}: reloading instead")
+        return False
+    outcome.status, outcome.sha256, outcome.worker_pid = "succeeded", plan.bundle.sha256, plan.worker_pid
+    outcome.hot = True
+    return True
 
 
 def reachable(conn: NodeConn) -> tuple[ProcInfo | None, str]:
@@ -268,6 +335,19 @@ def apply_node(plan: NodePlan) -> NodeOutcome:
                 outcome.steps.append("already serving this config: verified, not reloaded")
                 return outcome
             outcome.steps.append(f"serving this config but {problem}: reloading")
+        elif (
+            plan.last_good is not None
+            and on_disk == plan.last_good.sha256
+            and current is not None
+            and current.pid == plan.worker_pid
+            and proc.failed_reloads == 0
+        ):
+            # The worker runs last_good: a route-only change needs no reload.
+            maps = hot_map_changes(plan.last_good, plan.bundle)
+            if maps is not None:
+                if _hot_apply(transport, plan, maps, outcome):
+                    return outcome
+                on_disk = transport.config_sha256()
         if on_disk != plan.bundle.sha256:
             push_started = time.monotonic()
             pushed = transport.push(plan.bundle)

@@ -10,6 +10,7 @@ import difflib
 import hashlib
 import logging
 import re
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -247,10 +248,14 @@ def member_runtime_apply(*, member_id: int) -> dict[str, str | None]:
 
 def _customer_filter(lb: LoadBalancer, principal: Principal) -> re.Pattern[str]:
     """Lines of a rendered config that concern only the principal's own routes and pools."""
-    route_ids = list(Route.objects.visible_to(principal).filter(lb=lb).values_list("pk", flat=True))
+    routes = list(Route.objects.visible_to(principal).filter(lb=lb).values_list("pk", "hosts"))
     pool_ids = list(Pool.objects.visible_to(principal).filter(lb=lb).values_list("pk", flat=True))
-    alternatives = [rf"# route {i}\b|\br{i}_host\b" for i in route_ids]
-    alternatives += [rf"\bp{i}_|\bstr\(p{i}\)|# pool {i} \(|-m str p{i}\b" for i in pool_ids]
+    hosts = sorted({h for _, route_hosts in routes for h in route_hosts or ()})
+    # Rule form: comments and names; map form: entries whose action is an own pool (`p<id>`) or an
+    # own redirect route (`u<id>`), and host-map lines of the principal's own hostnames.
+    alternatives = [rf"# route {i}\b|\br{i}_host\b|^[+-]u{i} | u{i}$" for i, _ in routes]
+    alternatives += [rf"\bp{i}_|\bstr\(p{i}\)|# pool {i} \(|-m str p{i}\b| p{i}$" for i in pool_ids]
+    alternatives += [rf"^[+-]{re.escape(h)} | {re.escape(h)}$" for h in hosts]
     return re.compile("|".join(alternatives) or r"(?!x)x")
 
 
@@ -290,6 +295,28 @@ def lb_preview(*, lb: LoadBalancer, principal: Principal) -> list[dict[str, Any]
             if result is not None and not result.ok:
                 entry["problem"] = "The rendered configuration failed validation; an operator can see why."
         previews.append(entry)
+    return previews
+
+
+class _DiscardPreviewedChange(Exception):
+    """Rolls back a change that was made only to be previewed."""
+
+
+def lb_preview_change(*, lb: LoadBalancer, principal: Principal, change: Callable[[], Any]) -> list[dict[str, Any]]:
+    """`lb_preview` as if `change` (a write through a balancers service) were saved; nothing is kept.
+
+    The change runs in a transaction that is always rolled back, so its revision bump, audit event
+    and rollout (those wait for commit) never happen. The change's own rules still run: a
+    DomainError it raises reaches the caller, as it would on save.
+    """
+    previews: list[dict[str, Any]] = []
+    try:
+        with transaction.atomic():
+            change()
+            previews = lb_preview(lb=lb, principal=principal)
+            raise _DiscardPreviewedChange
+    except _DiscardPreviewedChange:
+        pass
     return previews
 
 
@@ -404,6 +431,7 @@ __all__ = [
     "fleet_save",
     "fleets_sharing",
     "lb_preview",
+    "lb_preview_change",
     "member_runtime_apply",
     "node_delete",
     "node_save",

@@ -201,3 +201,27 @@ def test_map_layout_agrees_with_priority_order_on_a_large_random_corpus() -> Non
         expected = resolve_route(routes, host, path)
         expected_key = None if expected is None else f"p{expected.targets[0].pool_id}"
         assert _simulate_maps(maps, host, path) == expected_key, (host, path, expected)
+
+
+# --- runtime-applicable changes ---------------------------------------------------------------------
+
+
+def test_a_route_change_alters_only_map_files_and_a_new_pool_alters_the_config() -> None:
+    """What lets a route change skip the reload (delivery.hot_map_changes): same haproxy.cfg body."""
+    from apps.fleets.delivery import hot_map_changes
+    from apps.fleets.render import render
+
+    from .test_render import NODE, pool
+
+    pools = (pool(1, {"eu": ()}), pool(2, {"eu": ()}))
+    before = render(snapshot((listener(8080, (route(1, 1, "/a", 1),), default_pool_id=1),), pools), NODE)
+    routes = (route(1, 1, "/a", 1), replace(route(2, 2, "/b", 1), hosts=("b.test",)))
+    after = render(replace(snapshot((listener(8080, routes, default_pool_id=1),), pools), revision=2), NODE)
+
+    changes = hot_map_changes(before, after)
+
+    assert changes is not None and set(changes) == {"maps/web.http.routes.map", "maps/web.http.hosts.map"}
+    assert ("b.test/b", "p1") in changes["maps/web.http.routes.map"]
+    to_new_pool = (route(1, 1, "/a", 1), route(2, 2, "/b", 2))
+    other = render(snapshot((listener(8080, to_new_pool, default_pool_id=1),), pools), NODE)
+    assert hot_map_changes(before, other) is None, "a pool's first route adds its rules: reload"

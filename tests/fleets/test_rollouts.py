@@ -9,7 +9,7 @@ import pytest
 from apps.balancers.models import Member
 from apps.fleets import services
 from apps.fleets.models import Certificate, ConfigRevision, Node, NodeResult, Rollout
-from apps.fleets.runtime import HAProxySocket, MasterSocket
+from apps.fleets.runtime import HAProxySocket, MasterSocket, RuntimeApiError
 
 from .fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
 
@@ -45,7 +45,9 @@ def test_a_three_node_fleet_converges_on_a_new_route(fleet3: LocalFleet, tiny_ba
     rollout = Rollout.objects.get(pk=result["rollouts"][-1])
     assert rollout.status == Rollout.Status.SUCCEEDED, rollout.error
     revision = rollout.revision
-    assert f"# route {route.pk}" in revision.text and "+" in revision.diff and "/new" in revision.diff
+    # The route is a routes.map entry (any-host class "*", its path, its pool's action key).
+    entry = f"*/new p{route.targets.get().pool_id}"
+    assert entry in revision.text and f"+{entry}" in revision.diff
     assert revision.validation_ok and "valid" in revision.validation_output.lower()
     fleet3.fleet.refresh_from_db()
     assert fleet3.fleet.desired_revision == revision.number
@@ -55,6 +57,74 @@ def test_a_three_node_fleet_converges_on_a_new_route(fleet3: LocalFleet, tiny_ba
     assert all(r.status == NodeResult.Status.SUCCEEDED for r in results.values())
     # Canary first: the other nodes started only after the canary had finished.
     assert results["n1"].finished_at <= min(results["n2"].started_at, results["n3"].started_at)
+
+
+def test_a_route_only_change_is_served_through_runtime_map_updates_without_a_reload(
+    fleet3: LocalFleet, tiny_backend
+) -> None:
+    """GIVEN a fleet serving pool `new` on /new, WHEN a second route to the same pool is added,
+    THEN every node serves it while keeping its worker (no reload); the files on disk agree, so the
+    next reload (a config change) keeps serving it."""
+    new = tiny_backend("new")
+    pool = add_pool(fleet3.lb, "new", (new.address, new.port))
+    add_route(fleet3.lb, pool, "/new", 10)
+    reconcile(fleet3.fleet)
+    workers = running_workers(fleet3)
+
+    add_route(fleet3.lb, pool, "/hot", 11, hosts=["hot.example.com"])
+    result = reconcile(fleet3.fleet)
+
+    rollout = Rollout.objects.get(pk=result["rollouts"][-1])
+    assert rollout.status == Rollout.Status.SUCCEEDED, rollout.error
+    assert running_workers(fleet3) == workers, "a route-only change must not reload"
+    assert all(r.reload_ms is None for r in rollout.results.all())
+    assert {n.name: fleet3.get(n, "/hot/x", host="hot.example.com")[1] for n in fleet3.nodes} == {
+        "n1": "new", "n2": "new", "n3": "new"}
+    assert set(fleet3.bodies("/hot/x").values()) == {"old"}, "the host still scopes the route"
+    for node in fleet3.nodes:
+        assert node.applied_revision_id == rollout.revision_id and node.worker_pid == workers[node.name]
+
+    other = tiny_backend("other")
+    add_route(fleet3.lb, add_pool(fleet3.lb, "other", (other.address, other.port)), "/other", 12)
+    reconcile(fleet3.fleet)  # a new pool changes haproxy.cfg: a real reload, from the files on disk
+
+    assert running_workers(fleet3) != workers
+    assert {fleet3.get(n, "/hot/x", host="hot.example.com")[1] for n in fleet3.nodes} == {"new"}
+    assert set(fleet3.bodies("/other/x").values()) == {"other"}
+
+
+def test_a_refused_runtime_map_update_falls_back_to_a_reload(fleet3: LocalFleet, tiny_backend, monkeypatch) -> None:
+    """GIVEN node n1's HAProxy refusing the map update, WHEN a route-only change rolls out, THEN n1
+    reloads instead (loading the pushed files) and serves the route; the others keep their workers.
+
+    The refusal is injected (HAProxy's own error text, raised from n1's `replace_map`): a healthy
+    2.6 worker offers no way to make `prepare/add/commit map` fail on demand. Everything else is real.
+    """
+    new = tiny_backend("new")
+    pool = add_pool(fleet3.lb, "new", (new.address, new.port))
+    add_route(fleet3.lb, pool, "/new", 10)
+    reconcile(fleet3.fleet)
+    workers = running_workers(fleet3)
+    n1_socket = f"{fleet3.nodes[0].runtime_dir}/stats.sock"
+    real_replace = HAProxySocket.replace_map
+
+    def refuse_on_n1(self, name, entries):
+        if self.path == n1_socket:
+            raise RuntimeApiError(f"prepare map {name}", "Unknown map identifier. Please use #<id> or <file>.")
+        return real_replace(self, name, entries)
+
+    monkeypatch.setattr(HAProxySocket, "replace_map", refuse_on_n1)
+
+    add_route(fleet3.lb, pool, "/hot", 11)
+    result = reconcile(fleet3.fleet)
+
+    rollout = Rollout.objects.get(pk=result["rollouts"][-1])
+    assert rollout.status == Rollout.Status.SUCCEEDED, rollout.error
+    assert set(fleet3.bodies("/hot/x").values()) == {"new"}
+    now = running_workers(fleet3)
+    assert now["n1"] != workers["n1"] and (now["n2"], now["n3"]) == (workers["n2"], workers["n3"])
+    n1 = rollout.results.get(node__name="n1")
+    assert n1.reload_ms is not None and "reloading instead" in n1.error
 
 
 def test_an_unchanged_desired_state_makes_no_new_revision_and_no_reload(fleet3: LocalFleet) -> None:

@@ -112,8 +112,8 @@ def test_a_missing_socket_is_reported_clearly(tmp_path: Path) -> None:
         HAProxySocket(str(tmp_path / "nope.sock")).show_stat()
 
 
-def _serving(port: int) -> str:
-    return http_get(f"http://127.0.0.1:{port}/")[1]
+def _serving(port: int, path: str = "/") -> str:
+    return http_get(f"http://127.0.0.1:{port}{path}")[1]
 
 
 def _text_config(port: int, text: str) -> str:
@@ -172,3 +172,34 @@ def test_reload_of_a_broken_config_is_reported_as_failed_and_the_old_worker_serv
     assert result.new_worker_pid is None
     assert [w.pid for w in master.show_proc().workers] == result.old_worker_pids
     assert _serving(port) == "v1"
+
+
+def test_replace_map_swaps_a_large_map_without_a_reload(haproxy_node: HAProxyNodeFactory, free_port) -> None:
+    """3,000 entries (several 8 kB payloads) replace a map's content in one commit; the worker stays."""
+    port = free_port()
+    node, _proc = haproxy_node(
+        f"""
+frontend fe
+    bind 127.0.0.1:{port}
+    http-request return status 200 content-type text/plain lf-string "%[path,map_beg(maps/r.map,none)]"
+""",
+        files={"maps/r.map": b"/a first\n"},
+    )
+    master = MasterSocket(node.master_socket_path)
+    worker = master.show_proc().current_worker.pid
+    stats = HAProxySocket(node.stats_socket_path)
+    entries = [(f"/k{i}", f"value-{i}") for i in range(3000)] + [("/a", "second"), ("/a/b", "third")]
+
+    stats.replace_map("maps/r.map", entries)
+
+    assert sorted(stats.show_map("maps/r.map")) == sorted(entries)
+    assert _serving(port, "/a/x") == "second" and _serving(port, "/a/b/c") == "third"
+    assert _serving(port, "/k2999") == "value-2999"
+    assert master.show_proc().current_worker.pid == worker
+    with pytest.raises(ValueError):
+        stats.replace_map("maps/r.map", [("/bad key", "v")])
+    with pytest.raises(ValueError):
+        stats.replace_map("/etc/passwd", entries)
+    with pytest.raises(RuntimeApiError):
+        stats.replace_map("maps/not-loaded.map", entries)
+    assert _serving(port, "/a/x") == "second", "a refused update leaves the live map as it was"

@@ -73,7 +73,8 @@ def test_output_names_the_nodes_paths_not_the_scratch_directory() -> None:
 def test_relocation_touches_only_the_runtime_lines_of_global() -> None:
     rd = "/srv/rt"
     snap = snapshot((listener(8080, (route(1, 1, "/srv/rt/server-state", 1),)),), (pool(1, {"eu": ()}),))
-    text = render(snap, NodeSpec(name="n1", runtime_dir=rd)).main
+    # Rule form: the route's path is then a literal inside haproxy.cfg itself.
+    text = render(snap, NodeSpec(name="n1", runtime_dir=rd), route_map_threshold=1_000_000).main
     moved, runtime_dir = relocate_main(text, "/tmp/scratch")
     assert runtime_dir == rd
     assert "stats socket /tmp/scratch/stats.sock" in moved

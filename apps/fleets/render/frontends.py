@@ -147,29 +147,27 @@ def classify_with_rules(listener: ListenerSpec, ids: dict[str, str]) -> list[str
 
 
 def classify_with_maps(listener: ListenerSpec, files: dict[str, bytes], ids: dict[str, str]) -> list[str]:
-    """Map-based classification; adds the map files it references to `files`."""
+    """Map-based classification; adds the map files it references to `files`.
+
+    Every map and every lookup line is written even when a map is empty, so adding or removing a
+    route changes only map contents, never haproxy.cfg: such a change is applied to a running node
+    through the runtime API without a reload (delivery.hot_map_changes).
+    """
     maps = build_route_maps(listener.routes)
     prefix = map_prefix(listener)
-    lines = []
-    if maps.exact_hosts:
-        files[f"{prefix}.hosts.map"] = _map_text((h, h) for h in maps.exact_hosts)
-        lines.append(f"http-request set-var(txn.hc) var(txn.host),map_str({prefix}.hosts.map)")
-    if maps.wildcards:
-        files[f"{prefix}.wildcards.map"] = _map_text(maps.wildcards)
-        lines.append(
-            f"http-request set-var(txn.hc) var(txn.host),map_end({prefix}.wildcards.map) if !{{ var(txn.hc) -m found }}"
-        )
-    lines.append("http-request set-var(txn.hc) str(*) if !{ var(txn.hc) -m found }")
+    files[f"{prefix}.hosts.map"] = _map_text((h, h) for h in maps.exact_hosts)
+    files[f"{prefix}.wildcards.map"] = _map_text(maps.wildcards)
     files[f"{prefix}.routes.map"] = _map_text((key, ids.get(action, action)) for key, action in maps.entries)
-    lines.append(f"http-request set-var(txn.rk) var(txn.hc),concat(,txn.path,?),map_beg({prefix}.routes.map)")
     redirects = sorted((f"u{r.id}", r.redirect_url) for r in listener.routes if r.redirect_url is not None)
-    if redirects:
-        files[f"{prefix}.redirects.map"] = _map_text(redirects)
-        lines.append(
-            f"http-request redirect location %[var(txn.rk),map_str({prefix}.redirects.map)] code 302 "
-            "if { var(txn.rk) -m beg u }"
-        )
-    return lines
+    files[f"{prefix}.redirects.map"] = _map_text(redirects)
+    return [
+        f"http-request set-var(txn.hc) var(txn.host),map_str({prefix}.hosts.map)",
+        f"http-request set-var(txn.hc) var(txn.host),map_end({prefix}.wildcards.map) if !{{ var(txn.hc) -m found }}",
+        "http-request set-var(txn.hc) str(*) if !{ var(txn.hc) -m found }",
+        f"http-request set-var(txn.rk) var(txn.hc),concat(,txn.path,?),map_beg({prefix}.routes.map)",
+        f"http-request redirect location %[var(txn.rk),map_str({prefix}.redirects.map)] code 302 "
+        "if { var(txn.rk) -m beg u }",
+    ]
 
 
 def _map_text(entries: Iterable[tuple[str, str]]) -> bytes:
@@ -247,7 +245,8 @@ def http_frontend(
             "http-request set-var(txn.path) path",
         ]
         if use_maps:
-            lines.append(f"# {len(listener.routes)} routes: classified by map lookups, see {map_prefix(listener)}.*")
+            # No route count here: the text must not change when only the maps do.
+            lines.append(f"# Routes are classified by map lookups, see {map_prefix(listener)}.*")
             lines += classify_with_maps(listener, files, ids)
         else:
             lines.append("# Routes in priority order; the first match sets txn.rk.")
