@@ -213,8 +213,10 @@ class LbPreviewView(PrincipalView):
         previews = services.lb_preview(lb=lb, principal=self.principal)
         for entry in previews:
             entry["lines"] = diff_lines(entry.get("diff", ""))
-        return render(request, "fleets/_preview.html", {"lb": lb, "previews": previews,
-                                                        "can_push": self.can_push(lb)})
+        # `next`: where a push from this preview returns (the LB workspace shows its progress per node).
+        return render(request, "fleets/_preview.html", {"lb": lb, "previews": previews, "can_push": self.can_push(lb),
+                                                        "next": "workspace" if request.POST.get("next") == "workspace"
+                                                        else ""})
 
     def can_push(self, lb: LoadBalancer) -> bool:
         if not self.principal.can_deploy:
@@ -229,6 +231,8 @@ class LbPushView(LbPreviewView):
             return HttpResponse("Only operators (or the owner of a dedicated LB) push.", status=403)
         started = [r for r in (services.fleet_push(fleet=f, principal=self.principal)
                                for f in selectors.lb_fleets(lb)) if r is not None]
+        if request.POST.get("next") == "workspace":
+            return HttpResponseClientRedirect(f"/load-balancers/{lb.pk}/")
         if len(started) == 1:
             return HttpResponseClientRedirect(f"/fleets/rollouts/{started[0].pk}/")
         return HttpResponseClientRedirect(f"/fleets/lb/{lb.pk}/preview/")

@@ -1,0 +1,391 @@
+"""The load balancer workspace: routes (sort, create with a preview, inline edit, delete), members
+(state and weight), static IPs, and the deploy panel (preview, push, rollout per node, history).
+
+Reads go through visible_to (PrincipalView.scoped); writes through the balancers services, the same
+ones the API calls; form errors come back next to their fields with status 422.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import F, Max, Prefetch, QuerySet
+from django.http import HttpResponse, QueryDict
+from django.shortcuts import get_object_or_404, render
+from django_htmx.http import HttpResponseClientRedirect
+
+from apps.balancers.api.serializers import MemberStateSerializer, RouteSerializer
+from apps.balancers.models import IpPool, LoadBalancer, Member, Pool, Route, StaticIP
+from apps.balancers.services import member_set_state, object_delete, route_save, static_ip_allocate, static_ip_release
+from apps.core.errors import DomainError
+from apps.fleets import selectors as fleet_selectors
+from apps.fleets.models import ConfigRevision, Fleet, Rollout
+from apps.fleets.services import lb_preview_change
+from apps.fleets.views import diff_lines
+from frontend.base import PrincipalView
+
+ROUTE_ORDERS = {"asc": ("priority", "pk"), "desc": ("-priority", "-pk")}
+HISTORY_ROLLOUTS = 5
+HISTORY_REVISIONS = 8
+
+
+def flatten_errors(value: Any) -> list[str]:
+    """DRF errors (nested lists and dicts, e.g. per target) as plain sentences."""
+    if isinstance(value, dict):
+        return [msg for v in value.values() for msg in flatten_errors(v)]
+    if isinstance(value, list):
+        return [msg for v in value for msg in flatten_errors(v)]
+    return [str(value)]
+
+
+def form_errors(serializer) -> dict[str, list[str]]:
+    return {name: flatten_errors(errors) for name, errors in serializer.errors.items()}
+
+
+def domain_errors(exc: DomainError) -> dict[str, list[str]]:
+    return {exc.field or "non_field_errors": [exc.detail]}
+
+
+def route_form_data(post: QueryDict, lb: LoadBalancer, pools: list[Pool], route: Route | None = None) -> dict:
+    """Form fields -> RouteSerializer input. One pool select (new route) or one weight per pool (edit)."""
+    data: dict[str, Any] = {
+        "lb": lb.pk,
+        "hosts": [h.strip() for h in post.get("hosts", "").split(",") if h.strip()],
+        "path_match": post.get("path_match", "prefix"),
+        "path": post.get("path", "/"),
+        "priority": post.get("priority"),
+    }
+    if route is not None and route.redirect_url:
+        data["redirect_url"] = post.get("redirect_url", "")
+        data["targets"] = []
+    elif "pool" in post:
+        data["targets"] = [{"pool": post["pool"], "weight": 100}] if post["pool"] else []
+    else:
+        data["targets"] = [{"pool": p.pk, "weight": post[f"weight_{p.pk}"].strip()} for p in pools
+                           if post.get(f"weight_{p.pk}", "").strip() != ""]
+    return data
+
+
+def route_target_pools(pools: QuerySet[Pool] | list[Pool], route: Route) -> list[Pool]:
+    """Pools a route may forward to: on its LB, and its own org's unless an operator owns the route."""
+    return [p for p in pools if p.lb_id == route.lb_id and (route.org.is_operator or p.org_id == route.org_id)]
+
+
+def rollout_verb(fleets: list[Fleet]) -> str:
+    """What saving a change does to the nodes: the submit buttons say it."""
+    if not fleets:
+        return ""
+    if all(f.auto_rollout for f in fleets):
+        return "push"
+    return "held"
+
+
+class WorkspaceMixin:
+    """Queries shared by the workspace page and its partials (constant in the number of rows)."""
+
+    def routes(self, lb: LoadBalancer, order: str) -> QuerySet[Route]:
+        return (self.scoped(Route).filter(lb=lb).select_related("org")
+                .prefetch_related("targets__pool").order_by(*ROUTE_ORDERS[order]))
+
+    def pools(self, lb: LoadBalancer) -> QuerySet[Pool]:
+        return (self.scoped(Pool).filter(lb=lb).select_related("org").order_by("name")
+                .prefetch_related("regions__region",
+                                  Prefetch("members", queryset=Member.objects.select_related("region"))))
+
+    def can_manage(self, lb: LoadBalancer) -> bool:
+        """Operators and the LB's owner see its listeners and its org's static IPs."""
+        return self.principal.is_operator or lb.org_id == self.principal.org_id
+
+    def ip_org(self, lb: LoadBalancer):
+        return lb.org if self.can_manage(lb) else self.principal.org
+
+    def static_ip_context(self, lb: LoadBalancer, errors: dict | None = None, values: Any = None) -> dict:
+        ips = (self.scoped(StaticIP).filter(org=self.ip_org(lb)).exclude(state=StaticIP.State.FREE)
+               .select_related("pool").prefetch_related("listeners__lb"))
+        return {"lb": lb, "ips": ips, "ip_pools": IpPool.objects.order_by("name"), "ip_org": self.ip_org(lb),
+                "can_write": self.principal.can_write, "errors": errors or {}, "values": values or {}}
+
+    def can_push(self, lb: LoadBalancer) -> bool:
+        # The same rule as the fleets preview page: a shared LB's push carries other tenants' changes.
+        return self.principal.can_deploy and (self.principal.is_operator or (
+            lb.org_id == self.principal.org_id and not lb.shared))
+
+
+def order_of(request) -> str:
+    order = request.GET.get("order", "asc")
+    return order if order in ROUTE_ORDERS else "asc"
+
+
+class LoadBalancerDetailView(WorkspaceMixin, PrincipalView):
+    def get(self, request, pk: int):
+        lb = self.get_scoped(LoadBalancer, pk=pk)
+        order = order_of(request)
+        # Inside a shared LB a customer still sees only its own routes and pools.
+        pools = list(self.pools(lb))
+        listeners = (lb.listeners.select_related("static_ip", "default_pool").order_by("port")
+                     if self.can_manage(lb) else [])
+        fleets = list(fleet_selectors.lb_fleets(lb).select_related("region")) if lb.kind == "haproxy" else []
+        context = {
+            "lb": lb, "routes": self.routes(lb, order), "order": order, "pools": pools, "listeners": listeners,
+            "can_write": self.principal.can_write, "can_push": self.can_push(lb), "fleets": fleets,
+            "verb": rollout_verb(fleets), "values": {}, "errors": {},
+            "deploy": deploy_state(lb, fleets) if fleets else None,
+            "history": history(fleets, self.principal.is_operator),
+            **self.static_ip_context(lb),
+        }
+        return render(request, "lb_detail.html", context)
+
+
+class RoutesView(WorkspaceMixin, PrincipalView):
+    """GET: the routes table in the asked order (the priority header toggles it). POST: a new route."""
+
+    def get(self, request, pk: int):
+        lb = self.get_scoped(LoadBalancer, pk=pk)
+        order = order_of(request)
+        return render(request, "partials/routes_table.html", {
+            "lb": lb, "routes": self.routes(lb, order), "order": order, "can_write": self.principal.can_write})
+
+    def post(self, request, pk: int):
+        lb = self.get_scoped(LoadBalancer, pk=pk)
+        if not self.principal.can_write:
+            return HttpResponse("Your role cannot change routes.", status=403)
+        pools = list(self.scoped(Pool).filter(lb=lb))
+        serializer = RouteSerializer(data=route_form_data(request.POST, lb, pools), context={"request": request})
+        if serializer.is_valid():
+            try:
+                route_save(principal=self.principal, route=Route(), data=serializer.validated_data)
+                return HttpResponseClientRedirect(f"/load-balancers/{lb.pk}/")
+            except DomainError as exc:
+                errors = domain_errors(exc)
+        else:
+            errors = form_errors(serializer)
+        return self.form(request, lb, pools, errors=errors, status=422)
+
+    def form(self, request, lb: LoadBalancer, pools: list[Pool], *, errors: dict, status: int = 200,
+             previews: list | None = None) -> HttpResponse:
+        fleets = list(fleet_selectors.lb_fleets(lb)) if lb.kind == "haproxy" else []
+        return render(request, "partials/route_form.html", {
+            "lb": lb, "pools": pools, "errors": errors, "values": request.POST, "previews": previews,
+            "verb": rollout_verb(fleets), "fleets": fleets}, status=status)
+
+
+class RoutePreviewView(RoutesView):
+    """The new route's effect on every fleet's config, before anything is saved or pushed."""
+
+    def post(self, request, pk: int):
+        lb = self.get_scoped(LoadBalancer, pk=pk)
+        if not self.principal.can_write:
+            return HttpResponse("Your role cannot change routes.", status=403)
+        pools = list(self.scoped(Pool).filter(lb=lb))
+        serializer = RouteSerializer(data=route_form_data(request.POST, lb, pools), context={"request": request})
+        if not serializer.is_valid():
+            return self.form(request, lb, pools, errors=form_errors(serializer), status=422)
+        try:
+            previews = lb_preview_change(lb=lb, principal=self.principal, change=lambda: route_save(
+                principal=self.principal, route=Route(), data=serializer.validated_data))
+        except DomainError as exc:
+            return self.form(request, lb, pools, errors=domain_errors(exc), status=422)
+        for entry in previews:
+            entry["lines"] = diff_lines(entry.get("diff", ""))
+        return self.form(request, lb, pools, errors={}, previews=previews)
+
+
+class RouteView(WorkspaceMixin, PrincipalView):
+    """One route: its page (or its table row for htmx), the inline edit row, save, delete."""
+
+    def get_route(self, pk: int) -> Route:
+        return get_object_or_404(self.scoped(Route).select_related("lb", "org"), pk=pk)
+
+    def row(self, request, route: Route, status: int = 200) -> HttpResponse:
+        route = Route.objects.prefetch_related("targets__pool").select_related("lb", "org").get(pk=route.pk)
+        return render(request, self.template_for("route_detail.html", "partials/route_row.html"),
+                      {"r": route, "lb": route.lb, "can_write": self.principal.can_write}, status=status)
+
+    def get(self, request, pk: int):
+        return self.row(request, self.get_route(pk))
+
+    def delete(self, request, pk: int):
+        route = self.get_route(pk)
+        if not self.principal.can_write:
+            return HttpResponse("Your role cannot change routes.", status=403)
+        object_delete(principal=self.principal, obj=route)
+        # 200 with no body: htmx swaps the row away (a 204 would leave it).
+        return HttpResponse("")
+
+
+class RouteEditView(RouteView):
+    def edit_row(self, request, route: Route, *, values: Any = None, errors: dict | None = None,
+                 status: int = 200) -> HttpResponse:
+        pools = route_target_pools(self.scoped(Pool).filter(lb_id=route.lb_id).order_by("name"), route)
+        weights = {t.pool_id: t.weight for t in route.targets.all()}
+        if values is not None:
+            weights = {p.pk: values.get(f"weight_{p.pk}", "") for p in pools}
+        targets = [(p, weights.get(p.pk, "")) for p in pools]
+        return render(request, "partials/route_edit_row.html", {
+            "r": route, "targets": targets, "values": values, "errors": errors or {}}, status=status)
+
+    def get(self, request, pk: int):
+        route = self.get_route(pk)
+        if not self.principal.can_write:
+            return HttpResponse("Your role cannot change routes.", status=403)
+        return self.edit_row(request, route)
+
+    def post(self, request, pk: int):
+        route = self.get_route(pk)
+        if not self.principal.can_write:
+            return HttpResponse("Your role cannot change routes.", status=403)
+        pools = route_target_pools(self.scoped(Pool).filter(lb_id=route.lb_id), route)
+        data = route_form_data(request.POST, route.lb, pools, route)
+        serializer = RouteSerializer(instance=route, data=data, context={"request": request})
+        if serializer.is_valid():
+            try:
+                route_save(principal=self.principal, route=route, data=serializer.validated_data)
+                return self.row(request, route)
+            except DomainError as exc:
+                errors = domain_errors(exc)
+        else:
+            errors = form_errors(serializer)
+        route = self.get_route(pk)  # route_save may have set fields before a rule refused them
+        return self.edit_row(request, route, values=request.POST, errors=errors, status=422)
+
+
+class MemberStateView(PrincipalView):
+    """Drain / maint / ready and weight: the service also applies them on the nodes' runtime API."""
+
+    def post(self, request, pk: int):
+        member = self.get_scoped(Member, pk=pk)
+        if not self.principal.can_write:
+            return HttpResponse("Your role cannot change members.", status=403)
+        data = {}
+        if request.POST.get("admin_state", member.admin_state) != member.admin_state:
+            data["admin_state"] = request.POST["admin_state"]
+        if request.POST.get("weight", "").strip() not in ("", str(member.weight)):
+            data["weight"] = request.POST["weight"].strip()
+        context: dict[str, Any] = {"m": member, "can_write": True, "errors": {}}
+        if data:
+            serializer = MemberStateSerializer(data=data)
+            if not serializer.is_valid():
+                context.update(errors=form_errors(serializer), values=request.POST)
+                return render(request, "partials/member_row.html", context, status=422)
+            member_set_state(principal=self.principal, member=member, **serializer.validated_data)
+        return render(request, "partials/member_row.html", context)
+
+
+class StaticIpsView(WorkspaceMixin, PrincipalView):
+    """The workspace's static IP section: allocate an address for the LB's org (or one's own)."""
+
+    def post(self, request, pk: int):
+        lb = self.get_scoped(LoadBalancer, pk=pk)
+        if not self.principal.can_write:
+            return HttpResponse("Your role cannot allocate addresses.", status=403)
+        pool = IpPool.objects.filter(pk=request.POST.get("pool") or None).first()
+        address = request.POST.get("address", "").strip() or None
+        errors: dict[str, list[str]] = {}
+        if pool is None:
+            errors["pool"] = ["Choose an IP pool."]
+        else:
+            try:
+                static_ip_allocate(principal=self.principal, pool=pool, org=self.ip_org(lb), address=address)
+            except ValueError:
+                errors["address"] = [f"'{address}' is not an IP address."]
+            except DomainError as exc:
+                errors = domain_errors(exc)
+        status = 422 if errors else 200
+        return render(request, "partials/static_ips.html",
+                      self.static_ip_context(lb, errors, request.POST if errors else None), status=status)
+
+
+class StaticIpReleaseView(WorkspaceMixin, PrincipalView):
+    def post(self, request, pk: int, ip: int):
+        lb = self.get_scoped(LoadBalancer, pk=pk)
+        static_ip = self.get_scoped(StaticIP, pk=ip)
+        if not self.principal.can_write:
+            return HttpResponse("Your role cannot release addresses.", status=403)
+        errors: dict[str, list[str]] = {}
+        try:
+            static_ip_release(principal=self.principal, ip=static_ip)
+        except DomainError as exc:
+            errors = {"non_field_errors": [exc.detail]}
+        return render(request, "partials/static_ips.html", self.static_ip_context(lb, errors),
+                      status=409 if errors else 200)
+
+
+# --- deploy panel ---------------------------------------------------------------------------------
+
+
+@dataclass
+class FleetDeploy:
+    fleet: Fleet
+    rollout: Rollout | None
+    waiting: bool  # a change is queued for a worker to render and roll out
+    held: bool  # changes wait for a push (auto_rollout off)
+    refused: bool  # the newest render failed validation: it will never be pushed
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class DeployState:
+    revision: int
+    fleets: list[FleetDeploy]
+    done: int
+    total: int
+
+    @property
+    def all_done(self) -> bool:
+        return self.total > 0 and self.done == self.total
+
+    @property
+    def live(self) -> bool:
+        """Keep polling: a rollout is queued or running somewhere."""
+        return any(f.waiting or (f.rollout is not None and f.rollout.status in Rollout.ACTIVE)
+                   for f in self.fleets)
+
+
+def deploy_state(lb: LoadBalancer, fleets: list[Fleet]) -> DeployState:
+    """Per fleet serving `lb`: the newest rollout and, per node, its part in it and whether the node
+    serves the LB's current revision (an applied revision is recorded only once verified)."""
+    _, nodes = fleet_selectors.lb_applied_state(lb, lb.revision)
+    newest = Rollout.objects.filter(fleet__in=fleets).values("fleet_id").annotate(newest=Max("id")).values("newest")
+    latest = {r.fleet_id: r for r in Rollout.objects.filter(pk__in=newest).prefetch_related("results__node")}
+    refused = set(ConfigRevision.objects.filter(fleet__in=fleets, validation_ok=False)
+                  .filter(number__gt=F("fleet__desired_revision")).values_list("fleet_id", flat=True))
+    result_of = {(r.fleet_id, res.node.name): res for r in latest.values() for res in r.results.all()}
+    entries = []
+    for fleet in fleets:
+        fleet_nodes = [n for n in nodes if n["fleet"] == fleet.name]
+        for n in fleet_nodes:
+            res = result_of.get((fleet.pk, n["node"]))
+            n["rollout_status"] = res.status if res else None
+        pending = any(not n["done"] for n in fleet_nodes)
+        unrendered = fleet.change_seq > fleet.rendered_seq
+        entries.append(FleetDeploy(
+            fleet=fleet, rollout=latest.get(fleet.pk), nodes=fleet_nodes,
+            waiting=pending and fleet.auto_rollout and (fleet.reconcile_queued or unrendered),
+            held=not fleet.auto_rollout and unrendered,
+            refused=fleet.pk in refused))
+    return DeployState(revision=lb.revision, fleets=entries, done=sum(1 for n in nodes if n["done"]),
+                       total=len(nodes))
+
+
+def history(fleets: list[Fleet], is_operator: bool) -> list[dict[str, Any]]:
+    """Recent rollouts per fleet (rollback is on their pages) and, for operators, revisions with diffs."""
+    out = []
+    for fleet in fleets:
+        entry: dict[str, Any] = {
+            "fleet": fleet,
+            "rollouts": fleet.rollouts.select_related("revision").order_by("-id")[:HISTORY_ROLLOUTS],
+        }
+        if is_operator:
+            entry["revisions"] = (ConfigRevision.objects.filter(fleet=fleet).order_by("-number")
+                                  .only("number", "created_at", "reason", "validation_ok", "fleet_id")
+                                  [:HISTORY_REVISIONS])
+        out.append(entry)
+    return out
+
+
+class DeployStatusPartial(PrincipalView):
+    def get(self, request, pk: int):
+        lb = self.get_scoped(LoadBalancer, pk=pk)
+        fleets = list(fleet_selectors.lb_fleets(lb).select_related("region"))
+        return render(request, "partials/deploy_status.html", {"lb": lb, "deploy": deploy_state(lb, fleets)})
