@@ -95,6 +95,9 @@ def main() -> None:
         print(f"propagation ms: p50={statistics.median(latencies):.0f} p90={percentile(latencies, 90):.0f} "
               f"p99={percentile(latencies, 99):.0f} max={max(latencies):.0f} min={min(latencies):.0f}")
         print(f"API write (POST /routes/) ms: p50={statistics.median(api_ms):.0f} max={max(api_ms):.0f}")
+        applies = NodeResult.objects.filter(status="succeeded", rollout__created_at__gte=_dt(marks[0][0]))
+        print(f"node applies: {applies.filter(reload_ms__isnull=True).count()} through runtime map updates, "
+              f"{applies.filter(reload_ms__isnull=False).count()} with a reload")
         recent = NodeResult.objects.filter(status="succeeded", reload_ms__isnull=False).order_by("-id")[:120]
         reloads = [r.reload_ms for r in recent]
         pushes = [r.push_ms for r in recent if r.push_ms]
