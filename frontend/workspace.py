@@ -317,7 +317,8 @@ class StaticIpReleaseView(WorkspaceMixin, PrincipalView):
 @dataclass
 class FleetDeploy:
     fleet: Fleet
-    rollout: Rollout | None
+    rollout: Rollout | None  # the fleet's newest
+    current: bool  # ...and it rolls out (a revision covering) the LB's current revision
     waiting: bool  # a change is queued for a worker to render and roll out
     held: bool  # changes wait for a push (auto_rollout off)
     refused: bool  # the newest render failed validation: it will never be pushed
@@ -347,20 +348,24 @@ def deploy_state(lb: LoadBalancer, fleets: list[Fleet]) -> DeployState:
     serves the LB's current revision (an applied revision is recorded only once verified)."""
     _, nodes = fleet_selectors.lb_applied_state(lb, lb.revision)
     newest = Rollout.objects.filter(fleet__in=fleets).values("fleet_id").annotate(newest=Max("id")).values("newest")
-    latest = {r.fleet_id: r for r in Rollout.objects.filter(pk__in=newest).prefetch_related("results__node")}
+    latest = {r.fleet_id: r for r in Rollout.objects.filter(pk__in=newest).prefetch_related("results__node")
+              .select_related("revision").defer("revision__text", "revision__snapshot", "revision__diff")}
     refused = set(ConfigRevision.objects.filter(fleet__in=fleets, validation_ok=False)
                   .filter(number__gt=F("fleet__desired_revision")).values_list("fleet_id", flat=True))
     result_of = {(r.fleet_id, res.node.name): res for r in latest.values() for res in r.results.all()}
     entries = []
     for fleet in fleets:
         fleet_nodes = [n for n in nodes if n["fleet"] == fleet.name]
+        rollout = latest.get(fleet.pk)
+        # Until a rollout of a revision covering the LB's current one exists, the newest is an older one.
+        current = rollout is not None and int(rollout.revision.lb_revisions.get(str(lb.pk), 0)) >= lb.revision
         for n in fleet_nodes:
             res = result_of.get((fleet.pk, n["node"]))
             n["rollout_status"] = res.status if res else None
         pending = any(not n["done"] for n in fleet_nodes)
         unrendered = fleet.change_seq > fleet.rendered_seq
         entries.append(FleetDeploy(
-            fleet=fleet, rollout=latest.get(fleet.pk), nodes=fleet_nodes,
+            fleet=fleet, rollout=rollout, current=current, nodes=fleet_nodes,
             waiting=pending and fleet.auto_rollout and (fleet.reconcile_queued or unrendered),
             held=not fleet.auto_rollout and unrendered,
             refused=fleet.pk in refused))

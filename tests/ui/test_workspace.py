@@ -228,7 +228,7 @@ def test_the_deploy_panel_polls_until_every_node_serves_the_revision(edge, alice
     rollout.results.update(status="succeeded")
     Node.objects.filter(fleet=fleet).update(applied_revision=revision)
     done = web(alice).get(f"/load-balancers/{lb.pk}/deploy/").content.decode()
-    assert 'hx-trigger="every 1s"' not in done and 'badge-done">done' in done
+    assert 'hx-trigger="every 1s"' not in done and 'id="deploy-summary" class="badge badge-done">done' in done
     assert "served by <span id=\"deploy-done\">1</span> of 1 node" in done
 
 

@@ -1,0 +1,195 @@
+"""The customer journey in a real browser against the real demo fleet (4 HAProxy nodes in 2 regions)
+and a real Celery worker: claim a hostname, get it approved, route it, preview the diff, push, watch
+each node take it, and find it served; then a weight change, and tenancy by URL."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from apps.balancers import demo as balancers_demo
+from apps.balancers.demo import DEMO_PASSWORDS
+from apps.balancers.models import HostnameClaim, LoadBalancer, Member, Route
+from apps.fleets import demo as fleets_demo
+from apps.fleets import selectors
+from apps.fleets.models import Node, Rollout
+from apps.fleets.render import backend_name
+from apps.fleets.runtime import HAProxySocket
+from tests.browser import login, shot
+from tests.fleets.conftest import http_get
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+# The demo fleet's layout on addresses of its own, so neither `make run` nor another test's demo
+# fleet on this machine is in the way (the listener port stays the demo's 8080).
+NODES = {"us-east": ["127.0.46.1", "127.0.46.2"], "eu-west": ["127.0.47.1", "127.0.47.2"]}
+BACKENDS = {
+    ("acme", "us-east"): [("127.0.26.1", 9101), ("127.0.26.2", 9101)],
+    ("acme", "eu-west"): [("127.0.27.1", 9101)],
+    ("globex", "us-east"): [("127.0.26.1", 9201)],
+    ("globex", "eu-west"): [("127.0.27.1", 9201)],
+}
+ROLLOUT_TIMEOUT_MS = 90_000
+
+
+def _free(address: str, port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((address, port))
+        except OSError:
+            return False
+    return True
+
+
+def wait_for(check: Callable[[], bool], timeout_s: float, interval_s: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(interval_s)
+    return check()
+
+
+@pytest.fixture
+def demo_fleet(transactional_db, settings, tmp_path, monkeypatch, celery_worker_factory) -> Iterator[LoadBalancer]:
+    if shutil.which(settings.HAPROXY_BIN) is None:
+        pytest.skip("haproxy is not installed (apt-get install haproxy)")
+    busy = [a for addrs in NODES.values() for a in addrs if not _free(a, 8080)]
+    if busy:
+        pytest.skip(f"another run of this test holds {busy}")
+    monkeypatch.setattr(fleets_demo, "DEMO_NODES", NODES)
+    monkeypatch.setattr(fleets_demo, "DEMO_BACKENDS", BACKENDS)
+    monkeypatch.setattr(balancers_demo, "DEMO_BACKENDS", BACKENDS)
+    settings.VAR_DIR = tmp_path / "var"
+    balancers_demo.load_demo()
+    fleets_demo.load_demo()
+    try:
+        message = fleets_demo.start_demo_processes()
+        assert "4 HAProxy nodes" in message, message
+        assert set(Rollout.objects.values_list("status", flat=True)) == {"succeeded"}
+        celery_worker_factory(name="ws-w1", concurrency=1)  # later changes roll out through it
+        yield LoadBalancer.objects.get(name="edge")
+    finally:
+        fleets_demo.stop_demo_processes()
+
+
+def through_node(address: str, path: str, host: str) -> tuple[int, str]:
+    try:
+        return http_get(f"http://{address}:8080{path}", headers={"Host": host})
+    except OSError as exc:
+        return 0, str(exc)
+
+
+def server_weights(member: Member) -> dict[str, int | None]:
+    """The member's weight as each demo node's HAProxy reports it (`show stat`)."""
+    backend = backend_name(member.pool_id, member.region.slug, "http")
+    weights = {}
+    for node in Node.objects.select_related("fleet"):
+        rows = HAProxySocket(selectors.node_conn(node).stats_socket_path).show_stat()
+        weights[f"{node.fleet.name}/{node.name}"] = next(
+            (r.weight for r in rows if r.pxname == backend and r.svname == member.name), None)
+    return weights
+
+
+def test_customer_claims_a_hostname_routes_it_previews_pushes_and_it_is_served(page, browser, live_server,
+                                                                             demo_fleet):
+    lb = demo_fleet
+    host = "shop.acme.test"
+    nodes = [a for addrs in NODES.values() for a in addrs]
+    assert all(not through_node(a, "/shop/cart", host)[1].startswith("acme-") for a in nodes)
+
+    # 1. acme asks for the hostname: pending until an operator approves.
+    login(page, "acme", DEMO_PASSWORDS["acme"])
+    page.get_by_role("link", name="Hostnames").click()
+    page.get_by_label("Hostname (or *.wildcard)").fill(host)
+    page.get_by_role("button", name="Request claim").click()
+    page.get_by_text("pending until an operator approves it").wait_for()
+    assert "pending" in page.locator("#claims tr", has_text=host).inner_text()
+    shot(page, "hostnames-customer-pending")
+
+    # 2. Not approved yet: the route form refuses the host, next to the field.
+    page.goto(f"/load-balancers/{lb.pk}/")
+    page.get_by_label("Hosts (comma-separated)").fill(host)
+    page.get_by_label("Path", exact=True).fill("/shop")
+    page.get_by_label("Priority").fill("150")
+    page.get_by_role("button", name="Preview change").click()
+    page.locator("#rf-hosts-err").wait_for()
+    assert "not covered by an approved hostname claim" in page.locator("#rf-hosts-err").inner_text()
+
+    # 3. The operator sees it among pending claims of all orgs and approves it.
+    ops_context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
+    try:
+        ops = ops_context.new_page()
+        login(ops, "admin", DEMO_PASSWORDS["admin"])
+        ops.goto("/hostnames/?status=pending")
+        row = ops.locator("#claims tr", has_text=host)
+        assert "acme" in row.inner_text()
+        shot(ops, "hostnames-operator-pending")
+        row.get_by_role("button", name=f"Approve {host}").click()
+        ops.locator("#pending-count", has_text="0").wait_for()
+    finally:
+        ops_context.close()
+    assert HostnameClaim.objects.get(hostname=host).status == "approved"
+
+    # 4. Preview: the diff shows the new route's lines; nothing is saved yet.
+    revision = LoadBalancer.objects.get(pk=lb.pk).revision
+    page.get_by_role("button", name="Preview change").click()
+    preview = page.locator("#route-preview")
+    preview.wait_for()
+    added = preview.locator("pre.diff span.add", has_text=host)
+    assert added.count() >= 2, preview.inner_text()  # both fleets' configs gain the route
+    assert "globex" not in preview.inner_text()
+    assert not Route.objects.filter(hosts__contains=[host]).exists()
+    assert LoadBalancer.objects.get(pk=lb.pk).revision == revision
+    shot(page, "route-preview-diff")
+
+    # 5. Save and push: the workspace follows the rollout the change started, node by node.
+    page.get_by_role("button", name="Add route and push").click()
+    page.locator("#routes tr", has_text=host).wait_for()
+    route = Route.objects.get(hosts__contains=[host])
+    status = page.locator("#deploy-status")
+    page.locator("#deploy-summary").wait_for()
+    page.evaluate("window.sameDocument = true")  # survives htmx swaps, not a reload
+    shot(page, "deploy-rolling-out")
+    page.locator("#deploy-summary.badge-done").wait_for(timeout=ROLLOUT_TIMEOUT_MS)
+    rows = status.locator("#deploy-nodes tbody tr")
+    assert rows.count() == 4
+    for i in range(4):
+        text = rows.nth(i).inner_text()
+        assert "succeeded" in text and text.rstrip().endswith("yes"), text
+    assert f"Revision {route.lb.revision}" in status.inner_text()
+    assert page.evaluate("window.sameDocument === true")  # progress arrived by polling, no reload
+    shot(page, "deploy-done")
+
+    # 6. Served through every demo node with the Host header, by acme's pool.
+    for address in nodes:
+        code, body = through_node(address, "/shop/cart", host)
+        assert code == 200 and re.fullmatch(r"acme-(us-east|eu-west)-\d /shop/cart\n", body), (address, body)
+
+    # 7. The rollout page (reused from fleets) shows the same per-node result.
+    page.locator("#deploy-nodes a").first.click()
+    page.wait_for_url("**/fleets/rollouts/*/")
+    page.locator("#rollout-progress .badge-succeeded").first.wait_for()
+    assert not [e for e in page.console_errors if "Content Security Policy" in e]
+
+
+def test_a_weight_change_shows_in_the_member_row_and_on_every_node(page, demo_fleet):
+    member = Member.objects.select_related("region").get(pool__name="acme-web", name="us-east-1")
+    assert set(server_weights(member).values()) == {100}
+    login(page, "acme", DEMO_PASSWORDS["acme"])
+    page.goto(f"/load-balancers/{demo_fleet.pk}/")
+    row = page.locator(f"#member-{member.pk}")
+    row.get_by_label(f"Weight of {member.name}").fill("7")
+    row.get_by_role("button", name="Apply").click()
+    page.locator(f"#member-{member.pk} td.weight", has_text="7").wait_for()
+    shot(page, "member-weight")
+    member.refresh_from_db()
+    assert member.weight == 7
+    # The worker sets it through each node's runtime API (and the revision's rollout agrees).
+    assert wait_for(lambda: set(server_weights(member).values()) == {7}, timeout_s=60), server_weights(member)
