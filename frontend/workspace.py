@@ -119,7 +119,7 @@ def order_of(request) -> str:
 
 class LoadBalancerDetailView(WorkspaceMixin, PrincipalView):
     def get(self, request, pk: int):
-        lb = self.get_scoped(LoadBalancer, pk=pk)
+        lb = get_object_or_404(self.scoped(LoadBalancer).select_related("org"), pk=pk)
         order = order_of(request)
         # Inside a shared LB a customer still sees only its own routes and pools.
         pools = list(self.pools(lb))

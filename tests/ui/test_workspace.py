@@ -303,3 +303,51 @@ def test_a_viewer_sees_the_workspace_without_controls(edge, vera):
     assert "acme-web" in page and "New route" not in page and "Apply</button>" not in page
     assert "Request a hostname" not in web(vera).get("/hostnames/").content.decode()
     assert web(vera).post("/hostnames/", {"hostname": "x.acme.example"}).status_code == 403
+
+
+def test_an_operator_previews_held_changes_and_pushes_back_to_the_workspace(edge, otto, alice):
+    fleet = edge["fleet"]
+    fleet_services.fleet_render(fleet=fleet)
+    Fleet.objects.filter(pk=fleet.pk).update(desired_revision=1, auto_rollout=False, change_seq=1)
+    Route.objects.filter(pk=edge["acme_routes"][0].pk).update(path="/held")
+    client = web(otto)
+    page = client.get(f"/load-balancers/{edge['lb'].pk}/").content.decode()
+    assert "changes held until pushed" in page
+    preview = client.post(f"/fleets/lb/{edge['lb'].pk}/preview/", {"next": "workspace"},
+                          HTTP_HX_REQUEST="true").content.decode()
+    assert "/held" in preview and 'name="next" value="workspace"' in preview
+    pushed = client.post(f"/fleets/lb/{edge['lb'].pk}/push/", {"next": "workspace"}, HTTP_HX_REQUEST="true")
+    assert pushed.headers["HX-Redirect"] == f"/load-balancers/{edge['lb'].pk}/"
+    rollout = Rollout.objects.order_by("-id").first()
+    assert rollout.revision.number == 2 and rollout.status == "pending"
+    # A customer on the shared LB previews its own lines but cannot push other tenants' changes.
+    customer_preview = web(alice).post(f"/fleets/lb/{edge['lb'].pk}/preview/", {"next": "workspace"},
+                                       HTTP_HX_REQUEST="true").content.decode()
+    assert "Push now" not in customer_preview
+    assert web(alice).post(f"/fleets/lb/{edge['lb'].pk}/push/", {"next": "workspace"}).status_code == 403
+
+
+def _grow(edge, n: int) -> None:
+    acme, region = edge["acme_pool"].org, edge["region"]
+    for i in range(n):
+        pool = _pool(edge["lb"], acme, f"extra-{n}-{i}", region, f"127.0.{30 + n}.{i + 1}")
+        Member.objects.create(pool=pool, region=region, name="m2", address=f"127.0.{60 + n}.{i + 1}", port=9101)
+        _route(edge["lb"], acme, "acme.example.com", 1000 + 10 * n + i, pool, f"/x{n}-{i}")
+
+
+def test_the_workspace_query_count_does_not_grow_with_routes_pools_and_members(edge, otto, alice):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def count(persona) -> int:
+        client = web(persona)
+        client.get("/hostnames/")  # the session's first request saves it; count a steady page view
+        with CaptureQueriesContext(connection) as ctx:
+            assert client.get(f"/load-balancers/{edge['lb'].pk}/").status_code == 200
+        return len(ctx.captured_queries)
+
+    _grow(edge, 2)
+    small = {"operator": count(otto), "customer": count(alice)}
+    _grow(edge, 12)
+    assert {"operator": count(otto), "customer": count(alice)} == small
+    assert small["operator"] <= 25, small

@@ -193,3 +193,79 @@ def test_a_weight_change_shows_in_the_member_row_and_on_every_node(page, demo_fl
     assert member.weight == 7
     # The worker sets it through each node's runtime API (and the revision's rollout agrees).
     assert wait_for(lambda: set(server_weights(member).values()) == {7}, timeout_s=60), server_weights(member)
+
+
+@pytest.fixture
+def demo(transactional_db) -> LoadBalancer:
+    balancers_demo.load_demo()
+    return LoadBalancer.objects.get(name="edge")
+
+
+def test_routes_sort_edit_inline_with_errors_and_delete(page, demo):
+    acme_pool = demo.pools.get(name="acme-web")
+    for priority, path in ((400, "/c"), (300, "/b")):
+        route = Route.objects.create(lb=demo, org=acme_pool.org, hosts=["acme.example.com"], path=path,
+                                     priority=priority)
+        route.targets.create(pool=acme_pool, weight=100)
+    login(page, "acme", DEMO_PASSWORDS["acme"])
+    page.goto(f"/load-balancers/{demo.pk}/")
+
+    def order() -> list[str]:
+        return [c.strip() for c in page.locator("#routes tbody tr td:first-child").all_inner_texts()]
+
+    assert order() == ["100", "300", "400"]  # acme's own routes only (globex's 200 is not shown)
+    page.get_by_role("link", name="Priority ▲").click()
+    page.get_by_role("link", name="Priority ▼").wait_for()
+    assert order() == ["400", "300", "100"] and page.url.endswith("?order=desc")
+    page.get_by_role("link", name="Priority ▼").click()
+    page.get_by_role("link", name="Priority ▲").wait_for()
+    assert order() == ["100", "300", "400"]
+
+    # Inline edit: globex's route holds priority 200 on this shared LB; the error sits by the field.
+    route = Route.objects.get(lb=demo, priority=400)
+    page.get_by_role("button", name="Edit route 400").click()
+    row = page.locator(f"#route-{route.pk}")
+    row.get_by_label("Priority").fill("200")
+    row.get_by_label("Path").fill("/checkout")
+    row.get_by_label("Weight to acme-web").fill("60")
+    row.get_by_label("Priority").press("Enter")  # a real form: Enter submits
+    error = page.locator(f"#re{route.pk}-priority-err")
+    error.wait_for()
+    assert "Priority 200 is already used" in error.inner_text()
+    assert row.get_by_label("Path").input_value() == "/checkout"  # what was typed stays
+    shot(page, "route-inline-edit-error")
+    row.get_by_label("Priority").fill("350")
+    row.get_by_role("button", name="Save").click()
+    page.locator(f"#route-{route.pk} td", has_text="acme-web (60)").wait_for()
+    route.refresh_from_db()
+    assert (route.priority, route.path) == (350, "/checkout")
+
+    # Delete asks first; dismissing keeps the route, accepting removes its row.
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    page.get_by_role("button", name="Delete route 350").click()
+    page.wait_for_timeout(300)
+    assert Route.objects.filter(pk=route.pk).exists()
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Delete route 350").click()
+    page.locator(f"#route-{route.pk}").wait_for(state="detached")
+    assert not Route.objects.filter(pk=route.pk).exists()
+    assert not [e for e in page.console_errors if "Content Security Policy" in e]
+
+
+def test_a_customer_gets_404_for_another_tenants_route_and_claim_pages(page, demo):
+    globex_route = Route.objects.get(lb=demo, org__slug="globex")
+    globex_claim = HostnameClaim.objects.get(hostname="globex.example.com")
+    own_claim = HostnameClaim.objects.get(hostname="acme.example.com")
+    login(page, "acme", DEMO_PASSWORDS["acme"])
+    for url in (f"/routes/{globex_route.pk}/", f"/routes/{globex_route.pk}/edit/",
+                f"/hostnames/{globex_claim.pk}/"):
+        response = page.goto(url)
+        assert response.status == 404, url
+        assert page.get_by_role("heading", name="Not found").is_visible()
+        assert "globex" not in page.content()
+    page.goto("/hostnames/")
+    assert "globex" not in page.content()
+    page.get_by_role("link", name="acme.example.com").click()
+    page.wait_for_url(f"**/hostnames/{own_claim.pk}/")
+    assert page.get_by_role("link", name="edge").is_visible()  # the route that uses it
+    shot(page, "hostname-detail")
