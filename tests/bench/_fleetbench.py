@@ -227,6 +227,14 @@ class FleetBench:
             raise RuntimeError(f"route create failed: {status} {body}")
         return int(body["id"])
 
+    def wait_applied(self, timeout_s: int = 30) -> None:
+        """Block until every node serves the LB's current revision (the pipelines' long-poll API)."""
+        _, lb = self.api("GET", f"/api/v1/load-balancers/{self.lb.pk}/")
+        status, body = self.api("GET", f"/api/v1/load-balancers/{self.lb.pk}/applied/"
+                                       f"?revision={lb['revision']}&timeout={timeout_s}")
+        if status != 200:
+            raise RuntimeError(f"revision {lb['revision']} not applied within {timeout_s}s: {status} {body}")
+
     def wait_served(self, path: str, want: str | int, timeout_s: float = 30.0, interval_s: float = 0.005,
                     not_before: float = 0.0) -> float:
         """Seconds (monotonic clock) at which the last node first answered `want` on `path`

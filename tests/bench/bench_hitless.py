@@ -2,8 +2,10 @@
 
 2 regions x N local HAProxy nodes (loopback), a real gunicorn and Celery worker (see
 _fleetbench). One `wrk` per node (keep-alive, `-t1 -c<connections>`) runs for `--duration`
-seconds against `/`; meanwhile `--changes` routes are added through the REST API, evenly spaced,
-each causing a verified reload of every node. wrk's own counters are summed.
+seconds against `/`; meanwhile `--changes` changes go through the REST API, evenly spaced, alternating
+a new route (map-only: applied through the runtime API, no reload) and a new balancing algorithm for
+the pool wrk's requests go to (haproxy.cfg changes: a verified reload of every node under load).
+wrk's own counters are summed.
 
     python tests/bench/bench_hitless.py [--duration 30] [--changes 20] [--nodes 3] [--connections 8]
 
@@ -63,9 +65,19 @@ def main() -> None:
         started = time.monotonic()
         spacing_s = (args.duration - 4) / max(1, args.changes)
         time.sleep(2.0)
+        old_pool = bench.pools["old"].pk
         for i in range(args.changes):
-            bench.add_route(f"/h{i}/", 2000 + i)
-            bench.wait_served(f"/h{i}/x", "new")
+            if i % 2 == 0:
+                # A route: only map files change, so nodes take it through the runtime API.
+                bench.add_route(f"/h{i}/", 2000 + i)
+                bench.wait_served(f"/h{i}/x", "new")
+            else:
+                # The serving pool's algorithm: haproxy.cfg changes, so every node reloads under load.
+                algorithm = "leastconn" if i % 4 == 1 else "roundrobin"
+                status, body = bench.api("PATCH", f"/api/v1/pools/{old_pool}/", {"algorithm": algorithm})
+                if status != 200:
+                    raise RuntimeError(f"pool update failed: {status} {body}")
+                bench.wait_applied()
             next_at = started + 2.0 + (i + 1) * spacing_s
             time.sleep(max(0.0, next_at - time.monotonic()))
         totals = [0, 0, 0]
@@ -82,7 +94,7 @@ def main() -> None:
         for rollout in Rollout.objects.filter(status="failed"):
             print(f"failed rollout {rollout.pk} ({rollout.fleet.name}): {rollout.error[:300]}")
         print(f"{len(procs)} nodes, wrk -t1 -c{args.connections} each for {args.duration}s (keep-alive)")
-        print(f"{args.changes} route changes via the API, {reloads} verified node reloads, {failed} failed rollouts")
+        print(f"{args.changes} changes via the API, {reloads} verified node reloads, {failed} failed rollouts")
         print(f"requests={totals[0]} socket_errors={totals[1]} non_2xx={totals[2]} "
               f"(~{totals[0] / args.duration:.0f} req/s over the fleet)")
         print(f"RESULT requests={totals[0]} socket_errors={totals[1]} non_2xx={totals[2]} reloads={reloads}")
