@@ -173,6 +173,8 @@ class RoutesView(WorkspaceMixin, PrincipalView):
 class RoutePreviewView(RoutesView):
     """The new route's effect on every fleet's config, before anything is saved or pushed."""
 
+    http_method_names = ["post"]
+
     def post(self, request, pk: int):
         lb = self.get_scoped(LoadBalancer, pk=pk)
         if not self.principal.can_write:
