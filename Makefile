@@ -40,7 +40,7 @@ run: install
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py runall
 
 # Benchmarks: each prints its figures and a last line `RESULT key=value ...`.
-bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-loadgen bench-capacity-runs bench-scheduler bench-synth
+bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui
 
 # --- benchmark targets (one per line pair; keep this section at the end) ---
 bench-runtime: install-dev
@@ -62,3 +62,5 @@ bench-capacity-runs: install-dev
 	$(BIN)/python tests/bench/bench_capacity_runs.py
 bench-scheduler: install-dev
 	$(BIN)/python tests/bench/bench_scheduler.py
+bench-ui: install-dev
+	$(BIN)/python tests/bench/bench_ui.py

@@ -16,15 +16,16 @@ from django.http import Http404
 from django.shortcuts import render
 
 from apps.audit.models import AuditEvent
-from apps.balancers.models import LoadBalancer, Pool, Route
+from apps.balancers.models import LoadBalancer, Route
 from apps.fleets import selectors as fleet_selectors
 from apps.traffic import selectors as traffic_selectors
 from apps.traffic.views import bar_scale
 from frontend.base import PrincipalView
 
-# Sums over every pool: longer windows belong to the per-pool page (see traffic.selectors).
-WINDOWS: Final = (("5m", "5 min"), ("1h", "1 hour"), ("6h", "6 hours"), ("24h", "24 hours"))
-DEFAULT_WINDOW: Final = "1h"
+# Sums over every pool: up to 1 h they read 10 s points (one row per pool, region and 10 s), so the
+# live default is short; longer windows read 5 min points, and 7 days and more are per-pool pages.
+WINDOWS: Final = (("15m", "15 min"), ("1h", "1 hour"), ("6h", "6 hours"), ("24h", "24 hours"))
+DEFAULT_WINDOW: Final = "15m"
 LB_LIMIT: Final = 20
 ROLLOUT_LIMIT: Final = 8
 AUDIT_LIMIT: Final = 8
@@ -47,7 +48,7 @@ class DashboardMixin:
 
     def overflow_panel(self) -> dict[str, Any]:
         window, window_s = self.window()
-        overflow = traffic_selectors.region_overflow(self.scoped(Pool), window_s)
+        overflow = traffic_selectors.region_overflow(self.principal, window_s)
         return {"overflow": overflow, "window": window, "windows": WINDOWS,
                 "bars": bar_scale([dict(r) for r in overflow["regions"]])}
 

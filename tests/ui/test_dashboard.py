@@ -14,10 +14,12 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from apps.accounts.services import principal_for_user
 from apps.audit.models import AuditEvent
 from apps.balancers.models import LoadBalancer, Member, Pool, Region, Route
 from apps.fleets.models import ConfigRevision, Fleet, Node, NodeHealth, NodeResult, Rollout
 from apps.traffic.models import CapacityState, OverflowPoint
+from apps.traffic.selectors import region_overflow
 
 pytestmark = pytest.mark.django_db
 
@@ -214,3 +216,24 @@ def test_query_count_does_not_grow_with_rows(world, persona, request) -> None:
     after = {url: queries(client, url) for url in urls}
     assert after == before
     assert before["/"] <= 25, before
+
+
+def test_long_windows_read_5_min_points_then_the_newest_10_s_ones(world, otto) -> None:
+    now = timezone.now().replace(microsecond=0)
+    coarse = now - timedelta(seconds=int(now.timestamp()) % 300 + 3600)
+    OverflowPoint.objects.create(pool=world.acme_pool, time=coarse, resolution_s=300, region="eu-west",
+                                 capacity=10.0, demand=40.0, local=10.0, out=30.0)
+    OverflowPoint.objects.create(pool=world.acme_pool, time=coarse - timedelta(days=2), resolution_s=300,
+                                 region="eu-west", capacity=10.0, demand=99.0, local=10.0, out=89.0)
+    principal = principal_for_user(otto.user, None)
+    day = region_overflow(principal, 86400, now=now)
+    assert day["resolution_s"] == 300 and day["series"]["time"][0] == int(coarse.timestamp())
+    eu = day["series"]["regions"]["eu-west"]
+    assert eu["demand"][0] == 40.0 and 99.0 not in eu["demand"]  # two days old: outside the window
+    # After the last 5 min point come the fixture's 10 s points (not downsampled yet).
+    assert len(day["series"]["time"]) == 1 + 6 and day["latest_time"] > coarse
+    short = region_overflow(principal, 900, now=now)
+    assert short["resolution_s"] == 10 and len(short["series"]["time"]) == 6
+    us = {r["region"]: r for r in short["regions"]}["us-east"]
+    assert (us["capacity"], us["demand"], us["out"]) == (425.0, 730.0, 305.0)
+    assert [p.pool_id for p in short["top"]] == [world.globex_pool.pk, world.acme_pool.pk]
