@@ -272,7 +272,8 @@ def fleet_overview(principal: Principal, *, fleet_limit: int = 20, node_limit: i
             node_up=Count("nodes", filter=enabled & Q(nodes__status=Node.Status.UP)),
             node_down=Count("nodes", filter=enabled & Q(nodes__status=Node.Status.DOWN)),
             node_drifted=Count("nodes", filter=enabled & Q(nodes__status=Node.Status.DRIFTED)),
-            node_on_desired=Count("nodes", filter=enabled & Q(nodes__applied_revision__number=F("desired_revision"))),
+            node_on_desired=Count("nodes", filter=enabled & (
+                Q(nodes__applied_revision__number=F("desired_revision")) | Q(desired_revision=0))),
             last_rollout_id=Subquery(last.values("pk")[:1]),
             last_rollout_status=Subquery(last.values("status")[:1]),
         )
@@ -285,10 +286,12 @@ def fleet_overview(principal: Principal, *, fleet_limit: int = 20, node_limit: i
         fleet.node_behind = fleet.node_total - fleet.node_on_desired
     rank = Case(When(status__in=[Node.Status.DOWN, Node.Status.DRIFTED], then=Value(0)),
                 When(status=Node.Status.UNKNOWN, then=Value(1)), default=Value(2))
-    behind = Case(When(applied_revision__number=F("fleet__desired_revision"), then=Value(1)), default=Value(0))
+    # A fleet with nothing rendered yet (desired revision 0) has no node behind.
+    on_desired = Case(When(Q(applied_revision__number=F("fleet__desired_revision")) | Q(fleet__desired_revision=0),
+                       then=Value(1)), default=Value(0))
     nodes = list(
         Node.objects.filter(fleet__in=[f.pk for f in fleets], enabled=True)
-        .annotate(rank=rank, on_desired=behind)
+        .annotate(rank=rank, on_desired=on_desired)
         .order_by("rank", "on_desired", "fleet__name", "name")
         .values("pk", "name", "status", "status_detail", "last_seen", "fleet_id", "fleet__name",
                 "fleet__desired_revision", "applied_revision__number", "on_desired")[: node_limit + 1]

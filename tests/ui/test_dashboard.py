@@ -107,6 +107,7 @@ def world(ops, acme, globex) -> World:
 def test_operator_sees_every_panel_with_its_data(world, otto) -> None:
     page = web(otto).get("/").content.decode()
     assert "edge-us" in page and "1 down" in page and "connection refused" in page
+    assert "2 behind" in page  # desired revision 2, neither node has applied it
     assert re.search(r"edge-us/n2</td>\s*<td><span class=\"badge badge-down\">down", page)
     assert "globex-m1" in page and "acme-m1" in page and "L4CON" in page
     # Overflow summed over both pools in us-east: capacity 425, demand 730, out 305.
