@@ -200,6 +200,17 @@ def hot_map_changes(old: ConfigBundle, new: ConfigBundle) -> dict[str, list[tupl
     return changed
 
 
+def _push(transport: FileSetTransport, bundle: ConfigBundle, outcome: NodeOutcome) -> bool:
+    """Upload and switch to `bundle`; False (with the node's words in outcome.error) when refused."""
+    started = time.monotonic()
+    pushed = transport.push(bundle)
+    outcome.push_ms = (time.monotonic() - started) * 1000.0
+    if not pushed.ok:
+        # Nothing changed on the node: the staging copy was refused and removed.
+        outcome.error = "the node refused the config (`haproxy -c -dW`):\n" + pushed.validation_output
+    return pushed.ok
+
+
 def _hot_apply(transport: FileSetTransport, plan: NodePlan, maps: dict[str, list[tuple[str, str]]],
                outcome: NodeOutcome) -> bool:
     """Push the bundle and swap its changed maps in the running worker; True when the node serves it.
@@ -207,11 +218,7 @@ def _hot_apply(transport: FileSetTransport, plan: NodePlan, maps: dict[str, list
     False means "reload instead" (the reason is in outcome.steps): the files may be pushed already,
     and a reload loads the same files, so falling back is always safe.
     """
-    push_started = time.monotonic()
-    pushed = transport.push(plan.bundle)
-    outcome.push_ms = (time.monotonic() - push_started) * 1000.0
-    if not pushed.ok:
-        outcome.error = "the node refused the config (`haproxy -c -dW`):\n" + pushed.validation_output
+    if not _push(transport, plan.bundle, outcome):
         return True
     try:
         stats = transport.stats()
@@ -348,14 +355,8 @@ def apply_node(plan: NodePlan) -> NodeOutcome:
                 if _hot_apply(transport, plan, maps, outcome):
                     return outcome
                 on_disk = transport.config_sha256()
-        if on_disk != plan.bundle.sha256:
-            push_started = time.monotonic()
-            pushed = transport.push(plan.bundle)
-            outcome.push_ms = (time.monotonic() - push_started) * 1000.0
-            if not pushed.ok:
-                # Nothing changed on the node: the staging copy was refused and removed.
-                outcome.error = "the node refused the config (`haproxy -c -dW`):\n" + pushed.validation_output
-                return outcome
+        if on_disk != plan.bundle.sha256 and not _push(transport, plan.bundle, outcome):
+            return outcome
         result = transport.activate(RELOAD_TIMEOUT_S)
         outcome.reload_ms = result.duration_ms
         outcome.reloaded = True
