@@ -30,7 +30,7 @@ from apps.fleets.snapshot import MAIN_FILE, ConfigBundle
 from apps.fleets.transports import NodeConn, TransportError, transport_for
 from apps.fleets.transports.base import FileSetTransport
 from apps.fleets.transports.local import LocalTransport
-from apps.fleets.validate import bind_conflicts
+from apps.fleets.validate import bind_conflicts, parse_ss_listeners, remote_bind_conflicts
 
 RELOAD_TIMEOUT_S = 10.0
 PROBE_TIMEOUT_S = 1.0
@@ -270,13 +270,32 @@ def precheck_binds(conn: NodeConn, bundle: ConfigBundle, last_good: ConfigBundle
             owned.add(proc.master_pid)
         return [f"{a}:{p}" for a, p in bind_conflicts(new, owned)]
     if last_good is None:
-        return []  # what the node binds today is unknown: rely on the post-reload probes
+        return _remote_listener_conflicts(conn, new)
     transport = _transport(conn)
     try:
         probes = transport.probe_listeners([probe_address(b, conn.address) for b in new], PROBE_TIMEOUT_S)
     finally:
         transport.close()
     return sorted(f"{a}:{p}" for (a, p), answered in probes.items() if answered)
+
+
+def _remote_listener_conflicts(conn: NodeConn, binds: list[tuple[str, int]]) -> list[str]:
+    """A never-configured SSH node: what listens there now, from `ss -ltnpH` on the node.
+
+    Without a verified config we do not know which addresses the node's own HAProxy holds, so a
+    connect probe cannot tell it from a stranger; `ss` names the holder. Where `ss` is missing the
+    post-reload listener probes remain the guard.
+    """
+    proc, _ = reachable(conn)
+    owned = {proc.master_pid, *(w.pid for w in proc.workers)} if proc is not None else set()
+    transport = _transport(conn)
+    try:
+        code, output = transport.run_command(["ss", "-ltnpH"], PROBE_TIMEOUT_S * 5)
+    finally:
+        transport.close()
+    if code != 0:
+        return []
+    return [f"{a}:{p}" for a, p in remote_bind_conflicts(binds, parse_ss_listeners(output), owned)]
 
 
 def _rollback(transport: FileSetTransport, plan: NodePlan, outcome: NodeOutcome) -> None:

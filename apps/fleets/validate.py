@@ -212,3 +212,42 @@ def bind_conflicts(addresses: list[tuple[str, int]], owned_by_pids: set[int]) ->
         if error is not None and error != errno.EACCES:
             conflicts.append((address, port))
     return conflicts
+
+
+def parse_ss_listeners(text: str) -> list[tuple[str, int, frozenset[int]]]:
+    """(address, port, holder pids) of each listening TCP socket in `ss -ltnpH` output.
+
+    `*` and `[::]` mean every address; `127.0.0.53%lo` names an interface after `%`. A socket whose
+    holders `ss` may not show (another user's, without root) comes with no pids.
+    """
+    listeners = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 5 or fields[0] != "LISTEN":
+            continue
+        address, _, port = fields[3].rpartition(":")
+        if not port.isdigit():
+            continue
+        address = address.strip("[]").split("%")[0]
+        pids = frozenset(int(p) for p in re.findall(r"pid=(\d+)", " ".join(fields[5:])))
+        listeners.append(("0.0.0.0" if address == "*" else address, int(port), pids))
+    return listeners
+
+
+def remote_bind_conflicts(addresses: list[tuple[str, int]], listeners: list[tuple[str, int, frozenset[int]]],
+                          owned_by_pids: set[int]) -> list[tuple[str, int]]:
+    """Which of `addresses` a socket held by anyone but `owned_by_pids` already listens on.
+
+    For nodes reached over SSH, from `ss -ltnpH` run there: the node's own HAProxy (master and
+    workers, from `show proc`) may hold an address, any other process is a conflict, and so is a
+    listener whose holder `ss` could not name.
+    """
+    wildcards = {"0.0.0.0", "::"}
+    conflicts = []
+    for address, port in sorted(set(addresses)):
+        for held, held_port, pids in listeners:
+            same = held == address or held in wildcards or address in wildcards
+            if held_port == port and same and not (pids and pids <= owned_by_pids):
+                conflicts.append((address, port))
+                break
+    return conflicts

@@ -13,7 +13,14 @@ import pytest
 
 from apps.fleets.render import render
 from apps.fleets.snapshot import ConfigBundle, NodeSpec
-from apps.fleets.validate import bind_conflicts, relocate_main, validate_bundle, write_bundle
+from apps.fleets.validate import (
+    bind_conflicts,
+    parse_ss_listeners,
+    relocate_main,
+    remote_bind_conflicts,
+    validate_bundle,
+    write_bundle,
+)
 from tests.netutil import pick_free_port
 
 from .test_render import NODE, listener, pool, rich_snapshot, route, snapshot
@@ -167,3 +174,28 @@ def test_a_bound_but_not_listening_socket_is_a_conflict() -> None:
         squatter.bind(("127.0.0.1", 0))
         port = squatter.getsockname()[1]
         assert bind_conflicts([("127.0.0.1", port)], set()) == [("127.0.0.1", port)]
+
+
+SS_OUTPUT = """LISTEN 0      4096   127.0.73.1:8080  0.0.0.0:* users:(("haproxy",pid=500,fd=7),("haproxy",pid=501,fd=7))
+LISTEN 0      511    127.0.0.1:6379  0.0.0.0:* users:(("redis-server",pid=77,fd=6))
+LISTEN 0      128    *:9000          *:*       users:(("stranger",pid=88,fd=3))
+LISTEN 0      128    [::1]:7000      [::]:*
+LISTEN 0      128    127.0.0.53%lo:53 0.0.0.0:* users:(("resolved",pid=9,fd=1))
+"""
+
+
+def test_ss_listeners_are_parsed_with_their_holders() -> None:
+    listeners = parse_ss_listeners(SS_OUTPUT)
+    assert ("127.0.73.1", 8080, frozenset({500, 501})) in listeners
+    assert ("0.0.0.0", 9000, frozenset({88})) in listeners
+    assert ("::1", 7000, frozenset()) in listeners
+    assert ("127.0.0.53", 53, frozenset({9})) in listeners
+
+
+def test_remote_bind_conflicts_spare_the_nodes_own_haproxy_and_flag_strangers() -> None:
+    listeners = parse_ss_listeners(SS_OUTPUT)
+    wanted = [("127.0.73.1", 8080), ("127.0.0.1", 6379), ("127.0.73.1", 9000), ("::1", 7000), ("127.0.73.1", 81)]
+    conflicts = remote_bind_conflicts(wanted, listeners, owned_by_pids={500, 501, 499})
+    # Own HAProxy: fine. Redis and a wildcard stranger: conflicts. A holder ss cannot name: conflict.
+    assert conflicts == [("127.0.0.1", 6379), ("127.0.73.1", 9000), ("::1", 7000)]
+    assert ("127.0.73.1", 8080) in remote_bind_conflicts(wanted, listeners, owned_by_pids=set())

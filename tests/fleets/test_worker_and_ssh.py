@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,8 +12,9 @@ import pytest
 
 from apps.balancers.models import Pool
 from apps.core import crypto
-from apps.fleets import services
+from apps.fleets import selectors, services
 from apps.fleets.models import Fleet, Node, NodeResult, Rollout
+from apps.fleets.transports.local import LocalTransport
 
 from .fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile, wait_for
 
@@ -126,4 +128,41 @@ def test_a_rollout_through_the_ssh_transport(haproxy_bin, tiny_backend, sshd) ->
         assert "host key" in rollout.error
         assert local.get(node, "/v2")[1] == "old"
     finally:
+        local.stop_all()
+
+
+@pytest.mark.django_db
+def test_a_never_configured_ssh_node_refuses_a_bind_a_stranger_holds(haproxy_bin, tiny_backend, sshd) -> None:
+    """GIVEN an SSH node that never ran a Spillway config and a stranger listening on the address its
+    first config binds, WHEN the first rollout runs, THEN it is refused before any push (`ss` on the
+    node names the holder), and once the stranger is gone the next run converges."""
+    old = tiny_backend("old")
+    local = make_local_fleet(name="fresh", subnet=74, node_count=1, backend_address=(old.address, old.port))
+    stranger = socket.socket()
+    try:
+        node = local.nodes[0]
+        on_disk = LocalTransport(selectors.node_conn(node))
+        before = on_disk.config_sha256()
+        Node.objects.filter(pk=node.pk).update(
+            transport="ssh", ssh_host=sshd.host, ssh_port=sshd.port, ssh_user=sshd.user,
+            ssh_private_key_encrypted=crypto.encrypt(sshd.client_key), ssh_known_hosts=sshd.host_public_key)
+        stranger.bind((node.bind_address, local.port))
+        stranger.listen()
+
+        result = reconcile(local.fleet)
+
+        rollout = Rollout.objects.get(pk=result["rollouts"][-1])
+        assert rollout.status == Rollout.Status.FAILED
+        assert f"bind conflict, refused before any push: n1: {node.bind_address}:{local.port}" in rollout.error
+        assert on_disk.config_sha256() == before, "nothing was pushed"
+
+        stranger.close()
+        # A refusing node is left alone until someone acts: here the operator's retry (POST /rollouts/).
+        retry = services.rollout_create(fleet=local.fleet, revision=rollout.revision, enqueue=False)
+        services.fleet_reconcile(fleet_id=local.fleet.pk)
+        retry.refresh_from_db()
+        assert retry.status == Rollout.Status.SUCCEEDED, retry.error
+        assert local.get(node, "/")[1] == "old"
+    finally:
+        stranger.close()
         local.stop_all()

@@ -260,6 +260,10 @@ class FileSetTransport(ABC):
     @abstractmethod
     def _probe(self, host: str, port: int, timeout_s: float) -> bool: ...
 
+    def run_command(self, argv: list[str], timeout_s: float) -> tuple[int, str]:
+        """(exit code, output) of a fixed command on the node (never built from user input)."""
+        return self._run(argv, "/", timeout_s)
+
     def _write_set(self, set_dir: str, files: Mapping[str, bytes]) -> None:
         """Write a bundle's files under ``set_dir`` (certs 0600 in a 0700 dir, the rest 0644).
         Subclasses may override to batch round trips."""
