@@ -29,6 +29,7 @@ from apps.fleets.codec import content_sha256, display_text, snapshot_to_json, st
 from apps.fleets.delivery import set_server
 from apps.fleets.models import ConfigRevision, Fleet, Node, NodeResult, Rollout
 from apps.fleets.render import UnsafeValue, backend_name, render
+from apps.fleets.render.routing import ANY_HOST_CLASS
 from apps.fleets.validate import validate_bundle
 
 logger = logging.getLogger(__name__)
@@ -251,11 +252,18 @@ def _customer_filter(lb: LoadBalancer, principal: Principal) -> re.Pattern[str]:
     routes = list(Route.objects.visible_to(principal).filter(lb=lb).values_list("pk", "hosts"))
     pool_ids = list(Pool.objects.visible_to(principal).filter(lb=lb).values_list("pk", flat=True))
     hosts = sorted({h for _, route_hosts in routes for h in route_hosts or ()})
-    # Rule form: comments and names; map form: entries whose action is an own pool (`p<id>`) or an
-    # own redirect route (`u<id>`), and host-map lines of the principal's own hostnames.
-    alternatives = [rf"# route {i}\b|\br{i}_host\b|^[+-]u{i} | u{i}$" for i, _ in routes]
-    alternatives += [rf"\bp{i}_|\bstr\(p{i}\)|# pool {i} \(|-m str p{i}\b| p{i}$" for i in pool_ids]
+    # Rule form: comments and names. Map form: redirect-map and host-map lines of the principal's own
+    # routes and hostnames, and routes-map entries (`<host class><path> <action>`) whose action is an
+    # own pool (`p<id>`) or own redirect (`u<id>`) *and* whose host class is an own hostname or `*`:
+    # an operator's any-host route to a customer's pool is listed under every class, other tenants'
+    # hostnames included.
+    alternatives = [rf"# route {i}\b|\br{i}_host\b|^[+-]u{i} " for i, _ in routes]
+    alternatives += [rf"\bp{i}_|\bstr\(p{i}\)|# pool {i} \(|-m str p{i}\b" for i in pool_ids]
     alternatives += [rf"^[+-]{re.escape(h)} | {re.escape(h)}$" for h in hosts]
+    actions = [f"u{i}" for i, _ in routes] + [f"p{i}" for i in pool_ids]
+    if actions:
+        classes = "|".join(re.escape(c) for c in [*hosts, ANY_HOST_CLASS])
+        alternatives.append(rf"^[+-](?:{classes})/\S* (?:{'|'.join(actions)})$")
     return re.compile("|".join(alternatives) or r"(?!x)x")
 
 
