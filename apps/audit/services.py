@@ -1,4 +1,5 @@
-"""Write an audit event in the same transaction as the change it records."""
+"""Write an audit event in the same transaction as the change it records, and the plain audited
+create/update/delete every app uses for objects without cross-row rules."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ import json
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import IntegrityError, transaction
+from django.forms.models import model_to_dict
 
 from apps.audit.models import AuditEvent
+from apps.core.errors import Conflict
 from apps.core.middleware import current_request_id
 
 
@@ -31,3 +35,54 @@ def audit_record(*, principal, org, action: str, obj, before: dict | None = None
         after=_plain(after),
         request_id=current_request_id(),
     )
+
+
+def org_of(obj) -> Any:
+    """The organization an object belongs to: its own, its LB's or its pool's (None for shared ones)."""
+    for path in ("org", "lb.org", "pool.org"):
+        target = obj
+        try:
+            for part in path.split("."):
+                target = getattr(target, part)
+        except AttributeError:
+            continue
+        if target is not None:
+            return target
+    return None
+
+
+def audited_save(*, principal, obj, action: str, data: dict[str, Any] | None = None,
+                 snapshot=model_to_dict, after_save=None):
+    """Create or update one object: set fields, save, audit, then `after_save(obj)`, in one transaction.
+
+    A unique constraint the save hits answers 409 `conflict` rather than a 500.
+    """
+    with transaction.atomic():
+        before = snapshot(obj) if obj.pk else None
+        for field, value in (data or {}).items():
+            setattr(obj, field, value)
+        try:
+            with transaction.atomic():
+                obj.save()
+        except IntegrityError as exc:
+            raise Conflict("conflict", f"This {obj._meta.verbose_name} conflicts with an existing one "
+                                       f"(a unique name, port or address is already taken).") from exc
+        audit_record(principal=principal, org=org_of(obj), action=f"{obj._meta.model_name}.{action}",
+                     obj=obj, before=before, after=snapshot(obj))
+        if after_save is not None:
+            after_save(obj)
+    return obj
+
+
+def audited_delete(*, principal, obj, snapshot=model_to_dict, after_delete=None) -> None:
+    """Delete one object with its audit event; still referenced answers 409 `in_use`."""
+    with transaction.atomic():
+        audit_record(principal=principal, org=org_of(obj), action=f"{obj._meta.model_name}.delete", obj=obj,
+                     before=snapshot(obj))
+        try:
+            with transaction.atomic():
+                obj.delete()
+        except IntegrityError as exc:
+            raise Conflict("in_use", f"This {obj._meta.verbose_name} is still in use.") from exc
+        if after_delete is not None:
+            after_delete()

@@ -6,13 +6,13 @@ import ipaddress
 from collections.abc import Iterable
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import F
 from django.forms.models import model_to_dict
 from django.utils import timezone
 
 from apps.accounts.principal import Principal
-from apps.audit.services import audit_record
+from apps.audit.services import audit_record, audited_delete, audited_save
 from apps.balancers import hostnames
 from apps.balancers.models import (
     HostnameClaim,
@@ -56,55 +56,23 @@ def _lb_of(obj) -> int | None:
 
 
 def object_save(*, principal: Principal | None, obj, action: str, data: dict[str, Any] | None = None):
-    """Create or update one object: set fields, save, audit, bump its LB's revision.
+    """Create or update one balancers object (audited) and bump its LB's revision.
 
-    Used for plain objects whose rules the serializer and database constraints
-    already enforce; objects with cross-row rules have their own service below.
+    For plain objects whose rules the serializer and database constraints already enforce; objects
+    with cross-row rules have their own service below.
     """
-    with transaction.atomic():
-        before = snapshot(obj) if obj.pk else None
-        for field, value in (data or {}).items():
-            setattr(obj, field, value)
-        try:
-            with transaction.atomic():
-                obj.save()
-        except IntegrityError as exc:
-            raise Conflict("conflict", f"This {obj._meta.verbose_name} conflicts with an existing one "
-                                       f"(a unique name, port or address is already taken).") from exc
-        audit_record(principal=principal, org=_org_of(obj), action=f"{obj._meta.model_name}.{action}",
-                     obj=obj, before=before, after=snapshot(obj))
-        lb_id = _lb_of(obj)
+    def bump(saved) -> None:
+        lb_id = _lb_of(saved)
         if lb_id is not None:
             lb_touch(lb_id)
-    return obj
+
+    return audited_save(principal=principal, obj=obj, action=action, data=data, snapshot=snapshot, after_save=bump)
 
 
 def object_delete(*, principal: Principal | None, obj) -> None:
-    with transaction.atomic():
-        before = snapshot(obj)
-        lb_id = _lb_of(obj)
-        org = _org_of(obj)
-        audit_record(principal=principal, org=org, action=f"{obj._meta.model_name}.delete", obj=obj, before=before)
-        try:
-            with transaction.atomic():
-                obj.delete()
-        except IntegrityError as exc:
-            raise Conflict("in_use", f"This {obj._meta.verbose_name} is still in use.") from exc
-        if lb_id is not None:
-            lb_touch(lb_id)
-
-
-def _org_of(obj):
-    for path in ("org", "lb.org", "pool.org"):
-        target = obj
-        try:
-            for part in path.split("."):
-                target = getattr(target, part)
-        except AttributeError:
-            continue
-        if target is not None:
-            return target
-    return None
+    lb_id = _lb_of(obj)
+    audited_delete(principal=principal, obj=obj, snapshot=snapshot,
+                   after_delete=(lambda: lb_touch(lb_id)) if lb_id is not None else None)
 
 
 # --- members ---------------------------------------------------------------------

@@ -7,7 +7,7 @@ from rest_framework.response import Response
 from apps.accounts import services
 from apps.accounts.api.serializers import ApiTokenSerializer, OrganizationSerializer
 from apps.accounts.models import ApiToken, Organization, Role
-from apps.balancers.services import object_delete, object_save
+from apps.audit.services import audited_delete, audited_save
 from apps.core.api.serializers import EmptySerializer
 from apps.core.api.viewsets import TenantViewSet
 
@@ -26,11 +26,11 @@ class OrganizationViewSet(TenantViewSet):
                                                   principal=self.principal)
 
     def perform_update(self, serializer):
-        object_save(principal=self.principal, obj=serializer.instance, action="update",
-                    data=serializer.validated_data)
+        audited_save(principal=self.principal, obj=serializer.instance, action="update",
+                     data=serializer.validated_data)
 
     def perform_destroy(self, instance):
-        object_delete(principal=self.principal, obj=instance)
+        audited_delete(principal=self.principal, obj=instance)
 
 
 class ApiTokenViewSet(TenantViewSet):
