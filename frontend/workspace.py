@@ -103,7 +103,8 @@ class WorkspaceMixin:
     def static_ip_context(self, lb: LoadBalancer, errors: dict | None = None, values: Any = None) -> dict:
         ips = (self.scoped(StaticIP).filter(org=self.ip_org(lb)).exclude(state=StaticIP.State.FREE)
                .select_related("pool").prefetch_related("listeners__lb"))
-        return {"lb": lb, "ips": ips, "ip_pools": IpPool.objects.order_by("name"), "ip_org": self.ip_org(lb),
+        ip_pools = IpPool.objects.select_related("region").order_by("name")
+        return {"lb": lb, "ips": ips, "ip_pools": ip_pools, "ip_org": self.ip_org(lb),
                 "can_write": self.principal.can_write, "errors": errors or {}, "values": values or {}}
 
     def can_push(self, lb: LoadBalancer) -> bool:
