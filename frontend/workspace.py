@@ -282,7 +282,8 @@ class StaticIpsView(WorkspaceMixin, PrincipalView):
         lb = self.get_scoped(LoadBalancer, pk=pk)
         if not self.principal.can_write:
             return HttpResponse("Your role cannot allocate addresses.", status=403)
-        pool = IpPool.objects.filter(pk=request.POST.get("pool") or None).first()
+        pool_id = request.POST.get("pool", "")
+        pool = IpPool.objects.filter(pk=pool_id).first() if pool_id.isdigit() else None
         address = request.POST.get("address", "").strip() or None
         errors: dict[str, list[str]] = {}
         if pool is None:

@@ -1,4 +1,4 @@
-"""LB workspace query counts that the main workspace tests do not grow (IP pools)."""
+"""The LB workspace's static IP section: IP pool choices in constant queries, bad input as a form error."""
 
 from __future__ import annotations
 
@@ -33,3 +33,14 @@ def test_the_static_ip_form_reads_ip_pool_regions_in_the_same_query_however_many
     one = count()
     add_pools(2, 5)
     assert count() == one
+
+
+def test_a_malformed_ip_pool_id_is_a_form_error_not_a_server_error(acme, alice):
+    lb = LoadBalancer.objects.create(org=acme, name="web")
+    IpPool.objects.create(name="ips", cidr="10.9.0.0/24")
+    client = Client()
+    client.force_login(alice.user)
+
+    response = client.post(f"/load-balancers/{lb.pk}/static-ips/", {"pool": "x1", "address": ""})
+
+    assert response.status_code == 422 and "Choose an IP pool." in response.content.decode()
