@@ -377,11 +377,13 @@ def region_overflow(principal: Principal, window_s: int, *, now: datetime | None
     # whole table. A list of instants is estimated right and read through the (resolution, time) index.
     rows = _region_sums(base.filter(resolution_s=resolution_s, time__in=_bucket_starts(since, now, resolution_s)))
     latest_resolution_s = resolution_s
+    width_s = {r["time"]: resolution_s for r in rows}
     if resolution_s == COARSE_RESOLUTION_S:
         # The newest minutes are not downsampled yet: show them at the fine resolution.
         tail_from = rows[-1]["time"] + timedelta(seconds=COARSE_RESOLUTION_S) if rows else since
         tail = _region_sums(base.filter(resolution_s=FINE_RESOLUTION_S, time__gte=tail_from, time__lte=now))
         latest_resolution_s = FINE_RESOLUTION_S if tail else COARSE_RESOLUTION_S
+        width_s |= {r["time"]: FINE_RESOLUTION_S for r in tail}
         rows += tail
 
     capacity_now: dict[str, dict[str, Any]] = {
@@ -404,12 +406,13 @@ def region_overflow(principal: Principal, window_s: int, *, now: datetime | None
         column, i = series[r["region"]], index[r["time"]]
         for key, value in values.items():
             column[key][i] = round(value, 3)
-            sums[r["region"]][key] += value
+            sums[r["region"]][key] += value * width_s[r["time"]]
         column["capacity"][i] = None if r["capacity_sum"] is None else round(r["capacity_sum"], 3)
         if r["time"] == times[-1]:
             latest[r["region"]] = values | {"capacity": r["capacity_sum"], "unlimited": r["unlimited"]}
 
-    buckets = max(len(times), 1)
+    # A time-weighted mean: the fine tail's 10 s buckets must not count like 5 min ones.
+    span_s = sum(width_s[t] for t in times) or 1
     summary = []
     for region in regions:
         state = capacity_now.get(region) or latest.get(region) or {}
@@ -423,7 +426,7 @@ def region_overflow(principal: Principal, window_s: int, *, now: datetime | None
             "healthy_members": state.get("healthy"),
             **{key: round(now_row.get(key, 0.0), 3) for key in ("demand", "local", "out", "in")},
             "utilization": round((local + inflow) / capacity, 4) if capacity else 0.0,
-            "mean": {key: round(sums[region][key] / buckets, 3) for key in ("demand", "local", "out", "in")},
+            "mean": {key: round(sums[region][key] / span_s, 3) for key in ("demand", "local", "out", "in")},
         })
     top: list[OverflowPoint] = []
     if times:

@@ -238,3 +238,20 @@ def test_long_windows_read_5_min_points_then_the_newest_10_s_ones(world, otto) -
     us = {r["region"]: r for r in short["regions"]}["us-east"]
     assert (us["capacity"], us["demand"], us["out"]) == (425.0, 730.0, 305.0)
     assert [p.pool_id for p in short["top"]] == [world.globex_pool.pk, world.acme_pool.pk]
+
+
+def test_a_long_windows_mean_weighs_each_bucket_by_its_length(world, otto) -> None:
+    """GIVEN one 5 min point in eu-west and the fixture's six 10 s points (the newest minute, not
+    downsampled yet) in us-east, WHEN the 24 h mean is taken, THEN a 10 s bucket counts 1/30 of a
+    5 min one: the newest minute must not outweigh the hours before it."""
+    now = timezone.now().replace(microsecond=0)
+    coarse = now - timedelta(seconds=int(now.timestamp()) % 300 + 3600)
+    OverflowPoint.objects.create(pool=world.acme_pool, time=coarse, resolution_s=300, region="eu-west",
+                                 capacity=10.0, demand=40.0, local=10.0, out=30.0)
+
+    day = region_overflow(principal_for_user(otto.user, None), 86400, now=now)
+
+    mean = {r["region"]: r["mean"] for r in day["regions"]}
+    span_s = 300 + 6 * 10
+    assert mean["eu-west"]["demand"] == round(40.0 * 300 / span_s, 3)
+    assert mean["us-east"]["demand"] == round(730.0 * 60 / span_s, 3)
