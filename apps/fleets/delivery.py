@@ -71,6 +71,9 @@ class NodePlan:
     # Both bundles passed `haproxy -c -dW` with the node's own binary already (see
     # CentrallyValidatedLocalTransport); only ever set for local nodes.
     prevalidated: bool = False
+    # The database records the node as cleanly up: the last apply ended verified, so its live maps are
+    # exactly last_good's. A node marked down or drifted may hold half an interrupted map update.
+    recorded_clean: bool = True
 
     @property
     def already_applied(self) -> bool:
@@ -362,7 +365,8 @@ def apply_node(plan: NodePlan) -> NodeOutcome:
                 return outcome
             outcome.steps.append(f"serving this config but {problem}: reloading")
         elif (
-            plan.last_good is not None
+            plan.recorded_clean
+            and plan.last_good is not None
             and on_disk == plan.last_good.sha256
             and current is not None
             and current.pid == plan.worker_pid

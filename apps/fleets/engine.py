@@ -211,6 +211,7 @@ def _plan(renderer: _Renderer, rollout: Rollout, node: Node) -> NodePlan:
         applied_sha256=node.applied_sha256 if applied_here else "",
         worker_pid=node.worker_pid,
         prevalidated=_same_binary_as_central(conn),
+        recorded_clean=node.status == Node.Status.UP,
     )
 
 

@@ -93,6 +93,24 @@ def test_a_route_only_change_is_served_through_runtime_map_updates_without_a_rel
     assert set(fleet3.bodies("/other/x").values()) == {"other"}
 
 
+def test_a_node_not_recorded_clean_takes_a_route_change_by_reload(fleet3: LocalFleet, tiny_backend) -> None:
+    """A node marked drifted (say an interrupted map update whose rollback did not finish) may hold
+    maps of a revision it never verified; only a reload from disk is sure to clear them."""
+    new = tiny_backend("new")
+    pool = add_pool(fleet3.lb, "new", (new.address, new.port))
+    add_route(fleet3.lb, pool, "/new", 10)
+    reconcile(fleet3.fleet)
+    workers = running_workers(fleet3)
+    Node.objects.filter(pk=fleet3.nodes[0].pk).update(status=Node.Status.DRIFTED)
+
+    add_route(fleet3.lb, pool, "/hot", 11)
+    reconcile(fleet3.fleet)
+
+    now = running_workers(fleet3)
+    assert now["n1"] != workers["n1"] and (now["n2"], now["n3"]) == (workers["n2"], workers["n3"])
+    assert set(fleet3.bodies("/hot/x").values()) == {"new"}
+
+
 def test_a_refused_runtime_map_update_falls_back_to_a_reload(fleet3: LocalFleet, tiny_backend, monkeypatch) -> None:
     """GIVEN node n1's HAProxy refusing the map update, WHEN a route-only change rolls out, THEN n1
     reloads instead (loading the pushed files) and serves the route; the others keep their workers.
