@@ -12,6 +12,7 @@ import logging
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -30,6 +31,7 @@ from apps.fleets.delivery import set_server
 from apps.fleets.models import ConfigRevision, Fleet, Node, NodeResult, Rollout
 from apps.fleets.render import UnsafeValue, backend_name, render
 from apps.fleets.render.routing import ANY_HOST_CLASS
+from apps.fleets.snapshot import FleetSnapshot, NodeSpec
 from apps.fleets.validate import validate_bundle
 
 logger = logging.getLogger(__name__)
@@ -273,15 +275,37 @@ def lb_preview(*, lb: LoadBalancer, principal: Principal) -> list[dict[str, Any]
     Operators get the whole diff and the validation output. A customer on a shared LB gets only the
     diff lines about its own routes and pools, so it never reads another tenant's hostnames.
     """
-    previews = []
+    return _preview_compute(_preview_gather(lb, principal), principal)
+
+
+@dataclass(frozen=True)
+class _PreviewInput:
+    fleet: str
+    base: ConfigRevision | None  # what the fleet's nodes should serve now
+    snapshot: FleetSnapshot  # desired state, read from the database
+    node: NodeSpec
+    own_lines: re.Pattern[str] | None  # customers: the diff lines they may read
+
+
+def _preview_gather(lb: LoadBalancer, principal: Principal) -> list[_PreviewInput]:
+    """Everything a preview reads from the database; rendering and `haproxy -c` come after."""
+    pattern = None if principal.is_operator else _customer_filter(lb, principal)
+    inputs = []
     for fleet in selectors.lb_fleets(lb).select_related("region"):
         base = ConfigRevision.objects.filter(fleet=fleet, number=fleet.desired_revision).first()
         latest = selectors.latest_revision(fleet)
-        number = (latest.number + 1) if latest else 1
-        snap, _ = selectors.fleet_snapshot(fleet, number)
-        entry: dict[str, Any] = {"fleet": fleet.name, "base_revision": base.number if base else None}
+        snap, _ = selectors.fleet_snapshot(fleet, (latest.number + 1) if latest else 1)
+        inputs.append(_PreviewInput(fleet.name, base, snap, selectors.reference_node(fleet), pattern))
+    return inputs
+
+
+def _preview_compute(inputs: list[_PreviewInput], principal: Principal) -> list[dict[str, Any]]:
+    previews = []
+    for item in inputs:
+        base = item.base
+        entry: dict[str, Any] = {"fleet": item.fleet, "base_revision": base.number if base else None}
         try:
-            bundle = render(snap, selectors.reference_node(fleet))
+            bundle = render(item.snapshot, item.node)
         except UnsafeValue as exc:
             entry.update(changed=True, valid=False, diff="", problem=str(exc))
             previews.append(entry)
@@ -291,13 +315,12 @@ def lb_preview(*, lb: LoadBalancer, principal: Principal) -> list[dict[str, Any]
                              f"revision {base.number}" if base else "empty", "preview") if changed else ""
         result = validate_bundle(bundle, settings.HAPROXY_BIN) if changed else None
         entry.update(changed=changed, valid=True if result is None else result.ok, problem="")
-        if principal.is_operator:
+        if item.own_lines is None:
             entry["diff"] = diff
             entry["validation_output"] = result.output if result else ""
         else:
-            pattern = _customer_filter(lb, principal)
             lines = [ln for ln in diff.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
-            own = [ln for ln in lines if pattern.search(ln)]
+            own = [ln for ln in lines if item.own_lines.search(ln)]
             entry["diff"] = "\n".join(own) + ("\n" if own else "")
             entry["hidden_lines"] = len(lines) - len(own)
             if result is not None and not result.ok:
@@ -317,15 +340,17 @@ def lb_preview_change(*, lb: LoadBalancer, principal: Principal, change: Callabl
     and rollout (those wait for commit) never happen. The change's own rules still run: a
     DomainError it raises reaches the caller, as it would on save.
     """
-    previews: list[dict[str, Any]] = []
+    inputs: list[_PreviewInput] = []
     try:
         with transaction.atomic():
             change()
-            previews = lb_preview(lb=lb, principal=principal)
+            inputs = _preview_gather(lb, principal)
             raise _DiscardPreviewedChange
     except _DiscardPreviewedChange:
         pass
-    return previews
+    # Rendered and validated after the rollback: the change's LB row lock must not be held through
+    # `haproxy -c`, or every other tenant's save on a shared LB would wait for this preview.
+    return _preview_compute(inputs, principal)
 
 
 # --- fleets and nodes ---------------------------------------------------------------------------------

@@ -49,3 +49,48 @@ def test_an_operator_any_host_route_to_a_customer_pool_does_not_show_other_tenan
     assert f"+acme.example.com/ops-check p{acme_pool}" in customer["diff"]
     assert f"+*/ops-check p{acme_pool}" in customer["diff"]
     assert customer["hidden_lines"] >= 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_previewing_a_change_does_not_hold_the_lb_lock_while_haproxy_checks_it(shared, alice, monkeypatch) -> None:
+    """Another tenant's save on the shared LB must not wait for someone's preview: while the preview's
+    `haproxy -c` runs (real), a second connection can take the LB row lock at once (NOWAIT)."""
+    import psycopg
+    from django.db import connection
+
+    from apps.accounts.principal import Principal
+    from apps.balancers.models import RouteTarget as Target
+    from apps.balancers.services import route_save
+    from apps.fleets import services as fleet_services
+    from tests.factories import HostnameClaimFactory
+
+    real_validate = fleet_services.validate_bundle
+    lock_free: list[bool] = []
+    s = connection.settings_dict
+
+    def validate_and_probe_lock(bundle, haproxy_bin):
+        with psycopg.connect(host=s["HOST"] or "127.0.0.1", port=s["PORT"] or 5432, user=s["USER"],
+                             dbname=s["NAME"], autocommit=False) as other:
+            try:
+                other.execute("SELECT 1 FROM balancers_loadbalancer WHERE id = %s FOR UPDATE NOWAIT",
+                              [shared["lb"].pk])
+                lock_free.append(True)
+            except psycopg.errors.LockNotAvailable:
+                lock_free.append(False)
+        return real_validate(bundle, haproxy_bin)
+
+    monkeypatch.setattr(fleet_services, "validate_bundle", validate_and_probe_lock)
+    pool = shared["pools"]["acme"]
+    # Priority 50 ranks above acme's "/" route (100); at 150 that route would shadow this one.
+    data = {"lb": shared["lb"], "org": pool.org, "hosts": ["acme.example.com"], "path_match": "prefix",
+            "path": "/preview-only", "priority": 50, "targets": [{"pool": pool, "weight": 100}]}
+
+    HostnameClaimFactory(org=alice.org, hostname="acme.example.com")
+    principal = Principal(org=alice.org, role=alice.role, user_id=alice.user.pk)
+    previews = fleet_services.lb_preview_change(
+        lb=shared["lb"], principal=principal,
+        change=lambda: route_save(principal=principal, route=Route(), data=dict(data)))
+
+    assert lock_free == [True]
+    assert previews[0]["valid"] and "/preview-only" in previews[0]["diff"]
+    assert not Route.objects.filter(path="/preview-only").exists() and Target.objects.count() == 2
