@@ -325,8 +325,22 @@ def _preview_compute(inputs: list[_PreviewInput], principal: Principal) -> list[
             entry["hidden_lines"] = len(lines) - len(own)
             if result is not None and not result.ok:
                 entry["problem"] = "The rendered configuration failed validation; an operator can see why."
+        entry["legend"] = _action_legend(entry["diff"], item.snapshot)
         previews.append(entry)
     return previews
+
+
+_ACTION_RE = re.compile(r"^[+-]\S+ ([pu]\d+)$", re.MULTILINE)
+
+
+def _action_legend(diff: str, snapshot: FleetSnapshot) -> dict[str, str]:
+    """What the action keys at the end of the diff's routes-map lines stand for (`p12` -> its pool),
+    for the diff lines shown only, so a customer's legend names nothing it may not see."""
+    pools = {f"p{p.id}": f"pool {p.name}" for p in snapshot.pools}
+    legend = {}
+    for key in sorted(set(_ACTION_RE.findall(diff))):
+        legend[key] = pools.get(key, "") if key.startswith("p") else f"redirect of route {key[1:]}"
+    return {k: v for k, v in legend.items() if v}
 
 
 class _DiscardPreviewedChange(Exception):

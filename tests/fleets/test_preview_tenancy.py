@@ -51,6 +51,22 @@ def test_an_operator_any_host_route_to_a_customer_pool_does_not_show_other_tenan
     assert customer["hidden_lines"] >= 1
 
 
+def test_the_preview_legend_names_only_the_pools_of_the_lines_shown(shared, alice, otto) -> None:
+    for org in ("acme", "globex"):
+        pool = shared["pools"][org]
+        route = Route.objects.create(lb=shared["lb"], org=pool.org, hosts=[f"{org}.example.com"],
+                                     path=f"/{org}-new", priority=10 if org == "acme" else 20)
+        RouteTarget.objects.create(route=route, pool=pool, weight=100)
+    acme, globex = shared["pools"]["acme"], shared["pools"]["globex"]
+
+    url = f"/api/v1/load-balancers/{shared['lb'].pk}/preview/"
+    [operator] = otto.client.post(url).json()["fleets"]
+    [customer] = alice.client.post(url).json()["fleets"]
+
+    assert operator["legend"] == {f"p{acme.pk}": "pool acme-web", f"p{globex.pk}": "pool globex-web"}
+    assert customer["legend"] == {f"p{acme.pk}": "pool acme-web"}
+
+
 @pytest.mark.django_db(transaction=True)
 def test_previewing_a_change_does_not_hold_the_lb_lock_while_haproxy_checks_it(shared, alice, monkeypatch) -> None:
     """Another tenant's save on the shared LB must not wait for someone's preview: while the preview's

@@ -201,6 +201,7 @@ def test_previewing_a_new_route_shows_its_diff_and_keeps_nothing(edge, alice):
     assert response.status_code == 200
     assert re.search(r'<span class="add">\+.*shop\.acme\.test', body), body
     assert "globex" not in body and "passes haproxy -c" in body
+    assert f"<code>p{edge['acme_pool'].pk}</code> = pool {edge['acme_pool'].name}" in body  # the legend
     assert 'value="shop.acme.test"' in body  # the form keeps what was typed, ready to save
     lb.refresh_from_db()
     assert (lb.revision, Route.objects.count(), AuditEvent.objects.count()) == (revision, routes, events)
