@@ -74,7 +74,16 @@ class FleetCollector:
                                            labels=["fleet", "status"])
             for row in Rollout.objects.values("fleet__name", "status").annotate(n=Count("pk")):
                 rollouts.add_metric([row["fleet__name"], row["status"]], row["n"])
-            yield from (desired, applied, up, status, behind, servers, rollouts)
+            applies = CounterMetricFamily(
+                "spillway_node_applies", "Verified node applies: with a reload, or without one (runtime map "
+                "updates for route-only changes, or a node already serving the revision)", labels=["fleet", "method"])
+            for row in (NodeResult.objects.filter(status=NodeResult.Status.SUCCEEDED)
+                        .values("rollout__fleet__name")
+                        .annotate(reload=Count("pk", filter=Q(reload_ms__isnull=False)),
+                                  no_reload=Count("pk", filter=Q(reload_ms__isnull=True)))):
+                for method in ("reload", "no_reload"):
+                    applies.add_metric([row["rollout__fleet__name"], method], row[method])
+            yield from (desired, applied, up, status, behind, servers, rollouts, applies)
             yield _histogram("spillway_rollout_duration_seconds", "Rollout duration, first node to last",
                              Rollout.objects.all(), "duration_ms", "fleet__name", ROLLOUT_BUCKETS_S)
             yield _histogram("spillway_node_push_duration_seconds",

@@ -234,7 +234,7 @@ def test_metrics_expose_node_health_applied_vs_desired_and_durations(shared, ano
     revision = services.fleet_render(fleet=shared["fleet"])
     rollout = services.rollout_create(fleet=shared["fleet"], revision=revision, enqueue=False)
     Rollout.objects.filter(pk=rollout.pk).update(status="succeeded", duration_ms=180.0)
-    rollout.results.update(status="succeeded", duration_ms=90.0)
+    rollout.results.update(status="succeeded", duration_ms=90.0, reload_ms=70.0)
 
     text = anon.get("/metrics").content.decode()
 
@@ -244,6 +244,8 @@ def test_metrics_expose_node_health_applied_vs_desired_and_durations(shared, ano
     assert 'spillway_node_up{fleet="edge",node="n1"} 1.0' in text
     assert 'spillway_rollout_duration_seconds_bucket{fleet="edge",le="0.25"} 1.0' in text
     assert 'spillway_node_push_duration_seconds_count{fleet="edge"} 1.0' in text
+    assert 'spillway_node_applies_total{fleet="edge",method="reload"} 1.0' in text
+    assert 'spillway_node_applies_total{fleet="edge",method="no_reload"} 0.0' in text
     Node.objects.filter(pk=node.pk).update(applied_revision=revision)
     assert 'spillway_node_behind{fleet="edge",node="n1"} 0.0' in anon.get("/metrics").content.decode()
 
