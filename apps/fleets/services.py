@@ -322,7 +322,10 @@ def _preview_compute(inputs: list[_PreviewInput], principal: Principal) -> list[
             lines = [ln for ln in diff.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
             own = [ln for ln in lines if item.own_lines.search(ln)]
             entry["diff"] = "\n".join(own) + ("\n" if own else "")
-            entry["hidden_lines"] = len(lines) - len(own)
+            # Whether, and how much, other tenants changed is theirs to know: "changed" and the diff
+            # speak of the principal's own lines only, and no count of the others is given.
+            entry["changed"] = bool(own)
+            entry["scope"] = "own"
             if result is not None and not result.ok:
                 entry["problem"] = "The rendered configuration failed validation; an operator can see why."
         entry["legend"] = _action_legend(entry["diff"], item.snapshot)

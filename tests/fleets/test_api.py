@@ -134,7 +134,8 @@ def test_preview_shows_the_next_diff_without_storing_or_pushing_and_hides_other_
     [op] = as_operator["fleets"]
     assert op["changed"] and op["valid"] and "/acme-new" in op["diff"] and "/globex-new" in op["diff"]
     [cu] = as_customer["fleets"]
-    assert "/acme-new" in cu["diff"] and "globex" not in cu["diff"] and cu["hidden_lines"] > 0
+    assert "/acme-new" in cu["diff"] and "globex" not in cu["diff"] and cu["scope"] == "own"
+    assert "hidden_lines" not in cu, "no count of other tenants' changes"
     assert "validation_output" not in cu
 
 
