@@ -25,6 +25,7 @@ class CloudApplyView(PrincipalView):
         apply = self.get_scoped(CloudApply, pk=pk)
         return render(request, "cloud/apply.html", {
             "apply": apply,
+            "progress": apply_progress(apply),
             "refused": refused,
             "unavailable": services.apply_unavailable_reason(apply.target),
             "can_approve": self.principal.can_deploy and apply.status in services.APPROVABLE,
@@ -37,6 +38,44 @@ class CloudApplyView(PrincipalView):
         except DomainError as exc:
             return self.get(request, pk, refused=exc.detail)
         return redirect("cloud-apply", pk=apply.pk)
+
+
+# A run's stages in order; planned (no change) and awaiting_approval end the plan half, applying and
+# applied the apply half. A failed run's bar stays in the half it failed in.
+_STAGES = ["pending", "synthesized", "planning", "awaiting_approval", "applying", "applied"]
+_STAGE_OF = {"planned": "awaiting_approval"}
+_ACTIVE = {"pending", "synthesized", "planning", "applying"}
+_LABELS = {
+    "pending": "queued: synthesizing next", "synthesized": "synthesized: planning next",
+    "planning": "terraform plan running", "planned": "plan done: nothing to change",
+    "awaiting_approval": "plan done: waiting for a deployer's approval", "applying": "terraform apply running",
+    "applied": "applied", "failed": "failed",
+}
+
+
+def apply_progress(apply: CloudApply) -> dict:
+    """Where a run stands for the progress bar: step of total, words, and whether it still moves."""
+    stage = _STAGE_OF.get(apply.status, apply.status)
+    if apply.status == CloudApply.Status.FAILED:
+        stage = "applying" if apply.approved_by else "planning"  # the half it failed in
+    step = _STAGES.index(stage) + 1 if stage in _STAGES else 1
+    if apply.status == CloudApply.Status.PLANNED:
+        step = len(_STAGES)  # nothing to apply: the run is complete
+    return {"step": step, "total": len(_STAGES), "label": _LABELS.get(apply.status, apply.status),
+            "active": apply.status in _ACTIVE}
+
+
+class CloudApplyStatusView(PrincipalView):
+    """htmx: the run's progress, polled while it moves; the page reloads once it stops moving so the
+    plan and apply output it produced are shown."""
+
+    def get(self, request, pk: int):
+        apply = self.get_scoped(CloudApply, pk=pk)
+        progress = apply_progress(apply)
+        response = render(request, "cloud/_apply_status.html", {"apply": apply, "progress": progress})
+        if request.GET.get("was") and request.GET["was"] != apply.status and not progress["active"]:
+            response["HX-Refresh"] = "true"
+        return response
 
 
 class CloudSynthView(PrincipalView):

@@ -139,3 +139,28 @@ def test_the_ui_is_scoped_to_the_org(alice, charlie) -> None:
     assert _ui(charlie).get(f"/cloud/applies/{apply.pk}/").status_code == 404
     assert _ui(charlie).get(f"/cloud/applies/{apply.pk}/main.tf.json").status_code == 404
     assert target.name not in _ui(charlie).get("/cloud/").content.decode()
+
+
+def test_the_run_page_shows_progress_polls_while_it_moves_and_reloads_when_it_stops(alice, charlie) -> None:
+    lb, target = build_db_lb(alice.org, demo_gcp_lb())
+    apply = services.create_apply(principal=alice_principal(alice), target=target, lb=lb)
+    CloudApply.objects.filter(pk=apply.pk).update(status=CloudApply.Status.PLANNING)
+    client = _ui(alice)
+    status_url = f"/cloud/applies/{apply.pk}/status/"
+
+    page = client.get(f"/cloud/applies/{apply.pk}/").content.decode()
+    assert 'value="3"' in page and "terraform plan running" in page
+    assert f'hx-get="{status_url}?was=planning"' in page and 'hx-trigger="every 2s"' in page
+
+    still = client.get(status_url, {"was": "planning"})
+    assert still.status_code == 200 and "HX-Refresh" not in still.headers
+
+    CloudApply.objects.filter(pk=apply.pk).update(status=CloudApply.Status.AWAITING_APPROVAL)
+    stopped = client.get(status_url, {"was": "planning"})
+    body = stopped.content.decode()
+    assert stopped.headers["HX-Refresh"] == "true", "the page reloads to show the plan it produced"
+    assert "waiting for a deployer" in body and "hx-trigger" not in body and 'value="4"' in body
+
+    CloudApply.objects.filter(pk=apply.pk).update(status=CloudApply.Status.FAILED, approved_by="user:1")
+    assert 'value="5"' in client.get(status_url).content.decode(), "failed while applying: bar stays there"
+    assert _ui(charlie).get(status_url).status_code == 404

@@ -60,6 +60,9 @@ def test_rollout_page_polls_while_active_and_offers_rollback_when_done(edge, ott
     Rollout.objects.filter(pk=rollout.pk).update(status="running")
     running = client.get(f"/fleets/rollouts/{rollout.pk}/progress/").content.decode()
     assert 'hx-trigger="every 1s"' in running and "<progress" in running
+    # A node that took the change without a reload (runtime map update) says so instead of a time.
+    rollout.results.update(status="succeeded", reload_ms=None, duration_ms=6.0)
+    assert ">no reload</span>" in client.get(f"/fleets/rollouts/{rollout.pk}/progress/").content.decode()
 
 
 def test_customer_sees_the_fleet_of_a_shared_lb_but_no_config_or_errors(edge, alice, charlie) -> None:
