@@ -7,10 +7,9 @@ ones the API calls; form errors come back next to their fields with status 422.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import F, Max, Prefetch, QuerySet
+from django.db.models import Prefetch, QuerySet
 from django.http import HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, render
 from django_htmx.http import HttpResponseClientRedirect
@@ -20,14 +19,12 @@ from apps.balancers.models import IpPool, LoadBalancer, Member, Pool, Route, Sta
 from apps.balancers.services import member_set_state, object_delete, route_save, static_ip_allocate, static_ip_release
 from apps.core.errors import DomainError
 from apps.fleets import selectors as fleet_selectors
-from apps.fleets.models import ConfigRevision, Fleet, Rollout
+from apps.fleets.models import Fleet
 from apps.fleets.services import lb_preview_change
 from apps.fleets.views import diff_lines
 from frontend.base import PrincipalView
 
 ROUTE_ORDERS = {"asc": ("priority", "pk"), "desc": ("-priority", "-pk")}
-HISTORY_ROLLOUTS = 5
-HISTORY_REVISIONS = 8
 
 
 def flatten_errors(value: Any) -> list[str]:
@@ -131,8 +128,8 @@ class LoadBalancerDetailView(WorkspaceMixin, PrincipalView):
             "lb": lb, "routes": self.routes(lb, order), "order": order, "pools": pools, "listeners": listeners,
             "can_write": self.principal.can_write, "can_push": self.can_push(lb), "fleets": fleets,
             "verb": rollout_verb(fleets), "values": {}, "errors": {},
-            "deploy": deploy_state(lb, fleets) if fleets else None,
-            "history": history(fleets, self.principal.is_operator),
+            "deploy": fleet_selectors.deploy_state(lb, fleets) if fleets else None,
+            "history": fleet_selectors.history(fleets, self.principal.is_operator),
             **self.static_ip_context(lb),
         }
         return render(request, "lb_detail.html", context)
@@ -315,86 +312,9 @@ class StaticIpReleaseView(WorkspaceMixin, PrincipalView):
                       status=409 if errors else 200)
 
 
-# --- deploy panel ---------------------------------------------------------------------------------
-
-
-@dataclass
-class FleetDeploy:
-    fleet: Fleet
-    rollout: Rollout | None  # the fleet's newest
-    current: bool  # ...and it rolls out (a revision covering) the LB's current revision
-    waiting: bool  # a change is queued for a worker to render and roll out
-    held: bool  # changes wait for a push (auto_rollout off)
-    refused: bool  # the newest render failed validation: it will never be pushed
-    nodes: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass
-class DeployState:
-    revision: int
-    fleets: list[FleetDeploy]
-    done: int
-    total: int
-
-    @property
-    def all_done(self) -> bool:
-        return self.total > 0 and self.done == self.total
-
-    @property
-    def live(self) -> bool:
-        """Keep polling: a rollout is queued or running somewhere."""
-        return any(f.waiting or (f.rollout is not None and f.rollout.status in Rollout.ACTIVE)
-                   for f in self.fleets)
-
-
-def deploy_state(lb: LoadBalancer, fleets: list[Fleet]) -> DeployState:
-    """Per fleet serving `lb`: the newest rollout and, per node, its part in it and whether the node
-    serves the LB's current revision (an applied revision is recorded only once verified)."""
-    _, nodes = fleet_selectors.lb_applied_state(lb, lb.revision)
-    newest = Rollout.objects.filter(fleet__in=fleets).values("fleet_id").annotate(newest=Max("id")).values("newest")
-    latest = {r.fleet_id: r for r in Rollout.objects.filter(pk__in=newest).prefetch_related("results__node")
-              .select_related("revision").defer("revision__text", "revision__snapshot", "revision__diff")}
-    refused = set(ConfigRevision.objects.filter(fleet__in=fleets, validation_ok=False)
-                  .filter(number__gt=F("fleet__desired_revision")).values_list("fleet_id", flat=True))
-    result_of = {(r.fleet_id, res.node.name): res for r in latest.values() for res in r.results.all()}
-    entries = []
-    for fleet in fleets:
-        fleet_nodes = [n for n in nodes if n["fleet"] == fleet.name]
-        rollout = latest.get(fleet.pk)
-        # Until a rollout of a revision covering the LB's current one exists, the newest is an older one.
-        current = rollout is not None and int(rollout.revision.lb_revisions.get(str(lb.pk), 0)) >= lb.revision
-        for n in fleet_nodes:
-            res = result_of.get((fleet.pk, n["node"]))
-            n["rollout_status"] = res.status if res else None
-        pending = any(not n["done"] for n in fleet_nodes)
-        unrendered = fleet.change_seq > fleet.rendered_seq
-        entries.append(FleetDeploy(
-            fleet=fleet, rollout=rollout, current=current, nodes=fleet_nodes,
-            waiting=pending and fleet.auto_rollout and (fleet.reconcile_queued or unrendered),
-            held=not fleet.auto_rollout and unrendered,
-            refused=fleet.pk in refused))
-    return DeployState(revision=lb.revision, fleets=entries, done=sum(1 for n in nodes if n["done"]),
-                       total=len(nodes))
-
-
-def history(fleets: list[Fleet], is_operator: bool) -> list[dict[str, Any]]:
-    """Recent rollouts per fleet (rollback is on their pages) and, for operators, revisions with diffs."""
-    out = []
-    for fleet in fleets:
-        entry: dict[str, Any] = {
-            "fleet": fleet,
-            "rollouts": fleet.rollouts.select_related("revision").order_by("-id")[:HISTORY_ROLLOUTS],
-        }
-        if is_operator:
-            entry["revisions"] = (ConfigRevision.objects.filter(fleet=fleet).order_by("-number")
-                                  .only("number", "created_at", "reason", "validation_ok", "fleet_id")
-                                  [:HISTORY_REVISIONS])
-        out.append(entry)
-    return out
-
-
 class DeployStatusPartial(PrincipalView):
     def get(self, request, pk: int):
         lb = self.get_scoped(LoadBalancer, pk=pk)
         fleets = list(fleet_selectors.lb_fleets(lb).select_related("region"))
-        return render(request, "partials/deploy_status.html", {"lb": lb, "deploy": deploy_state(lb, fleets)})
+        return render(request, "partials/deploy_status.html",
+                      {"lb": lb, "deploy": fleet_selectors.deploy_state(lb, fleets)})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from django.conf import settings
@@ -360,3 +361,84 @@ def recent_rollouts(principal: Principal, *, limit: int = 10) -> list[Rollout]:
                   node_done=Count("results", filter=finished))
         .order_by("-id")[:limit]
     )
+
+
+# --- an LB's deploy panel and history (the LB workspace) --------------------------------------------
+
+HISTORY_ROLLOUTS = 5
+HISTORY_REVISIONS = 8
+
+
+@dataclass
+class FleetDeploy:
+    fleet: Fleet
+    rollout: Rollout | None  # the fleet's newest
+    current: bool  # ...and it rolls out (a revision covering) the LB's current revision
+    waiting: bool  # a change is queued for a worker to render and roll out
+    held: bool  # changes wait for a push (auto_rollout off)
+    refused: bool  # the newest render failed validation: it will never be pushed
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class DeployState:
+    revision: int
+    fleets: list[FleetDeploy]
+    done: int
+    total: int
+
+    @property
+    def all_done(self) -> bool:
+        return self.total > 0 and self.done == self.total
+
+    @property
+    def live(self) -> bool:
+        """Keep polling: a rollout is queued or running somewhere."""
+        return any(f.waiting or (f.rollout is not None and f.rollout.status in Rollout.ACTIVE)
+                   for f in self.fleets)
+
+
+def deploy_state(lb: LoadBalancer, fleets: list[Fleet]) -> DeployState:
+    """Per fleet serving `lb`: the newest rollout and, per node, its part in it and whether the node
+    serves the LB's current revision (an applied revision is recorded only once verified)."""
+    _, nodes = lb_applied_state(lb, lb.revision)
+    newest = Rollout.objects.filter(fleet__in=fleets).values("fleet_id").annotate(newest=Max("id")).values("newest")
+    latest = {r.fleet_id: r for r in Rollout.objects.filter(pk__in=newest).prefetch_related("results__node")
+              .select_related("revision").defer("revision__text", "revision__snapshot", "revision__diff")}
+    refused = set(ConfigRevision.objects.filter(fleet__in=fleets, validation_ok=False)
+                  .filter(number__gt=F("fleet__desired_revision")).values_list("fleet_id", flat=True))
+    result_of = {(r.fleet_id, res.node.name): res for r in latest.values() for res in r.results.all()}
+    entries = []
+    for fleet in fleets:
+        fleet_nodes = [n for n in nodes if n["fleet"] == fleet.name]
+        rollout = latest.get(fleet.pk)
+        # Until a rollout of a revision covering the LB's current one exists, the newest is an older one.
+        current = rollout is not None and int(rollout.revision.lb_revisions.get(str(lb.pk), 0)) >= lb.revision
+        for n in fleet_nodes:
+            res = result_of.get((fleet.pk, n["node"]))
+            n["rollout_status"] = res.status if res else None
+        pending = any(not n["done"] for n in fleet_nodes)
+        unrendered = fleet.change_seq > fleet.rendered_seq
+        entries.append(FleetDeploy(
+            fleet=fleet, rollout=rollout, current=current, nodes=fleet_nodes,
+            waiting=pending and fleet.auto_rollout and (fleet.reconcile_queued or unrendered),
+            held=not fleet.auto_rollout and unrendered,
+            refused=fleet.pk in refused))
+    return DeployState(revision=lb.revision, fleets=entries, done=sum(1 for n in nodes if n["done"]),
+                       total=len(nodes))
+
+
+def history(fleets: list[Fleet], is_operator: bool) -> list[dict[str, Any]]:
+    """Recent rollouts per fleet (rollback is on their pages) and, for operators, revisions with diffs."""
+    out = []
+    for fleet in fleets:
+        entry: dict[str, Any] = {
+            "fleet": fleet,
+            "rollouts": fleet.rollouts.select_related("revision").order_by("-id")[:HISTORY_ROLLOUTS],
+        }
+        if is_operator:
+            entry["revisions"] = (ConfigRevision.objects.filter(fleet=fleet).order_by("-number")
+                                  .only("number", "created_at", "reason", "validation_ok", "fleet_id")
+                                  [:HISTORY_REVISIONS])
+        out.append(entry)
+    return out

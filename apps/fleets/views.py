@@ -7,7 +7,6 @@ their nodes' state and rollouts, never config text (a shared LB's config names o
 from __future__ import annotations
 
 from django.core.cache import cache
-from django.db.models import Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django_htmx.http import HttpResponseClientRedirect
@@ -40,10 +39,7 @@ def diff_lines(diff: str) -> list[tuple[str, str]]:
 
 class FleetAccessMixin:
     def visible_fleets(self):
-        if self.principal.is_operator:
-            return Fleet.objects.all()
-        lbs = LoadBalancer.objects.visible_to(self.principal)
-        return Fleet.objects.filter(Q(load_balancers__in=lbs) | Q(serves__in=lbs)).distinct()
+        return selectors.fleets_visible_to(self.principal)
 
     def get_fleet(self, pk: int) -> Fleet:
         return get_object_or_404(self.visible_fleets().select_related("region"), pk=pk)
