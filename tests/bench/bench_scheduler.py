@@ -28,6 +28,9 @@ from zoneinfo import ZoneInfo
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+
+from tests.bench._db import ensure_database  # noqa: E402
+
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/spw_bench_sched")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/3")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
@@ -38,21 +41,6 @@ ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo", "Australia/Sy
          "America/Sao_Paulo", "Pacific/Auckland"]
 ORG_SLUG = "bench-scheduler"
 LEAD_S = 25  # the target minute starts at least this far ahead: time to create jobs and start processes
-
-
-def ensure_database(url: str) -> None:
-    import dj_database_url
-    import psycopg
-
-    cfg = dj_database_url.parse(url)
-    if not cfg["ENGINE"].endswith("postgresql"):
-        raise SystemExit("bench_scheduler needs PostgreSQL (SKIP LOCKED is what it measures)")
-    admin = psycopg.connect(host=cfg["HOST"] or "127.0.0.1", port=cfg["PORT"] or 5432, user=cfg["USER"],
-                            password=cfg["PASSWORD"] or None, dbname="postgres", autocommit=True)
-    with admin:
-        exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [cfg["NAME"]]).fetchone()
-        if not exists:
-            admin.execute(f'CREATE DATABASE "{cfg["NAME"]}"')
 
 
 def cron_for(target: datetime, index: int) -> tuple[str, str]:
@@ -122,7 +110,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=200, help="jobs per dispatcher transaction")
     args = parser.parse_args()
 
-    ensure_database(os.environ["DATABASE_URL"])
+    ensure_database(os.environ["DATABASE_URL"], "SKIP LOCKED is what it measures")
     import django
 
     django.setup()

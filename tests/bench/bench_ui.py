@@ -36,6 +36,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+
+from tests.bench._db import ensure_database  # noqa: E402
+
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/spw_bench_ui")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/5")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
@@ -66,20 +69,6 @@ SIZES = {
     "small": Size("small", lbs=20, members=200, nodes=4, days=3),
     "full": Size("full", lbs=200, members=2000, nodes=20, days=30),
 }
-
-
-def ensure_database(url: str) -> None:
-    import dj_database_url
-    import psycopg
-
-    cfg = dj_database_url.parse(url)
-    if not cfg["ENGINE"].endswith("postgresql"):
-        raise SystemExit("bench_ui needs PostgreSQL (DATABASE_URL=postgres://...)")
-    admin = psycopg.connect(host=cfg["HOST"] or "127.0.0.1", port=cfg["PORT"] or 5432, user=cfg["USER"],
-                            password=cfg["PASSWORD"] or None, dbname="postgres", autocommit=True)
-    with admin:
-        if not admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [cfg["NAME"]]).fetchone():
-            admin.execute(f'CREATE DATABASE "{cfg["NAME"]}"')
 
 
 def empty_tables() -> None:
@@ -373,7 +362,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=50)
     parser.add_argument("--sizes", default="small,full")
     args = parser.parse_args()
-    ensure_database(os.environ["DATABASE_URL"])
+    ensure_database(os.environ["DATABASE_URL"], "the page timings are PostgreSQL query plans")
 
     import django
 
