@@ -144,12 +144,19 @@ class RoutesView(WorkspaceMixin, PrincipalView):
         return render(request, "partials/routes_table.html", {
             "lb": lb, "routes": self.routes(lb, order), "order": order, "can_write": self.principal.can_write})
 
-    def post(self, request, pk: int):
+    def new_route(self, request, pk: int) -> tuple[LoadBalancer, list[Pool], RouteSerializer] | HttpResponse:
+        """The posted new-route form, bound to its LB and the principal's pools there (or a 403)."""
         lb = self.get_scoped(LoadBalancer, pk=pk)
         if not self.principal.can_write:
             return HttpResponse("Your role cannot change routes.", status=403)
         pools = list(self.scoped(Pool).filter(lb=lb))
-        serializer = RouteSerializer(data=route_form_data(request.POST, lb, pools), context={"request": request})
+        return lb, pools, RouteSerializer(data=route_form_data(request.POST, lb, pools), context={"request": request})
+
+    def post(self, request, pk: int):
+        bound = self.new_route(request, pk)
+        if isinstance(bound, HttpResponse):
+            return bound
+        lb, pools, serializer = bound
         if serializer.is_valid():
             try:
                 route_save(principal=self.principal, route=Route(), data=serializer.validated_data)
@@ -174,11 +181,10 @@ class RoutePreviewView(RoutesView):
     http_method_names = ["post"]
 
     def post(self, request, pk: int):
-        lb = self.get_scoped(LoadBalancer, pk=pk)
-        if not self.principal.can_write:
-            return HttpResponse("Your role cannot change routes.", status=403)
-        pools = list(self.scoped(Pool).filter(lb=lb))
-        serializer = RouteSerializer(data=route_form_data(request.POST, lb, pools), context={"request": request})
+        bound = self.new_route(request, pk)
+        if isinstance(bound, HttpResponse):
+            return bound
+        lb, pools, serializer = bound
         if not serializer.is_valid():
             return self.form(request, lb, pools, errors=form_errors(serializer), status=422)
         try:
