@@ -3,36 +3,17 @@ the CSP, the knee is marked, apply is one click, two runs compare. Screenshots: 
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from playwright.sync_api import expect
 
 from apps.balancers.models import PoolRegion
 from apps.capacity.models import CapacityRun, CapacityTest
-from tests.browser import ARGS, CHROMIUM, login, shot
+from tests.browser import login, shot
 from tests.capacity.test_api import knee_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "correct-horse-battery"  # tests/factories.UserFactory
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    """Chromium for this module only. Playwright's sync API keeps an event loop running on the test
-    thread while it is open; a session-wide browser would make every later `run_plan` (engine tests,
-    asyncssh) fail with "Cannot run the event loop while another loop is running"."""
-    if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        yield b
-        b.close()
 
 
 @pytest.fixture
