@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from apps.fleets.codec import strip_header
 from apps.fleets.runtime import (
     MasterSocket,
     ProcInfo,
@@ -170,11 +171,6 @@ def verify(transport: FileSetTransport, bundle: ConfigBundle, node_address: str)
     return None
 
 
-def _body(bundle: ConfigBundle) -> str:
-    # The header (fleet, revision, content hash) ends at the first blank line; comments only.
-    return bundle.main.partition("\n\n")[2]
-
-
 def parse_map(content: bytes) -> list[tuple[str, str]]:
     entries = []
     for line in content.decode().splitlines():
@@ -191,7 +187,7 @@ def hot_map_changes(old: ConfigBundle, new: ConfigBundle) -> dict[str, list[tupl
     haproxy.cfg apart from its header comments, same file names, only `maps/*.map` contents moved.
     The renderer keeps route changes that shape (frontends.classify_with_maps).
     """
-    if old.files.keys() != new.files.keys() or _body(old) != _body(new):
+    if old.files.keys() != new.files.keys() or strip_header(old.main) != strip_header(new.main):
         return None
     changed = {}
     for name, content in new.files.items():
