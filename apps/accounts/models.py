@@ -6,12 +6,18 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from apps.core.tenancy import RestrictedQuerySet
 
-class OrganizationQuerySet(models.QuerySet):
+
+class OrganizationQuerySet(RestrictedQuerySet):
     def visible_to(self, principal) -> OrganizationQuerySet:
         if principal.is_operator:
             return self
         return self.filter(pk=principal.org_id)
+
+    def writable_by(self, principal) -> OrganizationQuerySet:
+        # Org settings include the capacity-test caps: operators set them, not the org itself.
+        return self if principal.is_operator else self.none()
 
 
 class Organization(models.Model):
@@ -72,7 +78,7 @@ class Scope(models.TextChoices):
     DEPLOY = "deploy"
 
 
-class ApiTokenQuerySet(models.QuerySet):
+class ApiTokenQuerySet(RestrictedQuerySet):
     def visible_to(self, principal) -> ApiTokenQuerySet:
         if principal.is_operator and principal.role_at_least(Role.ADMIN):
             return self

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from django.db import models
 
+from apps.core.tenancy import RestrictedQuerySet
 
-class AuditEventQuerySet(models.QuerySet):
+
+class AuditEventQuerySet(RestrictedQuerySet):
     def visible_to(self, principal) -> AuditEventQuerySet:
         if principal.is_operator:
             return self
         return self.filter(org_id=principal.org_id)
+
+    def writable_by(self, principal) -> AuditEventQuerySet:
+        return self.none()  # append-only
 
 
 class AuditEvent(models.Model):

@@ -5,12 +5,14 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from apps.core.tenancy import TenantQuerySet
+from apps.core.tenancy import SharedInfraQuerySet, TenantQuerySet
 
 
 class Region(models.Model):
     slug = models.SlugField(max_length=63, unique=True)
     name = models.CharField(max_length=200)
+
+    objects = SharedInfraQuerySet.as_manager()
 
     class Meta:
         ordering = ["slug"]
@@ -25,6 +27,8 @@ class RegionDistance(models.Model):
     src = models.ForeignKey(Region, on_delete=models.CASCADE, related_name="distances_from")
     dst = models.ForeignKey(Region, on_delete=models.CASCADE, related_name="distances_to")
     rtt_ms = models.FloatField()
+
+    objects = SharedInfraQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -42,8 +46,12 @@ class LoadBalancerQuerySet(TenantQuerySet):
     def visible_to(self, principal):
         if principal.is_operator:
             return self
-        # Customers see their own LBs and the shared ones they can put routes on.
+        # Customers see their own LBs and the shared ones they can put routes and pools on.
         return self.filter(Q(org_id=principal.org_id) | Q(shared=True))
+
+    def writable_by(self, principal):
+        # A shared LB is the operator's: a customer changes only the LBs it owns.
+        return self if principal.is_operator else self.own(principal)
 
 
 class LoadBalancer(models.Model):
@@ -82,6 +90,8 @@ class IpPool(models.Model):
     region = models.ForeignKey(Region, null=True, blank=True, on_delete=models.PROTECT)
     provider = models.CharField(max_length=16, default="haproxy")
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = SharedInfraQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]

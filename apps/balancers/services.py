@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.forms.models import model_to_dict
 from django.utils import timezone
 
@@ -250,6 +250,7 @@ def listener_save(*, principal: Principal, listener: Listener, data: dict[str, A
         old_ip_id = listener.static_ip_id
         object_save(principal=principal, obj=listener, action="create" if listener.pk is None else "update",
                     data=data)
+        _check_port_free(listener)
         ip = listener.static_ip
         if ip is not None:
             if ip.state == StaticIP.State.FREE or (ip.org_id not in (listener.lb.org_id, None)
@@ -261,3 +262,23 @@ def listener_save(*, principal: Principal, listener: Listener, data: dict[str, A
                 and not Listener.objects.filter(static_ip_id=old_ip_id).exists()):
             StaticIP.objects.filter(pk=old_ip_id).update(state=StaticIP.State.RESERVED)
     return listener
+
+
+def _check_port_free(listener: Listener) -> None:
+    """A listener must not bind what another listener on the same fleet binds: the fleet's render would
+    leave one of them out. Refused without naming the other (it may be another tenant's)."""
+    lb = listener.lb
+    fleet_ids = set(lb.serving_fleets.values_list("pk", flat=True))
+    if lb.fleet_id:
+        fleet_ids.add(lb.fleet_id)
+    if not fleet_ids:
+        return
+    others = (Listener.objects.filter(Q(lb__fleet_id__in=fleet_ids) | Q(lb__serving_fleets__in=fleet_ids),
+                                      port=listener.port)
+              .exclude(pk=listener.pk).select_related("static_ip"))
+    mine = listener.static_ip.address if listener.static_ip else None
+    for other in others:
+        theirs = other.static_ip.address if other.static_ip else None
+        if mine is None or theirs is None or mine == theirs:
+            raise Conflict("port_in_use", f"Port {listener.port} is already bound on a fleet that serves this "
+                           "load balancer; choose another port or a static IP of your own.", field="port")

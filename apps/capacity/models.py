@@ -233,6 +233,10 @@ class TargetAllowlistQuerySet(TenantQuerySet):
         # A tenant sees the entries that apply to it: its own and the global ones.
         return self.filter(Q(org_id=principal.org_id) | Q(org__isnull=True))
 
+    def writable_by(self, principal) -> TargetAllowlistQuerySet:
+        # The allowlist lifts address refusals: only operators may widen it.
+        return self if principal.is_operator else self.none()
+
 
 class TargetAllowlist(models.Model):
     """Operator-managed targets tenants may additionally aim at (org null: every org).

@@ -1,18 +1,91 @@
-"""The one way to reach tenant-owned rows: `Model.objects.visible_to(principal)`."""
+"""The one way to reach any row through the API or the UI: `Model.objects.restrict(principal, action)`.
+
+Every model a principal can name has a queryset with `restrict`, which answers per action
+(NetBox's `RestrictedQuerySet.restrict(user, action)`):
+
+- `view`:   rows the principal may read (lists, details, filters);
+- `use`:    rows the principal may *reference* from a field it writes (a listener's certificate,
+            a route's pool, an LB's cloud target). Never wider than `view`;
+- `change`: rows the principal may update or delete. Never wider than `view`.
+
+The base viewset, the base UI view and the scoped relation fields of the base serializer all go
+through `restrict`, so a new endpoint or relation field is scoped without anyone remembering.
+A row outside the scope is simply absent: a foreign id answers exactly like a missing one.
+Operators see and use everything, except where a model says otherwise.
+"""
 
 from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
 
 from django.db import models
 
 
-class TenantQuerySet(models.QuerySet):
+class Action(StrEnum):
+    VIEW = "view"
+    USE = "use"
+    CHANGE = "change"
+
+
+class RestrictedQuerySet(models.QuerySet):
+    """Base of every scoped queryset. Subclasses override `visible_to` / `usable_by` / `writable_by`."""
+
+    def restrict(self, principal: Any, action: Action | str = Action.VIEW) -> models.QuerySet:
+        if principal is None:
+            return self.none()
+        action = Action(action)
+        if action is Action.USE:
+            return self.usable_by(principal)
+        if action is Action.CHANGE:
+            return self.writable_by(principal)
+        return self.visible_to(principal)
+
+    def visible_to(self, principal: Any) -> models.QuerySet:
+        raise NotImplementedError
+
+    def usable_by(self, principal: Any) -> models.QuerySet:
+        return self.visible_to(principal)
+
+    def writable_by(self, principal: Any) -> models.QuerySet:
+        return self.visible_to(principal)
+
+
+class TenantQuerySet(RestrictedQuerySet):
     """Rows owned by an org, found through `TENANT_PATH` on the model (e.g. "pool__org").
 
-    Operators see everything; anyone else sees only their own org's rows. A foreign
-    row is simply absent, so views answer 404 for it as for a missing one.
+    Operators see everything; anyone else sees, uses and changes only their own org's rows.
     """
 
-    def visible_to(self, principal) -> TenantQuerySet:
+    def own(self, principal: Any) -> models.QuerySet:
+        return self.filter(**{f"{self.model.TENANT_PATH}_id": principal.org_id})
+
+    def visible_to(self, principal: Any) -> models.QuerySet:
         if principal.is_operator:
             return self
-        return self.filter(**{f"{self.model.TENANT_PATH}_id": principal.org_id})
+        return self.own(principal)
+
+
+class SharedInfraQuerySet(RestrictedQuerySet):
+    """Infrastructure every org reads and references (regions, IP pools); only operators change it."""
+
+    def visible_to(self, principal: Any) -> models.QuerySet:
+        return self
+
+    def writable_by(self, principal: Any) -> models.QuerySet:
+        return self if principal.is_operator else self.none()
+
+
+class OperatorQuerySet(RestrictedQuerySet):
+    """The operator's own machinery (fleets, nodes, config revisions): absent for everyone else."""
+
+    def visible_to(self, principal: Any) -> models.QuerySet:
+        return self if principal.is_operator else self.none()
+
+
+def restricted(model: type[models.Model], principal: Any, action: Action | str = Action.VIEW) -> models.QuerySet:
+    """`model.objects.restrict(...)`, refusing models that have no scoping at all (a programming error)."""
+    manager = model._default_manager
+    if not hasattr(manager, "restrict"):
+        raise TypeError(f"{model.__name__} has no restrict(); give it a RestrictedQuerySet before exposing it")
+    return manager.restrict(principal, action)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from apps.core.tenancy import TenantQuerySet
+from apps.core.tenancy import OperatorQuerySet, RestrictedQuerySet, TenantQuerySet
 
 
 class Fleet(models.Model):
@@ -37,6 +37,8 @@ class Fleet(models.Model):
     lease_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = OperatorQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]
@@ -84,6 +86,8 @@ class Node(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    objects = OperatorQuerySet.as_manager()
+
     class Meta:
         constraints = [models.UniqueConstraint(fields=["fleet", "name"], name="node_unique_name")]
         ordering = ["fleet__name", "name"]
@@ -109,7 +113,12 @@ class ConfigRevision(models.Model):
     validation_ms = models.FloatField(default=0.0)
     lb_revisions = models.JSONField(default=dict)  # {"<lb id>": <LoadBalancer.revision covered>}
     reason = models.CharField(max_length=200, blank=True, default="")
+    # Objects left out of this revision because they could not render ({kind, id, code, detail});
+    # shown to each object's owner only (apps.fleets.selectors.render_problems_for).
+    problems = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = OperatorQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["fleet", "number"], name="revision_unique_number")]
@@ -119,7 +128,7 @@ class ConfigRevision(models.Model):
         return f"{self.fleet.name}@{self.number}"
 
 
-class RolloutQuerySet(models.QuerySet):
+class RolloutQuerySet(RestrictedQuerySet):
     def visible_to(self, principal) -> RolloutQuerySet:
         """Operators see all; customers the rollouts of fleets serving an LB they can see."""
         if principal.is_operator:
@@ -130,6 +139,10 @@ class RolloutQuerySet(models.QuerySet):
         return self.filter(
             Q(fleet__load_balancers__in=lbs) | Q(fleet__serves__in=lbs)
         ).distinct()
+
+    def writable_by(self, principal) -> RolloutQuerySet:
+        # Rolling a fleet back moves every tenant's config: the operator's call.
+        return self if principal.is_operator else self.none()
 
 
 class Rollout(models.Model):

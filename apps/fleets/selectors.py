@@ -23,6 +23,7 @@ from apps.core import crypto
 from apps.fleets.codec import snapshot_from_json
 from apps.fleets.models import ConfigRevision, Fleet, Node, NodeHealth, NodeResult, Rollout
 from apps.fleets.snapshot import (
+    ANY_ADDRESS,
     CertSpec,
     FleetSnapshot,
     HealthCheckSpec,
@@ -40,9 +41,6 @@ from apps.traffic.observe import parse_backend
 from apps.traffic.overflow import PlanInputError
 from apps.traffic.selectors import pool_capacities_many
 from apps.traffic.thresholds import node_chain
-
-# Listeners without a static IP bind every address of the node (or the node's bind_address).
-ANY_ADDRESS = "0.0.0.0"
 
 
 def fleet_lbs(fleet: Fleet) -> QuerySet[LoadBalancer]:
@@ -442,3 +440,20 @@ def history(fleets: list[Fleet], is_operator: bool) -> list[dict[str, Any]]:
                                   [:HISTORY_REVISIONS])
         out.append(entry)
     return out
+
+
+def render_problems_for(principal: Principal, problems: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The render problems (objects left out of a revision) that `principal` owns: a customer never
+    learns that another tenant's object exists, let alone that it is broken."""
+    if principal.is_operator or not problems:
+        return list(problems)
+    ids: dict[str, set[int]] = defaultdict(set)
+    for p in problems:
+        ids[p["kind"]].add(p["id"])
+    own = {
+        "route": set(Route.objects.filter(pk__in=ids["route"], org_id=principal.org_id).values_list("pk", flat=True)),
+        "pool": set(Pool.objects.filter(pk__in=ids["pool"], org_id=principal.org_id).values_list("pk", flat=True)),
+        "listener": set(Listener.objects.filter(pk__in=ids["listener"], lb__org_id=principal.org_id)
+                        .values_list("pk", flat=True)),
+    }
+    return [p for p in problems if p["id"] in own.get(p["kind"], set())]

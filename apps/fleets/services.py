@@ -30,6 +30,7 @@ from apps.fleets.codec import content_sha256, display_text, snapshot_to_json, st
 from apps.fleets.delivery import set_server
 from apps.fleets.models import ConfigRevision, Fleet, Node, NodeResult, Rollout
 from apps.fleets.render import UnsafeValue, backend_name, render
+from apps.fleets.render.quarantine import quarantine
 from apps.fleets.render.routing import ANY_HOST_CLASS
 from apps.fleets.snapshot import FleetSnapshot, NodeSpec
 from apps.fleets.validate import validate_bundle
@@ -72,6 +73,12 @@ def fleet_render(*, fleet: Fleet, reason: str = "") -> ConfigRevision:
         latest = selectors.latest_revision(fleet)
         number = latest.number + 1 if latest else 1
         snap, lb_revisions = selectors.fleet_snapshot(fleet, number)
+        # One tenant's broken object must not block the others: render what is valid, keep the rest
+        # as problems for their owners.
+        snap, left_out = quarantine(snap)
+        problems = [p.as_json() for p in left_out]
+        if problems:
+            logger.warning("fleet %s: revision %s leaves out %s", fleet.name, number, problems)
         try:
             bundle = render(snap, selectors.reference_node(fleet))
         except UnsafeValue as exc:
@@ -96,7 +103,7 @@ def fleet_render(*, fleet: Fleet, reason: str = "") -> ConfigRevision:
         revision = ConfigRevision.objects.create(
             fleet=fleet, number=number, text=text, sha256=content, diff=diff,
             snapshot=snapshot_to_json(snap, crypto.encrypt), validation_ok=ok, validation_output=output,
-            validation_ms=took_ms, lb_revisions=lb_revisions, reason=reason[:200],
+            validation_ms=took_ms, lb_revisions=lb_revisions, reason=reason[:200], problems=problems,
         )
     if not ok:
         logger.warning("fleet %s: revision %s is invalid and will not be pushed:\n%s",
@@ -285,6 +292,7 @@ class _PreviewInput:
     snapshot: FleetSnapshot  # desired state, read from the database
     node: NodeSpec
     own_lines: re.Pattern[str] | None  # customers: the diff lines they may read
+    problems: list[dict[str, Any]]  # objects the render would leave out, the principal's own only
 
 
 def _preview_gather(lb: LoadBalancer, principal: Principal) -> list[_PreviewInput]:
@@ -295,7 +303,9 @@ def _preview_gather(lb: LoadBalancer, principal: Principal) -> list[_PreviewInpu
         base = ConfigRevision.objects.filter(fleet=fleet, number=fleet.desired_revision).first()
         latest = selectors.latest_revision(fleet)
         snap, _ = selectors.fleet_snapshot(fleet, (latest.number + 1) if latest else 1)
-        inputs.append(_PreviewInput(fleet.name, base, snap, selectors.reference_node(fleet), pattern))
+        snap, left_out = quarantine(snap)
+        problems = selectors.render_problems_for(principal, [p.as_json() for p in left_out])
+        inputs.append(_PreviewInput(fleet.name, base, snap, selectors.reference_node(fleet), pattern, problems))
     return inputs
 
 
@@ -303,7 +313,8 @@ def _preview_compute(inputs: list[_PreviewInput], principal: Principal) -> list[
     previews = []
     for item in inputs:
         base = item.base
-        entry: dict[str, Any] = {"fleet": item.fleet, "base_revision": base.number if base else None}
+        entry: dict[str, Any] = {"fleet": item.fleet, "base_revision": base.number if base else None,
+                                 "left_out": item.problems}
         try:
             bundle = render(item.snapshot, item.node)
         except UnsafeValue as exc:

@@ -16,6 +16,8 @@ PathMatch = Literal["prefix", "exact"]
 Protocol = Literal["http", "https", "tcp"]
 
 MAIN_FILE = "haproxy.cfg"
+# Listeners without a static IP bind every address of the node (or the node's bind_address).
+ANY_ADDRESS = "0.0.0.0"
 
 
 @dataclass(frozen=True)

@@ -159,22 +159,23 @@ def test_an_unchanged_desired_state_makes_no_new_revision_and_no_reload(fleet3: 
 
 def test_an_injected_value_never_reaches_a_node(fleet3: LocalFleet, tiny_backend) -> None:
     """GIVEN a route path carrying a newline and a directive (written past the API, as a buggy
-    migration could) WHEN reconciled THEN the revision is stored as refused and no node changes."""
+    migration could) WHEN reconciled THEN that route is left out of the revision and named as its
+    problem, nothing of it reaches a node, and everything else on the fleet still deploys."""
     reconcile(fleet3.fleet)
-    before = {n.name: (n.applied_sha256, n.worker_pid) for n in fleet3.nodes}
     new = tiny_backend("new")
-    add_route(fleet3.lb, add_pool(fleet3.lb, "new", (new.address, new.port)),
-              "/api }\n    bind 127.0.0.1:9\n    http-request deny if { path_beg /x", 10)
+    route = add_route(fleet3.lb, add_pool(fleet3.lb, "new", (new.address, new.port)),
+                      "/api }\n    bind 127.0.0.1:9\n    http-request deny if { path_beg /x", 10)
 
-    result = reconcile(fleet3.fleet)
+    reconcile(fleet3.fleet)
 
     revision = ConfigRevision.objects.filter(fleet=fleet3.fleet).order_by("-number").first()
-    assert not revision.validation_ok and "render refused" in revision.validation_output
-    assert result["rollouts"] == []
-    assert {n.name: (n.applied_sha256, n.worker_pid) for n in fleet3.nodes} == before
+    assert revision.validation_ok
+    assert [(p["kind"], p["id"], p["code"]) for p in revision.problems] == [("route", route.pk, "invalid_path")]
+    assert "127.0.0.1:9" not in revision.text and "path_beg /x" not in revision.text
+    for node in fleet3.nodes:
+        node.refresh_from_db()
+        assert node.applied_revision_id == revision.pk  # the valid rest (the new pool) was deployed
     assert set(fleet3.bodies("/").values()) == {"old"}
-    with pytest.raises(services.DomainError):
-        services.rollout_create(fleet=fleet3.fleet, revision=revision)
 
 
 def test_a_config_haproxy_rejects_is_stored_with_its_output_and_never_pushed(

@@ -180,7 +180,10 @@ def test_an_outsider_gets_404_and_sees_nothing(alice, charlie) -> None:
     assert charlie.client.get(f"{RUNS}{run_id}/").status_code == 404
     assert charlie.client.post(f"{RUNS}{run_id}/cancel/").status_code == 404
     assert charlie.client.get(JOBS).json()["results"] == []
-    assert charlie.client.get(RUNS, {"job": job_id}).json()["results"] == []
+    # A foreign job id in a filter answers exactly like a missing one (no existence oracle).
+    foreign, missing = charlie.client.get(RUNS, {"job": job_id}), charlie.client.get(RUNS, {"job": 987654})
+    assert foreign.status_code == missing.status_code == 400
+    assert foreign.json() == missing.json()
     # ...and cannot create a job in acme's name.
     refused = create(charlie, name="sneaky", org="acme")
     assert refused.status_code == 400 and "org" in refused.json()["fields"]

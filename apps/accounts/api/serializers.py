@@ -3,10 +3,10 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from apps.accounts.models import ApiToken, Organization, Scope
-from apps.core.api.fields import SlugNameField
+from apps.core.api.fields import SlugNameField, TenantModelSerializer
 
 
-class OrganizationSerializer(serializers.ModelSerializer):
+class OrganizationSerializer(TenantModelSerializer):
     slug = SlugNameField()
 
     class Meta:
@@ -16,7 +16,7 @@ class OrganizationSerializer(serializers.ModelSerializer):
         read_only_fields = ["created_at"]
 
 
-class ApiTokenSerializer(serializers.ModelSerializer):
+class ApiTokenSerializer(TenantModelSerializer):
     org = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     name = serializers.CharField(max_length=100)
     scopes = serializers.ListField(child=serializers.ChoiceField(choices=Scope.choices), min_length=1)

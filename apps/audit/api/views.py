@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 from django_filters import rest_framework as filters
-from rest_framework import serializers, viewsets
+from rest_framework import serializers
 
 from apps.audit.models import AuditEvent
+from apps.core.api.fields import TenantModelSerializer
+from apps.core.api.viewsets import TenantViewSet
 
 
-class AuditEventSerializer(serializers.ModelSerializer):
+class AuditEventSerializer(TenantModelSerializer):
     org = serializers.SlugRelatedField(slug_field="slug", read_only=True)
 
     class Meta:
@@ -26,13 +28,11 @@ class AuditEventFilter(filters.FilterSet):
         fields = ["action", "object_type", "object_id", "actor", "request_id"]
 
 
-class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
+class AuditEventViewSet(TenantViewSet):
     """Read-only by construction: the audit log is append-only."""
 
+    model = AuditEvent
     serializer_class = AuditEventSerializer
     filterset_class = AuditEventFilter
-
-    def get_queryset(self):
-        if getattr(self, "swagger_fake_view", False):
-            return AuditEvent.objects.none()
-        return AuditEvent.objects.visible_to(self.request.principal).select_related("org")
+    select_related = ("org",)
+    http_method_names = ["get", "head", "options"]

@@ -27,10 +27,11 @@ from apps.core.api.fields import (
     ScopedRelatedField,
     ScopedSlugRelatedField,
     SlugNameField,
+    TenantModelSerializer,
 )
 
 
-class OrgOwnedSerializer(serializers.ModelSerializer):
+class OrgOwnedSerializer(TenantModelSerializer):
     """`org` defaults to the caller's org; only operators may name another."""
 
     org = ScopedSlugRelatedField(Organization, required=False)
@@ -48,7 +49,7 @@ class OrgOwnedSerializer(serializers.ModelSerializer):
         return attrs
 
 
-class RegionSerializer(serializers.ModelSerializer):
+class RegionSerializer(TenantModelSerializer):
     slug = SlugNameField()
     name = serializers.CharField(max_length=200)
 
@@ -57,7 +58,7 @@ class RegionSerializer(serializers.ModelSerializer):
         fields = ["id", "slug", "name"]
 
 
-class RegionDistanceSerializer(serializers.ModelSerializer):
+class RegionDistanceSerializer(TenantModelSerializer):
     src = ScopedSlugRelatedField(Region)
     dst = ScopedSlugRelatedField(Region)
     rtt_ms = serializers.FloatField(min_value=0, max_value=10_000)
@@ -82,9 +83,10 @@ class LoadBalancerSerializer(OrgOwnedSerializer):
         fields = ["id", "org", "name", "kind", "shared", "fleet", "cloud_target", "revision", "created_at",
                   "updated_at"]
         read_only_fields = ["revision", "created_at", "updated_at"]
+        operator_only_fields = ("fleet", "shared")
 
 
-class LbChildSerializer(serializers.ModelSerializer):
+class LbChildSerializer(TenantModelSerializer):
     """Objects hung on an LB: customers may hang them only on LBs they may use."""
 
     lb = ScopedRelatedField(LoadBalancer)
@@ -101,6 +103,7 @@ class ListenerSerializer(LbChildSerializer):
         fields = ["id", "lb", "name", "protocol", "port", "static_ip", "default_pool", "certificate",
                   "created_at", "updated_at"]
         read_only_fields = ["created_at", "updated_at"]
+        create_only_fields = ("lb",)
 
     def validate(self, attrs):
         attrs = super().validate(attrs)
@@ -113,10 +116,19 @@ class ListenerSerializer(LbChildSerializer):
         if pool is not None and pool.lb_id != lb.pk:
             raise serializers.ValidationError({"default_pool": ["That pool belongs to another load balancer."]},
                                               code="pool_not_on_lb")
+        protocol = attrs.get("protocol", getattr(self.instance, "protocol", Listener.Protocol.HTTP))
+        cert = attrs["certificate"] if "certificate" in attrs else getattr(self.instance, "certificate", None)
+        if protocol == Listener.Protocol.HTTPS and cert is None:
+            raise serializers.ValidationError({"certificate": ["An https listener needs a certificate."]},
+                                              code="certificate_required")
+        if cert is not None and cert.org_id != lb.org_id:
+            # The key would be served under the LB owner's name: only the owner's certificates qualify.
+            raise serializers.ValidationError(
+                {"certificate": [f'Invalid pk "{cert.pk}" - object does not exist.']}, code="does_not_exist")
         return attrs
 
 
-class PoolRegionSerializer(serializers.ModelSerializer):
+class PoolRegionSerializer(TenantModelSerializer):
     pool = ScopedRelatedField(Pool)
     region = ScopedSlugRelatedField(Region)
     max_rate_per_member = serializers.FloatField(min_value=0.001, max_value=1_000_000, allow_null=True,
@@ -126,6 +138,7 @@ class PoolRegionSerializer(serializers.ModelSerializer):
     class Meta:
         model = PoolRegion
         fields = ["id", "pool", "region", "max_rate_per_member", "capacity_scaler"]
+        create_only_fields = ("pool",)
 
     def validate_capacity_scaler(self, value: float) -> float:
         # GCP semantics: 0 drains the region; otherwise 0.1..1.0.
@@ -150,9 +163,10 @@ class PoolSerializer(OrgOwnedSerializer):
         fields = ["id", "lb", "org", "name", "algorithm", "overflow_policy", "health_path", "health_interval_s",
                   "health_rise", "health_fall", "health_expected_status", "regions", "created_at", "updated_at"]
         read_only_fields = ["created_at", "updated_at"]
+        create_only_fields = ("lb", "org")
 
 
-class MemberSerializer(serializers.ModelSerializer):
+class MemberSerializer(TenantModelSerializer):
     pool = ScopedRelatedField(Pool)
     region = ScopedSlugRelatedField(Region)
     name = SlugNameField()
@@ -165,6 +179,7 @@ class MemberSerializer(serializers.ModelSerializer):
         fields = ["id", "pool", "region", "name", "address", "port", "weight", "admin_state", "created_at",
                   "updated_at"]
         read_only_fields = ["created_at", "updated_at"]
+        create_only_fields = ("pool",)
 
     def validate_address(self, value: str) -> str:
         ip = ipaddress.ip_address(value)
@@ -202,6 +217,7 @@ class RouteSerializer(OrgOwnedSerializer):
         fields = ["id", "lb", "org", "hosts", "path_match", "path", "priority", "redirect_url", "targets",
                   "created_at", "updated_at"]
         read_only_fields = ["created_at", "updated_at"]
+        create_only_fields = ("lb", "org")
         # Priority uniqueness is checked by the service under the LB lock (409 priority_taken).
         validators: list = []
 
@@ -220,7 +236,7 @@ class HostnameClaimSerializer(OrgOwnedSerializer):
         read_only_fields = ["status", "decided_at", "created_at"]
 
 
-class IpPoolSerializer(serializers.ModelSerializer):
+class IpPoolSerializer(TenantModelSerializer):
     name = SlugNameField()
     region = ScopedSlugRelatedField(Region, required=False, allow_null=True)
     free = serializers.SerializerMethodField()
@@ -248,7 +264,7 @@ class IpPoolSerializer(serializers.ModelSerializer):
         return usable - used
 
 
-class StaticIPSerializer(serializers.ModelSerializer):
+class StaticIPSerializer(TenantModelSerializer):
     pool = serializers.SlugRelatedField(slug_field="name", read_only=True)
     org = serializers.SlugRelatedField(slug_field="slug", read_only=True)
 
@@ -259,6 +275,6 @@ class StaticIPSerializer(serializers.ModelSerializer):
 
 
 class StaticIPAllocateSerializer(serializers.Serializer):
-    pool = serializers.SlugRelatedField(slug_field="name", queryset=IpPool.objects.all())
+    pool = ScopedSlugRelatedField(IpPool, slug_field="name")
     address = serializers.IPAddressField(required=False)
     org = ScopedSlugRelatedField(Organization, required=False)

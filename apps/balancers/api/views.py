@@ -6,7 +6,6 @@ from django.db.models import Count, Q
 from django_filters import rest_framework as filters
 from rest_framework import status
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
 from apps.balancers import services
@@ -32,9 +31,6 @@ class GlobalQuerySetMixin:
     """Shared infrastructure (regions, IP pools): readable by all, written by operators."""
 
     operator_only_write = True
-
-    def get_queryset(self):
-        return self.model.objects.all()
 
 
 class ServiceWritesMixin:
@@ -63,17 +59,6 @@ class RegionDistanceViewSet(GlobalQuerySetMixin, ServiceWritesMixin, TenantViewS
     serializer_class = s.RegionDistanceSerializer
     select_related = ("src", "dst")
 
-    def get_queryset(self):
-        return RegionDistance.objects.select_related("src", "dst")
-
-
-class OwnerWritesMixin:
-    """Customers may read shared LBs, but only the owner org changes an LB or its listeners."""
-
-    def _check_owner(self, lb: LoadBalancer) -> None:
-        if not self.principal.is_operator and lb.org_id != self.principal.org_id:
-            raise PermissionDenied("Only the load balancer's owner can change it.")
-
 
 class LoadBalancerFilter(filters.FilterSet):
     class Meta:
@@ -81,20 +66,12 @@ class LoadBalancerFilter(filters.FilterSet):
         fields = ["kind", "shared", "fleet", "name"]
 
 
-class LoadBalancerViewSet(OwnerWritesMixin, ServiceWritesMixin, TenantViewSet):
+class LoadBalancerViewSet(ServiceWritesMixin, TenantViewSet):
     model = LoadBalancer
     serializer_class = s.LoadBalancerSerializer
     select_related = ("org",)
     filterset_class = LoadBalancerFilter
     ordering_fields = ["name", "created_at", "revision"]
-
-    def perform_update(self, serializer):
-        self._check_owner(serializer.instance)
-        super().perform_update(serializer)
-
-    def perform_destroy(self, instance):
-        self._check_owner(instance)
-        super().perform_destroy(instance)
 
 
 class ListenerViewSet(ServiceWritesMixin, TenantViewSet):
@@ -204,9 +181,10 @@ class IpPoolViewSet(GlobalQuerySetMixin, ServiceWritesMixin, TenantViewSet):
     model = IpPool
     serializer_class = s.IpPoolSerializer
 
-    def get_queryset(self):
-        return IpPool.objects.select_related("region").annotate(
-            used_count=Count("addresses", filter=~Q(addresses__state=StaticIP.State.FREE))).order_by("name")
+    select_related = ("region",)
+
+    def scope_queryset(self, qs):
+        return qs.annotate(used_count=Count("addresses", filter=~Q(addresses__state=StaticIP.State.FREE)))
 
 
 class StaticIPViewSet(TenantViewSet):
@@ -216,8 +194,8 @@ class StaticIPViewSet(TenantViewSet):
     filterset_fields = ["state", "pool__name", "address"]
     http_method_names = ["get", "post", "head", "options"]
 
-    def get_queryset(self):
-        return super().get_queryset().exclude(state=StaticIP.State.FREE)
+    def scope_queryset(self, qs):
+        return qs.exclude(state=StaticIP.State.FREE)
 
     @action(detail=False, methods=["post"], serializer_class=s.StaticIPAllocateSerializer)
     def allocate(self, request):

@@ -11,7 +11,14 @@ from apps.balancers.models import Pool, Region
 from apps.capacity import safety
 from apps.capacity.models import CapacityRun, CapacityShard, CapacityTest, StepResult, TargetAllowlist
 from apps.core import validators
-from apps.core.api.fields import HostnameField, PathField, ScopedRelatedField, ScopedSlugRelatedField, SlugNameField
+from apps.core.api.fields import (
+    HostnameField,
+    PathField,
+    ScopedRelatedField,
+    ScopedSlugRelatedField,
+    SlugNameField,
+    TenantModelSerializer,
+)
 
 
 class StepsField(serializers.JSONField):
@@ -24,7 +31,7 @@ class StepsField(serializers.JSONField):
         return value
 
 
-class CapacityTestSerializer(serializers.ModelSerializer):
+class CapacityTestSerializer(TenantModelSerializer):
     org = ScopedSlugRelatedField(Organization, required=False)
     name = SlugNameField()
     # Plain ids: whether a listener or route may be targeted is the service's call (target_not_owned),
@@ -97,7 +104,7 @@ class CapacityTestSerializer(serializers.ModelSerializer):
                 "created_at": run.created_at}
 
 
-class StepResultSerializer(serializers.ModelSerializer):
+class StepResultSerializer(TenantModelSerializer):
     error_rate = serializers.FloatField(read_only=True)
 
     class Meta:
@@ -111,14 +118,14 @@ class StepResultWithHistogramSerializer(StepResultSerializer):
         fields = [*StepResultSerializer.Meta.fields, "histogram"]
 
 
-class CapacityShardSerializer(serializers.ModelSerializer):
+class CapacityShardSerializer(TenantModelSerializer):
     class Meta:
         model = CapacityShard
         fields = ["index", "status", "worker", "percent", "current_step", "achieved_rate", "sent", "ok", "errors",
                   "stopped_reason", "start_skew_s", "error", "started_at", "finished_at"]
 
 
-class CapacityRunSerializer(serializers.ModelSerializer):
+class CapacityRunSerializer(TenantModelSerializer):
     test_name = serializers.CharField(source="test.name", read_only=True)
     steps = serializers.SerializerMethodField()
 
@@ -142,7 +149,7 @@ class CapacityRunListSerializer(CapacityRunSerializer):
         fields = [f for f in CapacityRunSerializer.Meta.fields if f != "steps"]
 
 
-class TargetAllowlistSerializer(serializers.ModelSerializer):
+class TargetAllowlistSerializer(TenantModelSerializer):
     org = ScopedSlugRelatedField(Organization, required=False, allow_null=True)
     cidr = serializers.CharField(max_length=64, required=False, allow_blank=True)
     hostname = HostnameField(required=False, allow_blank=True)

@@ -59,8 +59,7 @@ class CapacityRunViewSet(TenantViewSet):
     ordering_fields = ["created_at", "knee_capacity_rps"]
     http_method_names = ["get", "post", "head", "options"]
 
-    def get_queryset(self):
-        qs = super().get_queryset()
+    def scope_queryset(self, qs):
         if self.action == "retrieve":
             qs = qs.prefetch_related(Prefetch("step_results", queryset=StepResult.objects.filter(shard__isnull=True)))
         return qs

@@ -10,12 +10,12 @@ from rest_framework import serializers
 from apps.balancers.models import LoadBalancer
 from apps.cloud import runner, services
 from apps.cloud.models import CloudApply, CloudTarget
-from apps.core.api.fields import ScopedRelatedField, SlugNameField
+from apps.core.api.fields import ScopedRelatedField, SlugNameField, TenantModelSerializer
 
 NETWORK_KEYS = {"network", "zone", "subnet_ids", "security_group_ids"}
 
 
-class CloudTargetSerializer(serializers.ModelSerializer):
+class CloudTargetSerializer(TenantModelSerializer):
     name = SlugNameField()
     credentials_ref = serializers.CharField(max_length=256, required=False, allow_blank=True, write_only=True)
     has_credentials = serializers.SerializerMethodField()
@@ -67,7 +67,7 @@ class CloudTargetSerializer(serializers.ModelSerializer):
         return value
 
 
-class CloudApplySerializer(serializers.ModelSerializer):
+class CloudApplySerializer(TenantModelSerializer):
     target = ScopedRelatedField(CloudTarget)
     lb = ScopedRelatedField(LoadBalancer)
     has_synth_json = serializers.SerializerMethodField()

@@ -12,6 +12,7 @@ from typing import Any
 from rest_framework import serializers
 
 from apps.core import validators as v
+from apps.core.tenancy import Action, restricted
 
 
 def allowlisted(check: Callable[[Any], Any]) -> Callable[[Any], None]:
@@ -58,32 +59,95 @@ class RedirectUrlField(serializers.CharField):
         super().__init__(validators=[validate_redirect_url], **kwargs)
 
 
-class ScopedRelatedField(serializers.PrimaryKeyRelatedField):
-    """A foreign key the principal can see; another tenant's id reads as 'does not exist'."""
+def _principal(field: serializers.Field):
+    request = field.context.get("request")
+    return getattr(request, "principal", None)
 
-    def __init__(self, model, **kwargs: Any) -> None:
+
+class ScopedRelatedField(serializers.PrimaryKeyRelatedField):
+    """A reference by id, resolved only among rows the principal may *use*.
+
+    Another tenant's id reads as "does not exist", exactly like a missing id. `action` narrows
+    further where a field needs it (e.g. a listener may only hang on an LB its caller may change).
+    """
+
+    def __init__(self, model=None, *, action: Action | str = Action.USE, limit_choices: dict | None = None,
+                 **kwargs: Any) -> None:
+        if model is None and kwargs.get("queryset") is not None:  # built by ModelSerializer
+            model = kwargs["queryset"].model
         self.model = model
-        kwargs.setdefault("queryset", model.objects.all())
+        self.scope_action = Action(action)
+        self.limit_choices = limit_choices or {}
+        if not kwargs.get("read_only"):
+            kwargs.setdefault("queryset", model._default_manager.all())
         super().__init__(**kwargs)
 
     def get_queryset(self):
-        request = self.context.get("request")
-        principal = getattr(request, "principal", None)
-        if principal is None:
-            return self.model.objects.none()
-        return self.model.objects.visible_to(principal)
+        return restricted(self.model, _principal(self), self.scope_action).filter(**self.limit_choices)
 
 
 class ScopedSlugRelatedField(serializers.SlugRelatedField):
-    def __init__(self, model, slug_field: str = "slug", **kwargs: Any) -> None:
+    def __init__(self, model=None, slug_field: str = "slug", *, action: Action | str = Action.USE,
+                 **kwargs: Any) -> None:
+        if model is None and kwargs.get("queryset") is not None:
+            model = kwargs["queryset"].model
         self.model = model
-        kwargs.setdefault("queryset", model.objects.all())
+        self.scope_action = Action(action)
+        if not kwargs.get("read_only"):
+            kwargs.setdefault("queryset", model._default_manager.all())
         super().__init__(slug_field=slug_field, **kwargs)
 
     def get_queryset(self):
-        request = self.context.get("request")
-        principal = getattr(request, "principal", None)
-        if principal is None:
-            return self.model.objects.none()
-        manager = self.model.objects
-        return manager.visible_to(principal) if hasattr(manager, "visible_to") else manager.all()
+        return restricted(self.model, _principal(self), self.scope_action)
+
+
+class TenantModelSerializer(serializers.ModelSerializer):
+    """Base of every model serializer of the API: relation fields it builds are scoped by default.
+
+    A ModelSerializer builds a PrimaryKeyRelatedField over *every* row for each foreign key it
+    is not told about; here it builds a ScopedRelatedField, so a relation field added to `fields`
+    later is safe without anyone remembering (tests/core/test_relation_scoping.py enforces it).
+    """
+
+    serializer_related_field = ScopedRelatedField
+
+    # Meta.operator_only_fields: only operators may set them (placement on fleets, `shared`); anyone
+    # else may send them only with the value they already have.
+    # Meta.create_only_fields: fixed once the object exists (a pool's LB: moving it would strand the
+    # routes that target it on the old LB).
+
+    def to_internal_value(self, data):
+        meta = getattr(self, "Meta", None)
+        principal = _principal(self)
+        errors: dict[str, list[str]] = {}
+        codes: dict[str, str] = {}
+        if isinstance(data, dict):
+            if principal is not None and not principal.is_operator:
+                for name in getattr(meta, "operator_only_fields", ()):
+                    if name in data and not self._unchanged(name, data[name]):
+                        errors[name] = ["Only an operator can set this field."]
+                        codes[name] = "operator_only"
+            if self.instance is not None:
+                for name in getattr(meta, "create_only_fields", ()):
+                    if name in data and not self._unchanged(name, data[name]):
+                        errors[name] = ["This field cannot be changed once the object exists; create a new one."]
+                        codes[name] = "immutable"
+        if errors:
+            raise serializers.ValidationError(
+                {k: [serializers.ErrorDetail(m, code=codes[k]) for m in v] for k, v in errors.items()})
+        return super().to_internal_value(data)
+
+    def _unchanged(self, name: str, value: Any) -> bool:
+        field = self.fields.get(name)
+        if field is None:
+            return False
+        try:
+            new = field.run_validation(value)
+        except serializers.ValidationError:
+            return False
+        if self.instance is not None:
+            current = getattr(self.instance, field.source, None)
+        else:
+            model_field = self.Meta.model._meta.get_field(field.source)
+            current = None if model_field.is_relation else model_field.get_default()
+        return getattr(new, "pk", new) == getattr(current, "pk", current)

@@ -1,7 +1,9 @@
 """Base API viewset: tenancy scoping, ETag/If-Match, Idempotency-Key, services for writes.
 
-Every tenant-owned endpoint inherits `TenantViewSet`, so none can forget the scope:
-`get_queryset()` is always `Model.objects.visible_to(principal)`.
+Every endpoint inherits `TenantViewSet`, so none can forget the scope: `get_queryset()` is always
+`Model.objects.restrict(principal, "view")` (a foreign object is a 404 like a missing one), and a
+write to an object the principal may see but not change (a shared LB, an org's settings) is a 403.
+Subclasses narrow or annotate the scoped queryset in `scope_queryset`, never replace it.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ import re
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from rest_framework import status, viewsets
+from rest_framework import permissions, status, viewsets
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
 from apps.core.api.errors import ApiError, PreconditionFailed
 from apps.core.models import IdempotencyRecord
+from apps.core.tenancy import Action, restricted
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
@@ -38,12 +42,24 @@ class TenantViewSet(viewsets.ModelViewSet):
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation has no principal
             return self.model.objects.none()
-        qs = self.model.objects.visible_to(self.principal)
+        qs = restricted(self.model, self.principal, Action.VIEW)
         if self.select_related:
             qs = qs.select_related(*self.select_related)
         if self.prefetch_related:
             qs = qs.prefetch_related(*self.prefetch_related)
+        return self.scope_queryset(qs)
+
+    def scope_queryset(self, qs):
+        """Hook to narrow or annotate the already-scoped queryset (e.g. hide free IPs)."""
         return qs
+
+    def get_object(self):
+        obj = super().get_object()  # 404 for missing and foreign alike
+        if self.request.method not in permissions.SAFE_METHODS and not restricted(
+                self.model, self.principal, Action.CHANGE).filter(pk=obj.pk).exists():
+            # Visible (a shared LB, the org itself) but not the caller's to change.
+            raise PermissionDenied("You can see this object but not change it.")
+        return obj
 
     # --- ETag / If-Match -------------------------------------------------------------
 

@@ -9,7 +9,13 @@ from rest_framework import serializers
 
 from apps.accounts.models import Organization
 from apps.balancers.models import LoadBalancer, Region
-from apps.core.api.fields import ScopedSlugRelatedField, SlugNameField, validate_ip
+from apps.core.api.fields import (
+    ScopedRelatedField,
+    ScopedSlugRelatedField,
+    SlugNameField,
+    TenantModelSerializer,
+    validate_ip,
+)
 from apps.fleets.certs import expiry_warnings
 from apps.fleets.models import Certificate, ConfigRevision, Fleet, Node, NodeResult, Rollout
 from apps.fleets.render import UnsafeValue
@@ -22,11 +28,11 @@ _SSH_HOST_RE = re.compile(r"^[A-Za-z0-9.:-]{1,253}$")
 _SSH_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
 
-class FleetSerializer(serializers.ModelSerializer):
+class FleetSerializer(TenantModelSerializer):
     name = SlugNameField()
-    region = serializers.SlugRelatedField(slug_field="slug", queryset=Region.objects.all())
-    serves = serializers.PrimaryKeyRelatedField(
-        many=True, required=False, queryset=LoadBalancer.objects.filter(kind=LoadBalancer.Kind.HAPROXY))
+    region = ScopedSlugRelatedField(Region)
+    serves = ScopedRelatedField(LoadBalancer, many=True, required=False,
+                                limit_choices={"kind": LoadBalancer.Kind.HAPROXY})
     load_balancers = serializers.SerializerMethodField()
     nodes = serializers.SerializerMethodField()
 
@@ -50,9 +56,9 @@ class FleetSerializer(serializers.ModelSerializer):
         return {"total": len(nodes), "by_status": by_status, "on_desired_revision": on_desired}
 
 
-class NodeSerializer(serializers.ModelSerializer):
+class NodeSerializer(TenantModelSerializer):
     name = SlugNameField()
-    fleet = serializers.SlugRelatedField(slug_field="name", queryset=Fleet.objects.all())
+    fleet = ScopedSlugRelatedField(Fleet, slug_field="name")
     address = serializers.CharField(validators=[validate_ip])
     bind_address = serializers.CharField(validators=[validate_ip], required=False, allow_null=True)
     ssh_private_key = serializers.CharField(write_only=True, required=False, allow_blank=False,
@@ -132,7 +138,7 @@ class NodeSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError({"ssh_known_hosts": [str(exc)]}) from exc
 
 
-class ConfigRevisionSerializer(serializers.ModelSerializer):
+class ConfigRevisionSerializer(TenantModelSerializer):
     fleet = serializers.SlugRelatedField(slug_field="name", read_only=True)
 
     class Meta:
@@ -155,7 +161,7 @@ def _redact(principal, text: str, fallback: str) -> str:
     return fallback
 
 
-class NodeResultSerializer(serializers.ModelSerializer):
+class NodeResultSerializer(TenantModelSerializer):
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
     error = serializers.SerializerMethodField()
 
@@ -170,8 +176,8 @@ class NodeResultSerializer(serializers.ModelSerializer):
         return _redact(principal, result.error, "This node failed; an operator can see the details.")
 
 
-class RolloutSerializer(serializers.ModelSerializer):
-    fleet = serializers.SlugRelatedField(slug_field="name", queryset=Fleet.objects.all())
+class RolloutSerializer(TenantModelSerializer):
+    fleet = ScopedSlugRelatedField(Fleet, slug_field="name")
     revision = serializers.IntegerField(required=False, min_value=1, write_only=True,
                                         help_text="Revision number to roll out; default: render now.")
     results = NodeResultSerializer(many=True, read_only=True)
@@ -203,7 +209,7 @@ class RolloutSerializer(serializers.ModelSerializer):
         return counts
 
 
-class CertificateSerializer(serializers.ModelSerializer):
+class CertificateSerializer(TenantModelSerializer):
     name = SlugNameField()
     org = ScopedSlugRelatedField(Organization, required=False)
     cert_pem = serializers.CharField(trim_whitespace=False, max_length=262144,

@@ -25,31 +25,11 @@ APPLIED_MAX_TIMEOUT_S = 60.0
 APPLIED_POLL_S = 0.05
 
 
-class OperatorOnlyMixin:
+class FleetViewSet(TenantViewSet):
     """Fleet infrastructure: operators read and write it; anyone else finds nothing (404)."""
 
-    operator_only_write = True
-
-    def get_queryset(self):
-        if getattr(self, "swagger_fake_view", False) or not self.principal.is_operator:
-            return self.model.objects.none()
-        return super().get_queryset()
-
-
-class FleetModelViewSet(TenantViewSet):
-    """TenantViewSet for models without TENANT_PATH: the queryset is the model's own."""
-
-    def get_queryset(self):
-        qs = self.model.objects.all()
-        if self.select_related:
-            qs = qs.select_related(*self.select_related)
-        if self.prefetch_related:
-            qs = qs.prefetch_related(*self.prefetch_related)
-        return qs
-
-
-class FleetViewSet(OperatorOnlyMixin, FleetModelViewSet):
     model = Fleet
+    operator_only_write = True
     serializer_class = s.FleetSerializer
     select_related = ("region",)
     prefetch_related = ("serves",)
@@ -100,8 +80,9 @@ class FleetViewSet(OperatorOnlyMixin, FleetModelViewSet):
         return Response(summary)
 
 
-class NodeViewSet(OperatorOnlyMixin, FleetModelViewSet):
+class NodeViewSet(TenantViewSet):
     model = Node
+    operator_only_write = True
     serializer_class = s.NodeSerializer
     select_related = ("fleet", "applied_revision")
     filterset_fields = ["fleet", "status", "transport", "enabled"]
@@ -117,8 +98,9 @@ class NodeViewSet(OperatorOnlyMixin, FleetModelViewSet):
         services.node_delete(principal=self.principal, node=instance)
 
 
-class ConfigRevisionViewSet(OperatorOnlyMixin, FleetModelViewSet):
+class ConfigRevisionViewSet(TenantViewSet):
     model = ConfigRevision
+    operator_only_write = True
     select_related = ("fleet",)
     filterset_fields = ["fleet", "number", "validation_ok"]
     ordering_fields = ["number", "created_at"]

@@ -8,7 +8,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from apps.accounts.models import Organization
-from apps.core.api.fields import ScopedSlugRelatedField, SlugNameField
+from apps.core.api.fields import ScopedSlugRelatedField, SlugNameField, TenantModelSerializer
 from apps.scheduling import cron as schedules
 from apps.scheduling import kinds, planning, selectors
 from apps.scheduling.models import Job, JobRun
@@ -18,7 +18,7 @@ from apps.scheduling.models import Job, JobRun
 VOLATILE_FIELDS = ("next_fire_at", "next_fire_times", "last_status", "last_run_at")
 
 
-class JobSerializer(serializers.ModelSerializer):
+class JobSerializer(TenantModelSerializer):
     org = ScopedSlugRelatedField(Organization, required=False)
     name = SlugNameField()
     kind = serializers.ChoiceField(choices=[])
@@ -116,7 +116,7 @@ def schedule_preview(data: dict[str, Any], *, count: int = 5) -> dict[str, Any]:
         return {"code": exc.code, "detail": exc.message}
 
 
-class JobRunSerializer(serializers.ModelSerializer):
+class JobRunSerializer(TenantModelSerializer):
     job_name = serializers.CharField(source="job.name", read_only=True)
     lateness_ms = serializers.SerializerMethodField()
 
