@@ -230,6 +230,9 @@ LOGGING = {
 
 # --- Spillway -------------------------------------------------------------------
 HAPROXY_BIN = envstr("HAPROXY_BIN", "haproxy")
+# Private/loopback networks every org's pool members may use (an operator's decision; per-org additions
+# are Organization.member_networks). The demo and the suite run members on loopback.
+MEMBER_NETWORKS = envlist("SPILLWAY_MEMBER_NETWORKS", ["127.0.0.0/8"] if DEBUG or TESTING else [])
 TERRAFORM_BIN = envstr("TERRAFORM_BIN", "")
 IDEMPOTENCY_TTL_S = envint("IDEMPOTENCY_TTL_S", 24 * 3600, minimum=60)
 # Networks a tenant's job may reach besides public addresses (webhooks, http_check), e.g. "10.20.0.0/16".

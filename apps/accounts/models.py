@@ -32,6 +32,8 @@ class Organization(models.Model):
     max_test_rate = models.PositiveIntegerField(default=2000)
     max_test_duration_s = models.PositiveIntegerField(default=600)
     max_test_concurrency = models.PositiveIntegerField(default=200)
+    # Private/loopback CIDRs this org's pool members may use (set by operators; see apps.core.netpolicy).
+    member_networks = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

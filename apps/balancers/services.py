@@ -6,6 +6,7 @@ import ipaddress
 from collections.abc import Iterable
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.forms.models import model_to_dict
@@ -27,6 +28,7 @@ from apps.balancers.models import (
     StaticIP,
 )
 from apps.balancers.signals import lb_changed, member_runtime_changed
+from apps.core import netpolicy
 from apps.core.errors import Conflict, DomainError
 from apps.core.locks import xact_lock
 
@@ -282,3 +284,13 @@ def _check_port_free(listener: Listener) -> None:
         if mine is None or theirs is None or mine == theirs:
             raise Conflict("port_in_use", f"Port {listener.port} is already bound on a fleet that serves this "
                            "load balancer; choose another port or a static IP of your own.", field="port")
+
+
+def member_address_check(*, principal: Principal | None, pool: Pool, address: str) -> None:
+    """A pool member is proxied and health-checked by the fleet: never metadata or link-local, and a
+    private or loopback address only in a network the operator allowed (globally or for the pool's org)."""
+    allowed = netpolicy.parse_networks([*settings.MEMBER_NETWORKS, *pool.org.member_networks])
+    reason = netpolicy.member_address_refusal(
+        address, may_use_private=principal is not None and principal.is_operator, allowed=allowed)
+    if reason:
+        raise DomainError("member_forbidden_address", reason, field="address")

@@ -7,13 +7,22 @@ never ask DNS again, so a name cannot be re-pointed at something else mid-run (D
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from apps.balancers import hostnames
 from apps.core.errors import DomainError
+from apps.core.netpolicy import (  # noqa: F401  (re-exported: callers read the classes from here)
+    ADDRESS_CLASSES,
+    METADATA,
+    NEVER_ALLOWED,
+    IPAddress,
+    IPNetwork,
+    address_class,
+    parse_ip,
+    parse_networks,
+)
 
 TARGET_NOT_OWNED = "target_not_owned"
 TARGET_FORBIDDEN_ADDRESS = "target_forbidden_address"
@@ -21,58 +30,6 @@ TARGET_UNRESOLVABLE = "target_unresolvable"
 TARGET_UNSUPPORTED = "target_unsupported"
 CAP_EXCEEDED = "cap_exceeded"
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-def _nets(*cidrs: str) -> tuple[IPNetwork, ...]:
-    return tuple(ipaddress.ip_network(c) for c in cidrs)
-
-
-# Checked in this order; the first match names the class in the error message.
-METADATA = _nets("169.254.169.254/32", "fd00:ec2::254/128")
-ADDRESS_CLASSES: tuple[tuple[str, tuple[IPNetwork, ...]], ...] = (
-    ("unspecified", _nets("0.0.0.0/8", "::/128")),
-    ("multicast", _nets("224.0.0.0/4", "ff00::/8")),
-    ("reserved", _nets("240.0.0.0/4")),  # includes 255.255.255.255 (broadcast)
-    ("metadata", METADATA),
-    ("link-local", _nets("169.254.0.0/16", "fe80::/10")),
-    ("loopback", _nets("127.0.0.0/8", "::1/128")),
-    ("private", _nets("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7",
-                      "fec0::/10")),
-)
-# No allowlist makes these valid targets: they are not unicast hosts (and connecting to 0.0.0.0
-# reaches the local machine on Linux, a classic SSRF bypass).
-NEVER_ALLOWED = frozenset({"unspecified", "multicast", "reserved"})
-
-
-def parse_ip(text: str) -> IPAddress | None:
-    try:
-        ip = ipaddress.ip_address(text.strip("[]"))
-    except ValueError:
-        return None
-    # ::ffff:169.254.169.254 is 169.254.169.254 to the kernel: judge the IPv4 inside.
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    return ip
-
-
-def address_class(ip: IPAddress) -> str | None:
-    """The restricted class an address belongs to, or None for a public unicast address."""
-    for name, nets in ADDRESS_CLASSES:
-        if any(ip.version == net.version and ip in net for net in nets):
-            return name
-    return None
-
-
-def parse_networks(cidrs: Iterable[str]) -> list[IPNetwork]:
-    out = []
-    for cidr in cidrs:
-        try:
-            out.append(ipaddress.ip_network(cidr, strict=False))
-        except ValueError:
-            continue
-    return out
 
 
 def check_address(text: str, allowed: Sequence[IPNetwork]) -> IPAddress:

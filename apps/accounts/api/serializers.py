@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import ipaddress
+
 from rest_framework import serializers
 
 from apps.accounts.models import ApiToken, Organization, Scope
@@ -12,8 +14,20 @@ class OrganizationSerializer(TenantModelSerializer):
     class Meta:
         model = Organization
         fields = ["id", "slug", "name", "kind", "max_test_rate", "max_test_duration_s", "max_test_concurrency",
-                  "created_at"]
+                  "member_networks", "created_at"]
         read_only_fields = ["created_at"]
+
+    def validate_member_networks(self, value):
+        if not isinstance(value, list) or len(value) > 50:
+            raise serializers.ValidationError("A list of at most 50 CIDRs.", code="invalid_cidr")
+        nets = []
+        for cidr in value:
+            try:
+                nets.append(str(ipaddress.ip_network(str(cidr), strict=True)))
+            except ValueError as exc:
+                raise serializers.ValidationError(f"{cidr!r} is not a network in CIDR form: {exc}",
+                                                  code="invalid_cidr") from exc
+        return nets
 
 
 class ApiTokenSerializer(TenantModelSerializer):

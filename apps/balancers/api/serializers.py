@@ -7,6 +7,7 @@ import ipaddress
 from rest_framework import serializers
 
 from apps.accounts.models import Organization
+from apps.balancers import services
 from apps.balancers.models import (
     HostnameClaim,
     IpPool,
@@ -182,11 +183,15 @@ class MemberSerializer(TenantModelSerializer):
         create_only_fields = ("pool",)
 
     def validate_address(self, value: str) -> str:
-        ip = ipaddress.ip_address(value)
-        if ip.is_multicast or ip.is_unspecified:
-            raise serializers.ValidationError("A member address must be a unicast host address.",
-                                              code="invalid_ip")
-        return str(ip)
+        return str(ipaddress.ip_address(value))
+
+    def validate(self, attrs):
+        attrs = super().validate(attrs)
+        pool = attrs.get("pool", getattr(self.instance, "pool", None))
+        address = attrs.get("address", getattr(self.instance, "address", None))
+        if pool is not None and address is not None:
+            services.member_address_check(principal=self.context["request"].principal, pool=pool, address=address)
+        return attrs
 
 
 class MemberStateSerializer(serializers.Serializer):

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TypeVar
 
+from apps.core import netpolicy
 from apps.core import validators as v
 from apps.fleets.snapshot import (
     CertSpec,
@@ -114,10 +115,19 @@ def check_node(node: NodeSpec) -> NodeSpec:
     )
 
 
+def _member_ip(value: object) -> str:
+    address = _ip(value)
+    ip = netpolicy.parse_ip(address)
+    kind = netpolicy.address_class(ip) if ip is not None else None
+    if kind in netpolicy.NEVER_A_MEMBER:
+        raise v.InvalidValue("member_forbidden_address", f"{address} is a {kind} address, never a member.")
+    return address
+
+
 def _check_member(field: str, member: MemberSpec) -> MemberSpec:
     return MemberSpec(
         name=_checked(f"{field}.name", _slug, member.name),
-        address=_checked(f"{field}.address", _ip, member.address),
+        address=_checked(f"{field}.address", _member_ip, member.address),
         port=_checked(f"{field}.port", v.validate_port, member.port),
         weight=_checked(f"{field}.weight", v.validate_weight, member.weight),
         admin_state=_choice(f"{field}.admin_state", member.admin_state, ("active", "drain", "maint")),  # type: ignore[arg-type]
