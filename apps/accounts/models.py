@@ -95,6 +95,9 @@ class ApiTokenQuerySet(RestrictedQuerySet):
 class ApiToken(models.Model):
     org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="tokens")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE)
+    # The token that minted this one, if a token did: a child never outlives, outranks or outlasts
+    # the revocation of its parent (apps.accounts.services.token_create / token_revoke).
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
     name = models.CharField(max_length=100)
     # The prefix is public (shown in lists, used for lookup); only a SHA-256 of the
     # whole secret is stored, so a database leak yields no usable token.

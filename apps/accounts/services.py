@@ -45,26 +45,51 @@ def token_create(
                           field="scopes")
     if expires_at is not None and expires_at <= timezone.now():
         raise DomainError("invalid_expiry", "Expiry must be in the future.", field="expires_at")
+    parent = None
+    if principal is not None and principal.token_id is not None:
+        # A token minting a token: the child is bounded by its parent in every way, so a short-lived
+        # or narrow token cannot launder itself into a permanent or wider one.
+        parent = ApiToken.objects.get(pk=principal.token_id)
+        wider = sorted(set(scopes) - set(principal.scopes))
+        if wider:
+            raise DomainError("scope_exceeds_parent", f"This token cannot grant scopes it does not have: {wider}.",
+                              field="scopes", status=403)
+        if parent.expires_at is not None:
+            if expires_at is not None and expires_at > parent.expires_at:
+                raise DomainError("expiry_exceeds_parent",
+                                  "A token cannot outlive the token that creates it; choose an earlier expiry.",
+                                  field="expires_at")
+            expires_at = expires_at or parent.expires_at
+        user = parent.user
+    elif principal is not None and user is None:
+        user = principal.user_id and get_user_model().objects.filter(pk=principal.user_id).first()
     # 256 bits from the OS CSPRNG; the prefix is separate randomness used only for lookup.
     prefix = secrets.token_hex(6)
     secret = f"{TOKEN_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
     with transaction.atomic():
         token = ApiToken.objects.create(
-            org=org, user=user, name=name, prefix=prefix, secret_hash=_hash(secret),
+            org=org, user=user or None, parent=parent, name=name, prefix=prefix, secret_hash=_hash(secret),
             scopes=sorted(set(scopes)), expires_at=expires_at,
         )
         audit_record(principal=principal, org=org, action="token.create", obj=token,
-                     after={"name": name, "scopes": token.scopes, "prefix": prefix})
+                     after={"name": name, "scopes": token.scopes, "prefix": prefix,
+                            "parent": parent.prefix if parent else None})
     return IssuedToken(token=token, secret=secret)
 
 
 def token_revoke(*, token: ApiToken, principal: Principal | None) -> ApiToken:
+    """Revoke the token and every token it minted, and theirs (a child never outlives its parent)."""
     with transaction.atomic():
-        if token.revoked_at is None:
-            token.revoked_at = timezone.now()
-            token.save(update_fields=["revoked_at"])
-            audit_record(principal=principal, org=token.org, action="token.revoke", obj=token,
-                         after={"revoked_at": token.revoked_at.isoformat()})
+        now = timezone.now()
+        pending = [token]
+        while pending:
+            current = pending.pop()
+            if current.revoked_at is None:
+                current.revoked_at = now
+                current.save(update_fields=["revoked_at"])
+                audit_record(principal=principal, org=current.org, action="token.revoke", obj=current,
+                             after={"revoked_at": now.isoformat()})
+            pending.extend(current.children.filter(revoked_at__isnull=True))
     return token
 
 

@@ -41,6 +41,7 @@ class ApiTokenViewSet(TenantViewSet):
     write_role = Role.ADMIN
     select_related = ("org",)
     http_method_names = ["get", "post", "delete", "head", "options"]
+    idempotency_redact = ("token",)  # a replay answers with the token's record, never its secret again
 
     def _create(self, request, *args, **kwargs):
         serializer = self.get_serializer(data=request.data)

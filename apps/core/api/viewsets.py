@@ -34,6 +34,8 @@ class TenantViewSet(viewsets.ModelViewSet):
     model = None  # set by subclasses
     select_related: tuple[str, ...] = ()
     prefetch_related: tuple[str, ...] = ()
+    # Response keys never stored for an Idempotency-Key replay (secrets shown once, e.g. a new token).
+    idempotency_redact: tuple[str, ...] = ()
 
     @property
     def principal(self):
@@ -134,7 +136,10 @@ class TenantViewSet(viewsets.ModelViewSet):
             # Nothing was created: free the key so the client can retry with it.
             record.delete()
             raise
-        record.status_code, record.body = response.status_code, response.data
+        body = response.data
+        if self.idempotency_redact and isinstance(body, dict):
+            body = {k: (None if k in self.idempotency_redact else v) for k, v in body.items()}
+        record.status_code, record.body = response.status_code, body
         record.save(update_fields=["status_code", "body"])
         return response
 
