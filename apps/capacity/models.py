@@ -251,6 +251,9 @@ class TargetAllowlist(models.Model):
                             related_name="capacity_allowlist")
     cidr = models.CharField(max_length=64, blank=True, default="")
     hostname = models.CharField(max_length=253, blank=True, default="")
+    # Ports an address/hostname target may use ("80,443,8000-8099"). Empty: the entry only lifts the
+    # address refusal for the org's own listeners' static IPs, and allows no address target at all.
+    ports = models.CharField(max_length=200, blank=True, default="")
     note = models.CharField(max_length=200, blank=True, default="")
     created_by = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -7,6 +7,7 @@ never ask DNS again, so a name cannot be re-pointed at something else mid-run (D
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -111,12 +112,36 @@ def not_owned(what: str) -> DomainError:
 class AllowEntry:
     cidr: str = ""
     hostname: str = ""
+    ports: str = ""
 
 
-def external_allowed(host: str, entries: Iterable[AllowEntry]) -> bool:
-    """May an external (non-listener) host be targeted? A hostname entry or, for IPs, a CIDR entry."""
+_PORTS_RE = re.compile(r"^\d{1,5}(-\d{1,5})?(,\d{1,5}(-\d{1,5})?)*$")
+
+
+def parse_ports(spec: str) -> list[tuple[int, int]]:
+    """"80,443,8000-8099" -> [(80, 80), (443, 443), (8000, 8099)]; ValueError on anything else."""
+    spec = spec.replace(" ", "")
+    if not spec:
+        return []
+    if not _PORTS_RE.match(spec):
+        raise ValueError(f"{spec!r} is not a list of ports and ranges like 80,443,8000-8099")
+    ranges = []
+    for part in spec.split(","):
+        low, _, high = part.partition("-")
+        lo, hi = int(low), int(high or low)
+        if not 1 <= lo <= hi <= 65535:
+            raise ValueError(f"{part!r} is not a port range within 1-65535")
+        ranges.append((lo, hi))
+    return ranges
+
+
+def external_allowed(host: str, entries: Iterable[AllowEntry], port: int | None = None) -> bool:
+    """May an external (non-listener) host be targeted on `port`? A hostname entry or, for IPs, a CIDR
+    entry, whose ports include `port` (None: only the host is asked about, e.g. a Host header)."""
     ip = parse_ip(host)
     for entry in entries:
+        if port is not None and not any(lo <= port <= hi for lo, hi in parse_ports(entry.ports)):
+            continue
         if ip is None and entry.hostname and hostnames.covers(entry.hostname, host):
             return True
         if ip is not None and entry.cidr:
@@ -243,7 +268,7 @@ def target_resolve(*, test) -> ResolvedTarget:
     from apps.capacity.models import TargetAllowlist
 
     org = test.org
-    entries = [AllowEntry(cidr=e.cidr, hostname=e.hostname) for e in
+    entries = [AllowEntry(cidr=e.cidr, hostname=e.hostname, ports=e.ports) for e in
                TargetAllowlist.objects.filter(Q(org=org) | Q(org__isnull=True))]
     allowed_nets = parse_networks(e.cidr for e in entries if e.cidr)
     hostname = hostnames.normalize(test.hostname) if test.hostname else ""
@@ -254,8 +279,12 @@ def target_resolve(*, test) -> ResolvedTarget:
         if not host or not port:
             raise DomainError(TARGET_NOT_OWNED, "Name a listener of your load balancers (or an allowlisted "
                                                 "address and port).", field="listener")
-        if not external_allowed(host, entries):
-            raise not_owned(host)
+        if not external_allowed(host, entries, port):
+            raise not_owned(f"{host}:{port}")
+        if hostname and not org.is_operator and not _host_header_owned(org, hostname, entries):
+            # The Host header is another way to aim: it picks whose routes a shared LB serves.
+            raise DomainError(TARGET_NOT_OWNED, f"The hostname {hostname} is not one your organization has "
+                                                "claimed nor an allowlisted target.", field="hostname")
         addresses = resolve_host(host, port)
         for addr in addresses:
             check_address(addr, allowed_nets)
@@ -290,3 +319,11 @@ def target_resolve(*, test) -> ResolvedTarget:
     check_address(facts.address, allowed_nets)
     header = hostname or authority(facts.address, facts.port)
     return ResolvedTarget(str(parse_ip(facts.address)), facts.port, header, path, f"{listener}")
+
+
+def _host_header_owned(org, hostname: str, entries: Iterable[AllowEntry]) -> bool:
+    from apps.balancers.models import HostnameClaim
+
+    claims = HostnameClaim.objects.filter(org=org, status=HostnameClaim.Status.APPROVED).values_list(
+        "hostname", flat=True)
+    return any(hostnames.covers(c, hostname) for c in claims) or external_allowed(hostname, entries)

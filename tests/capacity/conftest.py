@@ -65,7 +65,7 @@ def world(acme, globex, ops) -> World:
     HostnameClaimFactory(org=globex, hostname="globex.example.com")
     ip_pool = IpPool.objects.create(name="loop", cidr="127.0.0.0/24")
     vip = StaticIP.objects.create(pool=ip_pool, address="127.0.0.1", org=None, state=StaticIP.State.ASSIGNED)
-    TargetAllowlist.objects.create(cidr="127.0.0.0/8", note="tests send load to loopback only")
+    TargetAllowlist.objects.create(cidr="127.0.0.0/8", ports="1024-65535", note="tests send load to loopback only")
     return World(us=us, acme_lb=acme_lb, edge=edge, globex_lb=globex_lb, pool=pool, pool_region=pool_region,
                  vip=vip)
 

@@ -278,8 +278,12 @@ def test_only_operators_write_the_allowlist_and_tenants_see_what_applies_to_them
     globex_entry = otto.client.post("/api/v1/capacity-allowlist/", {"org": "globex", "cidr": "10.9.0.0/16"},
                                     format="json")
     assert globex_entry.status_code == 201
-    bad = otto.client.post("/api/v1/capacity-allowlist/", {"cidr": "10.0.0.0/33"}, format="json")
+    bad = otto.client.post("/api/v1/capacity-allowlist/", {"cidr": "10.0.0.0/33", "applies_to_all_orgs": True},
+                           format="json")
     assert bad.status_code == 400 and bad.json()["code"] == "invalid_cidr"
+    # Global by accident is not possible: an entry names its org or says it is for all.
+    implicit = otto.client.post("/api/v1/capacity-allowlist/", {"cidr": "10.1.0.0/16"}, format="json")
+    assert implicit.status_code == 400 and implicit.json()["code"] == "org_required"
     seen_by_acme = {e["cidr"] for e in alice.client.get("/api/v1/capacity-allowlist/").json()["results"]}
     assert seen_by_acme == {"127.0.0.0/8"}
     seen_by_globex = {e["cidr"] for e in charlie.client.get("/api/v1/capacity-allowlist/").json()["results"]}

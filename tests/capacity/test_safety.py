@@ -277,9 +277,12 @@ def test_private_and_loopback_listener_addresses_need_an_operator_allowlist(worl
 def test_external_targets_need_an_allowlist_entry_for_the_tenant(world, alice, charlie, otto):
     response = _create(alice.client, address="198.51.100.7", port=80)
     assert response.status_code == 400 and response.json()["code"] == "target_not_owned"
-    entry = otto.client.post("/api/v1/capacity-allowlist/", {"org": "acme", "cidr": "198.51.100.0/24"},
-                             format="json")
+    entry = otto.client.post("/api/v1/capacity-allowlist/", {"org": "acme", "cidr": "198.51.100.0/24",
+                                                             "ports": "80,8000-8099"}, format="json")
     assert entry.status_code == 201
+    # The entry names its ports: the same host on another port is not a target.
+    other_port = _create(alice.client, name="db", address="198.51.100.7", port=5432)
+    assert other_port.status_code == 400 and other_port.json()["code"] == "target_not_owned"
     created = _create(alice.client, address="198.51.100.7", port=80)
     assert created.status_code == 201, created.content
     # The entry is acme's: globex may not borrow it.
@@ -290,7 +293,8 @@ def test_external_targets_need_an_allowlist_entry_for_the_tenant(world, alice, c
 @pytest.mark.django_db
 def test_a_hostname_resolving_to_a_forbidden_address_is_refused(world, alice, otto):
     # "localhost" resolves to loopback: allowlisting the *name* does not lift the address rule for ::1.
-    otto.client.post("/api/v1/capacity-allowlist/", {"hostname": "localhost"}, format="json")
+    otto.client.post("/api/v1/capacity-allowlist/", {"hostname": "localhost", "ports": "8080",
+                                                     "applies_to_all_orgs": True}, format="json")
     TargetAllowlist.objects.filter(cidr="127.0.0.0/8").delete()
     response = _create(alice.client, address="localhost", port=8080)
     assert response.status_code == 400
@@ -334,3 +338,30 @@ def test_caps_lowered_after_creation_are_enforced_at_start(world, alice, acme):
     response = alice.client.post(f"/api/v1/capacity-tests/{test['id']}/start/")
     assert response.status_code == 400
     assert response.json()["code"] == "cap_exceeded"
+
+
+@pytest.mark.django_db
+def test_a_loopback_allowlist_does_not_open_the_control_planes_own_services(world, alice, otto):
+    """The demo allowlists 127.0.0.0/8 so tests reach its fleet's listeners: with no ports named, that
+    entry must not let a tenant aim at PostgreSQL or Redis on the same machine by address."""
+    TargetAllowlist.objects.filter(cidr="127.0.0.0/8").update(ports="")
+    for port in (5432, 6379):
+        response = _create(alice.client, name=f"p{port}", address="127.0.0.1", port=port)
+        assert response.status_code == 400 and response.json()["code"] == "target_not_owned", response.content
+    assert _create(alice.client, name="own", listener=world.listener(9011).pk).status_code == 201
+
+
+@pytest.mark.django_db
+def test_a_test_by_address_cannot_carry_another_tenants_hostname(world, alice, charlie, otto):
+    """GIVEN an address acme may load, WHEN acme sets Host to globex's claimed name THEN it is refused:
+    on a shared LB the Host header decides whose routes take the load."""
+    from tests.factories import HostnameClaimFactory
+
+    HostnameClaimFactory(org=charlie.org, hostname="shop.globex.test", status="approved")
+    HostnameClaimFactory(org=alice.org, hostname="shop.acme.test", status="approved")
+    theirs = _create(alice.client, name="theirs", address="127.0.0.1", port=9012, hostname="shop.globex.test")
+    mine = _create(alice.client, name="mine", address="127.0.0.1", port=9012, hostname="shop.acme.test")
+
+    assert theirs.status_code == 400 and theirs.json()["code"] == "target_not_owned"
+    assert "globex" not in theirs.json()["detail"].replace("shop.globex.test", "")
+    assert mine.status_code == 201, mine.content

@@ -153,9 +153,31 @@ class TargetAllowlistSerializer(TenantModelSerializer):
     org = ScopedSlugRelatedField(Organization, required=False, allow_null=True)
     cidr = serializers.CharField(max_length=64, required=False, allow_blank=True)
     hostname = HostnameField(required=False, allow_blank=True)
+    ports = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    applies_to_all_orgs = serializers.BooleanField(write_only=True, required=False, default=False)
     note = serializers.CharField(max_length=200, required=False, allow_blank=True)
 
     class Meta:
         model = TargetAllowlist
-        fields = ["id", "org", "cidr", "hostname", "note", "created_by", "created_at"]
+        fields = ["id", "org", "cidr", "hostname", "ports", "applies_to_all_orgs", "note", "created_by",
+                  "created_at"]
         read_only_fields = ["created_by", "created_at"]
+
+    def validate_ports(self, value: str) -> str:
+        try:
+            safety.parse_ports(value)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc), code="invalid_ports") from exc
+        return value.replace(" ", "")
+
+    def validate(self, attrs):
+        attrs = super().validate(attrs)
+        everyone = attrs.pop("applies_to_all_orgs", False)
+        if attrs.get("org") is None and not everyone:
+            raise serializers.ValidationError(
+                {"org": ["Name the organization this entry is for, or set applies_to_all_orgs: true."]},
+                code="org_required")
+        if attrs.get("org") is not None and everyone:
+            raise serializers.ValidationError({"applies_to_all_orgs": ["An entry is for one org or for all."]},
+                                              code="invalid")
+        return attrs
