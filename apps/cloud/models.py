@@ -3,8 +3,44 @@
 from __future__ import annotations
 
 from django.db import models
+from django.db.models import Q
 
-from apps.core.tenancy import TenantQuerySet
+from apps.core.tenancy import RestrictedQuerySet, TenantQuerySet
+
+
+class CloudCredentialQuerySet(RestrictedQuerySet):
+    def visible_to(self, principal):
+        if principal.is_operator:
+            return self
+        return self.filter(Q(for_all_orgs=True) | Q(orgs=principal.org_id)).distinct()
+
+    def writable_by(self, principal):
+        return self if principal.is_operator else self.none()
+
+
+class CloudCredential(models.Model):
+    """Operator-managed credentials (by reference) and state backend a cloud target may use.
+
+    Tenants pick one of the credentials an operator made available to them; nothing a tenant types is
+    ever read from the worker's environment or disk, and no tenant chooses where state is written.
+    """
+
+    name = models.SlugField(max_length=63, unique=True)
+    provider = models.CharField(max_length=8, choices=[("gcp", "gcp"), ("aws", "aws")])
+    # The name of an environment variable of the worker or an absolute file path on it: never the secret.
+    credentials_ref = models.CharField(max_length=256)
+    state_backend = models.JSONField(default=dict, blank=True)
+    orgs = models.ManyToManyField("accounts.Organization", blank=True, related_name="cloud_credentials")
+    for_all_orgs = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = CloudCredentialQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class CloudTarget(models.Model):
@@ -19,7 +55,11 @@ class CloudTarget(models.Model):
     provider = models.CharField(max_length=8, choices=Provider.choices)
     project_or_account = models.CharField(max_length=128)
     regions = models.JSONField(default=list)
-    # A *reference* (env var name or file path) to credentials, never the secret itself.
+    # Operator-managed credentials and state backend (tenants choose among those offered to them).
+    credential = models.ForeignKey(CloudCredential, null=True, blank=True, on_delete=models.PROTECT,
+                                   related_name="targets")
+    # Set by operators only (the API refuses them from anyone else): a reference (env var name or file
+    # path) to credentials, never the secret itself, and a state backend. `credential` wins over both.
     credentials_ref = models.CharField(max_length=256, blank=True)
     state_backend = models.JSONField(default=dict, blank=True)
     # Per region: {"network": vpc, "zone": gcp zone, "subnet_ids": [...], "security_group_ids": [...]}; the
@@ -36,6 +76,14 @@ class CloudTarget(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def effective_credentials_ref(self) -> str:
+        return self.credential.credentials_ref if self.credential_id else self.credentials_ref
+
+    @property
+    def effective_state_backend(self) -> dict:
+        return self.credential.state_backend if self.credential_id else self.state_backend
 
 
 class CloudApply(models.Model):

@@ -19,7 +19,7 @@ from apps.accounts.principal import Principal
 from apps.audit.services import audit_record
 from apps.balancers.models import LoadBalancer
 from apps.cloud import runner
-from apps.cloud.models import CloudApply, CloudTarget
+from apps.cloud.models import CloudApply, CloudCredential, CloudTarget
 from apps.cloud.selectors import cloud_lb
 from apps.core.errors import Conflict, DomainError
 from deploy.limits import check_limits
@@ -39,7 +39,7 @@ APPROVABLE = {S.AWAITING_APPROVAL}
 def target_snapshot(target: CloudTarget) -> dict[str, Any]:
     """What the audit log keeps of a target: everything but the credentials reference."""
     data = model_to_dict(target, exclude=["credentials_ref"])
-    data["has_credentials"] = bool(target.credentials_ref)
+    data["has_credentials"] = bool(target.effective_credentials_ref)
     return data
 
 
@@ -70,8 +70,44 @@ def delete_target(*, principal: Principal, target: CloudTarget) -> None:
         target.delete()
 
 
+def _credential_snapshot(credential: CloudCredential) -> dict[str, Any]:
+    return {"name": credential.name, "provider": credential.provider, "for_all_orgs": credential.for_all_orgs,
+            "orgs": sorted(credential.orgs.values_list("slug", flat=True)) if credential.pk else [],
+            "state_backend": credential.state_backend}
+
+
+def save_credential(*, principal: Principal, credential: CloudCredential, data: dict[str, Any]) -> CloudCredential:
+    data = dict(data)
+    orgs = data.pop("orgs", None)
+    with transaction.atomic():
+        creating = credential.pk is None
+        before = None if creating else _credential_snapshot(credential)
+        for field, value in data.items():
+            setattr(credential, field, value)
+        try:
+            with transaction.atomic():
+                credential.save()
+        except IntegrityError as exc:
+            raise Conflict("conflict", "A cloud credential with this name already exists.", field="name") from exc
+        if orgs is not None:
+            credential.orgs.set(orgs)
+        audit_record(principal=principal, org=None,
+                     action=f"cloudcredential.{'create' if creating else 'update'}", obj=credential,
+                     before=before, after=_credential_snapshot(credential))
+    return credential
+
+
+def delete_credential(*, principal: Principal, credential: CloudCredential) -> None:
+    with transaction.atomic():
+        if credential.targets.exists():
+            raise Conflict("in_use", "Cloud targets still use this credential; move them first.")
+        audit_record(principal=principal, org=None, action="cloudcredential.delete", obj=credential,
+                     before=_credential_snapshot(credential))
+        credential.delete()
+
+
 def apply_unavailable_reason(target: CloudTarget) -> str | None:
-    return runner.apply_unavailable_reason(target.credentials_ref)
+    return runner.apply_unavailable_reason(target.effective_credentials_ref)
 
 
 # --- applies --------------------------------------------------------------------------------------------
@@ -117,13 +153,13 @@ def synthesize_apply(apply: CloudApply) -> dict[str, Any]:
         doc = synthesize(model, work / "cdktf.out")
     except LimitError as exc:  # same check inside synthesize; kept for a model changed in between
         raise DomainError("provider_limit", str(exc), status=422) from exc
-    if target.state_backend:
+    if target.effective_state_backend:
         # {"gcs": {"bucket": ...}} or {"s3": {...}}: replaces cdktf's local backend.
-        doc.setdefault("terraform", {})["backend"] = target.state_backend
+        doc.setdefault("terraform", {})["backend"] = target.effective_state_backend
     else:
         # cdktf writes a local backend path relative to its own stack dir; state lives next to main.tf.json.
         doc.setdefault("terraform", {})["backend"] = {"local": {"path": "terraform.tfstate"}}
-    text = runner.scrub(json.dumps(doc, indent=2, sort_keys=True), runner.secrets_of(target.credentials_ref))
+    text = runner.scrub(json.dumps(doc, indent=2, sort_keys=True), runner.secrets_of(target.effective_credentials_ref))
     (work / MAIN_FILE).write_text(text)
     return json.loads(text)
 
@@ -161,7 +197,8 @@ def run_plan(apply_id: int) -> str:
         return _fail(apply, exc.detail)
     except Exception as exc:  # cdktf/jsii failures arrive as many types; the run must still end
         log.exception("cloud synthesis failed for apply %s", apply_id)
-        return _fail(apply, f"Synthesis failed: {runner.scrub(str(exc), runner.secrets_of(target.credentials_ref))}")
+        secrets = runner.secrets_of(target.effective_credentials_ref)
+        return _fail(apply, f"Synthesis failed: {runner.scrub(str(exc), secrets)}")
     apply.save(update_fields=["synth_json", "updated_at"])
     reason = apply_unavailable_reason(target)
     if reason:
@@ -169,7 +206,7 @@ def run_plan(apply_id: int) -> str:
     binary = runner.terraform_bin()
     assert binary is not None
     work = runner.workdir(target.name, apply.lb.name)
-    common = {"cwd": work, "provider": target.provider, "ref": target.credentials_ref}
+    common = {"cwd": work, "provider": target.provider, "ref": target.effective_credentials_ref}
     init = runner.run(binary, ["init", "-input=false", "-no-color"], timeout_s=runner.INIT_TIMEOUT_S, **common)
     apply.plan_output = _section(init)
     if init.returncode != 0:
@@ -201,7 +238,7 @@ def run_apply(apply_id: int) -> str:
     binary = runner.terraform_bin()
     assert binary is not None
     result = runner.run(binary, ["apply", "-input=false", "-no-color", "-auto-approve", PLAN_FILE],
-                        cwd=work, provider=target.provider, ref=target.credentials_ref,
+                        cwd=work, provider=target.provider, ref=target.effective_credentials_ref,
                         timeout_s=runner.APPLY_TIMEOUT_S)
     apply.apply_output = _section(result)
     if result.returncode != 0:

@@ -121,11 +121,14 @@ def test_creating_an_apply_queues_a_plan(alice, django_capture_on_commit_callbac
     assert sent == [("cloud.plan_task", response.json()["id"])]
 
 
-def test_the_credentials_reference_is_never_returned_or_audited(alice, monkeypatch) -> None:
+def test_the_credentials_reference_is_never_returned_or_audited(alice, otto, monkeypatch) -> None:
     monkeypatch.setenv(SECRET_REF, "s3cr3t-value-not-for-logs")
+    offered = otto.client.post("/api/v1/cloud-credentials/", {
+        "name": "acme-gcp", "provider": "gcp", "credentials_ref": SECRET_REF, "orgs": [alice.org.pk]}, format="json")
+    assert offered.status_code == 201, offered.content
     payload = {"name": "prod-gcp", "provider": "gcp", "project_or_account": "spillway-demo",
                "regions": ["us-central1"], "networks": {"us-central1": {"network": "vpc", "zone": "us-central1-b"}},
-               "credentials_ref": SECRET_REF}
+               "credential": offered.json()["id"]}
     created = alice.client.post("/api/v1/cloud-targets/", payload, format="json")
     assert created.status_code == 201, created.content
     assert created.json()["has_credentials"] is True
@@ -135,14 +138,15 @@ def test_the_credentials_reference_is_never_returned_or_audited(alice, monkeypat
     listed = alice.client.get("/api/v1/cloud-targets/")
     detail = alice.client.get(f"/api/v1/cloud-targets/{pk}/")
     audit = json.dumps(list(AuditEvent.objects.values("before", "after", "object_repr")))
-    for text in (created.content.decode(), patched.content.decode(), listed.content.decode(),
-                 detail.content.decode(), audit):
+    for text in (offered.content.decode(), created.content.decode(), patched.content.decode(),
+                 listed.content.decode(), detail.content.decode(), audit,
+                 otto.client.get("/api/v1/cloud-credentials/").content.decode()):
         assert SECRET_REF not in text
         assert "s3cr3t" not in text
 
 
-def test_a_pasted_secret_is_refused_as_a_credentials_reference(alice) -> None:
-    response = alice.client.post("/api/v1/cloud-targets/", {
+def test_a_pasted_secret_is_refused_as_a_credentials_reference(otto) -> None:
+    response = otto.client.post("/api/v1/cloud-targets/", {
         "name": "bad", "provider": "aws", "project_or_account": "1", "regions": ["us-east-1"],
         "credentials_ref": '{"type": "service_account", "private_key": "..."}'}, format="json")
     assert response.status_code == 400
@@ -175,3 +179,40 @@ def test_the_synthesized_json_downloads(alice) -> None:
     assert response.status_code == 200
     assert "attachment" in response["Content-Disposition"]
     assert json.loads(response.content) == {"resource": {"x": {}}}
+
+
+@pytest.mark.parametrize("field,value", [("credentials_ref", "DATABASE_URL"), ("credentials_ref", "/etc/shadow"),
+                                         ("state_backend", {"http": {"address": "http://169.254.169.254/"}})])
+def test_a_tenant_cannot_point_a_target_at_the_workers_env_disk_or_a_backend(alice, field, value) -> None:
+    """Hole: credentials_ref accepted any env var or path of the worker (and apply_unavailable told which
+    exist); state_backend any URL. Now only operators set them; tenants pick an offered credential."""
+    response = alice.client.post("/api/v1/cloud-targets/", {
+        "name": "t", "provider": "gcp", "project_or_account": "p", "regions": ["us-east1"], field: value},
+        format="json")
+    assert response.status_code == 400 and response.json()["code"] == "operator_only"
+    assert list(response.json()["fields"]) == [field]
+
+
+def test_a_tenant_can_use_only_credentials_offered_to_it(alice, charlie, otto) -> None:
+    base = {"provider": "gcp", "project_or_account": "p", "regions": ["us-east1"]}
+    globex_only = otto.client.post("/api/v1/cloud-credentials/", {
+        "name": "globex-gcp", "provider": "gcp", "credentials_ref": "GLOBEX_GCP", "orgs": [charlie.org.pk],
+        "state_backend": {"gcs": {"bucket": "globex-state"}}}, format="json").json()
+    shared = otto.client.post("/api/v1/cloud-credentials/", {
+        "name": "everyone-gcp", "provider": "gcp", "credentials_ref": "SHARED_GCP", "for_all_orgs": True},
+        format="json").json()
+
+    foreign = alice.client.post("/api/v1/cloud-targets/", {"name": "a", "credential": globex_only["id"], **base},
+                                format="json")
+    missing = alice.client.post("/api/v1/cloud-targets/", {"name": "a", "credential": 987654, **base}, format="json")
+    allowed = alice.client.post("/api/v1/cloud-targets/", {"name": "a", "credential": shared["id"], **base},
+                                format="json")
+
+    assert foreign.status_code == missing.status_code == 400
+    assert foreign.json()["code"] == missing.json()["code"] == "does_not_exist"
+    assert allowed.status_code == 201, allowed.content
+    assert {c["name"] for c in alice.client.get("/api/v1/cloud-credentials/").json()["results"]} == {"everyone-gcp"}
+    assert "credentials_ref" not in alice.client.get("/api/v1/cloud-credentials/").json()["results"][0]
+    own = alice.client.post("/api/v1/cloud-credentials/", {"name": "x", "provider": "gcp", "credentials_ref": "HOME"},
+                            format="json")
+    assert own.status_code == 403

@@ -19,7 +19,7 @@ import pytest
 
 from apps.balancers.models import IpPool, Listener, LoadBalancer, Pool, Route, StaticIP
 from apps.capacity.models import CapacityTest
-from apps.cloud.models import CloudTarget
+from apps.cloud.models import CloudCredential, CloudTarget
 from apps.core import crypto
 from apps.fleets.models import Certificate
 from tests.core.test_relation_scoping import all_writable_relations
@@ -42,6 +42,7 @@ class Side:
     cert: Certificate
     ip: StaticIP
     target: CloudTarget
+    credential: CloudCredential
     listener: Listener
     route: Route
 
@@ -55,9 +56,11 @@ def _side(org, n: int, ip_pool: IpPool) -> Side:
     ip = StaticIP.objects.create(pool=ip_pool, address=f"192.0.2.{n}", org=org, state=StaticIP.State.RESERVED)
     target = CloudTarget.objects.create(org=org, name=f"{org.slug}-gcp", provider="gcp",
                                         project_or_account=f"{org.slug}-project", regions=["us-east"])
+    credential = CloudCredential.objects.create(name=f"{org.slug}-creds", provider="gcp", credentials_ref="X")
+    credential.orgs.set([org])
     listener = Listener.objects.create(lb=lb, name="http", port=8000 + n)
     route = Route.objects.create(lb=lb, org=org, path="/", priority=10 + n)
-    return Side(lb, pool, cert, ip, target, listener, route)
+    return Side(lb, pool, cert, ip, target, credential, listener, route)
 
 
 @pytest.fixture
@@ -110,6 +113,9 @@ CASES: list[Case] = [
     ("/api/v1/capacity-tests/", lambda a: {"name": "t1", "steps": [10]}, "route", lambda g: g.route.pk, MISSING_ID),
     ("/api/v1/jobs/", lambda a: {"name": "j1", "kind": "http_check", "params": {"url": "https://shop.acme.test/"},
                                  "interval_s": 300}, "org", lambda g: g.lb.org.slug, "no-such-org"),
+    ("/api/v1/cloud-targets/", lambda a: {"name": "t2", "provider": "gcp", "project_or_account": "p",
+                                          "regions": ["us-east1"]},
+     "credential", lambda g: g.credential.pk, MISSING_ID),
     ("/api/v1/cloud-applies/", lambda a: {"target": a.target.pk, "lb": a.lb.pk}, "target",
      lambda g: g.target.pk, MISSING_ID),
     ("/api/v1/cloud-applies/", lambda a: {"target": a.target.pk, "lb": a.lb.pk}, "lb", lambda g: g.lb.pk,
@@ -121,7 +127,8 @@ SHARED = {"region", "src", "dst", "static-ips.pool"}
 # Fields only operators may set (placement): tested in test_a_customer_cannot_place_or_share_its_lb.
 OPERATOR_FIELDS = {"load-balancers.fleet"}
 # Endpoints only operators may write: a customer's POST is refused before any field is read.
-OPERATOR_ENDPOINTS = ["region-distances", "ip-pools", "fleets", "nodes", "rollouts", "capacity-allowlist"]
+OPERATOR_ENDPOINTS = ["region-distances", "ip-pools", "fleets", "nodes", "rollouts", "capacity-allowlist",
+                      "cloud-credentials"]
 
 
 def _put(payload: dict[str, Any], field: str, value: Any) -> dict[str, Any]:

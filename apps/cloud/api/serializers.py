@@ -9,7 +9,7 @@ from rest_framework import serializers
 
 from apps.balancers.models import LoadBalancer
 from apps.cloud import runner, services
-from apps.cloud.models import CloudApply, CloudTarget
+from apps.cloud.models import CloudApply, CloudCredential, CloudTarget
 from apps.core.api.fields import ScopedRelatedField, SlugNameField, TenantModelSerializer
 
 NETWORK_KEYS = {"network", "zone", "subnet_ids", "security_group_ids"}
@@ -24,11 +24,24 @@ class CloudTargetSerializer(TenantModelSerializer):
     class Meta:
         model = CloudTarget
         fields = ["id", "name", "provider", "project_or_account", "regions", "networks", "certificate_refs",
-                  "state_backend", "credentials_ref", "has_credentials", "apply_unavailable", "created_at"]
+                  "credential", "state_backend", "credentials_ref", "has_credentials", "apply_unavailable",
+                  "created_at"]
         read_only_fields = ["created_at"]
+        # A reference is read from the worker's environment or disk, a backend is where state is written:
+        # operators set those; a tenant picks a `credential` an operator offers it.
+        operator_only_fields = ("credentials_ref", "state_backend")
 
     def get_has_credentials(self, obj: CloudTarget) -> bool:
-        return bool(obj.credentials_ref)
+        return bool(obj.effective_credentials_ref)
+
+    def validate(self, attrs):
+        attrs = super().validate(attrs)
+        credential = attrs.get("credential", getattr(self.instance, "credential", None))
+        provider = attrs.get("provider", getattr(self.instance, "provider", None))
+        if credential is not None and credential.provider != provider:
+            raise serializers.ValidationError({"credential": [f"That credential is for {credential.provider}."]},
+                                              code="provider_mismatch")
+        return attrs
 
     def get_apply_unavailable(self, obj: CloudTarget) -> str | None:
         return services.apply_unavailable_reason(obj)
@@ -85,3 +98,18 @@ class CloudApplySerializer(TenantModelSerializer):
 
     def get_apply_unavailable(self, obj: CloudApply) -> str | None:
         return services.apply_unavailable_reason(obj.target)
+
+
+class CloudCredentialSerializer(TenantModelSerializer):
+    """Operator-managed; the reference itself is write-only, like a target's."""
+
+    name = SlugNameField()
+    credentials_ref = serializers.CharField(max_length=256, write_only=True)
+
+    class Meta:
+        model = CloudCredential
+        fields = ["id", "name", "provider", "credentials_ref", "state_backend", "orgs", "for_all_orgs", "created_at"]
+        read_only_fields = ["created_at"]
+
+    validate_credentials_ref = CloudTargetSerializer.validate_credentials_ref
+    validate_state_backend = CloudTargetSerializer.validate_state_backend

@@ -11,7 +11,7 @@ from rest_framework.response import Response
 
 from apps.cloud import services
 from apps.cloud.api import serializers as s
-from apps.cloud.models import CloudApply, CloudTarget
+from apps.cloud.models import CloudApply, CloudCredential, CloudTarget
 from apps.core.api.errors import ApiError
 from apps.core.api.viewsets import TenantViewSet, etag_for
 
@@ -24,6 +24,26 @@ class CanDeploy(permissions.BasePermission):
     def has_permission(self, request, view) -> bool:
         principal = getattr(request, "principal", None)
         return principal is not None and principal.can_deploy
+
+
+class CloudCredentialViewSet(TenantViewSet):
+    """Credentials (by reference) and state backends operators offer to orgs' cloud targets."""
+
+    model = CloudCredential
+    serializer_class = s.CloudCredentialSerializer
+    operator_only_write = True
+    prefetch_related = ("orgs",)
+
+    def perform_create(self, serializer):
+        serializer.instance = services.save_credential(principal=self.principal, credential=CloudCredential(),
+                                                       data=serializer.validated_data)
+
+    def perform_update(self, serializer):
+        services.save_credential(principal=self.principal, credential=serializer.instance,
+                                 data=serializer.validated_data)
+
+    def perform_destroy(self, instance):
+        services.delete_credential(principal=self.principal, credential=instance)
 
 
 class CloudTargetViewSet(TenantViewSet):
