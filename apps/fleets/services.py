@@ -318,7 +318,10 @@ def _preview_compute(inputs: list[_PreviewInput], principal: Principal) -> list[
         try:
             bundle = render(item.snapshot, item.node)
         except UnsafeValue as exc:
-            entry.update(changed=True, valid=False, diff="", problem=str(exc))
+            # The value may be another tenant's (a hostname, a path): customers are told only that it failed.
+            problem = str(exc) if item.own_lines is None else (
+                "The configuration could not be rendered; an operator can see why.")
+            entry.update(changed=True, valid=False, diff="", problem=problem)
             previews.append(entry)
             continue
         changed = base is None or base.sha256 != content_sha256(bundle)

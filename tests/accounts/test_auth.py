@@ -117,3 +117,34 @@ def test_settings_fail_fast_on_missing_secret_and_bad_values():
         env={**os.environ, "DJANGO_SETTINGS_MODULE": "controlplane.settings", "SPILLWAY_TESTING": "0", "DEBUG": "0",
              "SECRET_KEY": "x" * 50, "FIELD_ENCRYPTION_KEY": "k"})
     assert secure.stdout.split() == ["True", "True"], secure.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_parallel_login_attempts_get_no_more_password_checks_than_the_limit(live_server, settings):
+    """GIVEN 30 wrong-password attempts for one user sent at once to a threaded server WHEN they race
+    THEN at most LOGIN_THROTTLE_ATTEMPTS of them reach the password check; the rest answer 429."""
+    import re
+    from concurrent.futures import ThreadPoolExecutor
+
+    import requests
+    from django.contrib.auth import get_user_model
+    from django.core.cache import cache
+
+    settings.CSRF_COOKIE_SECURE = settings.SESSION_COOKIE_SECURE = False  # plain http on loopback
+    cache.clear()
+    get_user_model().objects.create_user("mallory-target", password="correct-horse-battery")
+    url = f"{live_server.url}/login/"
+
+    def attempt(_):
+        session = requests.Session()
+        page = session.get(url, timeout=10)
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+        return session.post(url, data={"username": "mallory-target", "password": "wrong",
+                                       "csrfmiddlewaretoken": token},
+                            headers={"Referer": url}, timeout=10).status_code
+
+    with ThreadPoolExecutor(max_workers=30) as pool:
+        codes = list(pool.map(attempt, range(30)))
+
+    assert codes.count(429) >= 30 - settings.LOGIN_THROTTLE_ATTEMPTS, codes
+    assert set(codes) <= {200, 429}, codes
