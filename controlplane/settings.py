@@ -232,6 +232,9 @@ LOGGING = {
 HAPROXY_BIN = envstr("HAPROXY_BIN", "haproxy")
 # Private/loopback networks every org's pool members may use (an operator's decision; per-org additions
 # are Organization.member_networks). The demo and the suite run members on loopback.
+# Who may scrape /metrics without a token (an operator token with the read scope always may). Empty by
+# default in production: behind a reverse proxy every request would seem to come from loopback.
+METRICS_ALLOWED_NETWORKS = envlist("METRICS_ALLOWED_NETWORKS", ["127.0.0.0/8", "::1/128"] if DEBUG or TESTING else [])
 MEMBER_NETWORKS = envlist("SPILLWAY_MEMBER_NETWORKS", ["127.0.0.0/8"] if DEBUG or TESTING else [])
 TERRAFORM_BIN = envstr("TERRAFORM_BIN", "")
 IDEMPOTENCY_TTL_S = envint("IDEMPOTENCY_TTL_S", 24 * 3600, minimum=60)

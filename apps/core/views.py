@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from apps.accounts.models import Scope
+from apps.accounts.services import token_authenticate
 from apps.core import metrics as _metrics  # noqa: F401  (registers collectors)
+from apps.core import netpolicy
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -15,5 +19,24 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
+def _metrics_allowed(request: HttpRequest) -> bool:
+    """Metrics name every fleet, node and pool: a scraper on an allowed network, or an operator token."""
+    peer = netpolicy.parse_ip(request.META.get("REMOTE_ADDR", ""))
+    nets = netpolicy.parse_networks(settings.METRICS_ALLOWED_NETWORKS)
+    if peer is not None and any(peer.version == n.version and peer in n for n in nets):
+        return True
+    header = request.headers.get("Authorization", "")
+    if not header.startswith("Bearer "):
+        return False
+    token = token_authenticate(header.removeprefix("Bearer ").strip())
+    return token is not None and token.org.is_operator and Scope.READ in token.scopes
+
+
 def metrics(request: HttpRequest) -> HttpResponse:
+    if not _metrics_allowed(request):
+        response = JsonResponse({"code": "not_authenticated", "fields": {},
+                                 "detail": "Metrics need an operator token with the read scope, or a scraper on "
+                                           "a network listed in METRICS_ALLOWED_NETWORKS."}, status=401)
+        response["WWW-Authenticate"] = "Bearer"
+        return response
     return HttpResponse(generate_latest(), content_type=CONTENT_TYPE_LATEST)
