@@ -1,13 +1,20 @@
-"""Base for UI views: a principal is required, and objects come only through visible_to()."""
+"""Base for UI views: a principal is required, and objects come only through restrict(principal, action).
+
+The same rule as the API's base viewset (apps.core.tenancy): `scoped(Model)` reads, `get_scoped` finds
+one object (404 for missing and foreign alike), `get_changeable` finds one the principal may change
+(404 when it may not even see it, 403 when it sees but may not change it, e.g. a shared LB).
+"""
 
 from __future__ import annotations
 
 from django.contrib.auth.mixins import LoginRequiredMixin
+from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 from django.views import View
 
 from apps.accounts.services import principal_for_user
+from apps.core.tenancy import Action, restricted
 
 
 class PrincipalView(LoginRequiredMixin, View):
@@ -22,11 +29,17 @@ class PrincipalView(LoginRequiredMixin, View):
     def principal(self):
         return self.request.principal
 
-    def scoped(self, model):
-        return model.objects.visible_to(self.principal)
+    def scoped(self, model, action: Action | str = Action.VIEW):
+        return restricted(model, self.principal, action)
 
     def get_scoped(self, model, **lookup):
         return get_object_or_404(self.scoped(model), **lookup)
+
+    def get_changeable(self, model, **lookup):
+        obj = self.get_scoped(model, **lookup)
+        if not self.scoped(model, Action.CHANGE).filter(pk=obj.pk).exists():
+            raise PermissionDenied("You can see this object but not change it.")
+        return obj
 
     def template_for(self, full: str, partial: str) -> str:
         """One view, two renders: the page, or only its partial for an htmx request."""

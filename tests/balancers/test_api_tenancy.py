@@ -1,11 +1,9 @@
-"""Every balancers/accounts/audit endpoint keeps the tenancy contract (tests/api_contract.py)."""
+"""Every balancers endpoint keeps the tenancy contract (tests/api_contract.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from apps.accounts.services import token_create
-from apps.audit.models import AuditEvent
 from apps.balancers.models import Listener, RegionDistance, StaticIP
 from tests.api_contract import TenancyContract
 from tests.factories import (
@@ -166,50 +164,6 @@ class TestStaticIps(TenancyContract):
     def payload(self, request):
         w(request)
         return {"pool": "ips"}
-
-
-class TestTokens(TenancyContract):
-    url = "/api/v1/tokens/"
-    deletable = False  # revocation keeps the row (revoked_at) for the audit trail
-
-    def make(self, request):
-        return token_create(org=request.getfixturevalue("acme"), name="deploy", scopes=["deploy"]).token
-
-    def payload(self, request):
-        return {"name": "ci", "scopes": ["read"]}
-
-
-class TestOrganizations(TenancyContract):
-    url = "/api/v1/organizations/"
-    update = {"name": "Acme Incorporated"}
-    writer = "otto"
-    deletable = False
-
-    def make(self, request):
-        w(request)
-        return request.getfixturevalue("acme")
-
-    def payload(self, request):
-        return {"slug": "newco", "name": "NewCo", "kind": "customer"}
-
-
-class TestAuditEvents(TenancyContract):
-    url = "/api/v1/audit-events/"
-    deletable = False
-
-    def make(self, request):
-        return AuditEvent.objects.create(actor="user:1", org=request.getfixturevalue("acme"), action="x.create",
-                                         object_type="x", object_id="1")
-
-    def payload(self, request):
-        return {"action": "forged"}
-
-    def test_owner_crud(self, request, alice):
-        # The audit log is append-only: listing works, writing does not exist.
-        event = self.make(request)
-        assert event.pk in [row["id"] for row in alice.client.get(self.url).json()["results"]]
-        assert alice.client.post(self.url, {"action": "forged"}, format="json").status_code == 405
-        assert alice.client.delete(f"{self.url}{event.pk}/").status_code == 405
 
 
 @pytest.mark.django_db

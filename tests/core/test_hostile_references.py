@@ -200,3 +200,43 @@ def test_a_customer_cannot_place_or_share_its_lb(sides, alice, otto, change):
     assert alice.client.patch(f"/api/v1/load-balancers/{acme_side.lb.pk}/", {"shared": False},
                               format="json").status_code == 200
     assert otto.client.patch(f"/api/v1/load-balancers/{acme_side.lb.pk}/", change, format="json").status_code == 200
+
+
+def _choice_filters() -> list[tuple[str, str, type]]:
+    """(endpoint, filter name, related model) for every model-choice filter of every list endpoint."""
+    from django_filters import rest_framework as filters
+
+    from apps.core.api.filters import _related_model
+    from controlplane.api import router
+
+    found = []
+    for prefix, viewset, _ in router.registry:
+        view = viewset()
+        view.action, view.request, view.format_kwarg, view.kwargs = "list", None, None, {}
+        model = getattr(viewset, "model", None)
+        if model is None:
+            continue
+        filterset_class = filters.DjangoFilterBackend().get_filterset_class(view, model.objects.none())
+        if filterset_class is None:
+            continue
+        for name, flt in filterset_class.base_filters.items():
+            if isinstance(flt, filters.ModelChoiceFilter | filters.ModelMultipleChoiceFilter):
+                found.append((prefix, name, _related_model(model, flt)))
+    return found
+
+
+def test_filters_answer_a_foreign_id_like_a_missing_one(sides, alice):
+    """?lb=<another tenant's LB> used to answer 200 (empty) while a missing id answered 400: an oracle."""
+    _, globex_side = sides
+    foreign = {LoadBalancer: globex_side.lb, Pool: globex_side.pool, Listener: globex_side.listener,
+               Route: globex_side.route, CloudTarget: globex_side.target, Certificate: globex_side.cert}
+    checked = []
+    for prefix, name, model in _choice_filters():
+        obj = foreign.get(model)
+        if obj is None:
+            continue
+        attacked = alice.client.get(f"/api/v1/{prefix}/", {name: obj.pk})
+        absent = alice.client.get(f"/api/v1/{prefix}/", {name: MISSING_ID})
+        assert _shape(attacked, obj.pk) == _shape(absent, MISSING_ID), (prefix, name)
+        checked.append(f"{prefix}?{name}")
+    assert {"listeners?lb", "pools?lb", "members?pool", "routes?lb", "capacity-tests?pool"} <= set(checked), checked

@@ -1,0 +1,30 @@
+"""The tenancy contract (tests/api_contract.py) on the accounts endpoints."""
+
+from __future__ import annotations
+
+from apps.accounts.services import token_create
+from tests.api_contract import TenancyContract
+
+
+class TestTokens(TenancyContract):
+    url = "/api/v1/tokens/"
+    deletable = False  # revocation keeps the row (revoked_at) for the audit trail
+
+    def make(self, request):
+        return token_create(org=request.getfixturevalue("acme"), name="deploy", scopes=["deploy"]).token
+
+    def payload(self, request):
+        return {"name": "ci", "scopes": ["read"]}
+
+
+class TestOrganizations(TenancyContract):
+    url = "/api/v1/organizations/"
+    update = {"name": "Acme Incorporated"}
+    writer = "otto"
+    deletable = False
+
+    def make(self, request):
+        return request.getfixturevalue("acme")
+
+    def payload(self, request):
+        return {"slug": "newco", "name": "NewCo", "kind": "customer"}
