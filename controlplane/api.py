@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from importlib import import_module
-
 from rest_framework.routers import DefaultRouter
 
-API_APPS = ["accounts", "audit", "balancers", "fleets", "traffic", "capacity", "scheduling", "cloud"]
+from apps.core.discovery import app_modules
 
 router = DefaultRouter()
 extra_urls: list = []
-for app in API_APPS:
-    try:
-        module = import_module(f"apps.{app}.api.urls")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"apps.{app}.api.urls" and exc.name != f"apps.{app}.api":
-            raise
-        continue
+for module in app_modules("api.urls"):
     module.register(router)
     extra_urls.extend(getattr(module, "urlpatterns", []))

@@ -30,19 +30,10 @@ def _tune_sqlalchemy_transport() -> None:
 _tune_sqlalchemy_transport()
 app.autodiscover_tasks()
 
-BEAT_APPS = ["core", "fleets", "traffic", "capacity", "scheduling", "cloud"]
-
-
 @app.on_after_finalize.connect
 def _register_periodic_tasks(sender: Celery, **kwargs) -> None:
     """Each app lists its periodic tasks in apps/<app>/beat.py: `register(app)`."""
-    from importlib import import_module
+    from apps.core.discovery import app_modules
 
-    for name in BEAT_APPS:
-        try:
-            module = import_module(f"apps.{name}.beat")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"apps.{name}.beat":
-                raise
-            continue
+    for module in app_modules("beat"):
         module.register(sender)

@@ -17,10 +17,10 @@ from django.shortcuts import render
 
 from apps.audit.models import AuditEvent
 from apps.balancers.models import LoadBalancer, Route
+from apps.core.ui import PrincipalView
 from apps.fleets import selectors as fleet_selectors
 from apps.traffic import selectors as traffic_selectors
 from apps.traffic.views import bar_scale
-from frontend.base import PrincipalView
 
 # Sums over every pool: up to 1 h they read 10 s points (one row per pool, region and 10 s), so the
 # live default is short; longer windows read 5 min points, and 7 days and more are per-pool pages.

@@ -14,7 +14,7 @@ from apps.balancers.api.serializers import HostnameClaimSerializer
 from apps.balancers.models import HostnameClaim, Route
 from apps.balancers.services import hostname_claim_create, hostname_claim_decide
 from apps.core.errors import DomainError
-from frontend.base import PrincipalView
+from apps.core.ui import PrincipalView
 from frontend.workspace import domain_errors, form_errors
 
 STATUS_FILTERS = ("pending", "approved", "rejected")

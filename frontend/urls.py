@@ -1,8 +1,8 @@
-from importlib import import_module
 
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from apps.core.discovery import app_modules
 from frontend import dashboard, hostnames, views, workspace
 from frontend.auth import ThrottledLoginView
 
@@ -28,11 +28,5 @@ urlpatterns = [
 ]
 
 # Each domain app may contribute UI pages in apps/<app>/urls.py (a `urlpatterns` list).
-for _app in ["accounts", "audit", "fleets", "traffic", "capacity", "scheduling", "cloud"]:
-    try:
-        import_module(f"apps.{_app}.urls")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"apps.{_app}.urls":
-            raise
-        continue
-    urlpatterns.append(path("", include(f"apps.{_app}.urls")))
+for _module in app_modules("urls"):
+    urlpatterns.append(path("", include(_module.__name__)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.shortcuts import render
 
 from apps.balancers.models import LoadBalancer
-from frontend.base import PrincipalView
+from apps.core.ui import PrincipalView
 
 
 class LoadBalancerListView(PrincipalView):

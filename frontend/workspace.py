@@ -18,11 +18,11 @@ from apps.balancers.api.serializers import MemberStateSerializer, RouteSerialize
 from apps.balancers.models import IpPool, LoadBalancer, Member, Pool, Route, StaticIP
 from apps.balancers.services import member_set_state, object_delete, route_save, static_ip_allocate, static_ip_release
 from apps.core.errors import DomainError
+from apps.core.ui import PrincipalView
 from apps.fleets import selectors as fleet_selectors
 from apps.fleets.models import Fleet
 from apps.fleets.services import lb_preview_change
 from apps.fleets.views import diff_lines
-from frontend.base import PrincipalView
 
 ROUTE_ORDERS = {"asc": ("priority", "pk"), "desc": ("-priority", "-pk")}
 

@@ -8,7 +8,7 @@ from django.shortcuts import render
 from apps.accounts.models import ApiToken, Role, Scope
 from apps.accounts.services import token_create, token_revoke
 from apps.core.errors import DomainError
-from frontend.base import PrincipalView
+from apps.core.ui import PrincipalView
 
 
 class TokenListView(PrincipalView):

@@ -6,7 +6,7 @@ from django.core.paginator import Paginator
 from django.shortcuts import render
 
 from apps.audit.models import AuditEvent
-from frontend.base import PrincipalView
+from apps.core.ui import PrincipalView
 
 
 class AuditListView(PrincipalView):

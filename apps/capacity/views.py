@@ -19,7 +19,7 @@ from apps.capacity import selectors, services
 from apps.capacity.api.serializers import CapacityTestSerializer
 from apps.capacity.models import CapacityRun, CapacityTest
 from apps.core.errors import DomainError
-from frontend.base import PrincipalView
+from apps.core.ui import PrincipalView
 
 FORM_FIELDS = ("name", "listener", "hostname", "path", "mode", "steps", "step_duration_s", "slo_p99_ms",
                "slo_error_rate", "shards", "safety_factor", "pool", "region", "timeout_s", "max_connections")

@@ -9,7 +9,7 @@ from apps.cloud import services
 from apps.cloud.api.views import synth_download
 from apps.cloud.models import CloudApply, CloudTarget
 from apps.core.errors import DomainError
-from frontend.base import PrincipalView
+from apps.core.ui import PrincipalView
 
 
 class CloudListView(PrincipalView):

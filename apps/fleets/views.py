@@ -13,9 +13,9 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from apps.balancers.models import LoadBalancer
 from apps.core.errors import DomainError
+from apps.core.ui import PrincipalView
 from apps.fleets import engine, selectors, services
 from apps.fleets.models import ConfigRevision, Fleet, Node, Rollout
-from frontend.base import PrincipalView
 
 RECENT_ROLLOUTS = 15
 RECENT_REVISIONS = 30

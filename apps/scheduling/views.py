@@ -16,10 +16,10 @@ from django.template.response import TemplateResponse
 from django_htmx.http import HttpResponseClientRedirect
 
 from apps.core.errors import DomainError
+from apps.core.ui import PrincipalView
 from apps.scheduling import kinds, selectors, services
 from apps.scheduling.api.serializers import JobSerializer, SchedulePreviewSerializer, schedule_preview
 from apps.scheduling.models import Job, JobRun
-from frontend.base import PrincipalView
 
 FORM_FIELDS = ("name", "kind", "schedule_type", "cron", "timezone", "interval_s", "start_at", "run_at", "end_at",
                "misfire_policy", "misfire_grace_s", "concurrency_policy", "max_retries", "retry_backoff_s",

@@ -12,8 +12,8 @@ from django.shortcuts import render
 
 from apps.balancers.models import Pool
 from apps.core.errors import DomainError
+from apps.core.ui import PrincipalView
 from apps.traffic import selectors, services
-from frontend.base import PrincipalView
 
 WINDOWS = (("5m", "5 min"), ("1h", "1 hour"), ("6h", "6 hours"), ("24h", "24 hours"), ("7d", "7 days"))
 

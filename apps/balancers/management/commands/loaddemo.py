@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from importlib import import_module
-
 from django.core.management.base import BaseCommand
 
 from apps.balancers.demo import DEMO_PASSWORDS, load_demo
-
-# Later apps add to the demo (fleets: a local demo fleet) through a `load_demo()` of their own.
-DEMO_EXTENSIONS = ["apps.fleets.demo", "apps.scheduling.demo", "apps.capacity.demo"]
+from apps.core.discovery import app_modules
 
 
 class Command(BaseCommand):
@@ -17,12 +13,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts) -> None:
         result = load_demo()
-        for name in DEMO_EXTENSIONS:
-            try:
-                module = import_module(name)
-            except ModuleNotFoundError as exc:
-                if exc.name != name:
-                    raise
+        # Later apps add to the demo (fleets: a local demo fleet) through a `load_demo()` of their own.
+        for module in app_modules("demo"):
+            if module.__name__ == "apps.balancers.demo":
                 continue
             message = module.load_demo()
             if message:

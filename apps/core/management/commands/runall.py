@@ -8,10 +8,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from importlib import import_module
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
+
+from apps.core.discovery import app_modules
 
 
 class Command(BaseCommand):
@@ -74,9 +75,9 @@ class Command(BaseCommand):
 
 
 def _demo_hook(name: str) -> Callable[[], str | None] | None:
-    """The demo fleet's start/stop function, when the fleets app provides one."""
-    try:
-        module = import_module("apps.fleets.demo")
-    except ModuleNotFoundError:
-        return None
-    return getattr(module, name, None)
+    """The demo processes' start/stop function of whichever app provides one (fleets: the demo fleet)."""
+    for module in app_modules("demo"):
+        hook = getattr(module, name, None)
+        if hook is not None:
+            return hook
+    return None

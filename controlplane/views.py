@@ -1,4 +1,4 @@
-"""Liveness and Prometheus metrics."""
+"""Project-level views: liveness and Prometheus metrics (they read every app, so they sit above them)."""
 
 from __future__ import annotations
 

@@ -13,16 +13,15 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404
 from django.views import View
 
-from apps.accounts.services import principal_for_user
 from apps.core.tenancy import Action, restricted
 
 
 class PrincipalView(LoginRequiredMixin, View):
+    """`request.principal` comes from apps.accounts.middleware.PrincipalMiddleware (the session's user)."""
+
     def dispatch(self, request, *args, **kwargs):
-        if request.user.is_authenticated:
-            request.principal = principal_for_user(request.user, request.session.get("org"))
-            if request.principal is None:
-                raise Http404("Your account belongs to no organization.")
+        if request.user.is_authenticated and getattr(request, "principal", None) is None:
+            raise Http404("Your account belongs to no organization.")
         return super().dispatch(request, *args, **kwargs)
 
     @property

@@ -1,0 +1,90 @@
+"""Imports point down the declared layer order, and no two apps import each other.
+
+Derived from the source (module-level and function-level imports alike, since a function-level import
+is still a dependency, only a hidden one). Layers, lowest first — docs/ARCHITECTURE.md says why:
+
+    core → audit → accounts → balancers → traffic → fleets → capacity, scheduling, cloud → frontend → controlplane
+
+An app may import its own layer or lower ones; same-layer imports must not form a cycle. Every upward
+edge that still exists is listed in KNOWN_UPWARD with its reason: removing one is progress (the test
+says to drop it from the list), adding one fails.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+LAYERS: dict[str, int] = {
+    "core": 0, "audit": 1, "accounts": 2, "balancers": 3, "traffic": 4, "fleets": 5,
+    "capacity": 6, "scheduling": 6, "cloud": 6, "events": 6, "certificates": 6, "acme": 6, "configcode": 6,
+    "frontend": 8, "controlplane": 9,
+}
+# (from, to): why it is still there. Each is debt with a named way out.
+KNOWN_UPWARD: dict[tuple[str, str], str] = {
+    ("traffic", "fleets"): "traffic reads the fleets' health hot copy and re-renders fleets whose capacity "
+                           "changed; the way out is the collector handing health to traffic (issue 17 item 3)",
+}
+
+
+def _owner(path: Path) -> str | None:
+    rel = path.relative_to(REPO).parts
+    if rel[0] == "apps" and len(rel) > 2:
+        return rel[1]
+    if rel[0] in ("frontend", "controlplane"):
+        return rel[0]
+    return None
+
+
+def _target(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] == "apps" and len(parts) > 1:
+        return parts[1]
+    if parts[0] in ("frontend", "controlplane"):
+        return parts[0]
+    return None
+
+
+def import_edges() -> dict[tuple[str, str], set[str]]:
+    edges: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for root in ("apps", "frontend", "controlplane"):
+        for path in (REPO / root).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            src = _owner(path)
+            if src is None:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    modules = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    modules = [node.module]
+                else:
+                    continue
+                for module in modules:
+                    dst = _target(module)
+                    if dst is not None and dst != src:
+                        edges[(src, dst)].add(str(path.relative_to(REPO)))
+    return edges
+
+
+def test_every_app_has_a_declared_layer():
+    apps = {p.name for p in (REPO / "apps").iterdir() if (p / "__init__.py").exists()}
+    assert apps - set(LAYERS) == set(), "declare the new app's layer in LAYERS and docs/ARCHITECTURE.md"
+
+
+def test_imports_point_down_the_layers():
+    upward = {edge: files for edge, files in import_edges().items() if LAYERS[edge[1]] > LAYERS[edge[0]]}
+    new = {edge: sorted(files) for edge, files in upward.items() if edge not in KNOWN_UPWARD}
+    gone = set(KNOWN_UPWARD) - set(upward)
+    assert not new, f"imports pointing up the layers: {new}"
+    assert not gone, f"fixed, well done: drop {gone} from KNOWN_UPWARD"
+
+
+def test_no_two_apps_import_each_other():
+    edges = import_edges()
+    cycles = sorted({tuple(sorted(e)) for e in edges if (e[1], e[0]) in edges and e not in KNOWN_UPWARD
+                     and (e[1], e[0]) not in KNOWN_UPWARD})
+    assert not cycles, f"apps importing each other: {cycles}"
