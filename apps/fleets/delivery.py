@@ -27,7 +27,7 @@ from apps.fleets.runtime import (
     StatRow,
     parse_show_stat,
 )
-from apps.fleets.snapshot import MAIN_FILE, ConfigBundle
+from apps.fleets.snapshot import KEEPALIVED_FILE, MAIN_FILE, ConfigBundle
 from apps.fleets.transports import NodeConn, TransportError, transport_for
 from apps.fleets.transports.base import FileSetTransport
 from apps.fleets.transports.local import LocalTransport
@@ -36,6 +36,7 @@ from apps.fleets.validate import bind_conflicts, parse_ss_listeners, remote_bind
 RELOAD_TIMEOUT_S = 10.0
 PROBE_TIMEOUT_S = 1.0
 _BIND_RE = re.compile(r"^\s*bind (\[[0-9a-fA-F:.]+\]|[0-9.]+):(\d+)", re.MULTILINE)
+_FLOATING_BIND_RE = re.compile(r"^\s*bind (\[[0-9a-fA-F:.]+\]|[0-9.]+):(\d+) freebind", re.MULTILINE)
 _BACKEND_RE = re.compile(r"^backend (\S+)", re.MULTILINE)
 _FRONTEND_RE = re.compile(r"^frontend (\S+)", re.MULTILINE)
 _WILDCARDS = {"0.0.0.0", "::"}
@@ -49,6 +50,12 @@ def bundle_binds(bundle: ConfigBundle) -> list[tuple[str, int]]:
     for address, port in _BIND_RE.findall(bundle.main):
         binds.append((address.strip("[]"), int(port)))
     return sorted(set(binds))
+
+
+def floating_binds(bundle: ConfigBundle) -> set[tuple[str, int]]:
+    """Binds on a VIP (freebind): only the node holding the VIP answers there, so they are checked
+    through `show stat` like every frontend, not by a TCP connect that would reach the holder."""
+    return {(address.strip("[]"), int(port)) for address, port in _FLOATING_BIND_RE.findall(bundle.main)}
 
 
 def bundle_proxies(bundle: ConfigBundle) -> tuple[list[str], list[str]]:
@@ -156,7 +163,8 @@ def verify(transport: FileSetTransport, bundle: ConfigBundle, node_address: str)
     Called after a reload `show proc` confirmed: every bind answers a TCP connect (a reload racing a
     port conflict can leave one dead, HAPROXY.md), and `show stat` lists every expected proxy.
     """
-    binds = [probe_address(b, node_address) for b in bundle_binds(bundle)]
+    floating = floating_binds(bundle)
+    binds = [probe_address(b, node_address) for b in bundle_binds(bundle) if b not in floating]
     probes = transport.probe_listeners(binds, timeout_s=PROBE_TIMEOUT_S)
     dead = sorted(f"{a}:{p}" for (a, p), ok in probes.items() if not ok)
     if dead:
@@ -259,7 +267,9 @@ def precheck_binds(conn: NodeConn, bundle: ConfigBundle, last_good: ConfigBundle
     """
     binds = bundle_binds(bundle)
     # Addresses the node already serves from its last verified config are held by its own HAProxy.
-    new = [b for b in binds if last_good is None or b not in set(bundle_binds(last_good))]
+    # VIP binds (freebind) answer on whichever node holds the VIP: a probe would find a peer there.
+    floating = floating_binds(bundle)
+    new = [b for b in binds if (last_good is None or b not in set(bundle_binds(last_good))) and b not in floating]
     if not new:
         return []
     if conn.transport == "local":
@@ -319,6 +329,10 @@ def _rollback(transport: FileSetTransport, plan: NodePlan, outcome: NodeOutcome)
                 outcome.steps.append(f"rollback verification failed: {problem}")
                 return
             outcome.sha256 = target.sha256
+            if KEEPALIVED_FILE in target.files:
+                problem = transport.reload_keepalived()
+                if problem:
+                    outcome.steps.append(f"rollback: {problem}")
         outcome.worker_pid = result.new_worker_pid
         outcome.status = "rolled_back"
         outcome.steps.append("rolled back to the last good config")
@@ -383,6 +397,8 @@ def apply_node(plan: NodePlan) -> NodeOutcome:
             outcome.error = f"reload failed: {result.error}"
         else:
             problem = verify(transport, plan.bundle, plan.conn.address)
+            if problem is None and KEEPALIVED_FILE in plan.bundle.files:
+                problem = transport.reload_keepalived()
             if problem is None:
                 outcome.status, outcome.sha256, outcome.worker_pid = (
                     "succeeded", plan.bundle.sha256, result.new_worker_pid)

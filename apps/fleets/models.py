@@ -33,6 +33,12 @@ class Fleet(models.Model):
     reconcile_queued = models.BooleanField(default=False)
     # One rollout at a time per fleet: a lease claimed with a conditional UPDATE, renewed while
     # working, so a killed worker's lease expires (or is taken over when its PID is gone).
+    # Floating VIPs (keepalived, apps.fleets.render.keepalived): VRRPv3 allows sub-second adverts but
+    # has no authentication; VRRPv2 authenticates with the secret below (Fernet) in whole seconds.
+    vrrp_version = models.PositiveSmallIntegerField(choices=[(2, "VRRPv2 (authenticated, 1 s steps)"),
+                                                             (3, "VRRPv3 (sub-second adverts)")], default=3)
+    vrrp_advert_ms = models.PositiveIntegerField(default=200)
+    vrrp_secret_encrypted = models.TextField(blank=True, default="")
     lease_owner = models.CharField(max_length=200, blank=True, default="")
     lease_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -74,6 +80,10 @@ class Node(models.Model):
     ssh_private_key_encrypted = models.TextField(blank=True, default="")  # Fernet, apps.core.crypto
     ssh_known_hosts = models.TextField(blank=True, default="")  # pinned host key line(s)
     enabled = models.BooleanField(default=True)  # disabled nodes take no rollouts and block no waits
+    # Set: the node runs keepalived on this interface and holds the fleet's VIPs in turn; blank: no VRRP.
+    vrrp_interface = models.CharField(max_length=15, blank=True, default="")
+    # Drained: the node gives its VIPs up first (they move to a peer), then its traffic drains away.
+    drained = models.BooleanField(default=False)
     applied_revision = models.ForeignKey(
         "ConfigRevision", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

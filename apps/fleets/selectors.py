@@ -22,6 +22,7 @@ from apps.balancers.models import (
 from apps.core import crypto
 from apps.fleets.codec import snapshot_from_json
 from apps.fleets.models import ConfigRevision, Fleet, Node, NodeHealth, NodeResult, Rollout
+from apps.fleets.render.keepalived import node_priority
 from apps.fleets.snapshot import (
     ANY_ADDRESS,
     CertSpec,
@@ -35,6 +36,7 @@ from apps.fleets.snapshot import (
     RegionStep,
     RouteSpec,
     RouteTargetSpec,
+    VrrpSpec,
 )
 from apps.fleets.transports import NodeConn
 from apps.traffic.observe import parse_backend
@@ -183,7 +185,31 @@ def reference_node(fleet: Fleet) -> NodeSpec:
 
 
 def node_spec(node: Node) -> NodeSpec:
-    return NodeSpec(name=node.name, runtime_dir=node.runtime_dir, bind_address=node.bind_address or None)
+    return NodeSpec(name=node.name, runtime_dir=node.runtime_dir, bind_address=node.bind_address or None,
+                    vrrp=vrrp_spec(node))
+
+
+def vrrp_nodes(fleet_id: int) -> list[Node]:
+    """The fleet's nodes that take part in VRRP, in priority order (first = highest)."""
+    return list(Node.objects.filter(fleet_id=fleet_id, enabled=True).exclude(vrrp_interface="")
+                .select_related("fleet").order_by("name"))
+
+
+def vrrp_spec(node: Node) -> VrrpSpec | None:
+    """How `node` takes part in VRRP: priority from its place in the fleet's node order, the other
+    VRRP nodes as unicast peers, the fleet's advert interval and (VRRPv2) decrypted secret."""
+    if not node.vrrp_interface or node.bind_address:
+        return None
+    peers = vrrp_nodes(node.fleet_id)
+    names = [n.name for n in peers]
+    index = names.index(node.name) if node.name in names else len(names)
+    fleet = node.fleet
+    secret = crypto.decrypt(fleet.vrrp_secret_encrypted) if fleet.vrrp_secret_encrypted else ""
+    return VrrpSpec(
+        interface=node.vrrp_interface, address=node.address, priority=node_priority(index),
+        peers=tuple(n.address for n in peers if n.pk != node.pk), version=fleet.vrrp_version,
+        advert_ms=fleet.vrrp_advert_ms, auth_pass=secret, drained=node.drained,
+    )
 
 
 def node_conn(node: Node) -> NodeConn:

@@ -10,6 +10,8 @@ import difflib
 import hashlib
 import logging
 import re
+import secrets
+import string
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -408,9 +410,28 @@ def _restart_after_commit(fleet_ids: set[int]) -> None:
     transaction.on_commit(start)
 
 
+def vrrp_refresh(*, fleet_id: int) -> Rollout | None:
+    """Re-push the desired revision to the fleet's VRRP nodes after a node-level VRRP change (drain,
+    interface, peers): their keepalived.conf changed though the fleet's revision did not. Nodes already
+    serving their bundle are only verified (delivery.apply_node)."""
+    fleet = Fleet.objects.get(pk=fleet_id)
+    desired = ConfigRevision.objects.filter(fleet=fleet, number=fleet.desired_revision, validation_ok=True).first()
+    nodes = selectors.vrrp_nodes(fleet_id)
+    if desired is None or not nodes:
+        return None
+    return rollout_create(fleet=fleet, revision=desired, kind=Rollout.Kind.CONVERGE, canary=False, nodes=nodes)
+
+
+def new_vrrp_secret() -> str:
+    """VRRPv2 PASS authentication carries at most 8 octets; letters and digits keep it config-safe."""
+    alphabet = string.ascii_letters + string.digits
+    return "".join(secrets.choice(alphabet) for _ in range(8))
+
+
 def _fleet_dict(fleet: Fleet) -> dict[str, Any]:
     return {"name": fleet.name, "region": fleet.region_id, "canary": fleet.canary,
             "batch_size": fleet.batch_size, "auto_rollout": fleet.auto_rollout,
+            "vrrp_version": fleet.vrrp_version, "vrrp_advert_ms": fleet.vrrp_advert_ms,
             "serves": sorted(fleet.serves.values_list("pk", flat=True))}
 
 
@@ -423,7 +444,11 @@ def fleet_save(*, principal: Principal, fleet: Fleet, data: dict[str, Any]) -> F
         before = _fleet_dict(fleet) if fleet.pk else None
         for key, value in data.items():
             setattr(fleet, key, value)
+        if not fleet.vrrp_secret_encrypted:
+            fleet.vrrp_secret_encrypted = crypto.encrypt(new_vrrp_secret())
         fleet.save()
+        if before and (before["vrrp_version"], before["vrrp_advert_ms"]) != (fleet.vrrp_version, fleet.vrrp_advert_ms):
+            transaction.on_commit(lambda: vrrp_refresh(fleet_id=fleet.pk))
         if serves is not None:
             fleet.serves.set(serves)
         audit_record(principal=principal, org=principal.org, action="fleet.save", obj=fleet, before=before,
@@ -443,7 +468,9 @@ def fleet_delete(*, principal: Principal, fleet: Fleet) -> None:
 
 
 NODE_AUDIT_FIELDS = ("name", "address", "transport", "runtime_dir", "config_dir", "bind_address", "ssh_host",
-                     "ssh_port", "ssh_user", "enabled")
+                     "ssh_port", "ssh_user", "enabled", "vrrp_interface", "drained")
+# What changes a node's keepalived.conf (its own or its peers') without changing the fleet's revision.
+VRRP_NODE_FIELDS = ("address", "bind_address", "enabled", "vrrp_interface", "drained", "name")
 
 
 def node_save(*, principal: Principal, node: Node, data: dict[str, Any]) -> Node:
@@ -459,6 +486,8 @@ def node_save(*, principal: Principal, node: Node, data: dict[str, Any]) -> Node
         node.save()
         after = {f: getattr(node, f) for f in NODE_AUDIT_FIELDS}
         after["ssh_key_changed"] = key is not None
+        if before is None or any(before[f] != after[f] for f in VRRP_NODE_FIELDS if f in before):
+            transaction.on_commit(lambda: vrrp_refresh(fleet_id=node.fleet_id))
         audit_record(principal=principal, org=principal.org, action="node.save", obj=node, before=before,
                      after=after)
         _restart_after_commit({node.fleet_id})

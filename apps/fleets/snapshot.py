@@ -16,6 +16,7 @@ PathMatch = Literal["prefix", "exact"]
 Protocol = Literal["http", "https", "tcp"]
 
 MAIN_FILE = "haproxy.cfg"
+KEEPALIVED_FILE = "keepalived.conf"
 # Listeners without a static IP bind every address of the node (or the node's bind_address).
 ANY_ADDRESS = "0.0.0.0"
 
@@ -100,10 +101,29 @@ class ListenerSpec:
 
 
 @dataclass(frozen=True)
+class VrrpSpec:
+    """How one node takes part in VRRP (keepalived) for the static IPs its listeners bind.
+
+    Node-level because it differs per node (own address, priority, peers) and holds a secret; the
+    VIPs themselves come from the snapshot's listener addresses, so a revision fixes them.
+    """
+
+    interface: str  # the node's network interface that carries the VIPs
+    address: str  # this node's unicast source address
+    priority: int  # 1..254, from node order (first node highest)
+    peers: tuple[str, ...]  # the other nodes' addresses (unicast, no multicast assumption)
+    version: int = 3  # 3: sub-second adverts, no authentication in the protocol; 2: PASS auth, 1 s steps
+    advert_ms: int = 200
+    auth_pass: str = field(default="", repr=False)  # VRRPv2 only; decrypted from the fleet's secret
+    drained: bool = False  # gives up every VIP (instances held in FAULT) while staying a peer
+
+
+@dataclass(frozen=True)
 class NodeSpec:
     name: str
     runtime_dir: str  # absolute; holds sockets, server state, maps/ and certs/ on that node
     bind_address: str | None = None  # overrides every listener's address (loopback demo fleets)
+    vrrp: VrrpSpec | None = None  # None: the node runs no keepalived (listeners bind as before)
 
 
 @dataclass(frozen=True)

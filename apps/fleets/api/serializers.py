@@ -25,6 +25,7 @@ from apps.fleets.transports import NodeConn, TransportError
 
 _ABS_PATH_RE = re.compile(r"^(?:/[A-Za-z0-9._-]+)+$")
 _SSH_HOST_RE = re.compile(r"^[A-Za-z0-9.:-]{1,253}$")
+_INTERFACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$")
 _SSH_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
 
@@ -39,8 +40,18 @@ class FleetSerializer(TenantModelSerializer):
     class Meta:
         model = Fleet
         fields = ["id", "name", "region", "serves", "load_balancers", "canary", "batch_size", "auto_rollout",
-                  "desired_revision", "nodes", "created_at", "updated_at"]
+                  "vrrp_version", "vrrp_advert_ms", "desired_revision", "nodes", "created_at", "updated_at"]
         read_only_fields = ["desired_revision", "created_at", "updated_at"]
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        version = attrs.get("vrrp_version", getattr(self.instance, "vrrp_version", 3))
+        advert_ms = attrs.get("vrrp_advert_ms", getattr(self.instance, "vrrp_advert_ms", 200))
+        low = 100 if version == 3 else 1000
+        step = 10 if version == 3 else 1000
+        if not low <= advert_ms <= 40950 or advert_ms % step:
+            raise serializers.ValidationError({"vrrp_advert_ms": [
+                f"VRRPv{version} adverts: {low}..40950 ms in steps of {step} ms."]})
+        return attrs
 
     def get_load_balancers(self, fleet: Fleet) -> list[str]:
         from apps.fleets.selectors import fleet_lbs
@@ -71,10 +82,16 @@ class NodeSerializer(TenantModelSerializer):
         model = Node
         fields = ["id", "fleet", "name", "address", "transport", "runtime_dir", "config_dir", "bind_address",
                   "haproxy_bin", "ssh_host", "ssh_port", "ssh_user", "ssh_private_key", "has_ssh_key",
-                  "ssh_known_hosts", "enabled", "applied_revision", "desired_revision", "applied_sha256",
+                  "ssh_known_hosts", "enabled", "vrrp_interface", "drained", "applied_revision", "desired_revision",
+                  "applied_sha256",
                   "worker_pid", "status", "status_detail", "last_seen", "created_at", "updated_at"]
         read_only_fields = ["applied_sha256", "worker_pid", "status", "status_detail", "last_seen",
                             "created_at", "updated_at"]
+
+    def validate_vrrp_interface(self, value: str) -> str:
+        if value and not _INTERFACE_RE.match(value):
+            raise serializers.ValidationError("An interface name: letters, digits, '_', '.', '-'; at most 15.")
+        return value
 
     def get_has_ssh_key(self, node: Node) -> bool:
         return bool(node.ssh_private_key_encrypted)

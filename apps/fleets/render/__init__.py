@@ -10,16 +10,18 @@ import gc
 import hashlib
 
 from apps.fleets.render.frontends import (
+    FLOATING,
     backend_name,
     frontend_name,
     http_frontend,
     listener_action_keys,
     tcp_frontend,
 )
+from apps.fleets.render.keepalived import render_keepalived
 from apps.fleets.render.routing import parse_split_key, resolve_route
 from apps.fleets.render.safety import UnsafeValue, check_node, check_snapshot
 from apps.fleets.render.sections import backend_sections, global_section, http_defaults, tcp_defaults
-from apps.fleets.snapshot import MAIN_FILE, ConfigBundle, FleetSnapshot, NodeSpec
+from apps.fleets.snapshot import KEEPALIVED_FILE, MAIN_FILE, ConfigBundle, FleetSnapshot, NodeSpec
 
 __all__ = [
     "ROUTE_MAP_THRESHOLD",
@@ -56,6 +58,9 @@ def _render(snapshot: FleetSnapshot, node: NodeSpec, route_map_threshold: int) -
     node = check_node(node)
     pools = {p.id: p for p in snap.pools}
     listeners = sorted(snap.listeners, key=lambda ln: (ln.lb, ln.name))
+    # A node taking part in VRRP binds its listeners' static IPs with freebind (frontends._bind_line);
+    # a loopback bind_address override wins (demo nodes have no VIPs to float).
+    bind_mode = node.bind_address or (FLOATING if node.vrrp is not None else None)
 
     binds: dict[tuple[str, int], str] = {}
     for ln in listeners:
@@ -69,13 +74,16 @@ def _render(snapshot: FleetSnapshot, node: NodeSpec, route_map_threshold: int) -
         binds[bind] = f"{ln.lb}.{ln.name}"
 
     files: dict[str, bytes] = {}
+    keepalived = None if node.bind_address else render_keepalived(snap, node)
+    if keepalived is not None:
+        files[KEEPALIVED_FILE] = keepalived.encode()
     http_sections: list[list[str]] = []
     tcp_sections: list[list[str]] = []
     tcp_pools: set[int] = set()
     http_pools: set[int] = set()
     for ln in listeners:
         if ln.protocol == "tcp":
-            tcp_sections.append(tcp_frontend(ln, pools, local_region=snap.region, bind_address=node.bind_address))
+            tcp_sections.append(tcp_frontend(ln, pools, local_region=snap.region, bind_address=bind_mode))
             if ln.default_pool_id is not None:
                 tcp_pools.add(ln.default_pool_id)
         else:
@@ -84,7 +92,7 @@ def _render(snapshot: FleetSnapshot, node: NodeSpec, route_map_threshold: int) -
                     ln,
                     pools,
                     local_region=snap.region,
-                    bind_address=node.bind_address,
+                    bind_address=bind_mode,
                     use_maps=len(ln.routes) > route_map_threshold,
                     files=files,
                 )

@@ -97,17 +97,25 @@ def pool_steps(pool: PoolSpec, local_region: str, protocol: str) -> list[ChainSt
     return [ChainStep(backend_name(pool.id, r, protocol), None) for r in regions]
 
 
+FLOATING = "floating"  # bind_address value for nodes whose static IPs float between them (VRRP)
+
+
 def _cond(*parts: str) -> str:
     return " ".join(p for p in parts if p)
 
 
 def _bind_line(listener: ListenerSpec, bind_address: str | None) -> str:
-    address = format_address(bind_address or listener.address, listener.port)
+    """`bind_address` FLOATING: the listener's own address is a VIP keepalived moves between nodes."""
+    floating = bind_address == FLOATING
+    address = format_address(listener.address if floating or not bind_address else bind_address, listener.port)
+    # freebind (IP_FREEBIND): a backup node binds the VIP before it holds it, so it serves the moment
+    # keepalived moves the address there, with no reload and no sysctl on the node.
+    extra = " freebind" if floating and listener.address not in ("0.0.0.0", "::") else ""
     if listener.protocol == "https":
         assert listener.cert is not None
         # Relative to the config's own directory (`default-path config`, see sections.global_section).
-        return f"bind {address} ssl crt certs/{listener.cert.name}.pem"
-    return f"bind {address}"
+        return f"bind {address}{extra} ssl crt certs/{listener.cert.name}.pem"
+    return f"bind {address}{extra}"
 
 
 def _host_acl_lines(route: RouteSpec) -> tuple[list[str], str]:

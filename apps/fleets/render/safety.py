@@ -112,6 +112,7 @@ def check_node(node: NodeSpec) -> NodeSpec:
         name=_checked("node.name", _slug, node.name),
         runtime_dir=_runtime_dir("node.runtime_dir", node.runtime_dir),
         bind_address=(None if node.bind_address is None else _checked("node.bind_address", _ip, node.bind_address)),
+        vrrp=node.vrrp,  # checked by render.keepalived.check_vrrp, the one place that formats it
     )
 
 

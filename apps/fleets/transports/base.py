@@ -9,6 +9,8 @@ Layout on a node (same for every transport)::
     <runtime_dir>/master.sock               master CLI (-S), see apps.fleets.process
     <runtime_dir>/stats.sock                stats socket: the config must declare it
     <runtime_dir>/server-state              server-state-file: the config must declare it
+    <config_dir>/current/keepalived.conf    nodes taking part in VRRP: keepalived runs with -f this path
+    <runtime_dir>/keepalived.pid            and -p this pid file, so a push reloads it with SIGHUP
 
 Why a directory symlink swap: a push writes a whole new directory, validates it where
 it lies, then replaces the ``current`` symlink with ``rename(2)``, which is atomic. A
@@ -50,6 +52,9 @@ from apps.fleets.runtime import (
 logger = logging.getLogger(__name__)
 
 CONFIG_NAME = "haproxy.cfg"
+KEEPALIVED_NAME = "keepalived.conf"
+KEEPALIVED_PID_NAME = "keepalived.pid"
+KEEPALIVED_BIN = "keepalived"
 STATS_SOCKET_NAME = "stats.sock"
 MASTER_SOCKET_NAME = "master.sock"
 SERVER_STATE_NAME = "server-state"
@@ -159,11 +164,12 @@ def bundle_sha256(files: Mapping[str, bytes]) -> str:
 
 
 def check_bundle_names(files: Mapping[str, bytes]) -> None:
-    """Only ``haproxy.cfg``, ``maps/<name>`` and ``certs/<name>``: nothing may escape the set."""
+    """Only ``haproxy.cfg``, ``keepalived.conf``, ``maps/<name>`` and ``certs/<name>``: nothing may
+    escape the set."""
     if CONFIG_NAME not in files:
         raise ValueError("a config bundle must contain haproxy.cfg")
     for name in files:
-        if name == CONFIG_NAME:
+        if name in (CONFIG_NAME, KEEPALIVED_NAME):
             continue
         top, _, rest = name.partition("/")
         if top not in ("maps", "certs") or not rest:
@@ -310,11 +316,48 @@ class FileSetTransport(ABC):
             self._write_file(self.node.server_state_path, EMPTY_SERVER_STATE, 0o644)
 
     def validate_dir(self, set_dir: str) -> tuple[bool, str]:
-        """``haproxy -c -dW`` on the node, in the set's directory (-dW: warnings are errors)."""
+        """``haproxy -c -dW`` on the node, in the set's directory (-dW: warnings are errors), and
+        ``keepalived -t`` on the set's keepalived.conf when it has one."""
         code, output = self._run(
             [self.node.haproxy_bin, "-c", "-dW", "-f", CONFIG_NAME], set_dir, self.validate_timeout_s
         )
-        return code == 0, output
+        if code != 0 or self._read_file(posixpath.join(set_dir, KEEPALIVED_NAME)) is None:
+            return code == 0, output
+        ok, keepalived_output = self.validate_keepalived(set_dir)
+        return ok, output + keepalived_output
+
+    def validate_keepalived(self, set_dir: str) -> tuple[bool, str]:
+        """``keepalived -t`` (it also checks that the VRRP interface exists on the node). A node
+        without the binary cannot serve a VIP at all, so that refuses the push too."""
+        try:
+            code, output = self._run([KEEPALIVED_BIN, "-t", "-l", "-f", KEEPALIVED_NAME], set_dir,
+                                     self.validate_timeout_s)
+        except TransportError as exc:
+            return False, f"\nkeepalived -t: {exc}\n"
+        # -t prints its complaints (and "VRRP version 3 does not support authentication"-style warnings).
+        return code == 0, (f"\nkeepalived -t exited {code}:\n{output}" if code or output.strip() else "")
+
+    def reload_keepalived(self) -> str | None:
+        """SIGHUP the node's keepalived so it reads ``current/keepalived.conf``; None or what is wrong."""
+        pid_path = posixpath.join(self.node.runtime_dir, KEEPALIVED_PID_NAME)
+        raw = self._read_file(pid_path)
+        pid = (raw or b"").decode(errors="replace").strip()
+        if not pid.isdigit():
+            return f"keepalived is not running on node {self.node.name} (no pid in {pid_path}): its VIPs cannot move"
+        code, output = self._run(["kill", "-HUP", pid], "/", 5.0)
+        return None if code == 0 else f"keepalived reload (kill -HUP {pid}) failed: {output.strip()}"
+
+    def vrrp_addresses(self) -> set[str]:
+        """Addresses configured on the node's interfaces now (`ip -o addr`): which VIPs it holds."""
+        code, output = self._run(["ip", "-o", "addr", "show"], "/", 5.0)
+        if code != 0:
+            raise TransportError(f"node {self.node.name}: ip addr failed: {output.strip()}")
+        held = set()
+        for line in output.splitlines():
+            words = line.split()
+            if len(words) > 3 and words[2] in ("inet", "inet6"):
+                held.add(words[3].partition("/")[0])
+        return held
 
     def push(self, bundle: ConfigBundleLike) -> PushResult:
         """Upload into staging, validate on the node, then swap ``current`` atomically.

@@ -1,0 +1,194 @@
+"""Pure keepalived.conf renderer: the VRRP side of a node's bundle (no Django, no I/O).
+
+What it guarantees, and why:
+
+- **One VRRP instance per VIP** (a listener's static IP) in the fleet's region, so each VIP moves on
+  its own. The virtual router id is derived from the address (`vrid_for`) so it never changes when
+  another VIP is added; two VIPs of one fleet that derive the same id are refused (`vrid_collision`)
+  rather than silently sharing an election.
+- **Priorities from node order**, first node highest; every instance starts BACKUP with `nopreempt`,
+  so a node that comes back does not take its VIPs back (one move per event, no flap-back storm).
+- **A node whose HAProxy is down gives its VIPs up**: `track_script` runs `pgrep -f` for the node's own
+  master socket path (unique per node even when several nodes share one PID namespace, as in tests);
+  a failing check puts every instance in FAULT, which releases the address and tells the peers at once
+  (priority-0 advert). A drained node tracks a script that always fails, so its VIPs move first while
+  its HAProxy keeps serving the connections it has.
+- **Unicast peers** (`unicast_src_ip` + `unicast_peer`, with `check_unicast_src` so an advert from any
+  other source is dropped): no multicast assumption.
+- **Authentication**: keepalived implements VRRP's PASS authentication only for VRRPv2 (it ignores it,
+  with a warning, under VRRPv3, RFC 5798 having removed it). VRRPv2 adverts are whole seconds, so a fleet
+  chooses: v3 with sub-second adverts (default; peers restricted by `check_unicast_src`) or v2 with the
+  fleet's encrypted secret as `auth_pass` and 1 s steps.
+- **No user string reaches the file unchecked**: every value is re-checked here against an allowlist
+  (interface names, IP literals, bounded integers, the secret's alphabet) before it is formatted.
+  The file carries no revision number, so a route-only change leaves it byte-identical and the node
+  takes the change through the runtime API without touching keepalived.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from apps.core import validators as v
+from apps.fleets.render.safety import UnsafeValue
+from apps.fleets.snapshot import FleetSnapshot, NodeSpec, VrrpSpec
+
+_INTERFACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$")  # IFNAMSIZ is 16 with the NUL
+_AUTH_PASS_RE = re.compile(r"^[A-Za-z0-9]{1,8}$")  # VRRPv2 PASS: at most 8 octets
+PRIORITY_TOP = 254  # 255 is reserved for the address owner
+MAX_PEERS = 64
+NO_VIP_ADDRESSES = {"0.0.0.0", "::"}
+INDENT = "    "
+
+
+def vrid_for(address: str) -> int:
+    """VRRP virtual router id (1..255) of a VIP: stable whatever other VIPs exist.
+
+    Consecutive addresses of a pool get distinct ids for 255 addresses in a row.
+    """
+    return int(ipaddress.ip_address(address)) % 255 + 1
+
+
+def node_priority(index: int) -> int:
+    """Priority of the node at `index` in the fleet's node order (0 = first = highest)."""
+    return max(1, PRIORITY_TOP - index)
+
+
+def _ip(field: str, value: object) -> str:
+    try:
+        return v.validate_ip(value)
+    except v.InvalidValue as exc:
+        raise UnsafeValue(field, exc.code, exc.message) from None
+
+
+def _int(field: str, value: object, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise UnsafeValue(field, "invalid_integer", f"{value!r} is not an integer in {low}..{high}.")
+    return value
+
+
+def check_vrrp(vrrp: VrrpSpec) -> VrrpSpec:
+    """A cleaned copy of `vrrp`, or UnsafeValue naming the first value outside its allowlist."""
+    if not isinstance(vrrp.interface, str) or not _INTERFACE_RE.match(vrrp.interface):
+        raise UnsafeValue("node.vrrp.interface", "invalid_interface",
+                          f"{vrrp.interface!r} is not an interface name (letters, digits, '_', '.', '-'; "
+                          "at most 15 characters).")
+    address = _ip("node.vrrp.address", vrrp.address)
+    if not isinstance(vrrp.peers, tuple) or len(vrrp.peers) > MAX_PEERS:
+        raise UnsafeValue("node.vrrp.peers", "invalid_type", f"expected a tuple of at most {MAX_PEERS} addresses.")
+    peers = tuple(_ip(f"node.vrrp.peers[{i}]", p) for i, p in enumerate(vrrp.peers))
+    family = ipaddress.ip_address(address).version
+    for i, peer in enumerate(peers):
+        if ipaddress.ip_address(peer).version != family or peer == address:
+            raise UnsafeValue(f"node.vrrp.peers[{i}]", "invalid_peer",
+                              f"{peer} must be another node's address of the same family as {address}.")
+    version = _int("node.vrrp.version", vrrp.version, 2, 3)
+    advert_ms = _int("node.vrrp.advert_ms", vrrp.advert_ms, 100 if version == 3 else 1000, 40950)
+    if version == 2 and advert_ms % 1000:
+        raise UnsafeValue("node.vrrp.advert_ms", "invalid_integer",
+                          "VRRPv2 adverts are whole seconds: use a multiple of 1000 ms, or VRRPv3.")
+    if advert_ms % 10:
+        raise UnsafeValue("node.vrrp.advert_ms", "invalid_integer", "VRRPv3 adverts are in steps of 10 ms.")
+    auth_pass = vrrp.auth_pass
+    if version == 2 and (not isinstance(auth_pass, str) or not _AUTH_PASS_RE.match(auth_pass)):
+        raise UnsafeValue("node.vrrp.auth_pass", "invalid_secret",
+                          "VRRPv2 needs the fleet's VRRP secret: 1 to 8 letters or digits.")
+    if not isinstance(vrrp.drained, bool):
+        raise UnsafeValue("node.vrrp.drained", "invalid_type", "expected a boolean.")
+    return VrrpSpec(
+        interface=vrrp.interface, address=address,
+        priority=_int("node.vrrp.priority", vrrp.priority, 1, PRIORITY_TOP), peers=tuple(sorted(peers)),
+        version=version, advert_ms=advert_ms, auth_pass=auth_pass if version == 2 else "",
+        drained=vrrp.drained,
+    )
+
+
+def fleet_vips(snapshot: FleetSnapshot, family: int) -> list[tuple[int, str]]:
+    """(vrid, address) of every VIP the snapshot's listeners bind, sorted; refuses id collisions.
+
+    Addresses come from a snapshot the HAProxy renderer has already checked (check_snapshot); they
+    are parsed again here because this module formats them itself.
+    """
+    vips: dict[int, str] = {}
+    for ln in snapshot.listeners:
+        address = _ip(f"listeners[{ln.lb}.{ln.name}].address", ln.address)
+        if address in NO_VIP_ADDRESSES or address in vips.values():
+            continue
+        if ipaddress.ip_address(address).version != family:
+            raise UnsafeValue(f"listeners[{ln.lb}.{ln.name}].address", "vip_family",
+                              f"VIP {address} is not of the same IP family as the fleet's node addresses.")
+        vrid = vrid_for(address)
+        if vrid in vips:
+            raise UnsafeValue(f"listeners[{ln.lb}.{ln.name}].address", "vrid_collision",
+                              f"VIPs {vips[vrid]} and {address} derive the same VRRP router id {vrid} "
+                              "on one fleet; use an address from another part of the pool.")
+        vips[vrid] = address
+    return sorted(vips.items())
+
+
+def _advert_int(vrrp: VrrpSpec) -> str:
+    seconds, ms = divmod(vrrp.advert_ms, 1000)
+    return str(seconds) if not ms else f"{seconds}.{ms:03d}".rstrip("0")
+
+
+def render_keepalived(snapshot: FleetSnapshot, node: NodeSpec) -> str | None:
+    """keepalived.conf for `node`, or None when the node runs no VRRP. Node and snapshot values must
+    have been through safety.check_node/check_snapshot (the caller, render(), does that)."""
+    if node.vrrp is None:
+        return None
+    vrrp = check_vrrp(node.vrrp)
+    vips = fleet_vips(snapshot, ipaddress.ip_address(vrrp.address).version)
+    prefix = 32 if ipaddress.ip_address(vrrp.address).version == 4 else 128
+    master_socket = f"{node.runtime_dir}/master.sock"
+    lines = [
+        f"# Spillway: fleet {snapshot.fleet}, node {node.name}. Generated; do not edit.",
+        "global_defs {",
+        f"{INDENT}router_id {node.name}",
+        f"{INDENT}vrrp_version {vrrp.version}",
+        f"{INDENT}script_user root",
+        f"{INDENT}enable_script_security",
+        "}",
+        "",
+        "vrrp_script spillway_haproxy {",
+        # A killed master leaves its socket file behind, so test for the process that serves it.
+        f'{INDENT}script "/usr/bin/pgrep -f -- {master_socket}"',
+        f"{INDENT}interval 1",
+        f"{INDENT}timeout 1",
+        f"{INDENT}fall 1",
+        f"{INDENT}rise 2",
+        "}",
+    ]
+    if vrrp.drained:
+        lines += ["", "vrrp_script spillway_drained {", f'{INDENT}script "/bin/false"', f"{INDENT}interval 1",
+                  f"{INDENT}fall 1", "}"]
+    for vrid, address in vips:
+        lines += [
+            "",
+            f"vrrp_instance vip_{vrid} {{",
+            f"{INDENT}state BACKUP",
+            f"{INDENT}nopreempt",
+            f"{INDENT}interface {vrrp.interface}",
+            f"{INDENT}virtual_router_id {vrid}",
+            f"{INDENT}priority {vrrp.priority}",
+            f"{INDENT}advert_int {_advert_int(vrrp)}",
+            f"{INDENT}unicast_src_ip {vrrp.address}",
+            f"{INDENT}check_unicast_src",
+            f"{INDENT}unicast_peer {{",
+            *(f"{INDENT * 2}{peer}" for peer in vrrp.peers),
+            f"{INDENT}}}",
+        ]
+        if vrrp.version == 2:
+            lines += [f"{INDENT}authentication {{", f"{INDENT * 2}auth_type PASS",
+                      f"{INDENT * 2}auth_pass {vrrp.auth_pass}", f"{INDENT}}}"]
+        lines += [
+            f"{INDENT}virtual_ipaddress {{",
+            f"{INDENT * 2}{address}/{prefix} dev {vrrp.interface}",
+            f"{INDENT}}}",
+            f"{INDENT}track_script {{",
+            f"{INDENT * 2}spillway_haproxy",
+            *([f"{INDENT * 2}spillway_drained"] if vrrp.drained else []),
+            f"{INDENT}}}",
+            "}",
+        ]
+    return "\n".join(lines) + "\n"

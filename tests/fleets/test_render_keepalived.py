@@ -1,0 +1,131 @@
+"""keepalived.conf rendering (pure core): one VRRP instance per VIP, priorities from node order,
+unicast peers, HAProxy tracking, freebind VIP binds, and an injection corpus refused."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import replace
+
+import pytest
+
+from apps.fleets.render import UnsafeValue, render
+from apps.fleets.render.keepalived import vrid_for
+from apps.fleets.snapshot import FleetSnapshot, ListenerSpec, NodeSpec, VrrpSpec
+
+VRRP = VrrpSpec(interface="eth0", address="10.215.9.11", priority=254, peers=("10.215.9.13", "10.215.9.12"))
+
+
+def snapshot(*addresses: str) -> FleetSnapshot:
+    listeners = tuple(
+        ListenerSpec(id=i, lb="web", name=f"l{i}", protocol="http", address=a, port=8000 + i, default_pool_id=None)
+        for i, a in enumerate(addresses)
+    )
+    return FleetSnapshot(fleet="edge", region="us-east", revision=7, listeners=listeners, pools=())
+
+
+def node(vrrp: VrrpSpec | None = VRRP, **kw) -> NodeSpec:
+    return NodeSpec(name="n1", runtime_dir="/run/s15/n1", vrrp=vrrp, **kw)
+
+
+def keepalived_conf(snap: FleetSnapshot, spec: NodeSpec) -> str:
+    return render(snap, spec).files["keepalived.conf"].decode()
+
+
+def test_one_instance_per_vip_with_unicast_peers_and_haproxy_tracking() -> None:
+    conf = keepalived_conf(snapshot("10.215.9.100", "10.215.9.101", "0.0.0.0"), node())
+    assert conf.count("vrrp_instance ") == 2  # the wildcard listener has no VIP
+    for vip in ("10.215.9.100", "10.215.9.101"):
+        assert f"virtual_router_id {vrid_for(vip)}\n" in conf
+        assert f"{vip}/32 dev eth0" in conf
+    assert "unicast_src_ip 10.215.9.11" in conf and "10.215.9.12\n        10.215.9.13" in conf
+    assert "check_unicast_src" in conf and "nopreempt" in conf and "advert_int 0.2\n" in conf
+    assert 'script "/usr/bin/pgrep -f -- /run/s15/n1/master.sock"' in conf
+    assert "authentication" not in conf  # VRRPv3 has none; keepalived would ignore it
+
+
+def test_the_vip_binds_with_freebind_only_on_vrrp_nodes() -> None:
+    snap = snapshot("10.215.9.100")
+    assert "bind 10.215.9.100:8000 freebind\n" in render(snap, node()).main
+    plain = render(snap, node(None))
+    assert "bind 10.215.9.100:8000\n" in plain.main and "keepalived.conf" not in plain.files
+    # A loopback override (demo nodes) wins: nothing floats there.
+    demo = render(snap, node(bind_address="127.0.0.1"))
+    assert "bind 127.0.0.1:8000\n" in demo.main and "keepalived.conf" not in demo.files
+
+
+def test_the_file_does_not_change_with_the_revision() -> None:
+    """A route-only change must leave keepalived.conf byte-identical (the node then takes it through the
+    runtime API without a reload)."""
+    snap = snapshot("10.215.9.100")
+    assert keepalived_conf(snap, node()) == keepalived_conf(replace(snap, revision=8), node())
+
+
+def test_vrrpv2_authenticates_with_the_secret_and_whole_seconds() -> None:
+    v2 = replace(VRRP, version=2, advert_ms=1000, auth_pass="s3cr3tAB")
+    conf = keepalived_conf(snapshot("10.215.9.100"), node(v2))
+    assert "vrrp_version 2" in conf and "auth_type PASS" in conf and "auth_pass s3cr3tAB" in conf
+    assert "advert_int 1\n" in conf
+    with pytest.raises(UnsafeValue) as exc:
+        render(snapshot("10.215.9.100"), node(replace(v2, advert_ms=200)))
+    assert exc.value.field == "node.vrrp.advert_ms"
+
+
+def test_a_drained_node_tracks_a_failing_script_so_its_vips_move() -> None:
+    conf = keepalived_conf(snapshot("10.215.9.100"), node(replace(VRRP, drained=True)))
+    assert 'script "/bin/false"' in conf and conf.count("spillway_drained") == 2
+
+
+def test_two_vips_deriving_one_router_id_are_refused() -> None:
+    with pytest.raises(UnsafeValue) as exc:
+        render(snapshot("10.215.9.100", "10.215.10.99"), node())  # 255 apart
+    assert vrid_for("10.215.9.100") == vrid_for("10.215.10.99")
+    assert exc.value.code == "vrid_collision"
+
+
+INJECTIONS = [
+    ("interface", "eth0\n}\nvrrp_script x {"),
+    ("interface", "eth0 }"),
+    ("interface", "a" * 16),
+    ("interface", ""),
+    ("interface", 'eth0"'),
+    ("address", "10.215.9.11\nunicast_peer {"),
+    ("address", "evil.example"),
+    ("peers", ("10.215.9.12 }",)),
+    ("peers", ("10.215.9.12\n    10.0.0.1",)),
+    ("peers", ("10.215.9.11",)),  # itself
+    ("peers", ("fd00::1",)),  # another family
+    ("priority", 255),
+    ("priority", 0),
+    ("priority", "254\n"),
+    ("version", 4),
+    ("advert_ms", 5),
+    ("advert_ms", "200 }"),
+    ("auth_pass", "abc\n}"),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), INJECTIONS)
+def test_injection_corpus_is_refused(field: str, value: object) -> None:
+    vrrp = replace(VRRP, **{field: value})
+    if field == "auth_pass":
+        vrrp = replace(vrrp, version=2, advert_ms=1000)
+    with pytest.raises(UnsafeValue) as exc:
+        render(snapshot("10.215.9.100"), node(vrrp))
+    assert exc.value.field.startswith(f"node.vrrp.{field}")
+
+
+@pytest.mark.skipif(not shutil.which("keepalived"), reason="keepalived not installed")
+def test_keepalived_accepts_what_we_render(tmp_path) -> None:
+    """`keepalived -t` checks the interface exists; use the first non-loopback one of this host."""
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    names = [line.split(": ")[1].split("@")[0] for line in links.splitlines()]
+    candidates = [n for n in names if n != "lo"]
+    if not candidates:
+        pytest.skip("no non-loopback interface")
+    v2 = replace(VRRP, interface=candidates[0], version=2, advert_ms=1000, auth_pass="abc123")
+    for spec in (replace(VRRP, interface=candidates[0]), v2):
+        path = tmp_path / "keepalived.conf"
+        path.write_text(keepalived_conf(snapshot("10.215.9.100", "10.215.9.101"), node(spec)))
+        result = subprocess.run(["keepalived", "-t", "-l", "-f", str(path)], capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
