@@ -26,9 +26,13 @@ lint: install-dev
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/spillway
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/1
 
+# Two xdist workers, whole files per worker (module-scoped fleets stay on one worker); each worker gets its
+# own test database and Redis database. `make test PYTEST_XDIST=` runs serially.
+PYTEST_XDIST ?= -n 2 --dist loadfile
+
 test: install-dev
 	$(BIN)/ruff check .
-	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) SPILLWAY_TESTING=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) SPILLWAY_TESTING=1 $(BIN)/python -m pytest -q $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 migrate: install
 	$(BIN)/python manage.py migrate --noinput

@@ -160,6 +160,12 @@ LOGIN_THROTTLE_WINDOW_S = envint("LOGIN_THROTTLE_WINDOW_S", 300, minimum=1)
 
 # --- cache (login throttling, idempotency keys, hot health copy) ----------------
 REDIS_URL = envstr("REDIS_URL")
+# pytest-xdist workers share one Redis: each takes its own database index (base + worker + 1), so one
+# worker's broker purge or cache clear never touches another's. Children of a worker inherit the variable.
+_XDIST_WORKER = envstr("PYTEST_XDIST_WORKER")
+if TESTING and REDIS_URL and _XDIST_WORKER.startswith("gw"):
+    _base, _, _db = REDIS_URL.rpartition("/")
+    REDIS_URL = f"{_base}/{(int(_db or 0) + int(_XDIST_WORKER[2:]) + 1) % 16}"
 if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 else:
