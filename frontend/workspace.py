@@ -128,7 +128,7 @@ class LoadBalancerDetailView(WorkspaceMixin, PrincipalView):
             "lb": lb, "routes": self.routes(lb, order), "order": order, "pools": pools, "listeners": listeners,
             "can_write": self.principal.can_write, "can_push": self.can_push(lb), "fleets": fleets,
             "verb": rollout_verb(fleets), "values": {}, "errors": {},
-            "deploy": fleet_selectors.deploy_state(lb, fleets) if fleets else None,
+            "deploy": fleet_selectors.deploy_state(lb, fleets, self.principal) if fleets else None,
             "history": fleet_selectors.history(fleets, self.principal.is_operator),
             **self.static_ip_context(lb),
         }
@@ -323,4 +323,4 @@ class DeployStatusPartial(PrincipalView):
         lb = self.get_scoped(LoadBalancer, pk=pk)
         fleets = list(fleet_selectors.lb_fleets(lb).select_related("region"))
         return render(request, "partials/deploy_status.html",
-                      {"lb": lb, "deploy": fleet_selectors.deploy_state(lb, fleets)})
+                      {"lb": lb, "deploy": fleet_selectors.deploy_state(lb, fleets, self.principal)})

@@ -402,6 +402,8 @@ class FleetDeploy:
     held: bool  # changes wait for a push (auto_rollout off)
     refused: bool  # the newest render failed validation: it will never be pushed
     nodes: list[dict[str, Any]] = field(default_factory=list)
+    # Objects the fleet's desired revision left out (they could not render), the principal's own only.
+    left_out: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -422,7 +424,7 @@ class DeployState:
                    for f in self.fleets)
 
 
-def deploy_state(lb: LoadBalancer, fleets: list[Fleet]) -> DeployState:
+def deploy_state(lb: LoadBalancer, fleets: list[Fleet], principal: Principal | None = None) -> DeployState:
     """Per fleet serving `lb`: the newest rollout and, per node, its part in it and whether the node
     serves the LB's current revision (an applied revision is recorded only once verified)."""
     _, nodes = lb_applied_state(lb, lb.revision)
@@ -432,6 +434,8 @@ def deploy_state(lb: LoadBalancer, fleets: list[Fleet]) -> DeployState:
     refused = set(ConfigRevision.objects.filter(fleet__in=fleets, validation_ok=False)
                   .filter(number__gt=F("fleet__desired_revision")).values_list("fleet_id", flat=True))
     result_of = {(r.fleet_id, res.node.name): res for r in latest.values() for res in r.results.all()}
+    problems = dict(ConfigRevision.objects.filter(fleet__in=fleets, number=F("fleet__desired_revision"))
+                    .exclude(problems=[]).values_list("fleet_id", "problems"))
     entries = []
     for fleet in fleets:
         fleet_nodes = [n for n in nodes if n["fleet"] == fleet.name]
@@ -447,7 +451,8 @@ def deploy_state(lb: LoadBalancer, fleets: list[Fleet]) -> DeployState:
             fleet=fleet, rollout=rollout, current=current, nodes=fleet_nodes,
             waiting=pending and fleet.auto_rollout and (fleet.reconcile_queued or unrendered),
             held=not fleet.auto_rollout and unrendered,
-            refused=fleet.pk in refused))
+            refused=fleet.pk in refused,
+            left_out=render_problems_for(principal, problems.get(fleet.pk, [])) if principal else []))
     return DeployState(revision=lb.revision, fleets=entries, done=sum(1 for n in nodes if n["done"]),
                        total=len(nodes))
 

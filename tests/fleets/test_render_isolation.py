@@ -79,3 +79,22 @@ def test_an_https_listener_needs_a_certificate_and_a_free_port(shared, otto) -> 
     assert no_cert.status_code == 400 and no_cert.json()["code"] == "certificate_required"
     assert taken.status_code == 409 and taken.json()["code"] == "port_in_use"
     assert "edge" not in taken.json()["detail"]
+
+
+def test_the_owner_sees_what_was_left_out_in_the_workspace_and_nobody_else_does(shared, alice, charlie) -> None:
+    from django.test import Client
+
+    from apps.fleets.models import Fleet
+
+    stranded = _strand_globex_route(shared)
+    revision = services.fleet_render(fleet=shared["fleet"], reason="test")
+    Fleet.objects.filter(pk=shared["fleet"].pk).update(desired_revision=revision.number)
+
+    pages = {}
+    for persona in (alice, charlie):
+        client = Client()
+        client.force_login(persona.user)
+        pages[persona.org.slug] = client.get(f"/load-balancers/{shared['lb'].pk}/deploy/").content.decode()
+
+    assert f"route {stranded.pk}" in pages["globex"] and "unknown_pool" in pages["globex"]
+    assert "data-left-out" not in pages["acme"] and f"route {stranded.pk}" not in pages["acme"]
