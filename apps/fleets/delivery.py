@@ -36,7 +36,7 @@ from apps.fleets.validate import bind_conflicts, parse_ss_listeners, remote_bind
 RELOAD_TIMEOUT_S = 10.0
 PROBE_TIMEOUT_S = 1.0
 _BIND_RE = re.compile(r"^\s*bind (\[[0-9a-fA-F:.]+\]|[0-9.]+):(\d+)", re.MULTILINE)
-_FLOATING_BIND_RE = re.compile(r"^\s*bind (\[[0-9a-fA-F:.]+\]|[0-9.]+):(\d+) freebind", re.MULTILINE)
+_FLOATING_BIND_RE = re.compile(r"^\s*bind (\[[0-9a-fA-F:.]+\]|[0-9.]+):(\d+) transparent", re.MULTILINE)
 _BACKEND_RE = re.compile(r"^backend (\S+)", re.MULTILINE)
 _FRONTEND_RE = re.compile(r"^frontend (\S+)", re.MULTILINE)
 _WILDCARDS = {"0.0.0.0", "::"}
@@ -53,7 +53,7 @@ def bundle_binds(bundle: ConfigBundle) -> list[tuple[str, int]]:
 
 
 def floating_binds(bundle: ConfigBundle) -> set[tuple[str, int]]:
-    """Binds on a VIP (freebind): only the node holding the VIP answers there, so they are checked
+    """Binds on a VIP (transparent): only the node holding the VIP answers there, so they are checked
     through `show stat` like every frontend, not by a TCP connect that would reach the holder."""
     return {(address.strip("[]"), int(port)) for address, port in _FLOATING_BIND_RE.findall(bundle.main)}
 
@@ -267,7 +267,7 @@ def precheck_binds(conn: NodeConn, bundle: ConfigBundle, last_good: ConfigBundle
     """
     binds = bundle_binds(bundle)
     # Addresses the node already serves from its last verified config are held by its own HAProxy.
-    # VIP binds (freebind) answer on whichever node holds the VIP: a probe would find a peer there.
+    # VIP binds (transparent) answer on whichever node holds the VIP: a probe would find a peer there.
     floating = floating_binds(bundle)
     new = [b for b in binds if (last_good is None or b not in set(bundle_binds(last_good))) and b not in floating]
     if not new:
@@ -482,6 +482,18 @@ def read_state(conn: NodeConn, with_stats: bool = False) -> NodeState:
         return NodeState(conn.name, True, "", sha, worker.pid if worker else None, proc.failed_reloads, rows)
     except NODE_ERRORS as exc:
         return NodeState(conn.name, False, str(exc))
+    finally:
+        with contextlib.suppress(Exception):
+            transport.close()
+
+
+def held_addresses(conn: NodeConn) -> set[str] | None:
+    """The addresses on the node's interfaces now (which VIPs it holds), None when unreachable."""
+    transport = _transport(conn)
+    try:
+        return transport.vrrp_addresses()
+    except NODE_ERRORS:
+        return None
     finally:
         with contextlib.suppress(Exception):
             transport.close()

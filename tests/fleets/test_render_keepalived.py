@@ -1,5 +1,5 @@
 """keepalived.conf rendering (pure core): one VRRP instance per VIP, priorities from node order,
-unicast peers, HAProxy tracking, freebind VIP binds, and an injection corpus refused."""
+unicast peers, HAProxy tracking, `transparent` VIP binds, and an injection corpus refused."""
 
 from __future__ import annotations
 
@@ -44,9 +44,9 @@ def test_one_instance_per_vip_with_unicast_peers_and_haproxy_tracking() -> None:
     assert "authentication" not in conf  # VRRPv3 has none; keepalived would ignore it
 
 
-def test_the_vip_binds_with_freebind_only_on_vrrp_nodes() -> None:
+def test_the_vip_binds_transparent_only_on_vrrp_nodes() -> None:
     snap = snapshot("10.215.9.100")
-    assert "bind 10.215.9.100:8000 freebind\n" in render(snap, node()).main
+    assert "bind 10.215.9.100:8000 transparent\n" in render(snap, node()).main
     plain = render(snap, node(None))
     assert "bind 10.215.9.100:8000\n" in plain.main and "keepalived.conf" not in plain.files
     # A loopback override (demo nodes) wins: nothing floats there.
@@ -129,3 +129,17 @@ def test_keepalived_accepts_what_we_render(tmp_path) -> None:
         path.write_text(keepalived_conf(snapshot("10.215.9.100", "10.215.9.101"), node(spec)))
         result = subprocess.run(["keepalived", "-t", "-l", "-f", str(path)], capture_output=True, text=True)
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.skipif(not shutil.which("haproxy"), reason="haproxy not installed")
+def test_haproxy_accepts_the_vip_bind(tmp_path) -> None:
+    """The VRRP node's haproxy.cfg passes `haproxy -c -dW` (2.6 knows `transparent`, not `freebind`)."""
+    bundle = render(snapshot("10.215.9.100"), node())
+    (tmp_path / "haproxy.cfg").write_bytes(bundle.files["haproxy.cfg"])
+    (tmp_path / "run").mkdir()
+    text = (tmp_path / "haproxy.cfg").read_text().replace("/run/s15/n1", str(tmp_path / "run"))
+    (tmp_path / "haproxy.cfg").write_text(text)
+    (tmp_path / "run" / "server-state").write_text("1\n")
+    result = subprocess.run(["haproxy", "-c", "-dW", "-f", "haproxy.cfg"], cwd=tmp_path, capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -58,7 +58,7 @@ def _render(snapshot: FleetSnapshot, node: NodeSpec, route_map_threshold: int) -
     node = check_node(node)
     pools = {p.id: p for p in snap.pools}
     listeners = sorted(snap.listeners, key=lambda ln: (ln.lb, ln.name))
-    # A node taking part in VRRP binds its listeners' static IPs with freebind (frontends._bind_line);
+    # A node taking part in VRRP binds its listeners' static IPs with `transparent` (frontends._bind_line);
     # a loopback bind_address override wins (demo nodes have no VIPs to float).
     bind_mode = node.bind_address or (FLOATING if node.vrrp is not None else None)
 

@@ -108,9 +108,10 @@ def _bind_line(listener: ListenerSpec, bind_address: str | None) -> str:
     """`bind_address` FLOATING: the listener's own address is a VIP keepalived moves between nodes."""
     floating = bind_address == FLOATING
     address = format_address(listener.address if floating or not bind_address else bind_address, listener.port)
-    # freebind (IP_FREEBIND): a backup node binds the VIP before it holds it, so it serves the moment
-    # keepalived moves the address there, with no reload and no sysctl on the node.
-    extra = " freebind" if floating and listener.address not in ("0.0.0.0", "::") else ""
+    # `transparent` (IP_TRANSPARENT, falling back to IP_FREEBIND; HAProxy 2.6 has no `freebind` keyword):
+    # a backup node binds the VIP before it holds it, so it serves the moment keepalived moves the
+    # address there, with no reload and no sysctl on the node.
+    extra = " transparent" if floating and listener.address not in ("0.0.0.0", "::") else ""
     if listener.protocol == "https":
         assert listener.cert is not None
         # Relative to the config's own directory (`default-path config`, see sections.global_section).

@@ -1,0 +1,55 @@
+"""Attaching a static IP (a floating VIP) to a listener: only IPs reserved for the listener's org."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.balancers.models import IpPool, Listener, StaticIP
+from tests.factories import LoadBalancerFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def ips(world, acme, globex) -> dict[str, StaticIP]:
+    pool = IpPool.objects.get(name="ips")
+    return {
+        "acme": StaticIP.objects.create(pool=pool, address="192.0.2.2", org=acme, state=StaticIP.State.RESERVED),
+        "globex": StaticIP.objects.create(pool=pool, address="192.0.2.3", org=globex,
+                                          state=StaticIP.State.RESERVED),
+    }
+
+
+def test_an_org_attaches_its_own_vip_to_its_own_listener(world, ips, alice) -> None:
+    listener = Listener.objects.create(lb=world.acme_lb, name="http", port=80)
+    response = alice.client.patch(f"/api/v1/listeners/{listener.pk}/", {"static_ip": ips["acme"].pk}, format="json")
+    assert response.status_code == 200, response.json()
+    listener.refresh_from_db()
+    assert listener.static_ip == ips["acme"]
+    assert StaticIP.objects.get(pk=ips["acme"].pk).state == StaticIP.State.ASSIGNED
+
+
+def test_a_vip_of_another_org_cannot_be_attached(world, ips, charlie) -> None:
+    """globex's admin names acme's VIP on globex's own listener: answered like a missing IP."""
+    globex_lb = LoadBalancerFactory(name="globex-lb", org=charlie.org)
+    listener = Listener.objects.create(lb=globex_lb, name="http", port=80)
+    response = charlie.client.patch(f"/api/v1/listeners/{listener.pk}/", {"static_ip": ips["acme"].pk},
+                                    format="json")
+    assert response.status_code == 400
+    body = response.json()
+    assert "static_ip" in body["fields"]
+    missing = charlie.client.patch(f"/api/v1/listeners/{listener.pk}/", {"static_ip": 999999}, format="json")
+    # The same words as for an id that does not exist at all.
+    assert body["fields"]["static_ip"] == [m.replace("999999", str(ips["acme"].pk))
+                                           for m in missing.json()["fields"]["static_ip"]]
+    listener.refresh_from_db()
+    assert listener.static_ip is None
+    assert StaticIP.objects.get(pk=ips["acme"].pk).state == StaticIP.State.RESERVED
+
+
+def test_an_attached_vip_cannot_be_released(world, ips, alice) -> None:
+    listener = Listener.objects.create(lb=world.acme_lb, name="http", port=80)
+    alice.client.patch(f"/api/v1/listeners/{listener.pk}/", {"static_ip": ips["acme"].pk}, format="json")
+    response = alice.client.post(f"/api/v1/static-ips/{ips['acme'].pk}/release/")
+    assert response.status_code in (400, 409), response.json()
+    assert StaticIP.objects.get(pk=ips["acme"].pk).org == alice.org

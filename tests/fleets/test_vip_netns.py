@@ -1,0 +1,139 @@
+"""Floating VIPs on real hosts: three network namespaces on one bridge, each with its own sshd, HAProxy
+and keepalived, configured by Spillway through the SSH transport (tests/netns.py).
+
+One module-scoped topology keeps the cost down; each test builds its fleet in the database, rolls it
+out for real, and leaves the hosts serving whatever it pushed last (the next test pushes its own).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from apps.accounts.principal import Principal
+from apps.balancers.models import IpPool, Listener, LoadBalancer, Member, Pool, PoolRegion, Region, StaticIP
+from apps.core import crypto
+from apps.fleets import services
+from apps.fleets.models import Fleet, Node, NodeResult
+from apps.fleets.vips import fleet_vip_holders
+from tests import netns
+from tests.fleets.conftest import http_get
+from tests.fleets.fleetkit import reconcile, wait_for
+
+pytestmark = pytest.mark.skipif(netns.available() is not None, reason=str(netns.available()))
+
+VIP_PORT = 80
+
+
+@pytest.fixture(scope="module")
+def topo():
+    topology = netns.Topology(prefix="s15t", subnet=1, count=3, base=Path(tempfile.mkdtemp(prefix="s15t-")))
+    try:
+        topology.up()
+        yield topology
+    finally:
+        topology.down()
+
+
+def vip_fleet(topo: netns.Topology, org, vip: str) -> tuple[Fleet, Listener]:
+    """An LB whose listener has `vip` attached, on a fleet of the three hosts (SSH, VRRP on eth0);
+    its pool's member is each host's own loopback backend, which answers with the host's name."""
+    region, _ = Region.objects.get_or_create(slug="us-east", defaults={"name": "US East"})
+    fleet = Fleet.objects.create(name="vipfleet", region=region)
+    lb = LoadBalancer.objects.create(org=org, name="vipweb", fleet=fleet)
+    pool = Pool.objects.create(lb=lb, org=org, name="www", health_path="")
+    PoolRegion.objects.create(pool=pool, region=region, max_rate_per_member=None)
+    Member.objects.create(pool=pool, region=region, name="local", address="127.0.0.1", port=netns.BACKEND_PORT)
+    ip_pool = IpPool.objects.create(name="vips", cidr=f"{topo.network}.96/27", region=region)
+    static_ip = StaticIP.objects.create(pool=ip_pool, address=vip, org=org, state=StaticIP.State.ASSIGNED)
+    listener = Listener.objects.create(lb=lb, name="http", port=VIP_PORT, default_pool=pool, static_ip=static_ip)
+    for host in topo.hosts:
+        Node.objects.create(fleet=fleet, name=host.name, ssh_private_key_encrypted=crypto.encrypt(topo.client_key),
+                            **topo.ssh_fields(host))
+    return fleet, listener
+
+
+def roll_out(fleet: Fleet) -> None:
+    result = reconcile(fleet)
+    nodes = list(fleet.nodes.all())
+    errors = [(r.node.name, r.status, r.error) for r in NodeResult.objects.filter(rollout__fleet=fleet)
+              .select_related("node").order_by("-pk")[:3]]
+    assert all(n.status == Node.Status.UP for n in nodes), (result, errors)
+
+
+def served_by(vip: str) -> str:
+    try:
+        status, body = http_get(f"http://{vip}:{VIP_PORT}/", timeout_s=1.0)
+    except OSError as exc:
+        return f"error: {exc}"
+    return body if status == 200 else f"status {status}"
+
+
+def one_holder(topo: netns.Topology, vip: str, timeout_s: float = 5.0) -> str:
+    assert wait_for(lambda: len(topo.holders(vip)) == 1, timeout_s), topo.holders(vip)
+    return topo.holders(vip)[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_vip_is_served_by_exactly_one_node_and_spillway_reads_which(topo, ops) -> None:
+    vip = topo.vip(1)
+    fleet, _ = vip_fleet(topo, ops, vip)
+    roll_out(fleet)
+    holder = one_holder(topo, vip)
+    assert holder == "n1"  # the first node has the highest priority
+    # Stable: still exactly one holder a few adverts later, and it is the one answering.
+    time.sleep(1.0)
+    assert topo.holders(vip) == ["n1"]
+    assert served_by(vip) == "n1"
+    # The product reads the holder from the nodes themselves, through SSH.
+    holding = fleet_vip_holders(fleet, [vip])[vip]
+    assert holding.holders == ("n1",) and holding.unreachable == ()
+    # Every node binds the VIP already (transparent): a backup is ready before it owns the address.
+    for host in topo.hosts:
+        listening = netns.sh("ip", "netns", "exec", host.netns, "ss", "-ltnH").stdout
+        assert f"{vip}:{VIP_PORT}" in listening, (host.name, listening)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_killing_the_holders_haproxy_moves_the_vip_once(topo, ops) -> None:
+    vip = topo.vip(2)
+    fleet, _ = vip_fleet(topo, ops, vip)
+    roll_out(fleet)
+    holder = one_holder(topo, vip)
+    host = next(h for h in topo.hosts if h.name == holder)
+    killed_at = time.monotonic()
+    topo.kill_haproxy(host)
+    try:
+        assert wait_for(lambda: served_by(vip) not in (holder,) and not served_by(vip).startswith(("error", "status")),
+                        timeout_s=5.0), served_by(vip)
+        moved_ms = (time.monotonic() - killed_at) * 1000
+        new_holder = one_holder(topo, vip)
+        assert new_holder != holder and served_by(vip) == new_holder
+        assert moved_ms < 3000, moved_ms
+    finally:
+        topo.start_haproxy(host)
+    # The old holder's HAProxy is back: no flap-back (nopreempt), the VIP stays where it went.
+    time.sleep(3.0)
+    assert topo.holders(vip) == [new_holder]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_draining_the_holder_moves_its_vip_before_its_traffic_drains(topo, ops, otto) -> None:
+    vip = topo.vip(3)
+    fleet, _ = vip_fleet(topo, ops, vip)
+    roll_out(fleet)
+    holder = one_holder(topo, vip)
+    node = fleet.nodes.get(name=holder)
+    principal = Principal(org=ops, role=otto.role, user_id=otto.user.pk)
+    services.node_save(principal=principal, node=node, data={"drained": True})
+    services.fleet_reconcile(fleet_id=fleet.pk)
+    new_holder = one_holder(topo, vip)
+    assert new_holder != holder and served_by(vip) == new_holder
+    # The drained node still runs its HAProxy (its connections finish there); only the VIP left.
+    host = next(h for h in topo.hosts if h.name == holder)
+    assert host.procs["haproxy"].poll() is None
+    assert "spillway_drained" in (Path(host.config_dir) / "current" / "keepalived.conf").read_text()
+

@@ -1,0 +1,250 @@
+"""Real "hosts" on this machine: Linux network namespaces joined by a bridge (needs root).
+
+Each host is a namespace with one veth into the bridge (its `eth0`), an address in a private /24 that
+exists only on this bridge, and its own sshd, HAProxy master (apps.fleets.process), keepalived and a tiny
+HTTP backend on its own loopback answering with the host's name. Spillway reaches the hosts through the
+SSH transport like any remote node. Every name starts with the caller's prefix (s15...), every process
+is stopped by its PID and every namespace, veth and the bridge are removed by `down()` — which also
+clears leftovers with the same names from an earlier run that died.
+
+    topo = Topology(prefix="s15t", subnet=1, count=3, base=Path("/tmp/..."))
+    topo.up()          # namespaces, bridge, sshd + backend + HAProxy + keepalived on each host
+    ...
+    topo.down()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from apps.fleets.process import start_master
+from apps.fleets.snapshot import ConfigBundle
+from apps.fleets.transports.base import KEEPALIVED_NAME, KEEPALIVED_PID_NAME, NodeConn
+from apps.fleets.transports.local import LocalTransport
+
+HAPROXY_BIN = shutil.which("haproxy") or "/usr/sbin/haproxy"
+KEEPALIVED_BIN = shutil.which("keepalived") or "/usr/sbin/keepalived"
+SSHD_BIN = "/usr/sbin/sshd"
+BACKEND_PORT = 9000
+IFACE = "eth0"
+
+
+def available() -> str | None:
+    """None when namespaces can be used here, else why not."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    for binary in (HAPROXY_BIN, KEEPALIVED_BIN, SSHD_BIN, shutil.which("ip") or "/nonexistent"):
+        if not os.path.exists(binary):
+            return f"{binary} is missing"
+    return None
+
+
+def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, check=check)
+
+
+def _stop(proc: subprocess.Popen | None) -> None:
+    """SIGKILL the process group we created (start_new_session) for `proc`, then reap it."""
+    if proc is None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(5.0)
+
+
+@dataclass
+class Host:
+    name: str  # node name (n1...)
+    netns: str
+    veth: str  # root-side end, in the bridge
+    address: str
+    dir: Path
+    host_key_pub: str = ""
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    @property
+    def runtime_dir(self) -> str:
+        return str(self.dir / "run")
+
+    @property
+    def config_dir(self) -> str:
+        return str(self.dir / "etc")
+
+    def local_conn(self) -> NodeConn:
+        return NodeConn(name=self.name, address=self.address, runtime_dir=self.runtime_dir,
+                        config_dir=self.config_dir, haproxy_bin=HAPROXY_BIN)
+
+
+class Topology:
+    def __init__(self, *, prefix: str, subnet: int, count: int, base: Path) -> None:
+        assert prefix.startswith("s15") and len(prefix) <= 6 and 1 <= subnet <= 254
+        self.prefix = prefix
+        self.bridge = f"{prefix}br"
+        self.network = f"10.215.{subnet}"
+        self.base = base
+        self.hosts = [
+            Host(name=f"n{i}", netns=f"{prefix}n{i}", veth=f"{prefix}v{i}", address=f"{self.network}.{10 + i}",
+                 dir=base / f"n{i}")
+            for i in range(1, count + 1)
+        ]
+        self.client_key = ""
+
+    def vip(self, i: int) -> str:
+        return f"{self.network}.{100 + i}"
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def up(self) -> None:
+        self.down()  # leftovers of a run that died
+        self.base.mkdir(parents=True, exist_ok=True)
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        sh("ip", "link", "add", self.bridge, "type", "bridge")
+        sh("ip", "addr", "add", f"{self.network}.1/24", "dev", self.bridge)
+        sh("ip", "link", "set", self.bridge, "up")
+        keydir = self.base / "keys"
+        keydir.mkdir(exist_ok=True)
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "spillway-test", "-f", str(keydir / "client"))
+        self.client_key = (keydir / "client").read_text()
+        (keydir / "authorized_keys").write_text((keydir / "client.pub").read_text())
+        for host in self.hosts:
+            host.dir.mkdir(parents=True, exist_ok=True)
+            sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host.dir / "host_key"))
+            host.host_key_pub = " ".join((host.dir / "host_key.pub").read_text().split()[:2])
+            self._bootstrap_config(host)
+            self.start_host(host)
+
+    def down(self) -> None:
+        for host in self.hosts:
+            self._kill_processes(host)
+            sh("ip", "netns", "del", host.netns, check=False)
+            sh("ip", "link", "del", host.veth, check=False)
+        sh("ip", "link", "del", self.bridge, check=False)
+
+    def start_host(self, host: Host) -> None:
+        """Namespace + veth + sshd + backend + HAProxy (current config) + keepalived."""
+        sh("ip", "netns", "add", host.netns)
+        sh("ip", "link", "add", host.veth, "type", "veth", "peer", "name", f"{host.veth}p", "netns", host.netns)
+        sh("ip", "link", "set", host.veth, "master", self.bridge, "up")
+        ns = ("ip", "-n", host.netns)
+        sh(*ns, "link", "set", f"{host.veth}p", "name", IFACE)
+        sh(*ns, "addr", "add", f"{host.address}/24", "dev", IFACE)
+        sh(*ns, "link", "set", IFACE, "up")
+        sh(*ns, "link", "set", "lo", "up")
+        self._start_sshd(host)
+        self._start_backend(host)
+        self.start_haproxy(host)
+        self.start_keepalived(host)
+
+    def kill_haproxy(self, host: Host) -> None:
+        _stop(host.procs.pop("haproxy", None))
+
+    def kill_host(self, host: Host) -> None:
+        """The whole host goes away: every process killed, its namespace (and so its veth) deleted."""
+        self._kill_processes(host)
+        sh("ip", "netns", "del", host.netns, check=False)
+
+    # --- pieces -------------------------------------------------------------------------------------
+    def _popen(self, host: Host, name: str, argv: list[str]) -> subprocess.Popen:
+        log = (host.dir / f"{name}.log").open("ab")
+        try:
+            proc = subprocess.Popen(["ip", "netns", "exec", host.netns, *argv], stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        finally:
+            log.close()
+        host.procs[name] = proc
+        return proc
+
+    def _kill_processes(self, host: Host) -> None:
+        for name in list(host.procs):
+            _stop(host.procs.pop(name))
+
+    def _bootstrap_config(self, host: Host) -> None:
+        """What a freshly installed node has before Spillway's first push: an empty HAProxy config and a
+        keepalived.conf with no instance (both started by the host's own supervisor, here this class)."""
+        conn = host.local_conn()
+        cfg = (f"global\n    default-path config\n    stats socket {conn.stats_socket_path} mode 600 level admin\n"
+               f"    server-state-file {conn.server_state_path}\n    hard-stop-after 5s\n\n"
+               "defaults\n    mode http\n    timeout connect 1s\n    timeout client 5s\n    timeout server 5s\n")
+        bundle = ConfigBundle.of({"haproxy.cfg": cfg.encode(),
+                                  KEEPALIVED_NAME: f"global_defs {{\n    router_id {host.name}\n}}\n".encode()})
+        # Validates with haproxy -c and keepalived -t here; the VRRP interface is not named yet.
+        result = LocalTransport(conn).push(bundle)
+        assert result.ok, result.validation_output
+
+    def _start_sshd(self, host: Host) -> None:
+        keydir = self.base / "keys"
+        config = host.dir / "sshd_config"
+        config.write_text(
+            f"Port 22\nListenAddress {host.address}\nHostKey {host.dir / 'host_key'}\n"
+            f"PidFile {host.dir / 'sshd.pid'}\nAuthorizedKeysFile {keydir / 'authorized_keys'}\nUsePAM no\n"
+            "StrictModes no\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+            "KbdInteractiveAuthentication no\nAllowTcpForwarding yes\nAllowStreamLocalForwarding yes\n"
+            "Subsystem sftp internal-sftp\nLogLevel ERROR\n")
+        self._popen(host, "sshd", [SSHD_BIN, "-D", "-e", "-f", str(config)])
+        self._wait_tcp(host, host.address, 22, b"SSH-")
+
+    def _start_backend(self, host: Host) -> None:
+        www = host.dir / "www"
+        www.mkdir(exist_ok=True)
+        (www / "index.html").write_text(host.name)
+        self._popen(host, "backend", ["python3", "-m", "http.server", str(BACKEND_PORT), "--bind", "127.0.0.1",
+                                      "--directory", str(www)])
+
+    def start_haproxy(self, host: Host) -> None:
+        conn = host.local_conn()
+        wrapper = host.dir / "haproxy-in-netns"
+        # The master re-executes argv[0] (= the real binary) on reload, already inside the namespace.
+        wrapper.write_text(f"#!/bin/sh\nexec ip netns exec {host.netns} {HAPROXY_BIN} \"$@\"\n")
+        wrapper.chmod(0o755)
+        host.procs["haproxy"] = start_master(conn.config_path, conn.runtime_dir, haproxy_bin=str(wrapper))
+
+    def start_keepalived(self, host: Host) -> None:
+        run = host.runtime_dir
+        self._popen(host, "keepalived", [
+            KEEPALIVED_BIN, "--dont-fork", "--log-console", "--vrrp",
+            "-f", f"{host.config_dir}/current/{KEEPALIVED_NAME}",
+            "-p", f"{run}/{KEEPALIVED_PID_NAME}", "-r", f"{run}/vrrp.pid", "-c", f"{run}/checkers.pid",
+        ])
+        deadline = time.monotonic() + 5.0
+        while not (Path(run) / KEEPALIVED_PID_NAME).exists():
+            if time.monotonic() > deadline or host.procs["keepalived"].poll() is not None:
+                raise AssertionError(f"keepalived did not start on {host.name}: "
+                                     f"{(host.dir / 'keepalived.log').read_text()[-2000:]}")
+            time.sleep(0.02)
+
+    def _wait_tcp(self, host: Host, address: str, port: int, banner: bytes, timeout_s: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with socket.create_connection((address, port), timeout=1.0) as sock:
+                    if sock.recv(64).startswith(banner):
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{host.name}: nothing answered on {address}:{port}")
+            time.sleep(0.05)
+
+    # --- observation ---------------------------------------------------------------------------------
+    def holders(self, vip: str) -> list[str]:
+        """Hosts whose eth0 carries `vip` now (read inside each namespace)."""
+        found = []
+        for host in self.hosts:
+            out = sh("ip", "-n", host.netns, "-o", "addr", "show", "dev", IFACE, check=False).stdout
+            if f" {vip}/" in out:
+                found.append(host.name)
+        return found
+
+    def ssh_fields(self, host: Host) -> dict[str, object]:
+        """Node model fields for reaching `host` through the SSH transport."""
+        return {"address": host.address, "transport": "ssh", "ssh_host": host.address, "ssh_port": 22,
+                "ssh_user": "root", "ssh_known_hosts": host.host_key_pub, "runtime_dir": host.runtime_dir,
+                "config_dir": host.config_dir, "haproxy_bin": HAPROXY_BIN, "vrrp_interface": IFACE}
