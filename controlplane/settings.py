@@ -73,6 +73,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "apps.core.middleware.RequestIdMiddleware",
+    "apps.core.middleware.RefuseNulMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"
@@ -193,6 +194,10 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "apps.core.api.errors.exception_handler",
     "DEFAULT_THROTTLE_RATES": {"login": "10/min"},
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    # JSON only: form encodings cannot carry the bodies (lists of targets, nested objects). The
+    # parser refuses NUL characters and deep nesting at the edge (apps/core/api/parsers.py).
+    "DEFAULT_PARSER_CLASSES": ["apps.core.api.parsers.JSONParser"],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Spillway API",

@@ -40,3 +40,29 @@ def metrics(request: HttpRequest) -> HttpResponse:
         response["WWW-Authenticate"] = "Bearer"
         return response
     return HttpResponse(generate_latest(), content_type=CONTENT_TYPE_LATEST)
+
+
+# --- error pages: JSON under /api/ (the documented {"code","detail","fields"} shape), HTML elsewhere ---
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def error_404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api(request):
+        return JsonResponse({"code": "not_found", "detail": "Not found.", "fields": {}}, status=404)
+    from frontend.views import error_404 as page
+
+    return page(request, exception)
+
+
+def error_500(request: HttpRequest) -> HttpResponse:
+    """Django's last resort (an exception outside a DRF view, e.g. in a middleware)."""
+    if _is_api(request):
+        from apps.core.api.errors import server_error_body
+
+        return JsonResponse(server_error_body(), status=500)
+    from frontend.views import error_500 as page
+
+    return page(request)

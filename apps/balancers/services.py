@@ -97,16 +97,22 @@ def member_set_state(*, principal: Principal | None, member: Member, admin_state
 # --- hostname claims ---------------------------------------------------------------
 
 
+def _check_claim_free(hostname: str, *, exclude_pk: int | None = None) -> None:
+    """No two live claims overlap (call under the "hostname-claims" lock)."""
+    others = HostnameClaim.objects.exclude(status=HostnameClaim.Status.REJECTED).exclude(pk=exclude_pk)
+    for other in others:
+        if hostnames.overlaps(other.hostname, hostname):
+            # Never say who holds it: that would leak another tenant's claim.
+            raise Conflict("claim_overlap",
+                           f"'{hostname}' overlaps a hostname that is already claimed.", field="hostname")
+
+
 def hostname_claim_create(*, principal: Principal, org, hostname: str) -> HostnameClaim:
     hostname = hostnames.normalize(hostname)
     with transaction.atomic():
         # Serialise claim creation so two orgs cannot both pass the overlap check.
         xact_lock("hostname-claims")
-        for other in HostnameClaim.objects.exclude(status=HostnameClaim.Status.REJECTED):
-            if hostnames.overlaps(other.hostname, hostname):
-                # Never say who holds it: that would leak another tenant's claim.
-                raise Conflict("claim_overlap",
-                               f"'{hostname}' overlaps a hostname that is already claimed.", field="hostname")
+        _check_claim_free(hostname)
         status = HostnameClaim.Status.APPROVED if principal.is_operator else HostnameClaim.Status.PENDING
         claim = HostnameClaim(org=org, hostname=hostname, status=status,
                               decided_at=timezone.now() if principal.is_operator else None)
@@ -117,8 +123,27 @@ def hostname_claim_decide(*, principal: Principal, claim: HostnameClaim, approve
     if not principal.is_operator:
         raise DomainError("operator_only", "Only an operator can approve or reject a hostname claim.", status=403)
     status = HostnameClaim.Status.APPROVED if approve else HostnameClaim.Status.REJECTED
-    return object_save(principal=principal, obj=claim, action="approve" if approve else "reject",
-                       data={"status": status, "decided_at": timezone.now()})
+    with transaction.atomic():
+        xact_lock("hostname-claims")
+        if approve:
+            # A rejected claim was not held while rejected: another org may own the name since.
+            _check_claim_free(claim.hostname, exclude_pk=claim.pk)
+        return object_save(principal=principal, obj=claim, action="approve" if approve else "reject",
+                           data={"status": status, "decided_at": timezone.now()})
+
+
+def hostname_claim_delete(*, principal: Principal, claim: HostnameClaim) -> None:
+    """Refused (409 `in_use`) while a route of the org serves a host only this claim covers."""
+    with transaction.atomic():
+        xact_lock("hostname-claims")
+        if claim.status == HostnameClaim.Status.APPROVED:
+            others = list(HostnameClaim.objects.filter(org_id=claim.org_id, status=HostnameClaim.Status.APPROVED)
+                          .exclude(pk=claim.pk).values_list("hostname", flat=True))
+            for hosts in Route.objects.filter(org_id=claim.org_id).values_list("hosts", flat=True):
+                for host in hosts or []:
+                    if hostnames.covers(claim.hostname, host) and not any(hostnames.covers(o, host) for o in others):
+                        raise Conflict("in_use", f"A route still serves '{host}'; change or delete the route first.")
+        object_delete(principal=principal, obj=claim)
 
 
 def _check_hosts_owned(*, org, hosts: Iterable[str]) -> None:

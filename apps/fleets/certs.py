@@ -116,9 +116,20 @@ def parse_certificate(cert_pem: str, key_pem: str, chain_pem: str = "",
     )
 
 
-def certificate_save(*, principal: Principal, cert: Certificate, org, name: str, cert_pem: str,
-                     key_pem: str, chain_pem: str = "") -> Certificate:
-    """Create or replace a certificate; LBs whose listeners use it roll out the new one."""
+def certificate_save(*, principal: Principal, cert: Certificate, org, name: str, cert_pem: str | None,
+                     key_pem: str | None, chain_pem: str = "") -> Certificate:
+    """Create or replace a certificate; LBs whose listeners use it roll out the new one.
+
+    A PEM left out (None) keeps the stored one: a PATCH may rename only, or renew the leaf with the
+    same key. A new certificate needs both.
+    """
+    if cert.pk is None and (cert_pem is None or key_pem is None):
+        raise DomainError("required", "A new certificate needs cert_pem and key_pem.",
+                          field="cert_pem" if cert_pem is None else "key_pem")
+    if cert_pem is None:
+        cert_pem = cert.cert_pem
+    if key_pem is None:
+        key_pem = crypto.decrypt(cert.key_encrypted)
     info = parse_certificate(cert_pem, key_pem, chain_pem)
     from apps.balancers.services import lb_touch
 

@@ -163,6 +163,9 @@ class HostnameClaimViewSet(ServiceWritesMixin, TenantViewSet):
             principal=self.principal, org=serializer.validated_data["org"],
             hostname=serializer.validated_data["hostname"])
 
+    def perform_destroy(self, instance):
+        services.hostname_claim_delete(principal=self.principal, claim=instance)
+
     def _decide(self, approve: bool):
         claim = self.get_object()
         services.hostname_claim_decide(principal=self.principal, claim=claim, approve=approve)

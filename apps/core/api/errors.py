@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import DataError, IntegrityError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+from rest_framework.views import set_rollback
 
 from apps.core.errors import DomainError
+
+logger = logging.getLogger("spillway.api")
 
 _CODES = {
     status.HTTP_400_BAD_REQUEST: "invalid",
@@ -56,14 +62,16 @@ def exception_handler(exc, context):
     if isinstance(exc, ApiError):
         return Response({"code": exc.code, "detail": str(exc.detail), "fields": exc.fields},
                         status=exc.status_code)
+    if isinstance(exc, IntegrityError | DataError):
+        return _database_refused(exc)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied()
     response = drf_exception_handler(exc, context)
     if response is None:
-        return None
-    code = _CODES.get(response.status_code, "error")
+        return _server_error(exc, context)
+    code = "parse_error" if isinstance(exc, exceptions.ParseError) else _CODES.get(response.status_code, "error")
     if isinstance(exc, exceptions.ValidationError):
         fields = _flatten(exc.detail) if isinstance(exc.detail, dict) else {"non_field_errors": _flatten(exc.detail)}
         codes = exc.get_codes()
@@ -91,3 +99,66 @@ def _first_code(codes: Any) -> str | None:
     elif isinstance(codes, str) and codes not in ("invalid", "required", "null", "blank"):
         return codes
     return None
+
+
+def server_error_body() -> dict[str, Any]:
+    return {"code": "server_error", "detail": "The server failed to answer this request; it has been logged.",
+            "fields": {}}
+
+
+def _server_error(exc: Exception, context) -> Response:
+    """A bug: logged with its traceback, answered in the documented shape (DEBUG or not), no internals."""
+    request = context.get("request")
+    logger.error("unhandled %s in %s %s", type(exc).__name__, getattr(request, "method", "?"),
+                 getattr(request, "path", "?"), exc_info=exc)
+    set_rollback()
+    return Response(server_error_body(), status=status.HTTP_500_INTERNAL_SERVER_ERROR)
+
+
+# PostgreSQL SQLSTATEs of constraints a concurrent or duplicate write can trip.
+_UNIQUE_VIOLATION, _FOREIGN_KEY_VIOLATION = "23505", "23503"
+
+
+def _database_refused(exc: IntegrityError | DataError) -> Response:
+    """The one place a constraint the database enforced becomes an API error (no service repeats it).
+
+    A duplicate (org slug, fleet name, ...) is a 409 `conflict` naming the fields of the violated
+    unique constraint, never the row that holds the value (it may be another tenant's). A value the
+    database cannot store (an out-of-range number or time zone) is a 400.
+    """
+    set_rollback()
+    cause = exc.__cause__
+    sqlstate = getattr(cause, "sqlstate", None)
+    diag = getattr(cause, "diag", None)
+    if isinstance(exc, DataError):
+        return Response({"code": "invalid", "detail": "A value is out of the range the server can store.",
+                         "fields": {}}, status=status.HTTP_400_BAD_REQUEST)
+    if sqlstate == _UNIQUE_VIOLATION:
+        names = _constraint_fields(getattr(diag, "table_name", None), getattr(diag, "message_detail", None))
+        fields = {name: ["An object with this value already exists."] for name in names}
+        return Response({"code": "conflict", "detail": "An object with these values already exists.",
+                         "fields": fields}, status=status.HTTP_409_CONFLICT)
+    if sqlstate == _FOREIGN_KEY_VIOLATION:
+        detail = "A referenced object was deleted or is still referenced; reload and retry."
+    else:
+        detail = "The change conflicts with the current state; reload and retry."
+    return Response({"code": "conflict", "detail": detail, "fields": {}}, status=status.HTTP_409_CONFLICT)
+
+
+def _constraint_fields(table: str | None, message_detail: str | None) -> list[str]:
+    """API field names of the violated unique constraint, from PostgreSQL's "Key (a, b)=(...)" detail
+    (the values are never echoed), minus the org every tenant row carries."""
+    from django.apps import apps
+
+    match = _KEY_RE.match(message_detail or "")
+    if not table or not match:
+        return []
+    columns = set(re.findall(r"[a-z_][a-z0-9_]*", match.group(1)))
+    for model in apps.get_models():
+        if model._meta.db_table == table:
+            names = [f.name for f in model._meta.concrete_fields if f.column in columns]
+            return [n for n in names if n != "org"] or names
+    return []
+
+
+_KEY_RE = re.compile(r"^Key \((.*?)\)=\(")

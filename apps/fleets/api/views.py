@@ -163,7 +163,7 @@ class CertificateViewSet(TenantViewSet):
         return certs.certificate_save(
             principal=self.principal, cert=cert,
             org=data.get("org") or (cert.org if cert.pk else self.principal.org),
-            name=data.get("name", cert.name), cert_pem=data["cert_pem"], key_pem=data["key_pem"],
+            name=data.get("name", cert.name), cert_pem=data.get("cert_pem"), key_pem=data.get("key_pem"),
             chain_pem=data.get("chain_pem", ""))
 
     def perform_create(self, serializer):
