@@ -14,5 +14,5 @@ urlpatterns = [
     path("", include("frontend.urls")),
 ]
 
-handler404 = "apps.core.views.error_404"
-handler500 = "apps.core.views.error_500"
+handler404 = "controlplane.views.error_404"
+handler500 = "controlplane.views.error_500"

@@ -11,6 +11,8 @@ from apps.accounts.models import Scope
 from apps.accounts.services import token_authenticate
 from apps.core import metrics as _metrics  # noqa: F401  (registers collectors)
 from apps.core import netpolicy
+from apps.core.api.errors import server_error_body
+from frontend import views as frontend_views
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -52,17 +54,11 @@ def _is_api(request: HttpRequest) -> bool:
 def error_404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     if _is_api(request):
         return JsonResponse({"code": "not_found", "detail": "Not found.", "fields": {}}, status=404)
-    from frontend.views import error_404 as page
-
-    return page(request, exception)
+    return frontend_views.error_404(request, exception)
 
 
 def error_500(request: HttpRequest) -> HttpResponse:
     """Django's last resort (an exception outside a DRF view, e.g. in a middleware)."""
     if _is_api(request):
-        from apps.core.api.errors import server_error_body
-
         return JsonResponse(server_error_body(), status=500)
-    from frontend.views import error_500 as page
-
-    return page(request)
+    return frontend_views.error_500(request)
