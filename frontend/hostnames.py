@@ -14,8 +14,7 @@ from apps.balancers.api.serializers import HostnameClaimSerializer
 from apps.balancers.models import HostnameClaim, Route
 from apps.balancers.services import hostname_claim_create, hostname_claim_decide
 from apps.core.errors import DomainError
-from apps.core.ui import PrincipalView
-from frontend.workspace import domain_errors, form_errors
+from apps.core.ui import PrincipalView, errors_of
 
 STATUS_FILTERS = ("pending", "approved", "rejected")
 
@@ -45,13 +44,13 @@ class HostnamesView(PrincipalView):
                                              context={"request": request})
         if not serializer.is_valid():
             return render(request, "hostnames/_panel.html",
-                          self.context(errors=form_errors(serializer), values=request.POST), status=422)
+                          self.context(errors=errors_of(serializer.errors), values=request.POST), status=422)
         try:
             claim = hostname_claim_create(principal=self.principal, org=self.principal.org,
                                           hostname=serializer.validated_data["hostname"])
         except DomainError as exc:
             return render(request, "hostnames/_panel.html",
-                          self.context(errors=domain_errors(exc), values=request.POST), status=422)
+                          self.context(errors=errors_of(exc), values=request.POST), status=422)
         return render(request, "hostnames/_panel.html", self.context(created=claim))
 
 

@@ -18,30 +18,13 @@ from apps.balancers.api.serializers import MemberStateSerializer, RouteSerialize
 from apps.balancers.models import IpPool, LoadBalancer, Member, Pool, Route, StaticIP
 from apps.balancers.services import member_set_state, object_delete, route_save, static_ip_allocate, static_ip_release
 from apps.core.errors import DomainError
-from apps.core.ui import PrincipalView
+from apps.core.ui import PrincipalView, errors_of
 from apps.fleets import selectors as fleet_selectors
 from apps.fleets.models import Fleet
 from apps.fleets.services import lb_preview_change
 from apps.fleets.views import diff_lines
 
 ROUTE_ORDERS = {"asc": ("priority", "pk"), "desc": ("-priority", "-pk")}
-
-
-def flatten_errors(value: Any) -> list[str]:
-    """DRF errors (nested lists and dicts, e.g. per target) as plain sentences."""
-    if isinstance(value, dict):
-        return [msg for v in value.values() for msg in flatten_errors(v)]
-    if isinstance(value, list):
-        return [msg for v in value for msg in flatten_errors(v)]
-    return [str(value)]
-
-
-def form_errors(serializer) -> dict[str, list[str]]:
-    return {name: flatten_errors(errors) for name, errors in serializer.errors.items()}
-
-
-def domain_errors(exc: DomainError) -> dict[str, list[str]]:
-    return {exc.field or "non_field_errors": [exc.detail]}
 
 
 def route_form_data(post: QueryDict, lb: LoadBalancer, pools: list[Pool], route: Route | None = None) -> dict:
@@ -105,9 +88,7 @@ class WorkspaceMixin:
                 "can_write": self.principal.can_write, "errors": errors or {}, "values": values or {}}
 
     def can_push(self, lb: LoadBalancer) -> bool:
-        # The same rule as the fleets preview page: a shared LB's push carries other tenants' changes.
-        return self.principal.can_deploy and (self.principal.is_operator or (
-            lb.org_id == self.principal.org_id and not lb.shared))
+        return fleet_selectors.can_push(self.principal, lb)
 
 
 def order_of(request) -> str:
@@ -162,9 +143,9 @@ class RoutesView(WorkspaceMixin, PrincipalView):
                 route_save(principal=self.principal, route=Route(), data=serializer.validated_data)
                 return HttpResponseClientRedirect(f"/load-balancers/{lb.pk}/")
             except DomainError as exc:
-                errors = domain_errors(exc)
+                errors = errors_of(exc)
         else:
-            errors = form_errors(serializer)
+            errors = errors_of(serializer.errors)
         return self.form(request, lb, pools, errors=errors, status=422)
 
     def form(self, request, lb: LoadBalancer, pools: list[Pool], *, errors: dict, status: int = 200,
@@ -186,12 +167,12 @@ class RoutePreviewView(RoutesView):
             return bound
         lb, pools, serializer = bound
         if not serializer.is_valid():
-            return self.form(request, lb, pools, errors=form_errors(serializer), status=422)
+            return self.form(request, lb, pools, errors=errors_of(serializer.errors), status=422)
         try:
             previews = lb_preview_change(lb=lb, principal=self.principal, change=lambda: route_save(
                 principal=self.principal, route=Route(), data=serializer.validated_data))
         except DomainError as exc:
-            return self.form(request, lb, pools, errors=domain_errors(exc), status=422)
+            return self.form(request, lb, pools, errors=errors_of(exc), status=422)
         for entry in previews:
             entry["lines"] = diff_lines(entry.get("diff", ""))
         return self.form(request, lb, pools, errors={}, previews=previews)
@@ -249,9 +230,9 @@ class RouteEditView(RouteView):
                 route_save(principal=self.principal, route=route, data=serializer.validated_data)
                 return self.row(request, route)
             except DomainError as exc:
-                errors = domain_errors(exc)
+                errors = errors_of(exc)
         else:
-            errors = form_errors(serializer)
+            errors = errors_of(serializer.errors)
         route = self.get_route(pk)  # route_save may have set fields before a rule refused them
         return self.edit_row(request, route, values=request.POST, errors=errors, status=422)
 
@@ -272,7 +253,7 @@ class MemberStateView(PrincipalView):
         if data:
             serializer = MemberStateSerializer(data=data)
             if not serializer.is_valid():
-                context.update(errors=form_errors(serializer), values=request.POST)
+                context.update(errors=errors_of(serializer.errors), values=request.POST)
                 return render(request, "partials/member_row.html", context, status=422)
             member_set_state(principal=self.principal, member=member, **serializer.validated_data)
         return render(request, "partials/member_row.html", context)
@@ -297,7 +278,7 @@ class StaticIpsView(WorkspaceMixin, PrincipalView):
             except ValueError:
                 errors["address"] = [f"'{address}' is not an IP address."]
             except DomainError as exc:
-                errors = domain_errors(exc)
+                errors = errors_of(exc)
         status = 422 if errors else 200
         return render(request, "partials/static_ips.html",
                       self.static_ip_context(lb, errors, request.POST if errors else None), status=status)

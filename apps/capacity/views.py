@@ -19,7 +19,7 @@ from apps.capacity import selectors, services
 from apps.capacity.api.serializers import CapacityTestSerializer
 from apps.capacity.models import CapacityRun, CapacityTest
 from apps.core.errors import DomainError
-from apps.core.ui import PrincipalView
+from apps.core.ui import PrincipalView, errors_of
 
 FORM_FIELDS = ("name", "listener", "hostname", "path", "mode", "steps", "step_duration_s", "slo_p99_ms",
                "slo_error_rate", "shards", "safety_factor", "pool", "region", "timeout_s", "max_connections")
@@ -38,12 +38,6 @@ def parse_steps(text: str) -> list[Any]:
         except ValueError:
             steps.append(part)  # the service answers with invalid_steps and the step's number
     return steps
-
-
-def _errors_of(exc_or_errors: Any) -> dict[str, list[str]]:
-    if isinstance(exc_or_errors, DomainError):
-        return {exc_or_errors.field or "non_field_errors": [exc_or_errors.detail]}
-    return {k: [str(e) for e in (v if isinstance(v, list) else [v])] for k, v in exc_or_errors.items()}
 
 
 class CapacityIndexView(PrincipalView):
@@ -75,9 +69,9 @@ class CapacityIndexView(PrincipalView):
                                                    data=dict(serializer.validated_data))
                 return HttpResponseClientRedirect(f"/capacity/tests/{test.pk}/")
             except DomainError as exc:
-                errors = _errors_of(exc)
+                errors = errors_of(exc)
         else:
-            errors = _errors_of(serializer.errors)
+            errors = errors_of(serializer.errors)
         context = self._context(errors=errors, values=request.POST)
         return TemplateResponse(request, "capacity/test_form.html", context, status=422)
 

@@ -7,12 +7,15 @@ one object (404 for missing and foreign alike), `get_changeable` finds one the p
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 from django.views import View
 
+from apps.core.errors import DomainError
 from apps.core.tenancy import Action, restricted
 
 
@@ -43,3 +46,20 @@ class PrincipalView(LoginRequiredMixin, View):
     def template_for(self, full: str, partial: str) -> str:
         """One view, two renders: the page, or only its partial for an htmx request."""
         return partial if getattr(self.request, "htmx", False) and not self.request.htmx.boosted else full
+
+
+def errors_of(source: Any) -> dict[str, list[str]]:
+    """Errors by form field, as plain sentences, from what a UI view gets back from the shared serializers
+    and services: a DomainError, or a serializer's `.errors` (nested lists/dicts, e.g. per route target).
+    Dotted field names become underscores so templates can look them up."""
+    if isinstance(source, DomainError):
+        return {(source.field or "non_field_errors").replace(".", "_"): [source.detail]}
+    return {str(name).replace(".", "_"): _sentences(value) for name, value in source.items()}
+
+
+def _sentences(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [msg for v in value.values() for msg in _sentences(v)]
+    if isinstance(value, list):
+        return [msg for v in value for msg in _sentences(v)]
+    return [str(value)]

@@ -488,3 +488,9 @@ def render_problems_for(principal: Principal, problems: list[dict[str, Any]]) ->
                         .values_list("pk", flat=True)),
     }
     return [p for p in problems if p["id"] in own.get(p["kind"], set())]
+
+
+def can_push(principal: Principal, lb: LoadBalancer) -> bool:
+    """May `principal` push `lb`'s held changes? A shared LB's push carries other tenants' changes too,
+    so only operators push those; an owner pushes its own dedicated LB."""
+    return principal.can_deploy and (principal.is_operator or (lb.org_id == principal.org_id and not lb.shared))

@@ -215,9 +215,7 @@ class LbPreviewView(PrincipalView):
                                                         else ""})
 
     def can_push(self, lb: LoadBalancer) -> bool:
-        if not self.principal.can_deploy:
-            return False
-        return self.principal.is_operator or (lb.org_id == self.principal.org_id and not lb.shared)
+        return selectors.can_push(self.principal, lb)
 
 
 class LbPushView(LbPreviewView):

@@ -16,7 +16,7 @@ from django.template.response import TemplateResponse
 from django_htmx.http import HttpResponseClientRedirect
 
 from apps.core.errors import DomainError
-from apps.core.ui import PrincipalView
+from apps.core.ui import PrincipalView, errors_of
 from apps.scheduling import kinds, selectors, services
 from apps.scheduling.api.serializers import JobSerializer, SchedulePreviewSerializer, schedule_preview
 from apps.scheduling.models import Job, JobRun
@@ -29,15 +29,6 @@ COMMON_ZONES = ("UTC", "Europe/Berlin", "Europe/London", "Europe/Paris", "Americ
                 "America/Los_Angeles", "America/Sao_Paulo", "Asia/Tokyo", "Asia/Singapore", "Asia/Kolkata",
                 "Australia/Sydney")
 HISTORY_LIMIT = 50
-
-
-def _errors_of(errors: Any) -> dict[str, list[str]]:
-    if isinstance(errors, DomainError):
-        return {(errors.field or "non_field_errors").replace(".", "_"): [errors.detail]}
-    flat: dict[str, list[str]] = {}
-    for key, value in errors.items():
-        flat[key.replace(".", "_")] = [str(e) for e in (value if isinstance(value, list) else [value])]
-    return flat
 
 
 def _job_values(job: Job) -> dict[str, Any]:
@@ -106,9 +97,9 @@ class JobFormView(_JobsView):
                                           webhook_secret=secret)
                 return HttpResponseClientRedirect(f"/jobs/{saved.pk}/")
             except DomainError as exc:
-                errors = _errors_of(exc)
+                errors = errors_of(exc)
         elif not errors:
-            errors = _errors_of(serializer.errors)
+            errors = errors_of(serializer.errors)
         values = {**{f: request.POST.get(f, "") for f in FORM_FIELDS}, "params": request.POST.get("params", "")}
         context = self.form_context(job=job, values=values, errors=errors, preview=schedule_preview_for(values))
         return TemplateResponse(request, "scheduling/_form.html", context, status=422)
