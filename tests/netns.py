@@ -2,9 +2,9 @@
 
 Each host is a namespace with one veth into the bridge (its `eth0`), an address in a private /24 that
 exists only on this bridge, and its own sshd, HAProxy master (apps.fleets.process), keepalived and a tiny
-HTTP backend on its own loopback answering with the host's name. Spillway reaches the hosts through the
-SSH transport like any remote node. Every name starts with the caller's prefix (s15...), every process
-is stopped by its PID and every namespace, veth and the bridge are removed by `down()` — which also
+HTTP backend (a plain HAProxy) on its own loopback answering with the host's name. Spillway reaches the
+hosts through the SSH transport like any remote node. Every name starts with the caller's prefix
+(s15...), every process is stopped by its PID and every namespace, veth and the bridge are removed by `down()` — which also
 clears leftovers with the same names from an earlier run that died.
 
     topo = Topology(prefix="s15t", subnet=1, count=3, base=Path("/tmp/..."))
@@ -131,7 +131,10 @@ class Topology:
     def start_host(self, host: Host) -> None:
         """Namespace + veth + sshd + backend + HAProxy (current config) + keepalived."""
         sh("ip", "netns", "add", host.netns)
-        sh("ip", "link", "add", host.veth, "type", "veth", "peer", "name", f"{host.veth}p", "netns", host.netns)
+        # A fixed MAC per host, as a rebooted machine keeps its NIC's: peers' ARP caches stay right.
+        mac = f"02:15:00:00:{int(self.network.rsplit('.', 1)[1]):02x}:{int(host.address.rsplit('.', 1)[1]):02x}"
+        sh("ip", "link", "add", host.veth, "type", "veth", "peer", "name", f"{host.veth}p", "address", mac,
+           "netns", host.netns)
         sh("ip", "link", "set", host.veth, "master", self.bridge, "up")
         ns = ("ip", "-n", host.netns)
         sh(*ns, "link", "set", f"{host.veth}p", "name", IFACE)
@@ -192,11 +195,14 @@ class Topology:
         self._wait_tcp(host, host.address, 22, b"SSH-")
 
     def _start_backend(self, host: Host) -> None:
-        www = host.dir / "www"
-        www.mkdir(exist_ok=True)
-        (www / "index.html").write_text(host.name)
-        self._popen(host, "backend", ["python3", "-m", "http.server", str(BACKEND_PORT), "--bind", "127.0.0.1",
-                                      "--directory", str(www)])
+        """A second, plain HAProxy on the host's loopback that answers with the host's name: fast enough
+        that a benchmark measures failover, not a slow backend."""
+        config = host.dir / "backend.cfg"
+        config.write_text(
+            "defaults\n    mode http\n    timeout client 5s\n    timeout server 5s\n    timeout connect 1s\n"
+            f"frontend backend\n    bind 127.0.0.1:{BACKEND_PORT}\n"
+            f'    http-request return status 200 content-type text/plain string "{host.name}"\n')
+        self._popen(host, "backend", [HAPROXY_BIN, "-db", "-f", str(config)])
 
     def start_haproxy(self, host: Host) -> None:
         conn = host.local_conn()
@@ -220,7 +226,7 @@ class Topology:
                                      f"{(host.dir / 'keepalived.log').read_text()[-2000:]}")
             time.sleep(0.02)
 
-    def _wait_tcp(self, host: Host, address: str, port: int, banner: bytes, timeout_s: float = 10.0) -> None:
+    def _wait_tcp(self, host: Host, address: str, port: int, banner: bytes, timeout_s: float = 20.0) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
