@@ -4,8 +4,8 @@ Each host is a namespace with one veth into the bridge (its `eth0`), an address 
 exists only on this bridge, and its own sshd, HAProxy master (apps.fleets.process), keepalived and a tiny
 HTTP backend (a plain HAProxy) on its own loopback answering with the host's name. Spillway reaches the
 hosts through the SSH transport like any remote node. Every name starts with the caller's prefix
-(s15...), every process is stopped by its PID and every namespace, veth and the bridge are removed by `down()` — which also
-clears leftovers with the same names from an earlier run that died.
+(s15...), every process is stopped by its PID and every namespace, veth and the bridge are removed
+by `down()`, which also clears leftovers with the same names from an earlier run that died.
 
     topo = Topology(prefix="s15t", subnet=1, count=3, base=Path("/tmp/..."))
     topo.up()          # namespaces, bridge, sshd + backend + HAProxy + keepalived on each host
