@@ -30,7 +30,11 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/1
 # own test database and Redis database. `make test PYTEST_XDIST=` runs serially.
 PYTEST_XDIST ?= -n 2 --dist loadfile
 
+# scripts/setup-system installs missing system packages and the cloud extra, starts PostgreSQL and
+# Redis and creates the database. A test skipped for a missing dependency fails the run
+# (SPILLWAY_ALLOW_SKIPS=1 allows a partial run, loudly).
 test: install-dev
+	scripts/setup-system test "$(TEST_DATABASE_URL)"
 	$(BIN)/ruff check .
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) SPILLWAY_TESTING=1 $(BIN)/python -m pytest -q $(PYTEST_XDIST) $(PYTEST_ARGS)
 
@@ -39,6 +43,8 @@ migrate: install
 
 # Fresh clone -> demo UI on http://127.0.0.1:8000 with web, worker and beat (SQLite + embedded broker).
 run: install
+	scripts/setup-system run
+	$(BIN)/python -m controlplane.localenv
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py migrate --noinput
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py loaddemo
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py runall

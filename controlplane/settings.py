@@ -8,15 +8,18 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from controlplane import localenv
 from controlplane.env import envbool, envint, envlist, envsecret, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("SPILLWAY_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
-DEBUG = envbool("DEBUG", False)
 # Under pytest the dev-only secrets are allowed, so a bare `pytest` works.
 TESTING = envbool("SPILLWAY_TESTING", "pytest" in sys.modules)
+if not TESTING:
+    localenv.load(VAR_DIR)  # var/local.env from `make run` (the environment wins over it)
+DEBUG = envbool("DEBUG", False)
 
 SECRET_KEY = envsecret("SECRET_KEY")
 if not SECRET_KEY:

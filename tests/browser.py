@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import deps
+
 # Playwright's sync API keeps an event loop on the test thread; the ORM calls the tests
 # make there are still synchronous, so Django's async guard is switched off for them.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -27,7 +29,7 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--
 @pytest.fixture(scope="session")
 def browser() -> Iterator[object]:
     if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)")
+        deps.missing(f"{CHROMIUM} not installed (apt-get install chromium)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

@@ -14,7 +14,10 @@ from rest_framework.test import APIClient
 
 from apps.accounts.models import Organization, Role
 from apps.accounts.services import token_create
+from tests import deps
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
+
+_MISSING = pytest.StashKey[list]()
 
 
 @dataclass
@@ -136,7 +139,7 @@ def celery_worker_factory(tmp_path) -> Iterator[Callable[..., subprocess.Popen]]
     worker with its own hostname; all are stopped by PID at teardown.
     """
     if not os.environ.get("REDIS_URL"):
-        pytest.skip("real Celery workers need REDIS_URL (make test sets it)")
+        deps.missing("real Celery workers need REDIS_URL (make test sets it)")
     procs: list[subprocess.Popen] = []
     # Drop messages left by earlier tests once, before this test enqueues anything. Not per
     # worker (`--purge`): a worker started mid-test would delete messages the test just sent.
@@ -165,6 +168,28 @@ def celery_worker_factory(tmp_path) -> Iterator[Callable[..., subprocess.Popen]]
     yield start
     for proc in procs:
         stop_process(proc)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A skip for a missing dependency (tests.deps.missing) is a failure unless SPILLWAY_ALLOW_SKIPS=1."""
+    report = yield
+    if deps.is_missing_dependency(report):
+        item.config.stash.setdefault(_MISSING, []).append(f"{item.nodeid}: {report.longrepr[2]}")
+        if not deps.allowed():
+            report.outcome = "failed"
+            report.longrepr = (f"{report.longrepr[2]}\n(make test installs it: scripts/setup-system; "
+                               f"{deps.ALLOW_ENV}=1 allows a partial run)")
+    return report
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    missing = config.stash.get(_MISSING, [])
+    if missing and deps.allowed():
+        terminalreporter.write_sep("!", f"{deps.ALLOW_ENV}=1: {len(missing)} tests did NOT run (missing dependencies)",
+                                   red=True, bold=True)
+        for line in dict.fromkeys(missing):
+            terminalreporter.write_line(line, red=True)
 
 
 from tests.browser import browser, page  # noqa: E402, F401  (one shared Playwright session)

@@ -14,6 +14,7 @@ import pytest
 
 from apps.balancers.models import IpPool, Listener, LoadBalancer, Member, Pool, PoolRegion, Region, StaticIP
 from apps.capacity.models import CapacityRun, TargetAllowlist
+from tests import deps
 from tests.conftest import REPO, process_env, stop_process
 from tests.factories import (
     HostnameClaimFactory,
@@ -97,7 +98,7 @@ def cap_workers(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterato
     once per module: each start/stop costs ~5 s on this 2-core machine, so per-test workers would
     push the run tests past a minute. Tests using them need `django_db(transaction=True)`."""
     if not os.environ.get("REDIS_URL"):
-        pytest.skip("real Celery workers need REDIS_URL (make test sets it)")
+        deps.missing("real Celery workers need REDIS_URL (make test sets it)")
     logs = tmp_path_factory.mktemp("cap-workers")
     procs: list[subprocess.Popen] = []
     with django_db_blocker.unblock():

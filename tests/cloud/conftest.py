@@ -24,6 +24,7 @@ from deploy.model import (
     HealthCheck,
     RouteTarget,
 )
+from tests import deps
 
 ROUTES = (
     # A canary split on one host, an exact path on a wildcard host, a catch-all prefix on every host, and
@@ -105,13 +106,13 @@ def _replace(lb: CloudLB, changes: dict[str, Any]) -> CloudLB:
 def cdktf_worker() -> Callable[..., dict[str, Any]]:
     """`synthesize` with both providers loaded once; skips (with the reason) only where cdktf cannot run."""
     if shutil.which("node") is None:
-        pytest.skip("cdktf needs node on PATH (jsii runs provider code in node); none found")
+        deps.missing("cdktf needs node on PATH (jsii runs provider code in node)")
     try:
         from deploy.synth import synthesize, warm
 
         warm(("gcp", "aws"))
     except ModuleNotFoundError as exc:
-        pytest.skip(f"cloud extra not installed ({exc.name} missing): pip install -r requirements-cloud.txt")
+        deps.missing(f"cloud extra ({exc.name}): pip install -r requirements-cloud.txt")
     return synthesize
 
 

@@ -46,6 +46,7 @@ import pytest
 from apps.fleets.process import start_master, stop_master
 from apps.fleets.transports.base import NodeConn, bundle_sha256
 from apps.fleets.transports.local import LocalTransport
+from tests import deps
 from tests.netutil import pick_free_port
 
 HAPROXY_BIN = shutil.which("haproxy") or "/usr/sbin/haproxy"
@@ -135,7 +136,7 @@ def free_port() -> Callable[..., int]:
 @pytest.fixture
 def haproxy_bin() -> str:
     if not os.path.exists(HAPROXY_BIN):
-        pytest.skip("haproxy is not installed (apt-get install haproxy)")
+        deps.missing("haproxy is not installed (apt-get install haproxy)")
     return HAPROXY_BIN
 
 
@@ -307,7 +308,7 @@ def sshd(tmp_path: Path) -> Iterator[SshdInfo]:
     tmp_path; SFTP, TCP and streamlocal forwarding enabled as OpenSSH's defaults do.
     """
     if not os.path.exists(SSHD_BIN) or not shutil.which("ssh-keygen"):
-        pytest.skip(f"{SSHD_BIN} or ssh-keygen missing (apt-get install openssh-server)")
+        deps.missing(f"{SSHD_BIN} or ssh-keygen (apt-get install openssh-server)")
     root = tmp_path / "sshd"
     root.mkdir()
     _host_priv, host_pub = _keygen(root / "host_ed25519")

@@ -20,6 +20,7 @@ from apps.fleets import selectors
 from apps.fleets.models import Node, Rollout
 from apps.fleets.render import backend_name
 from apps.fleets.runtime import HAProxySocket
+from tests import deps
 from tests.browser import login, shot
 from tests.fleets.conftest import http_get
 
@@ -59,7 +60,7 @@ def wait_for(check: Callable[[], bool], timeout_s: float, interval_s: float = 0.
 @pytest.fixture
 def demo_fleet(transactional_db, settings, tmp_path, monkeypatch, celery_worker_factory) -> Iterator[LoadBalancer]:
     if shutil.which(settings.HAPROXY_BIN) is None:
-        pytest.skip("haproxy is not installed (apt-get install haproxy)")
+        deps.missing("haproxy is not installed (apt-get install haproxy)")
     busy = [a for addrs in NODES.values() for a in addrs if not _free(a, 8080)]
     if busy:
         pytest.skip(f"another run of this test holds {busy}")
