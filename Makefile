@@ -44,7 +44,7 @@ migrate: install
 # Fresh clone -> demo UI on http://127.0.0.1:8000 with web, worker and beat (SQLite + embedded broker).
 run: install
 	scripts/setup-system run
-	$(BIN)/python -m controlplane.localenv
+	$(BIN)/python controlplane/localenv.py
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py migrate --noinput
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py loaddemo
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py runall

@@ -44,7 +44,8 @@ class DashboardMixin:
         return fleet_selectors.fleet_overview(self.principal)
 
     def checks_panel(self) -> dict[str, Any]:
-        return {"checks": fleet_selectors.failing_checks(self.principal, limit=CHECK_LIMIT)}
+        return {"checks": fleet_selectors.failing_checks(self.principal, limit=CHECK_LIMIT),
+                "reporting": fleet_selectors.nodes_reporting(self.principal)}
 
     def overflow_panel(self) -> dict[str, Any]:
         window, window_s = self.window()

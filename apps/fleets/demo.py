@@ -75,6 +75,12 @@ def load_demo() -> str | None:
     return f"demo fleet: 2 regions x 2 local HAProxy nodes ({nodes}) serving `{DEMO_LB}`"
 
 
+def demo_addresses() -> list[tuple[str, int]]:
+    """Every address:port the demo fleet and its backends listen on (checked free before `make run`)."""
+    nodes = [(a, 8080) for addrs in DEMO_NODES.values() for a in addrs]
+    return nodes + sorted({ep for endpoints in DEMO_BACKENDS.values() for ep in endpoints})
+
+
 def _backend_specs() -> list[str]:
     specs = []
     for (org, region), endpoints in sorted(DEMO_BACKENDS.items()):
@@ -117,11 +123,26 @@ def start_demo_processes() -> str | None:
     for fleet in fleets:
         Fleet.objects.filter(pk=fleet.pk).update(change_seq=F("change_seq") + 1)
         services.fleet_reconcile(fleet_id=fleet.pk)
-    served = ", ".join(f"http://{a}:8080/" for addrs in DEMO_NODES.values() for a in addrs)
-    message = (f"demo fleet: {len(pids['masters'])} HAProxy nodes serving `{DEMO_LB}` at {served} "
-               f"(try: curl -H 'Host: acme.example.com' http://127.0.40.1:8080/)")
+    return _serving_message(fleets, problems)
+
+
+def _serving_message(fleets: list[Fleet], problems: list[str]) -> str:
+    """What the console says after the roll-out: only nodes that took it count as serving."""
+    nodes = list(Node.objects.filter(fleet__in=fleets).select_related("fleet", "applied_revision"))
+    serving = [n for n in nodes if n.status == Node.Status.UP and n.applied_revision_id is not None
+               and n.applied_revision.number == n.fleet.desired_revision and n.fleet.desired_revision > 0]
+    failed = [n for n in nodes if n not in serving]
+    served = ", ".join(f"http://{n.address}:8080/" for n in serving)
+    if serving:
+        message = (f"demo fleet: {len(serving)}/{len(nodes)} HAProxy nodes serving `{DEMO_LB}` at {served} "
+                   f"(try: curl -H 'Host: acme.example.com' http://{serving[0].address}:8080/)")
+    else:
+        message = f"demo fleet NOT serving: 0/{len(nodes)} HAProxy nodes took the roll-out"
+    for node in failed:
+        detail = (node.status_detail or node.status).strip().splitlines()
+        problems.append(f"{node.fleet.name}/{node.name} ({node.address}): {detail[-1] if detail else node.status}")
     if problems:
-        message += "\n  not started: " + "; ".join(problems)
+        message += "\n  not serving: " + "\n  not serving: ".join(problems)
     return message
 
 

@@ -375,6 +375,15 @@ def failing_checks(principal: Principal, *, limit: int = 10) -> list[dict[str, A
     return worst
 
 
+def nodes_reporting(principal: Principal) -> dict[str, int]:
+    """Enabled nodes the principal's fleets have, and how many are up: "every check passes" only
+    means something when the nodes that report the checks answer (one query)."""
+    counts = fleets_visible_to(principal).aggregate(
+        total=Count("nodes", filter=Q(nodes__enabled=True)),
+        up=Count("nodes", filter=Q(nodes__enabled=True, nodes__status=Node.Status.UP)))
+    return counts | {"down": counts["total"] - counts["up"]}
+
+
 def recent_rollouts(principal: Principal, *, limit: int = 10) -> list[Rollout]:
     """The newest rollouts the principal may see, with per-node progress, in one query."""
     finished = ~Q(results__status__in=[NodeResult.Status.PENDING, NodeResult.Status.RUNNING])

@@ -171,8 +171,24 @@ def test_each_panel_renders_alone_and_unknown_panels_are_404(world, otto) -> Non
 
 def test_a_customer_without_fleets_sees_clear_empty_states(charlie) -> None:
     page = web(charlie).get("/").content.decode()
-    assert "No fleets serve your load balancers yet" in page and "Every health check passes" in page
+    assert "No fleets serve your load balancers yet" in page and "No HAProxy nodes yet, so no health checks" in page
     assert "No rollouts yet" in page and "No load balancers yet" in page
+
+
+def test_no_check_passes_when_no_node_answers(otto) -> None:
+    """0/2 nodes up reads no health check at all: the panel must not say every check passes."""
+    fleet = Fleet.objects.create(name="dark", region=Region.objects.create(slug="dark-1", name="Dark"))
+    for k in range(2):
+        Node.objects.create(fleet=fleet, name=f"n{k}", address="127.0.0.1", runtime_dir=f"/rd{k}",
+                            config_dir=f"/cd{k}", status=Node.Status.DOWN)
+    panel = web(otto).get("/dashboard/checks/").content.decode()
+    assert "Every health check passes" not in panel
+    assert "No health results: 0/2 nodes up" in panel
+    Node.objects.filter(name="n0").update(status=Node.Status.UP)
+    panel = web(otto).get("/dashboard/checks/").content.decode()
+    assert "Every health check passes on the 1/2 nodes that answer; 1 not up" in panel
+    Node.objects.update(status=Node.Status.UP)
+    assert "Every health check passes (2/2 nodes up)" in web(otto).get("/dashboard/checks/").content.decode()
 
 
 def grow(world: World, n: int) -> None:

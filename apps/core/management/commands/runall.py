@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
+from apps.core import ports
 from apps.core.discovery import app_modules
 
 
@@ -23,11 +28,19 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts) -> None:
         py = sys.executable
+        self._check_ports(opts["bind"])
         procs: list[tuple[str, subprocess.Popen]] = []
 
+        log_dir = Path(settings.VAR_DIR) / "log"
+        log_dir.mkdir(parents=True, exist_ok=True)
+
         def spawn(name: str, cmd: list[str]) -> None:
-            self.stdout.write(f"starting {name}: {' '.join(cmd)}")
-            procs.append((name, subprocess.Popen(cmd, env=os.environ.copy())))
+            # Everything a child prints goes to var/log/<name>.log; the console shows only what a
+            # person needs (warnings, errors, real events), not beat's and the worker's per-second INFO.
+            proc = subprocess.Popen(cmd, env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            threading.Thread(target=_pump, args=(proc, log_dir / f"{name}.log", name, self.stdout),
+                             daemon=True).start()
+            procs.append((name, proc))
 
         # One worker first, then beat: two processes creating the embedded broker's
         # tables in the same instant can race (measured), so stagger them.
@@ -43,6 +56,7 @@ class Command(BaseCommand):
         spawn("web", [py, "-m", "gunicorn", "controlplane.wsgi:application", "--bind", opts["bind"],
                       "--workers", "2", "--threads", "4", "--timeout", "120"])
         self.stdout.write(self.style.SUCCESS(f"Spillway on http://{opts['bind']}/  (API docs: /api/v1/docs/)"))
+        self.stdout.write(f"logs: {log_dir}/{{web,worker,beat}}.log (the console shows warnings, errors and events)")
         self.stdout.write(f"database: {settings.DATABASES['default']['ENGINE']}, broker: {settings.CELERY_BROKER_URL}")
 
         stopping = False
@@ -73,8 +87,46 @@ class Command(BaseCommand):
             if stop_demo is not None:
                 stop_demo()
 
+    def _check_ports(self, bind: str) -> None:
+        """Stop before starting anything when another run (or its leftovers) holds our ports."""
+        host, _, port = bind.rpartition(":")
+        busy = ports.taken([(host or "127.0.0.1", int(port))])
+        if busy:
+            raise CommandError(f"cannot start: {busy[0]}. Is `make run` already running? Stop it first "
+                               "(Ctrl-C in its terminal, or kill that pid).")
+        # The web port is free, so no runall is alive: demo processes recorded by an earlier run that
+        # was killed hard are leftovers; stop them (by their recorded PIDs) before checking the rest.
+        stop_demo = _demo_hook("stop_demo_processes")
+        if stop_demo is not None:
+            stop_demo()
+        demo_addresses = _demo_hook("demo_addresses")
+        busy = ports.taken(demo_addresses()) if demo_addresses is not None else []
+        if busy:
+            raise CommandError("cannot start the demo fleet, its addresses are taken:\n  " + "\n  ".join(busy)
+                               + "\nStop those processes (by pid) and run `make run` again.")
 
-def _demo_hook(name: str) -> Callable[[], str | None] | None:
+
+# Lines worth a person's attention on the console; everything else stays in var/log/.
+_CONSOLE = re.compile(r"\b(WARNING|ERROR|CRITICAL)\b|Traceback|: converging |Error:")
+
+
+def _pump(proc: subprocess.Popen, path: Path, name: str, console: Any) -> None:
+    """Copy a child's output to its log file, echoing the lines that matter (and a traceback's body)."""
+    with path.open("ab") as log:
+        in_traceback = False
+        for raw in iter(proc.stdout.readline, b""):
+            log.write(raw)
+            log.flush()
+            line = raw.decode(errors="replace").rstrip()
+            starts_record = line.startswith("[") or line[:4].isdigit()
+            if _CONSOLE.search(line) or (in_traceback and not starts_record):
+                console.write(f"{name}: {line}")
+                in_traceback = in_traceback or "Traceback" in line or "ERROR" in line
+            if starts_record and not _CONSOLE.search(line):
+                in_traceback = False
+
+
+def _demo_hook(name: str) -> Callable[[], Any] | None:
     """The demo processes' start/stop function of whichever app provides one (fleets: the demo fleet)."""
     for module in app_modules("demo"):
         hook = getattr(module, name, None)
