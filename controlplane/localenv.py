@@ -1,9 +1,10 @@
 """var/local.env: the settings `make run` generates once (dev secrets, DEBUG=1), read by manage.py.
 
-`make run` calls `python controlplane/localenv.py` (a file, not `-m`: the package imports the settings), which writes the file when it is missing, so that
-`.venv/bin/python manage.py mktoken …` works afterwards exactly as the README shows, without
-exporting anything. Values already in the environment win over the file. The suite never reads it
-(SPILLWAY_TESTING): a developer's local file must not change what the tests see.
+`make run` calls `python controlplane/localenv.py` (a file, not `-m`: the package imports the
+settings), which writes the file when it is missing, so that `.venv/bin/python manage.py mktoken …`
+works afterwards exactly as the README shows, without exporting anything. Values already in the
+environment win over the file. The suite never reads it (SPILLWAY_TESTING): a developer's local
+file must not change what the tests see.
 """
 
 from __future__ import annotations

@@ -17,8 +17,6 @@ from apps.accounts.services import token_create
 from tests import deps
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
 
-_MISSING = pytest.StashKey[list]()
-
 
 @dataclass
 class Persona:
@@ -174,17 +172,17 @@ def celery_worker_factory(tmp_path) -> Iterator[Callable[..., subprocess.Popen]]
 def pytest_runtest_makereport(item, call):
     """A skip for a missing dependency (tests.deps.missing) is a failure unless SPILLWAY_ALLOW_SKIPS=1."""
     report = yield
-    if deps.is_missing_dependency(report):
-        item.config.stash.setdefault(_MISSING, []).append(f"{item.nodeid}: {report.longrepr[2]}")
-        if not deps.allowed():
-            report.outcome = "failed"
-            report.longrepr = (f"{report.longrepr[2]}\n(make test installs it: scripts/setup-system; "
-                               f"{deps.ALLOW_ENV}=1 allows a partial run)")
+    if deps.is_missing_dependency(report) and not deps.allowed():
+        report.outcome = "failed"
+        report.longrepr = (f"{report.longrepr[2]}\n(make test installs it: scripts/setup-system; "
+                           f"{deps.ALLOW_ENV}=1 allows a partial run)")
     return report
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    missing = config.stash.get(_MISSING, [])
+    # From the reports (not the workers' state): under xdist the controller prints the summary.
+    missing = [f"{r.nodeid}: {r.longrepr[2]}" for r in terminalreporter.stats.get("skipped", [])
+               if deps.is_missing_dependency(r)]
     if missing and deps.allowed():
         terminalreporter.write_sep("!", f"{deps.ALLOW_ENV}=1: {len(missing)} tests did NOT run (missing dependencies)",
                                    red=True, bold=True)
