@@ -29,7 +29,7 @@ from apps.balancers.models import (
 )
 from apps.balancers.signals import lb_changed, member_runtime_changed
 from apps.core import netpolicy
-from apps.core.errors import Conflict, DomainError
+from apps.core.errors import Conflict, DoesNotExist, DomainError
 from apps.core.locks import xact_lock
 
 
@@ -182,7 +182,7 @@ def _check_route(*, route: Route, targets: list[dict[str, Any]]) -> None:
             raise DomainError("pool_not_on_lb", f"Pool '{pool.name}' belongs to another load balancer.",
                               field="targets")
         if not route.org.is_operator and pool.org_id != route.org_id:
-            raise DomainError("not_found", "Target pool not found.", field="targets")
+            raise DoesNotExist("Target pool not found.", field="targets")
     if route.lb.shared and not route.hosts and not route.org.is_operator:
         raise DomainError("hosts_required", "Routes on a shared load balancer must name their hostnames.",
                           field="hosts")

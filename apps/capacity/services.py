@@ -17,7 +17,7 @@ from apps.balancers.services import object_save
 from apps.capacity import engine, safety
 from apps.capacity.models import CapacityRun, CapacityTest, TargetAllowlist
 from apps.capacity.selectors import org_active_load
-from apps.core.errors import Conflict, DomainError
+from apps.core.errors import Conflict, DoesNotExist, DomainError, NotFoundError
 
 MAX_STEPS = 50
 MAX_SHARDS = 16
@@ -86,7 +86,7 @@ def test_check(test: CapacityTest) -> safety.ResolvedTarget:
     if test.pool_id is not None:
         pool = Pool.objects.filter(pk=test.pool_id).first()
         if pool is None or (pool.org_id != test.org_id and not test.org.is_operator):
-            raise DomainError("not_found", "Pool not found.", field="pool")
+            raise DoesNotExist("Pool not found.", field="pool")
         if test.region_id is not None and not PoolRegion.objects.filter(pool=pool, region_id=test.region_id).exists():
             raise DomainError("invalid_region", "The pool has no capacity row in that region.", field="region")
     safety.check_caps(load_of(test), caps_of(test.org))
@@ -202,7 +202,7 @@ def capacity_apply_recommendation(*, principal: Principal | None, run: CapacityR
         if pool_region is None:
             raise Conflict("no_recommendation", "The pool region this run measured no longer exists.")
         if principal is not None and not principal.is_operator and pool_region.pool.org_id != principal.org_id:
-            raise DomainError("not_found", "Pool not found.", status=404)
+            raise NotFoundError("Pool not found.")
         before = pool_region.max_rate_per_member
         object_save(principal=principal, obj=pool_region, action="capacity_apply",
                     data={"max_rate_per_member": run.recommended_max_rate_per_member})

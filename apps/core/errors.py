@@ -22,7 +22,17 @@ class Conflict(DomainError):
 
 
 class NotFoundError(DomainError):
+    """The object a URL names does not exist for the caller (missing and foreign alike): 404."""
+
     status = 404
 
-    def __init__(self, detail: str = "Not found.") -> None:
-        super().__init__("not_found", detail)
+    def __init__(self, detail: str = "Not found.", *, field: str | None = None) -> None:
+        super().__init__("not_found", detail, field=field)
+
+
+class DoesNotExist(DomainError):
+    """A reference in the request body names nothing the caller may use: 400, the same code DRF's relation
+    fields give (`does_not_exist`), so a service-level check and a field-level one read alike."""
+
+    def __init__(self, detail: str, *, field: str) -> None:
+        super().__init__("does_not_exist", detail, field=field)

@@ -26,7 +26,7 @@ from apps.accounts.principal import Principal
 from apps.audit.services import audit_record
 from apps.balancers.models import LoadBalancer, Member, Pool, Route
 from apps.core import crypto
-from apps.core.errors import Conflict, DomainError
+from apps.core.errors import Conflict, DomainError, NotFoundError
 from apps.fleets import selectors
 from apps.fleets.codec import content_sha256, display_text, snapshot_to_json, strip_header
 from apps.fleets.delivery import set_server
@@ -219,8 +219,7 @@ def fleet_rollback(*, fleet: Fleet, number: int, principal: Principal | None) ->
     """Roll the fleet to any earlier valid revision (it stays there until the next change)."""
     revision = ConfigRevision.objects.filter(fleet=fleet, number=number).first()
     if revision is None:
-        raise DomainError("not_found", f"Fleet {fleet.name} has no revision {number}.", field="revision",
-                          status=404)
+        raise NotFoundError(f"Fleet {fleet.name} has no revision {number}.", field="revision")
     return rollout_create(fleet=fleet, revision=revision, principal=principal, kind=Rollout.Kind.ROLLBACK)
 
 

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from apps.accounts.principal import Principal
 from apps.balancers.models import Pool, Region
-from apps.core.errors import DomainError
+from apps.core.errors import DomainError, NotFoundError
 from apps.traffic import selectors
 from apps.traffic.models import CapacityState, OverflowPoint, TrafficSample
 from apps.traffic.observe import (
@@ -404,7 +404,7 @@ def what_if(*, principal: Principal, data: Mapping[str, Any]) -> dict[str, Any]:
         # A foreign pool answers exactly like a missing one.
         pool = Pool.objects.visible_to(principal).select_related("lb").filter(pk=int(pool_id)).first()
         if pool is None:
-            raise DomainError("not_found", "No such pool.", field="pool", status=404)
+            raise NotFoundError("No such pool.", field="pool")
         try:
             base = {c.region: c for c in selectors.pool_capacities(pool)}
         except PlanInputError as exc:

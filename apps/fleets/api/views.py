@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 from apps.balancers.models import LoadBalancer
 from apps.core.api.serializers import EmptySerializer
 from apps.core.api.viewsets import TenantViewSet, etag_for
-from apps.core.errors import DomainError
+from apps.core.errors import DomainError, NotFoundError
 from apps.fleets import certs, engine, selectors, services
 from apps.fleets.api import serializers as s
 from apps.fleets.models import Certificate, ConfigRevision, Fleet, Node, NodeHealth, Rollout
@@ -129,8 +129,7 @@ class RolloutViewSet(TenantViewSet):
         if "revision" in data:
             revision = ConfigRevision.objects.filter(fleet=fleet, number=data["revision"]).first()
             if revision is None:
-                raise DomainError("not_found", f"Fleet {fleet.name} has no revision {data['revision']}.",
-                                  field="revision", status=404)
+                raise NotFoundError(f"Fleet {fleet.name} has no revision {data['revision']}.", field="revision")
         else:
             revision = services.fleet_render(fleet=fleet, reason=f"rollout requested by {self.principal.actor}")
         with transaction.atomic():

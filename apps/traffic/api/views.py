@@ -9,7 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.balancers.models import Pool
-from apps.core.errors import DomainError
+from apps.core.errors import DomainError, NotFoundError
 from apps.traffic import selectors, services
 
 
@@ -56,7 +56,7 @@ class OverflowView(APIView):
             raise DomainError("invalid_window", str(exc), field="window") from exc
         pool = Pool.objects.visible_to(request.principal).select_related("lb").filter(pk=int(pool_id)).first()
         if pool is None:
-            raise DomainError("not_found", "No such pool.", status=404)
+            raise NotFoundError("No such pool.")
         return Response(selectors.observed_overflow(pool, window_s))
 
 
