@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "apps.capacity",
     "apps.scheduling",
     "apps.cloud",
+    "apps.events",
 ]
 
 MIDDLEWARE = [
@@ -255,3 +256,8 @@ TERRAFORM_BIN = envstr("TERRAFORM_BIN", "")
 IDEMPOTENCY_TTL_S = envint("IDEMPOTENCY_TTL_S", 24 * 3600, minimum=60)
 # Networks a tenant's job may reach besides public addresses (webhooks, http_check), e.g. "10.20.0.0/16".
 SCHEDULING_TENANT_URL_ALLOW_CIDRS = envlist("SCHEDULING_TENANT_URL_ALLOW_CIDRS", [])
+
+# Event deliveries (apps.events): attempts per delivery, first retry delay (then 4 times longer each time), timeout.
+EVENTS_MAX_ATTEMPTS = envint("EVENTS_MAX_ATTEMPTS", 6, minimum=1)
+EVENTS_RETRY_BASE_S = float(envstr("EVENTS_RETRY_BASE_S", "10"))
+EVENTS_TIMEOUT_S = float(envstr("EVENTS_TIMEOUT_S", "5"))

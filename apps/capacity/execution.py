@@ -29,6 +29,7 @@ from apps.capacity import engine, knee, safety
 from apps.capacity.models import CapacityRun, CapacityShard, CapacityTest, StepResult
 from apps.capacity.selectors import healthy_member_count, org_active_load, pool_region_for
 from apps.core.errors import DomainError
+from apps.events.services import event_emit
 
 log = logging.getLogger(__name__)
 
@@ -306,6 +307,11 @@ def run_finalize(run: CapacityRun) -> None:
                           current_step=max(len(merged) - 1, 0))
             fields.update(_outcome(run, [merged[i] for i in sorted(merged)]))
     CapacityRun.objects.filter(pk=run.pk).update(**fields)
+    if "status" in fields:
+        event_emit("capacity.run_finished", org=run.test.org, obj=run, object_repr=f"{run.test.name} #{run.pk}",
+                   data={"status": fields["status"], "knee_rps": fields.get("knee_capacity_rps"),
+                         "recommended_max_rate_per_member": fields.get("recommended_max_rate_per_member"),
+                         "test": run.test.name})
 
 
 def _outcome(run: CapacityRun, steps: list[engine.StepResult]) -> dict[str, Any]:

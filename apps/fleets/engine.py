@@ -34,7 +34,7 @@ from django.db.models import Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from apps.fleets import selectors
+from apps.fleets import emit, selectors
 from apps.fleets.delivery import (
     NodeOutcome,
     NodePlan,
@@ -253,6 +253,7 @@ def _finish(rollout: Rollout, status: str, error: str = "") -> None:
     rollout.status = status
     if status == Rollout.Status.SUCCEEDED and rollout.rollback_of_id:
         Rollout.objects.filter(pk=rollout.rollback_of_id).update(status=Rollout.Status.ROLLED_BACK)
+    emit.rollout_finished(rollout, status, error)
 
 
 def _record(result: NodeResult, outcome: NodeOutcome, rollout: Rollout) -> None:
@@ -278,7 +279,10 @@ def _record(result: NodeResult, outcome: NodeOutcome, rollout: Rollout) -> None:
             node_update["applied_sha256"] = outcome.sha256
     elif outcome.reloaded:
         node_update.update(status=Node.Status.DRIFTED, status_detail=outcome.error[:5000])
+    node = Node.objects.filter(pk=result.node_id).only("pk", "name", "fleet_id", "status").first()
     Node.objects.filter(pk=result.node_id).update(**node_update)
+    if node is not None and "status" in node_update:
+        emit.node_status_changed(node, node.status, node_update["status"], node_update.get("status_detail", ""))
 
 
 def _execute(rollout: Rollout, owner: str) -> Rollout:
@@ -388,6 +392,7 @@ def fleet_drift_check(*, fleet: Fleet) -> list[str]:
             if not state.reachable:
                 Node.objects.filter(pk=node.pk).update(status=Node.Status.DOWN,
                                                        status_detail=state.error[:5000])
+                emit.node_status_changed(node, node.status, Node.Status.DOWN, state.error)
                 continue
             reasons = []
             if node.applied_revision_id is None:
@@ -406,6 +411,7 @@ def fleet_drift_check(*, fleet: Fleet) -> list[str]:
                 drifted.append(node.name)
             Node.objects.filter(pk=node.pk).update(status=status, status_detail="; ".join(reasons),
                                                    last_seen=now)
+            emit.node_status_changed(node, node.status, status, "; ".join(reasons))
         return drifted
     finally:
         lease_release(fleet.pk, owner)
@@ -455,10 +461,12 @@ def fleet_health_collect(*, fleet: Fleet) -> int:
     for node, state in zip(nodes, states, strict=True):
         if not state.reachable:
             Node.objects.filter(pk=node.pk).update(status=Node.Status.DOWN, status_detail=state.error[:5000])
+            emit.node_status_changed(node, node.status, Node.Status.DOWN, state.error)
             summary["nodes"][node.name] = {"reachable": False, "error": state.error}
             continue
-        Node.objects.filter(pk=node.pk, status__in=[Node.Status.DOWN, Node.Status.UNKNOWN]).update(
-            status=Node.Status.UP, status_detail="")
+        if Node.objects.filter(pk=node.pk, status__in=[Node.Status.DOWN, Node.Status.UNKNOWN]).update(
+                status=Node.Status.UP, status_detail=""):
+            emit.node_status_changed(node, node.status, Node.Status.UP)
         Node.objects.filter(pk=node.pk).update(last_seen=now)
         servers = []
         for s in state.stats:

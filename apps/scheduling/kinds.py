@@ -20,8 +20,8 @@ from typing import Any
 
 from apps.accounts.models import Role
 from apps.accounts.principal import Principal
+from apps.core import webhooks
 from apps.core.errors import DomainError
-from apps.scheduling import webhooks
 
 Params = dict[str, Any]
 
@@ -49,14 +49,7 @@ def job_principal(job) -> JobPrincipal:
     return JobPrincipal(org=job.org, role=Role.EDITOR, job_id=job.pk)
 
 
-def url_policy(org) -> webhooks.AddressPolicy:
-    """Where an org's jobs may send HTTP: the operator's anywhere but link-local and metadata; a tenant's
-    to public addresses and the networks in settings.SCHEDULING_TENANT_URL_ALLOW_CIDRS."""
-    from django.conf import settings
-
-    if org.is_operator:
-        return webhooks.INTERNAL_TOO
-    return webhooks.AddressPolicy.with_networks(getattr(settings, "SCHEDULING_TENANT_URL_ALLOW_CIDRS", []))
+url_policy = webhooks.org_policy  # one rule for every outbound URL a tenant types (jobs, events)
 
 
 @dataclass

@@ -8,8 +8,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from apps.core import crypto
-from apps.scheduling import kinds, webhooks
+from apps.core import crypto, webhooks
+from apps.scheduling import kinds
 from apps.scheduling.models import JobRun
 
 log = logging.getLogger(__name__)

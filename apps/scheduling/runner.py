@@ -45,6 +45,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.core.errors import DomainError
+from apps.events.services import event_emit
 from apps.scheduling import kinds, pgsql, planning
 from apps.scheduling.models import Job, JobRun
 
@@ -415,6 +416,10 @@ def record(outcomes: list[Outcome], *, now: datetime | None = None,
 
 def _after_record(outcomes: list[Outcome], results: list[str]) -> None:
     for outcome, result in zip(outcomes, results, strict=True):
+        if result in (S.FAILED, S.TIMED_OUT):
+            job = outcome.run.job
+            event_emit("job.failed", org=job.org, obj=job, object_repr=job.name,
+                       data={"status": result, "run": outcome.run.pk, "error": (outcome.error or "")[:300]})
         if result in (S.FAILED, S.TIMED_OUT) and outcome.run.job.webhook_url:
             transaction.on_commit(lambda run_id=outcome.run.pk: _send_webhook_later(run_id))
         HEARTBEAT.discard(outcome.run.pk)

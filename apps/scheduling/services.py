@@ -10,9 +10,9 @@ from django.utils import timezone
 
 from apps.accounts.principal import Principal
 from apps.audit.services import audit_record
-from apps.core import crypto
+from apps.core import crypto, webhooks
 from apps.core.errors import Conflict, DomainError
-from apps.scheduling import cron, kinds, planning, webhooks
+from apps.scheduling import cron, kinds, planning
 from apps.scheduling.models import Job, JobRun
 from apps.scheduling.runner import Ticket, enqueue_on_commit
 

@@ -16,7 +16,8 @@ import pytest
 
 from apps.audit.models import AuditEvent
 from apps.core.errors import DomainError
-from apps.scheduling import notify, runner, services, webhooks
+from apps.core import webhooks
+from apps.scheduling import notify, runner, services
 from apps.scheduling.models import Job, JobRun
 from tests.factories import MemberFactory, PoolRegionFactory
 

@@ -1,4 +1,7 @@
-"""Outbound HTTP for jobs: signed failure webhooks and the http_check kind. No Django here.
+"""Outbound HTTP to URLs tenants type: job failure webhooks, the http_check kind, event subscriptions.
+
+Shared by scheduling and events (one set of guard rails and one signature scheme). Django only in
+`org_policy`, which reads the deployment's allowed networks from settings.
 
 Guard rails, because a URL typed by a tenant is fetched from inside the control plane:
 
@@ -67,6 +70,16 @@ class AddressPolicy:
 
 PUBLIC_ONLY: Final = AddressPolicy()
 INTERNAL_TOO: Final = AddressPolicy(allow_internal=True)
+
+
+def org_policy(org: Any) -> AddressPolicy:
+    """Where an org may send HTTP: the operator anywhere but link-local and metadata; a tenant to public
+    addresses and the networks in settings.SCHEDULING_TENANT_URL_ALLOW_CIDRS."""
+    from django.conf import settings
+
+    if org.is_operator:
+        return INTERNAL_TOO
+    return AddressPolicy.with_networks(getattr(settings, "SCHEDULING_TENANT_URL_ALLOW_CIDRS", []))
 
 
 @dataclass(frozen=True)
@@ -181,14 +194,14 @@ def verify(secret: str, timestamp: int, body: bytes, signature: str, *, now: flo
 
 
 def deliver(url: str, *, secret: str, event: str, payload: dict[str, Any], timeout_s: float = 5.0,
-            now: float | None = None, policy: AddressPolicy = PUBLIC_ONLY) -> Response:
+            now: float | None = None, policy: AddressPolicy = PUBLIC_ONLY, delivery_id: str | None = None) -> Response:
     """POST a signed JSON payload. Raises UnsafeUrl or OSError; the caller decides on retries."""
     body = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str).encode()
     timestamp = int(time.time() if now is None else now)
     headers = {
         "Content-Type": "application/json",
         "X-Spillway-Event": event,
-        "X-Spillway-Delivery": str(uuid.uuid4()),
+        "X-Spillway-Delivery": delivery_id or str(uuid.uuid4()),  # stable across retries when given
         TIMESTAMP_HEADER: str(timestamp),
         SIGNATURE_HEADER: sign(secret, timestamp, body),
     }

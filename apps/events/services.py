@@ -1,0 +1,194 @@
+"""Writes for events: emit, subscriptions, and one delivery attempt.
+
+`event_emit` is what other apps call at the point something happened. It never raises into its
+caller (a rollout must not fail because an event row could not be written) and it enqueues the
+deliveries only when the caller's transaction commits, so a rolled-back change sends nothing.
+
+Delivery guarantees: one Delivery row per (subscription, event); an attempt first claims the row
+with a conditional UPDATE (pending and due → sending), so two workers, a retry and the sweeper never
+send the same attempt twice. A 2xx answer ends it; anything else is retried with backoff
+(`types.backoff_s`) up to EVENTS_MAX_ATTEMPTS; a URL the address policy refuses fails at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from apps.audit.services import audited_delete, audited_save
+from apps.core import crypto, webhooks
+from apps.core.errors import DomainError
+from apps.events import types
+from apps.events.models import Delivery, Event, Subscription
+
+log = logging.getLogger(__name__)
+
+MIN_SECRET_LEN = 16
+STALE_CLAIM_S = 60.0
+
+
+def _setting(name: str, default: float) -> float:
+    return float(getattr(settings, name, default))
+
+
+def event_emit(event_type: str, *, org: Any = None, obj: Any = None, object_type: str = "", object_id: Any = "",
+               object_repr: str = "", data: dict[str, Any] | None = None,
+               only: Subscription | None = None) -> Event | None:
+    """Record an event about `obj` (or the given object_* fields) for `org` (None: the operator's).
+
+    Returns the event, or None when it could not be recorded (logged, never raised).
+    """
+    if obj is not None:
+        object_type = object_type or obj._meta.model_name
+        object_id = object_id or obj.pk
+        object_repr = object_repr or str(obj)
+    try:
+        with transaction.atomic():  # a savepoint: a failure here leaves the caller's transaction usable
+            event = Event.objects.create(org=org, type=event_type[:64], object_type=object_type[:64],
+                                         object_id=str(object_id)[:64], object_repr=object_repr[:200],
+                                         data=data or {})
+            if only is not None:
+                subscriptions = [only]
+            else:
+                owners = Q(org=org) if org is not None else Q(org__kind="operator")
+                subscriptions = [s for s in Subscription.objects.filter(owners, enabled=True) if s.wants(event_type)]
+            now = timezone.now()
+            ids = [d.pk for d in Delivery.objects.bulk_create(
+                [Delivery(subscription=s, event=event, next_attempt_at=now) for s in subscriptions])]
+    except Exception:
+        log.exception("event %s on %s:%s not recorded", event_type, object_type, object_id)
+        return None
+    if ids:
+        transaction.on_commit(lambda: _enqueue(ids))
+    return event
+
+
+def _enqueue(delivery_ids: list[int], countdown_s: float = 0.0) -> None:
+    from apps.events.tasks import deliver_task
+
+    for delivery_id in delivery_ids:
+        try:
+            deliver_task.apply_async((delivery_id,), countdown=countdown_s or None)
+        except Exception:  # broker down: the sweeper sends it later
+            log.exception("delivery %s not enqueued", delivery_id)
+
+
+# --- subscriptions ------------------------------------------------------------------------------------
+
+
+def _subscription_dict(sub: Subscription) -> dict[str, Any]:
+    return {"name": sub.name, "url": sub.url, "format": sub.format, "types": sub.types, "enabled": sub.enabled,
+            "secret_set": bool(sub.secret_encrypted)}
+
+
+def subscription_save(*, principal: Any, subscription: Subscription, data: dict[str, Any],
+                      secret: str | None = None) -> Subscription:
+    if subscription.pk is None:
+        subscription.org = principal.org
+    org = subscription.org
+    url = data.get("url", subscription.url)
+    try:
+        webhooks.parse_url(url, webhooks.org_policy(org))
+    except webhooks.UnsafeUrl as exc:
+        raise DomainError(exc.code, exc.message, field="url") from None
+    unknown = sorted(set(data.get("types") or []) - set(types.TYPES))
+    if unknown:
+        raise DomainError("unknown_event_type", f"Unknown event type(s): {', '.join(unknown)}; choose from "
+                          f"{', '.join(sorted(types.TYPES))}.", field="types")
+    if "types" in data:
+        data = {**data, "types": sorted(set(data["types"] or []))}
+    if secret:
+        if len(secret) < MIN_SECRET_LEN:
+            raise DomainError("secret_too_short", f"The signing secret needs at least {MIN_SECRET_LEN} characters.",
+                              field="secret")
+        data = {**data, "secret_encrypted": crypto.encrypt(secret)}
+    elif not subscription.secret_encrypted:
+        raise DomainError("secret_required", "A signing secret is required (receivers verify the signature with it).",
+                          field="secret")
+    return audited_save(principal=principal, obj=subscription, data=data,
+                        action="subscription.create" if subscription.pk is None else "subscription.update",
+                        snapshot=_subscription_dict)
+
+
+def subscription_delete(*, principal: Any, subscription: Subscription) -> None:
+    audited_delete(principal=principal, obj=subscription, snapshot=_subscription_dict)
+
+
+def subscription_send_test(*, principal: Any, subscription: Subscription) -> Event | None:
+    """The "send test event" button: one `test` event delivered to this subscription only."""
+    return event_emit("test", org=subscription.org, obj=subscription, only=subscription,
+                      data={"sent_by": principal.actor})
+
+
+# --- delivery -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attempt:
+    status: str  # delivered | retry | failed | not_due
+    detail: str = ""
+    retry_in_s: float = 0.0
+
+
+def event_document(event: Event) -> dict[str, Any]:
+    return {"id": event.pk, "type": event.type, "at": event.at.isoformat(),
+            "org": event.org.slug if event.org_id else None, "object_type": event.object_type,
+            "object_id": event.object_id, "object_repr": event.object_repr, "data": event.data}
+
+
+def delivery_attempt(delivery_id: int) -> Attempt:
+    """One attempt of one delivery; safe to call twice at once (the claim lets one through)."""
+    now = timezone.now()
+    claimed = Delivery.objects.filter(pk=delivery_id, status=Delivery.Status.PENDING,
+                                      next_attempt_at__lte=now).update(
+        status=Delivery.Status.SENDING, claimed_at=now, attempts=F("attempts") + 1)
+    if not claimed:
+        return Attempt("not_due")
+    delivery = Delivery.objects.select_related("subscription__org", "event__org").get(pk=delivery_id)
+    sub, event = delivery.subscription, delivery.event
+    code, error, elapsed_ms, final = None, "", None, False
+    try:
+        reply = webhooks.deliver(
+            sub.url, secret=crypto.decrypt(sub.secret_encrypted), event=event.type,
+            payload=types.body(sub.format, event_document(event)), delivery_id=str(delivery.pk),
+            timeout_s=_setting("EVENTS_TIMEOUT_S", 5.0), policy=webhooks.org_policy(sub.org))
+        code, elapsed_ms = reply.status, reply.elapsed_ms
+        if not 200 <= reply.status < 300:
+            error = f"HTTP {reply.status}: {reply.body[:200].decode(errors='replace')}"
+    except webhooks.UnsafeUrl as exc:
+        error, final = f"{exc.code}: {exc.message}", True
+    except OSError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    done = timezone.now()
+    if not error:
+        Delivery.objects.filter(pk=delivery_id).update(status=Delivery.Status.DELIVERED, delivered_at=done,
+                                                       last_status_code=code, last_error="", duration_ms=elapsed_ms)
+        return Attempt("delivered")
+    if final or delivery.attempts >= int(_setting("EVENTS_MAX_ATTEMPTS", 6)):
+        Delivery.objects.filter(pk=delivery_id).update(status=Delivery.Status.FAILED, last_status_code=code,
+                                                       last_error=error[:500], duration_ms=elapsed_ms)
+        return Attempt("failed", error)
+    wait_s = types.backoff_s(delivery.attempts, _setting("EVENTS_RETRY_BASE_S", 10.0))
+    Delivery.objects.filter(pk=delivery_id).update(status=Delivery.Status.PENDING, last_status_code=code,
+                                                   last_error=error[:500], duration_ms=elapsed_ms,
+                                                   next_attempt_at=done + timedelta(seconds=wait_s))
+    return Attempt("retry", error, wait_s)
+
+
+def deliveries_sweep() -> int:
+    """Re-enqueue due deliveries whose message was lost, and free claims a dead worker left behind."""
+    now = timezone.now()
+    Delivery.objects.filter(status=Delivery.Status.SENDING,
+                            claimed_at__lt=now - timedelta(seconds=STALE_CLAIM_S)).update(
+        status=Delivery.Status.PENDING, next_attempt_at=now)
+    due = list(Delivery.objects.filter(status=Delivery.Status.PENDING, next_attempt_at__lte=now - timedelta(seconds=5))
+               .values_list("pk", flat=True)[:500])
+    _enqueue(due)
+    return len(due)
