@@ -50,7 +50,7 @@ run: install
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py runall
 
 # Benchmarks: each prints its figures and a last line `RESULT key=value ...`.
-bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui bench-vip-failover
+bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui bench-vip-failover bench-events
 
 # --- benchmark targets (one per line pair; keep this section at the end) ---
 bench-runtime: install-dev
@@ -76,3 +76,5 @@ bench-ui: install-dev
 	$(BIN)/python tests/bench/bench_ui.py
 bench-vip-failover: install-dev
 	$(BIN)/python tests/bench/bench_vip_failover.py
+bench-events: install-dev
+	$(BIN)/python tests/bench/bench_events.py

@@ -39,7 +39,7 @@ def receiver() -> Iterator[Receiver]:
     box: dict[str, Receiver] = {}
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             rec = box["r"]
             raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             rec.requests.append(Received({k.lower(): v for k, v in self.headers.items()}, raw))

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from apps.balancers.models import Member
+from apps.events.models import Event
 from apps.fleets import services
 from apps.fleets.models import Certificate, ConfigRevision, Node, NodeResult, Rollout
 from apps.fleets.runtime import HAProxySocket, MasterSocket, RuntimeApiError
@@ -53,6 +54,11 @@ def test_a_three_node_fleet_converges_on_a_new_route(fleet3: LocalFleet, tiny_ba
     assert fleet3.fleet.desired_revision == revision.number
     for node in fleet3.nodes:
         assert node.applied_revision_id == revision.pk and node.status == Node.Status.UP
+    # Applied on every node: the LB's owner gets one change.applied event for this LB revision.
+    fleet3.lb.refresh_from_db()
+    applied = Event.objects.filter(type="change.applied", object_id=str(fleet3.lb.pk),
+                                   data__revision=fleet3.lb.revision)
+    assert list(applied.values_list("org_id", flat=True)) == [fleet3.lb.org_id]
     results = {r.node.name: r for r in rollout.results.select_related("node")}
     assert all(r.status == NodeResult.Status.SUCCEEDED for r in results.values())
     # Canary first: the other nodes started only after the canary had finished.

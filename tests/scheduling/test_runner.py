@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from apps.audit.models import AuditEvent
-from apps.core.errors import DomainError
 from apps.core import webhooks
+from apps.core.errors import DomainError
 from apps.scheduling import notify, runner, services
 from apps.scheduling.models import Job, JobRun
 from tests.factories import MemberFactory, PoolRegionFactory
