@@ -175,6 +175,12 @@ class Pool(models.Model):
     algorithm = models.CharField(max_length=16, choices=Algorithm.choices, default=Algorithm.ROUNDROBIN)
     overflow_policy = models.CharField(max_length=16, choices=OverflowPolicy.choices,
                                        default=OverflowPolicy.WATERFALL)
+
+    class Overload(models.TextChoices):
+        ABSORB = "absorb"  # every region at capacity: spread the excess over regions by capacity
+        SHED = "shed"  # every region at capacity: answer 503 with Retry-After
+
+    overload = models.CharField(max_length=8, choices=Overload.choices, default=Overload.ABSORB)
     health_path = models.CharField(max_length=1024, blank=True, default="/")
     health_interval_s = models.PositiveIntegerField(default=2)
     health_rise = models.PositiveIntegerField(default=2)

@@ -44,6 +44,7 @@ def snapshot_to_json(snap: FleetSnapshot, seal: Seal) -> dict[str, Any]:
             "id": p.id, "name": p.name, "algorithm": p.algorithm, "health": health,
             "regions": [{"region": r.region, "members": [member(m) for m in r.members]} for r in p.regions],
             "chain": [[s.region, s.rate_limit_per_node] for s in p.chain],
+            "overload": p.overload, "capacities": [list(c) for c in p.capacities],
         }
 
     def route(r: RouteSpec) -> dict[str, Any]:
@@ -76,6 +77,8 @@ def snapshot_from_json(data: dict[str, Any], unseal: Seal) -> FleetSnapshot:
                 for r in p["regions"]
             ),
             chain=tuple(RegionStep(region=s[0], rate_limit_per_node=s[1]) for s in p["chain"]),
+            overload=p.get("overload", "absorb"),
+            capacities=tuple((c[0], c[1]) for c in p.get("capacities", ())),
         )
 
     def route(r: dict[str, Any]) -> RouteSpec:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -42,7 +43,7 @@ from apps.fleets.transports import NodeConn
 from apps.traffic.observe import parse_backend
 from apps.traffic.overflow import PlanInputError
 from apps.traffic.selectors import pool_capacities_many
-from apps.traffic.thresholds import node_chain
+from apps.traffic.shares import static_steps
 
 
 def fleet_lbs(fleet: Fleet) -> QuerySet[LoadBalancer]:
@@ -131,7 +132,7 @@ def fleet_snapshot(fleet: Fleet, revision: int) -> tuple[FleetSnapshot, dict[str
         per_region = dict(nodes_per_region.get(pool.lb_id, {}))
         per_region[region] = max(1, per_region.get(region, 0))  # a fleet without nodes yet still renders
         try:
-            steps = (node_chain(capacities, region, distances, pool.overflow_policy, per_region)
+            steps = (static_steps(capacities, region, distances, pool.overflow_policy, per_region)
                      if capacities is not None else [])
         except PlanInputError:
             steps = []  # bad capacity rows: fall back to health-only ordering (renderer default)
@@ -146,6 +147,9 @@ def fleet_snapshot(fleet: Fleet, revision: int) -> tuple[FleetSnapshot, dict[str
             regions=tuple(PoolRegionSpec(region=slug, members=tuple(by_region.get(slug, [])))
                           for slug in region_slugs),
             chain=tuple(RegionStep(region=r, rate_limit_per_node=limit) for r, limit in steps),
+            overload=pool.overload,  # type: ignore[arg-type]
+            capacities=tuple(sorted((c.region, None if math.isinf(c.capacity) else int(c.capacity))
+                                    for c in capacities or ())),
         ))
 
     routes_by_lb: dict[int, list[RouteSpec]] = defaultdict(list)

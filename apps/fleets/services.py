@@ -30,6 +30,7 @@ from apps.core.errors import Conflict, DomainError, NotFoundError
 from apps.fleets import selectors
 from apps.fleets.codec import content_sha256, display_text, snapshot_to_json, strip_header
 from apps.fleets.delivery import set_server
+from apps.fleets.enforce import sync_usable
 from apps.fleets.models import ConfigRevision, Fleet, Node, NodeResult, Rollout
 from apps.fleets.render import UnsafeValue, backend_name, render
 from apps.fleets.render.quarantine import quarantine
@@ -248,6 +249,8 @@ def member_runtime_apply(*, member_id: int) -> dict[str, str | None]:
             for key, conn in conns
         }
         results = {key: future.result() for key, future in futures.items()}
+        # A region whose last member left service is skipped by the chain at once (enforce.py).
+        list(pool.map(sync_usable, [conn for key, conn in conns if not results[key]]))
     for key, error in results.items():
         if error:
             logger.warning("runtime change of member %s on %s failed: %s", member.pk, key, error)

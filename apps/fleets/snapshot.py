@@ -14,6 +14,7 @@ AdminState = Literal["active", "drain", "maint"]
 Algorithm = Literal["roundrobin", "leastconn", "source"]
 PathMatch = Literal["prefix", "exact"]
 Protocol = Literal["http", "https", "tcp"]
+Overload = Literal["absorb", "shed"]
 
 MAIN_FILE = "haproxy.cfg"
 KEEPALIVED_FILE = "keepalived.conf"
@@ -62,6 +63,11 @@ class PoolSpec:
     regions: tuple[PoolRegionSpec, ...]
     # Computed upstream by the overflow planner, nearest region first. Isolation = a single step.
     chain: tuple[RegionStep, ...]
+    # Every region at its share: "absorb" spreads the excess over the chain in proportion to capacity,
+    # "shed" answers 503 with Retry-After.
+    overload: Overload = "absorb"
+    # Region capacities (req/s, None = unlimited) the absorb pass weighs the chain's steps by.
+    capacities: tuple[tuple[str, int | None], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -57,3 +57,11 @@ def render_task(fleet_id: int) -> int:
     Fleet.objects.filter(pk=fleet_id).update(change_seq=F("change_seq") + 1)
     services.fleet_reconcile(fleet_id=fleet_id)
     return Fleet.objects.get(pk=fleet_id).desired_revision
+
+
+@shared_task(name="fleets.enforce_task", ignore_result=True)
+def enforce_task() -> dict[str, object]:
+    """Each node's share of each region's capacity, from the demand it sees now (apps.fleets.enforce)."""
+    from apps.fleets.enforce import enforce
+
+    return enforce()

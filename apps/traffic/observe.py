@@ -206,13 +206,15 @@ def enforced_plan(
     chains: Mapping[str, Sequence[Step]],
     capacities: Mapping[str, float],
     policy: Policy,
+    overload: str = "absorb",
 ) -> Plan:
     """What the rendered rules serve where, for `node_demand` (node -> (its region, req/s)).
 
-    Each node walks its chain (`thresholds.node_chain`): a limited step takes up to its per-node
-    limit (`be_sess_rate lt N` admits until this node's rate reaches N), an unlimited step takes
-    the rest. What a chain of only limited steps leaves goes to its first step (the renderer's
-    health-only second pass); a node with an empty chain serves nothing (`unserved`).
+    Each node walks its chain (limits from `shares`): a limited step takes up to its per-node
+    limit (the chain admits until this node's rate to the step reaches it), an unlimited step takes
+    the rest. What a chain of only limited steps leaves is spread over its steps in proportion to
+    their capacities (`absorb`, the renderer's overload pass) or answered 503 (`shed`, counted as
+    `unserved`); a node with an empty chain serves nothing (`unserved`).
     """
     demand: dict[str, float] = {}
     served: dict[str, dict[str, float]] = {}
@@ -233,8 +235,14 @@ def enforced_plan(
             if take > 0:
                 row[step_region] = row.get(step_region, 0.0) + take
                 left -= take
-        if left > 0:
-            row[steps[0][0]] = row.get(steps[0][0], 0.0) + left
+        if left > 0 and overload == "shed":
+            unserved[region] = unserved.get(region, 0.0) + left
+        elif left > 0:
+            weights = [capacities.get(r, 0.0) for r, _ in steps]
+            if any(math.isinf(w) for w in weights) or sum(weights) <= 0:
+                weights = [1.0] * len(steps)
+            for (step_region, _), weight in zip(steps, weights, strict=True):
+                row[step_region] = row.get(step_region, 0.0) + left * weight / sum(weights)
     served = {origin: {r: v for r, v in sorted(row.items()) if v > 0} for origin, row in sorted(served.items())}
     unserved_all = {origin: unserved.get(origin, 0.0) for origin in sorted(demand)}
     return Plan(policy=policy, served=served, unserved=unserved_all,

@@ -11,7 +11,7 @@ import logging
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -30,7 +30,8 @@ from apps.traffic.observe import (
     plan_to_dict,
 )
 from apps.traffic.overflow import Distances, PlanInputError, RegionCapacity, capacity_by_region, plan
-from apps.traffic.thresholds import Step, node_chain
+from apps.traffic.shares import dynamic_limits
+from apps.traffic.thresholds import Step
 
 logger = logging.getLogger(__name__)
 
@@ -173,14 +174,13 @@ def pool_nodes(pool: Pool) -> dict[str, list[str]]:
     return {region: sorted(names) for region, names in sorted(nodes.items())}
 
 
-def region_chains(
-    capacities: list[RegionCapacity], dist: Distances, policy: str, nodes_per_region: dict[str, int]
+def node_chains(
+    capacities: list[RegionCapacity], dist: Distances, policy: str, node_demand: Mapping[str, tuple[str, float]]
 ) -> dict[str, list[Step]]:
-    """{fleet region: the chain each of its nodes renders} (thresholds.node_chain)."""
-    return {
-        region: node_chain(capacities, region, dist, policy, nodes_per_region)  # type: ignore[arg-type]
-        for region, count in sorted(nodes_per_region.items()) if count > 0
-    }
+    """{node: its chain with the limits the enforcement loop sets for this demand} (traffic.shares)."""
+    limits = dynamic_limits(capacities, {n: r for n, (r, _) in node_demand.items()},
+                            {n: d for n, (_, d) in node_demand.items()}, dist, policy)  # type: ignore[arg-type]
+    return {node: list(row.items()) for node, row in sorted(limits.items())}
 
 
 def chain_to_dict(steps: list[Step]) -> list[dict[str, Any]]:
@@ -311,18 +311,14 @@ def _expected(pool: Pool, capacities: list[RegionCapacity], dist: Distances, win
     samples = mean_by_node(_sample_from_row(r) for r in rows)
     if not samples:
         return None
-    per_region: dict[str, int] = defaultdict(int)
-    for _node, region in {(s.node, s.region) for s in samples}:
-        per_region[region] += 1
-    # The share rule divides by every node that may send to a region, idle or not.
-    for region, names in pool_nodes(pool).items():
-        per_region[region] = max(per_region[region], len(names))
-    chains = region_chains(capacities, dist, pool.overflow_policy, dict(per_region))
     node_demand = {s.node: (s.region, s.demand) for s in samples}
-    node_chains = {s.node: chains.get(s.region, []) for s in samples}
-    result = enforced_plan(node_demand, node_chains, capacity_by_region(capacities),
-                           pool.overflow_policy)  # type: ignore[arg-type]
-    return plan_to_dict(result) | {"chains": {r: chain_to_dict(c) for r, c in chains.items()}}
+    for region, names in pool_nodes(pool).items():
+        for name in names:  # idle nodes get their share of their region's spare capacity too
+            node_demand.setdefault(name, (region, 0.0))
+    chains = node_chains(capacities, dist, pool.overflow_policy, node_demand)
+    result = enforced_plan(node_demand, chains, capacity_by_region(capacities),
+                           pool.overflow_policy, pool.overload)  # type: ignore[arg-type]
+    return plan_to_dict(result) | {"chains": {n: chain_to_dict(c) for n, c in chains.items()}}
 
 
 def pool_overview(pool_qs) -> list[dict[str, Any]]:
@@ -443,12 +439,12 @@ __all__ = [
     "distances",
     "flow_to_dict",
     "member_health",
+    "node_chains",
     "observed_overflow",
     "parse_window",
     "pool_capacities",
     "pool_capacities_many",
     "pool_nodes",
     "pool_overview",
-    "region_chains",
     "region_overflow",
 ]

@@ -458,12 +458,14 @@ def what_if(*, principal: Principal, data: Mapping[str, Any]) -> dict[str, Any]:
     if pool is not None:
         nodes = selectors.pool_nodes(pool)
         if nodes:
-            chains = selectors.region_chains(proposed_list, dist, policy, {r: len(n) for r, n in nodes.items()})
             node_demand = split_demand(demand, nodes)
-            node_chains = {name: chains.get(region, []) for name, (region, _) in node_demand.items()}
-            enforced = enforced_plan(node_demand, node_chains, capacity_by_region(proposed_list), policy)
+            for region, names in nodes.items():
+                for name in names:
+                    node_demand.setdefault(name, (region, 0.0))
+            chains = selectors.node_chains(proposed_list, dist, policy, node_demand)
+            enforced = enforced_plan(node_demand, chains, capacity_by_region(proposed_list), policy, pool.overload)
             result["enforced"] = plan_to_dict(enforced) | {
-                "chains": {r: selectors.chain_to_dict(c) for r, c in chains.items()},
+                "chains": {n: selectors.chain_to_dict(c) for n, c in chains.items()},
                 "nodes_per_region": {r: len(n) for r, n in nodes.items()},
                 "demand_without_nodes": {r: v for r, v in demand.items() if r not in nodes and v > 0},
             }

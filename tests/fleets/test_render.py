@@ -349,16 +349,16 @@ def test_certificates_ship_in_the_bundle_and_bind_address_overrides_listeners() 
     assert binds and all(b.startswith("bind 127.0.0.42:") for b in binds)
 
 
-def test_overflow_chain_renders_health_then_rate_then_last_resort() -> None:
-    text = render(rich_snapshot(), NODE).main
+def test_overflow_chain_is_map_data_not_one_rule_set_per_pool() -> None:
+    bundle = render(rich_snapshot(), NODE)
+    text = bundle.main
     frontend = text.split("frontend fe_web.http")[1].split("\nbackend")[0]
-    chain = [line.strip() for line in frontend.splitlines() if "use_backend p1_" in line]
-    assert chain == [
-        "use_backend p1_eu if { var(txn.pool) -m int 1 } { nbsrv(p1_eu) gt 0 } { be_sess_rate(p1_eu) lt 20 }",
-        "use_backend p1_us if { var(txn.pool) -m int 1 } { nbsrv(p1_us) gt 0 }",
-        "use_backend p1_eu if { var(txn.pool) -m int 1 } { nbsrv(p1_eu) gt 0 }",
-        "use_backend p1_eu if { var(txn.pool) -m int 1 }",
-    ]
+    assert not [line for line in frontend.splitlines() if "use_backend p1_" in line]
+    assert "use_backend %[var(txn.be)] if { var(txn.be) -m found }" in frontend
+    assert b"1 p1_eu\n" in bundle.files["maps/chain.first.map"]
+    assert b"p1_eu p1_us\n" in bundle.files["maps/chain.next.map"]
+    limits = bundle.files["maps/chain.limits.map"].decode().splitlines()
+    assert "p1_eu 20" in limits and "p1_us 1000000000" in limits
     tcp = text.split("frontend fe_web.db")[1].split("\nbackend")[0]
     assert "default_backend p3_eu_tcp" in tcp
     assert "backend p3_eu_tcp" in text

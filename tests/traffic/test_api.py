@@ -180,9 +180,13 @@ def test_what_if_with_nodes_shows_the_chains_it_would_render(alice, two_regions)
         Node.objects.create(fleet=fleet, name="n1", address="127.0.0.1", runtime_dir=f"/tmp/{name}",
                             config_dir=f"/tmp/{name}/etc")
     body = alice.client.post(WHAT_IF, {"pool": two_regions.pool.pk, "demand": {"ra": 30}}, format="json").json()
-    assert body["enforced"]["chains"]["ra"] == [{"region": "ra", "rate_limit_per_node": 10},
-                                                {"region": "rb", "rate_limit_per_node": None}]
-    assert body["enforced"]["served"]["ra"] == {"ra": 10.0, "rb": 20.0}
+    # Each node's share follows where demand arrives: fa/n1 gets all of ra's 20 req/s and rb's 10 it
+    # overflows (+10% headroom); fb/n1 keeps the rest of rb. The enforced split is the plan's.
+    assert body["enforced"]["chains"]["fa/n1"] == [{"region": "ra", "rate_limit_per_node": 20},
+                                                   {"region": "rb", "rate_limit_per_node": 11}]
+    assert body["enforced"]["chains"]["fb/n1"] == [{"region": "rb", "rate_limit_per_node": 29},
+                                                   {"region": "ra", "rate_limit_per_node": 0}]
+    assert body["enforced"]["served"]["ra"] == {"ra": 20.0, "rb": 10.0}
     assert body["plan"]["served"]["ra"] == {"ra": 20.0, "rb": 10.0}
 
 

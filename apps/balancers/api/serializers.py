@@ -161,7 +161,8 @@ class PoolSerializer(OrgOwnedSerializer):
 
     class Meta:
         model = Pool
-        fields = ["id", "lb", "org", "name", "algorithm", "overflow_policy", "health_path", "health_interval_s",
+        fields = ["id", "lb", "org", "name", "algorithm", "overflow_policy", "overload",
+                  "health_path", "health_interval_s",
                   "health_rise", "health_fall", "health_expected_status", "regions", "created_at", "updated_at"]
         read_only_fields = ["created_at", "updated_at"]
         create_only_fields = ("lb", "org")

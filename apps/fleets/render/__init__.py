@@ -9,12 +9,14 @@ from __future__ import annotations
 import gc
 import hashlib
 
+from apps.fleets.render.chain import chain_files, table_sections
 from apps.fleets.render.frontends import (
     FLOATING,
     backend_name,
     frontend_name,
     http_frontend,
     listener_action_keys,
+    pool_steps,
     tcp_frontend,
 )
 from apps.fleets.render.keepalived import render_keepalived
@@ -108,6 +110,12 @@ def _render(snapshot: FleetSnapshot, node: NodeSpec, route_map_threshold: int) -
         if pool_id in tcp_pools:
             tcp_sections += backend_sections(pools[pool_id], "tcp")
 
+    # One set of chain maps per node, keyed by pool and backend (chain.py), written even when empty so
+    # a new pool changes map contents and the config text only by its own backends.
+    chains = {pid: [(s.backend, s.rate_limit_per_node) for s in pool_steps(pools[pid], snap.region, "http")]
+              for pid in sorted(http_pools)}
+    files.update(chain_files(chains, pools))
+    http_sections += table_sections()
     sections = [global_section(node), http_defaults(), *http_sections]
     if tcp_sections:
         sections += [tcp_defaults(), *tcp_sections]

@@ -22,15 +22,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from apps.fleets.render.chain import backend_name, chain_lines
 from apps.fleets.render.routing import action_key, build_route_maps, ordered_routes, parse_split_key
 from apps.fleets.snapshot import ListenerSpec, PoolSpec, RouteSpec
 
 INDENT = "    "
-
-
-def backend_name(pool_id: int, region: str, protocol: str) -> str:
-    # Region slugs never contain "_", so "p1_eu" and "p1_eu_tcp" cannot collide with another pool/region.
-    return f"p{pool_id}_{region}" + ("_tcp" if protocol == "tcp" else "")
 
 
 def frontend_name(listener: ListenerSpec) -> str:
@@ -271,23 +267,16 @@ def http_frontend(
                 f"http-request deny deny_status 503 if {{ var(txn.pool) -m int {pool_id} }}"
                 f"  # pool {pool_id} has no regions"
             )
+    depth = 0
     for pool_id in pool_ids:
         pool = pools[pool_id]
         steps = pool_steps(pool, local_region, listener.protocol)
-        if not steps:
-            continue
-        lines.append(
-            f"# pool {pool_id} ({pool.name}): "
-            + " -> ".join(
-                f"{s.backend}" + ("" if s.rate_limit_per_node is None else f" <{s.rate_limit_per_node}/s")
-                for s in steps
-            )
-        )
-        # Inline conditions on purpose: HAProxy resolves named ACLs with a linear search per use, which
-        # made `haproxy -c` five times slower at 5k routes than these anonymous ones.
-        is_pool = f"{{ var(txn.pool) -m int {pool_id} }}"
-        for backend, extra in chain_rule_conditions(steps):
-            lines.append(f"use_backend {backend} if {_cond(is_pool, extra)}")
+        if steps:
+            depth = max(depth, len(steps))
+            lines.append(f"# pool {pool_id} ({pool.name}): " + " -> ".join(
+                s.backend + ("" if s.rate_limit_per_node is None else f" <{s.rate_limit_per_node}/s") for s in steps
+            ) + " (static shares; live ones in maps/chain.limits.map)")
+    lines += chain_lines(depth)
     return [lines[0]] + [INDENT + line for line in lines[1:]]
 
 

@@ -176,6 +176,14 @@ def _check_pool(field: str, pool: PoolSpec) -> PoolSpec:
         health=None if pool.health is None else _check_health(f"{field}.health", pool.health),
         regions=tuple(regions),
         chain=tuple(chain),
+        overload=_choice(f"{field}.overload", pool.overload, ("absorb", "shed")),  # type: ignore[arg-type]
+        capacities=tuple(
+            (
+                _checked(f"{field}.capacities.region", _slug, region),
+                None if cap is None else _int(f"{field}.capacities.{region}", cap, 0, MAX_RATE_PER_NODE),
+            )
+            for region, cap in pool.capacities
+        ),
     )
 
 

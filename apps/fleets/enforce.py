@@ -1,0 +1,194 @@
+"""The enforcement loop: every node's share of every region's capacity, set at run time about every second.
+
+Each run reads, from every enabled node serving an HAProxy LB, the per-pool arrival rate
+(`show table chain_demand`), the backends' status (`show stat`) and the live chain maps; computes
+each node's limits with `traffic.shares` (demand-proportional when every node of the LB answered,
+the static floor share otherwise); and sends the entries that differ with `set map` (no reload).
+A reload or a hot map swap restores the rendered static shares; the next run corrects them, since
+it compares with what the node serves (`show map`), not with what it sent last.
+
+Safety: the shares of a region never sum above its capacity over the nodes Spillway can reach. A
+node that stops answering keeps the limits it was last given until it answers again or reloads;
+its region's other nodes then fall back to the static shares.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from apps.balancers.models import LoadBalancer, Pool, RegionDistance
+from apps.fleets import selectors
+from apps.fleets.delivery import NODE_ERRORS
+from apps.fleets.models import Node
+from apps.fleets.render.chain import DEMAND_TABLE, LIMITS_MAP, UNLIMITED, USABLE_MAP, backend_name
+from apps.fleets.runtime import parse_show_stat
+from apps.fleets.transports import transport_for
+from apps.fleets.transports.base import NodeConn
+from apps.traffic.overflow import PlanInputError
+from apps.traffic.selectors import pool_capacities_many
+from apps.traffic.shares import Limits, dynamic_limits, static_limits
+
+logger = logging.getLogger(__name__)
+
+_ROW_RE = re.compile(r"key=(\S+) .*?http_req_rate\(\d+\)=(\d+)")
+_SET_BATCH = 50  # `set map` commands per CLI line (`;`-separated)
+
+
+@dataclass
+class NodeReading:
+    node_id: int
+    region: str
+    reachable: bool
+    demand: dict[int, float] = field(default_factory=dict)  # pool id -> req/s arriving at this node
+    usable: dict[str, int] = field(default_factory=dict)  # backend -> 1 when it has a usable server
+    live_limits: dict[str, str] = field(default_factory=dict)
+    live_usable: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+
+
+def parse_show_table(text: str) -> dict[str, float]:
+    """`show table <t>` rows -> {key: http_req_rate}."""
+    return {m.group(1): float(m.group(2)) for m in _ROW_RE.finditer(text)}
+
+
+def _parse_map(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3:
+            out[parts[1]] = parts[2]
+    return out
+
+
+def read_node(node: Node, region: str, run: Callable[[str], str] | None = None) -> NodeReading:
+    transport = None
+    try:
+        if run is None:
+            transport = transport_for(selectors.node_conn(node))
+            run = transport.runtime
+        demand = {int(k): v for k, v in parse_show_table(run(f"show table {DEMAND_TABLE}")).items() if k.isdigit()}
+        usable = {row.pxname: int(row.status == "UP") for row in parse_show_stat(run("show stat"))
+                  if row.svname == "BACKEND"}
+        return NodeReading(node.pk, region, True, demand, usable,
+                           _parse_map(run(f"show map {LIMITS_MAP}")), _parse_map(run(f"show map {USABLE_MAP}")))
+    except NODE_ERRORS as exc:
+        return NodeReading(node.pk, region, False, error=str(exc))
+    finally:
+        if transport is not None:
+            with contextlib.suppress(Exception):
+                transport.close()  # type: ignore[attr-defined]
+
+
+def lb_nodes() -> dict[int, dict[int, tuple[Node, str]]]:
+    """{lb id: {node id: (node, region slug)}} for HAProxy LBs and the enabled nodes serving them."""
+    out: dict[int, dict[int, tuple[Node, str]]] = defaultdict(dict)
+    nodes = Node.objects.filter(enabled=True).select_related("fleet__region")
+    by_id = {n.pk: n for n in nodes}
+    for node_id, fk_lb, m2m_lb in nodes.values_list("pk", "fleet__load_balancers__id", "fleet__serves__id"):
+        for lb_id in {fk_lb, m2m_lb} - {None}:
+            node = by_id[node_id]
+            out[lb_id][node_id] = (node, node.fleet.region.slug)
+    kinds = dict(LoadBalancer.objects.filter(pk__in=list(out)).values_list("pk", "kind"))
+    return {lb: nodes for lb, nodes in out.items() if kinds.get(lb) == LoadBalancer.Kind.HAPROXY}
+
+
+def desired_limits(readings: dict[int, NodeReading], lbs: dict[int, dict[int, tuple[Node, str]]]
+                   ) -> tuple[dict[int, dict[str, int]], dict[int, str]]:
+    """({node id: {backend: limit}}, {pool id: "dynamic" | "static"}) for every pool of those LBs."""
+    distances = {(d.src.slug, d.dst.slug): d.rtt_ms for d in RegionDistance.objects.select_related("src", "dst")}
+    pools = list(Pool.objects.filter(lb_id__in=list(lbs)).order_by("pk"))
+    caps = pool_capacities_many(pools)
+    wanted: dict[int, dict[str, int]] = defaultdict(dict)
+    modes: dict[int, str] = {}
+    for pool in pools:
+        members = lbs[pool.lb_id]
+        node_regions = {str(nid): region for nid, (_, region) in members.items()}
+        fresh = all(readings[nid].reachable for nid in members)
+        try:
+            if fresh:
+                demand = {str(nid): readings[nid].demand.get(pool.pk, 0.0) for nid in members}
+                limits: Limits = dynamic_limits(caps.get(pool.pk, []), node_regions, demand, distances,
+                                                pool.overflow_policy)  # type: ignore[arg-type]
+            else:
+                limits = static_limits(caps.get(pool.pk, []), node_regions, distances,
+                                       pool.overflow_policy)  # type: ignore[arg-type]
+        except PlanInputError:
+            continue
+        modes[pool.pk] = "dynamic" if fresh else "static"
+        for nid, row in limits.items():
+            for region, limit in row.items():
+                wanted[int(nid)][backend_name(pool.pk, region, "http")] = UNLIMITED if limit is None else limit
+    return wanted, modes
+
+
+def _apply(node: Node, reading: NodeReading, limits: dict[str, int],
+           run: Callable[[str], str] | None = None) -> int:
+    """Send the `set map` commands that make the node's live maps what they should be; returns the count."""
+    commands = [f"set map {LIMITS_MAP} {be} {value}" for be, value in sorted(limits.items())
+                if be in reading.live_limits and reading.live_limits[be] != str(value)]
+    commands += [f"set map {USABLE_MAP} {be} {value}" for be, value in sorted(reading.usable.items())
+                 if be in reading.live_usable and reading.live_usable[be] != str(value)]
+    if not commands:
+        return 0
+    transport = None
+    try:
+        if run is None:
+            transport = transport_for(selectors.node_conn(node))
+            run = transport.runtime
+        for i in range(0, len(commands), _SET_BATCH):
+            answer = run(";".join(commands[i:i + _SET_BATCH]))
+            if answer.strip():
+                logger.warning("node %s: set map answered %r", node.name, answer[:200])
+    except NODE_ERRORS as exc:
+        logger.warning("node %s: limits not set: %s", node.name, exc)
+        return 0
+    finally:
+        if transport is not None:
+            with contextlib.suppress(Exception):
+                transport.close()  # type: ignore[attr-defined]
+    return len(commands)
+
+
+def sync_usable(conn: NodeConn) -> str | None:
+    """Make a node's usable map match its backends' status now (after a runtime server change, so a
+    region put in maintenance is skipped at once rather than at the loop's next run)."""
+    transport = transport_for(conn)
+    try:
+        usable = {row.pxname: int(row.status == "UP") for row in parse_show_stat(transport.runtime("show stat"))
+                  if row.svname == "BACKEND"}
+        live = _parse_map(transport.runtime(f"show map {USABLE_MAP}"))
+        commands = [f"set map {USABLE_MAP} {be} {v}" for be, v in sorted(usable.items())
+                    if be in live and live[be] != str(v)]
+        for i in range(0, len(commands), _SET_BATCH):
+            transport.runtime(";".join(commands[i:i + _SET_BATCH]))
+        return None
+    except NODE_ERRORS as exc:
+        return str(exc)
+    finally:
+        with contextlib.suppress(Exception):
+            transport.close()  # type: ignore[attr-defined]
+
+
+def enforce() -> dict[str, object]:
+    """One run over every HAProxy LB's nodes; returns what it did (for the task result and tests)."""
+    started = time.monotonic()
+    lbs = lb_nodes()
+    nodes = {nid: pair for members in lbs.values() for nid, pair in members.items()}
+    if not nodes:
+        return {"nodes": 0, "sets": 0, "pools": {}}
+    ids = sorted(nodes)
+    with ThreadPoolExecutor(max_workers=min(8, len(ids))) as pool:
+        readings = dict(zip(ids, pool.map(lambda nid: read_node(*nodes[nid]), ids), strict=True))
+    wanted, modes = desired_limits(readings, lbs)
+    reachable = [nid for nid in ids if readings[nid].reachable]
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(reachable)))) as pool:
+        sets = sum(pool.map(lambda nid: _apply(nodes[nid][0], readings[nid], wanted.get(nid, {})), reachable))
+    return {"nodes": len(ids), "unreachable": [nid for nid in ids if not readings[nid].reachable],
+            "sets": sets, "pools": modes, "ms": round((time.monotonic() - started) * 1000.0, 1)}

@@ -1,0 +1,169 @@
+"""Per-node shares of each region's capacity: the limits every HAProxy node enforces for a pool.
+
+`be_sess_rate`-style counters are per node (HAProxy 2.6 does not aggregate them across peers), so a
+region's capacity C_r must be divided among the nodes that may send to it. A static division by
+every sender (the old `thresholds.node_chain` rule) serves only C_r / S from any one node, which
+under skewed ingress starts overflow at a fraction of the capacity and overloads the neighbour.
+
+Two rules, both keeping sum(limits of region r over all nodes) <= C_r:
+
+- `static_limits`, the safe default when observations are stale or missing: C_r is split evenly
+  among r's *own* nodes (floor(C_r / n_r)); other regions' nodes get 0 for r (they reach r only
+  through the overload pass, see `absorb`). A region without nodes of its own is split among every
+  node whose chain reaches it.
+- `dynamic_limits`, from the demand observed on each node about every second: the planner
+  (`overflow.plan`, GCP's global view) decides how much of region s's demand each region r serves;
+  each node of s gets a part of every such flow proportional to its own demand; what is left of C_r
+  goes to r's own nodes (proportional to their demand, evenly when they have none), or to the nodes
+  that reach r when r has no node of its own. So the enforced split is the planner's split,
+  whatever the ingress skew.
+
+Limits are integers (req/s per node, floored). None = unlimited (unlimited capacity).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+from apps.traffic.overflow import Distances, Policy, RegionCapacity, capacity_by_region, plan
+from apps.traffic.thresholds import region_chain
+
+Limits = dict[str, dict[str, int | None]]  # node -> target region -> req/s (None = unlimited)
+
+REMOTE_HEADROOM = 0.1  # of a node's planned overflow to a region, granted from that region's spare
+
+
+def _floor(value: float) -> int:
+    # 10 members x 7 req/s x scaler 0.7 is 48.99999999999999 in floats; people mean 49.
+    return max(0, math.floor(value + 1e-9 * max(1.0, value)))
+
+
+def _spread(amount: float, weights: Mapping[str, float]) -> dict[str, float]:
+    """`amount` over the keys of `weights` in proportion (evenly when every weight is 0)."""
+    if not weights:
+        return {}
+    total = sum(weights.values())
+    if total <= 0:
+        return {key: amount / len(weights) for key in weights}
+    return {key: amount * w / total for key, w in weights.items()}
+
+
+def chains_by_region(
+    capacities: Iterable[RegionCapacity], node_regions: Mapping[str, str], distances: Distances, policy: Policy
+) -> dict[str, list[str]]:
+    caps = capacity_by_region(capacities)
+    return {region: region_chain(region, caps, distances, policy) for region in set(node_regions.values())}
+
+
+def static_limits(
+    capacities: Iterable[RegionCapacity], node_regions: Mapping[str, str], distances: Distances, policy: Policy
+) -> Limits:
+    caps = capacity_by_region(capacities)
+    chains = {region: region_chain(region, caps, distances, policy) for region in set(node_regions.values())}
+    own: dict[str, list[str]] = {}
+    for node, region in node_regions.items():
+        own.setdefault(region, []).append(node)
+    reaching: dict[str, int] = {}
+    for region in node_regions.values():
+        for target in chains[region]:
+            reaching[target] = reaching.get(target, 0) + 1
+    limits: Limits = {}
+    for node, region in node_regions.items():
+        row: dict[str, int | None] = {}
+        for target in chains[region]:
+            cap = caps[target]
+            if math.isinf(cap):
+                row[target] = None
+            elif own.get(target):
+                row[target] = _floor(cap / len(own[target])) if target == region else 0
+            else:
+                row[target] = _floor(cap / reaching[target])
+        limits[node] = row
+    return limits
+
+
+def static_steps(
+    capacities: Iterable[RegionCapacity],
+    fleet_region: str,
+    distances: Distances,
+    policy: Policy,
+    nodes_per_region: Mapping[str, int],
+) -> list[tuple[str, int | None]]:
+    """The chain one node of `fleet_region` renders, with its static shares (steps at 0 are kept:
+    the enforcement loop raises them at run time)."""
+    node_regions = {f"{region}#{i}": region for region, count in nodes_per_region.items() for i in range(count)}
+    node_regions.setdefault(f"{fleet_region}#0", fleet_region)
+    row = static_limits(capacities, node_regions, distances, policy)[f"{fleet_region}#0"]
+    return list(row.items())
+
+
+def dynamic_limits(
+    capacities: Sequence[RegionCapacity],
+    node_regions: Mapping[str, str],
+    demand: Mapping[str, float],
+    distances: Distances,
+    policy: Policy,
+) -> Limits:
+    """Limits from observed per-node demand (req/s arriving at each node for this pool)."""
+    caps = capacity_by_region(capacities)
+    chains = {region: region_chain(region, caps, distances, policy) for region in set(node_regions.values())}
+    region_demand: dict[str, float] = {}
+    for node, region in node_regions.items():
+        region_demand[region] = region_demand.get(region, 0.0) + max(0.0, demand.get(node, 0.0))
+    result = plan(region_demand, capacities, distances, policy)
+
+    shares: dict[str, dict[str, float]] = {node: {} for node in node_regions}
+    used: dict[str, float] = {}
+    for origin, served in result.served.items():
+        members = {n: max(0.0, demand.get(n, 0.0)) for n, r in node_regions.items() if r == origin}
+        for target, rate in served.items():
+            used[target] = used.get(target, 0.0) + rate
+            for node, part in _spread(rate, members).items():
+                shares[node][target] = shares[node].get(target, 0.0) + part
+
+    for target, cap in caps.items():
+        if math.isinf(cap) or cap <= 0:
+            continue
+        left = max(0.0, cap - used.get(target, 0.0))
+        # Headroom first for nodes already overflowing here, so a small rise in their demand is served
+        # here rather than pushed down the chain until the next run.
+        remote = {n: shares[n].get(target, 0.0) for n, r in node_regions.items()
+                  if r != target and shares[n].get(target, 0.0) > 0}
+        extra = min(left, REMOTE_HEADROOM * sum(remote.values()))
+        for node, part in _spread(extra, remote).items():
+            shares[node][target] += part
+        left -= extra
+        own = {n: max(0.0, demand.get(n, 0.0)) for n, r in node_regions.items() if r == target}
+        if not own:
+            own = {n: max(0.0, demand.get(n, 0.0)) for n, r in node_regions.items() if target in chains[r]}
+        for node, part in _spread(left, own).items():
+            shares[node][target] = shares[node].get(target, 0.0) + part
+
+    limits: Limits = {}
+    for node, region in node_regions.items():
+        limits[node] = {
+            target: None if math.isinf(caps[target]) else _floor(shares[node].get(target, 0.0))
+            for target in chains[region]
+        }
+    # Float residue must never lift a region's sum over its capacity: take any excess back.
+    for target, total in region_totals(limits).items():
+        excess = 0 if total is None else total - _floor(caps[target])
+        for row in sorted(limits.values(), key=lambda r: -(r.get(target) or 0)):
+            if excess <= 0:
+                break
+            take = min(excess, row.get(target) or 0)
+            row[target] = (row.get(target) or 0) - take
+            excess -= take
+    return limits
+
+
+def region_totals(limits: Limits) -> dict[str, int | None]:
+    """Sum of every node's limit per target region (None when any node is unlimited)."""
+    totals: dict[str, int | None] = {}
+    for row in limits.values():
+        for target, limit in row.items():
+            if target in totals and totals[target] is None:
+                continue
+            totals[target] = None if limit is None else (totals.get(target) or 0) + limit
+    return totals

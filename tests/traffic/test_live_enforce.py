@@ -1,0 +1,208 @@
+"""Per-node shares set at run time (apps.fleets.enforce) on a real fleet: 2 regions x 2 HAProxy nodes.
+
+Configs come from the production path (fleet_snapshot -> render); the enforcement loop runs in the
+test's thread (it reads the test's database rows) once a second, as the Celery beat runs it; the
+load is open-loop (apps.capacity.engine) into chosen nodes. What happened is read from the members'
+own counters (TinyBackend.hits).
+
+ra: 2 members x 20 req/s = 40 req/s; rb: 2 members x 40 req/s = 80 req/s; 20 ms apart.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import pytest
+
+from apps.balancers.models import Listener, Member, Pool, PoolRegion
+from apps.capacity.engine import LoadPlan, RunResult, Target, run_plan
+from apps.fleets import selectors as fleet_selectors
+from apps.fleets.enforce import enforce
+from apps.fleets.models import Fleet, Node
+from apps.fleets.render import render
+from apps.fleets.render.chain import LIMITS_MAP
+from apps.fleets.runtime import HAProxySocket
+from apps.fleets.snapshot import NodeSpec
+from apps.fleets.transports.base import NodeConn
+
+pytestmark = [pytest.mark.django_db, pytest.mark.haproxy]
+
+NODES = {"ra1": ("ra", "127.0.0.1"), "ra2": ("ra", "127.0.0.3"), "rb1": ("rb", "127.0.0.2"),
+         "rb2": ("rb", "127.0.0.4")}
+A_CAPACITY, B_CAPACITY = 40.0, 80.0
+
+
+@dataclass
+class Fleet4:
+    pool: Pool
+    port: int
+    nodes: dict[str, tuple[Node, NodeConn]]
+    backends: dict[str, tuple[str, object]]  # member name -> (region, TinyBackend)
+
+    def hits(self) -> dict[str, int]:
+        out: Counter[str] = Counter()
+        for region, backend in self.backends.values():
+            out[region] += backend.hits  # type: ignore[attr-defined]
+        return dict(out)
+
+    def limits(self, name: str) -> dict[str, int]:
+        return {k: int(v) for k, v in HAProxySocket(self.nodes[name][1].stats_socket_path).show_map(LIMITS_MAP)}
+
+
+def _port_free_everywhere() -> int:
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        try:
+            for _, address in NODES.values():
+                with socket.socket() as other:
+                    other.bind((address, port))
+        except OSError:
+            continue
+        return port
+    raise AssertionError("no port free on every loopback address")
+
+
+def start(two_regions, haproxy_node, tiny_backend, *, overload: str = "absorb") -> Fleet4:
+    pool = two_regions.pool
+    Pool.objects.filter(pk=pool.pk).update(overload=overload)
+    PoolRegion.objects.filter(pool=pool, region=two_regions.a).update(max_rate_per_member=A_CAPACITY / 2)
+    PoolRegion.objects.filter(pool=pool, region=two_regions.b).update(max_rate_per_member=B_CAPACITY / 2)
+    backends = {}
+    for member in Member.objects.filter(pool=pool).select_related("region"):
+        backend = tiny_backend(member.name)
+        backends[member.name] = (member.region.slug, backend)
+        Member.objects.filter(pk=member.pk).update(address="127.0.0.1", port=backend.port)
+    port = _port_free_everywhere()
+    Listener.objects.create(lb=two_regions.lb, name="web", protocol="http", port=port, default_pool=pool)
+    fleets = {}
+    for slug, region in (("ra", two_regions.a), ("rb", two_regions.b)):
+        fleets[slug] = Fleet.objects.create(name=f"f{slug}", region=region)
+        fleets[slug].serves.add(two_regions.lb)
+    rows = {}
+    for name, (region, address) in NODES.items():
+        conn = haproxy_node.conn(name)
+        rows[name] = (Node.objects.create(fleet=fleets[region], name=name, address="127.0.0.1",
+                                          runtime_dir=conn.runtime_dir, config_dir=conn.config_dir,
+                                          bind_address=address), conn)
+    for name, (node, conn) in rows.items():
+        snap, _ = fleet_selectors.fleet_snapshot(node.fleet, 1)
+        bundle = render(snap, NodeSpec(name=name, runtime_dir=conn.runtime_dir, bind_address=NODES[name][1]))
+        extra = {k: v for k, v in bundle.files.items() if k != "haproxy.cfg"}
+        haproxy_node(lambda _conn, text=bundle.main: text, name=name, files=extra)
+    return Fleet4(pool=pool, port=port, nodes=rows, backends=backends)
+
+
+class Load:
+    """Open-loop load at a constant rate into one node, in a thread."""
+
+    def __init__(self, address: str, port: int, rate: float, duration_s: float) -> None:
+        self.plan = LoadPlan.constant(Target(host=address, port=port, timeout_s=5.0), rate, duration_s)
+        self.result: RunResult | None = None
+        self.thread = threading.Thread(target=lambda: setattr(self, "result", run_plan(self.plan)), daemon=True)
+        self.thread.start()
+
+    def finish(self) -> RunResult:
+        self.thread.join(self.plan.max_duration_s + 5)
+        assert self.result is not None, "load generator did not finish"
+        return self.result
+
+
+def enforce_for(seconds: float) -> list[dict]:
+    runs = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        started = time.monotonic()
+        runs.append(enforce())
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
+    return runs
+
+
+def served_between(fleet: Fleet4, seconds: float) -> dict[str, float]:
+    """Enforce for `seconds`, then the members' req/s over that span (region -> req/s)."""
+    before = fleet.hits()
+    started = time.monotonic()
+    enforce_for(seconds)
+    after = fleet.hits()
+    span = time.monotonic() - started
+    return {r: (after.get(r, 0) - before.get(r, 0)) / span for r in ("ra", "rb")}
+
+
+def test_all_ingress_through_one_node_is_served_locally_up_to_the_region_capacity(
+    two_regions, haproxy_node, tiny_backend
+) -> None:
+    """GIVEN 2 nodes per region and 60 req/s arriving only at ra1 (1.5x ra's 40 req/s)
+    THEN ra's members serve ~40 req/s (not 40/4 as a static per-sender division would), rb's the rest,
+    and the limits the loop set on ra's nodes never sum above ra's capacity."""
+    fleet = start(two_regions, haproxy_node, tiny_backend)
+    pool_id = fleet.pool.pk
+    load = Load(NODES["ra1"][1], fleet.port, 60.0, duration_s=8.0)
+    enforce_for(2.5)  # warm-up: the loop sees ra1's demand and gives it ra's capacity
+    rates = served_between(fleet, 4.0)
+    load.finish()
+    assert rates["ra"] >= 0.9 * A_CAPACITY, rates
+    assert rates["ra"] <= 1.05 * A_CAPACITY, rates
+    assert rates["rb"] == pytest.approx(60.0 - A_CAPACITY, abs=8.0), rates
+    ra_limits = [fleet.limits(n)[f"p{pool_id}_ra"] for n in ("ra1", "ra2")]
+    assert sum(ra_limits) <= A_CAPACITY and ra_limits[0] >= 0.9 * A_CAPACITY, ra_limits
+    rb_limits = [fleet.limits(n)[f"p{pool_id}_rb"] for n in NODES]
+    assert sum(rb_limits) <= B_CAPACITY, rb_limits
+
+
+def test_stale_observations_fall_back_to_the_static_floor_share(two_regions, haproxy_node, tiny_backend) -> None:
+    """GIVEN the loop gave ra1 most of ra's capacity
+    WHEN ra2 stops answering (its observations are missing)
+    THEN every reachable node gets the static share: ra's capacity / ra's 2 nodes, 0 of another
+    region's capacity (that region's own nodes hold it), and never more than the capacity in sum."""
+    fleet = start(two_regions, haproxy_node, tiny_backend)
+    pool_id = fleet.pool.pk
+    load = Load(NODES["ra1"][1], fleet.port, 50.0, duration_s=3.0)
+    enforce_for(2.5)
+    assert fleet.limits("ra1")[f"p{pool_id}_ra"] > A_CAPACITY / 2
+    load.finish()
+    Node.objects.filter(name="ra2").update(runtime_dir="/nonexistent/spillway-i13")
+    run = enforce()
+    assert run["pools"] == {pool_id: "static"} and len(run["unreachable"]) == 1
+    assert fleet.limits("ra1")[f"p{pool_id}_ra"] == A_CAPACITY // 2
+    assert fleet.limits("ra1")[f"p{pool_id}_rb"] == 0
+    assert fleet.limits("rb1")[f"p{pool_id}_rb"] == B_CAPACITY // 2
+
+
+@pytest.mark.parametrize("overload", ["shed", "absorb"])
+def test_every_region_full(two_regions, haproxy_node, tiny_backend, overload: str) -> None:
+    """GIVEN 240 req/s, twice the pool's 120 req/s, arriving 80/20 at ra1 and rb1
+    THEN `shed` serves about the capacity and answers the rest 503 with Retry-After, and `absorb`
+    serves everything, spread over the regions in proportion to their capacities (1:2)."""
+    fleet = start(two_regions, haproxy_node, tiny_backend, overload=overload)
+    loads = [Load(NODES["ra1"][1], fleet.port, 192.0, duration_s=7.0),
+             Load(NODES["rb1"][1], fleet.port, 48.0, duration_s=7.0)]
+    enforce_for(2.0)
+    rates = served_between(fleet, 3.5)
+    results = [load.finish() for load in loads]
+    errors: Counter[str] = Counter()
+    for result in results:
+        for step in result.steps:
+            errors.update({k: v for k, v in step.errors.items() if v})
+    total = rates["ra"] + rates["rb"]
+    if overload == "shed":
+        assert total == pytest.approx(A_CAPACITY + B_CAPACITY, rel=0.12), rates
+        assert rates["ra"] <= 1.08 * A_CAPACITY and rates["rb"] <= 1.08 * B_CAPACITY, rates
+        assert set(errors) == {"non_2xx"} and errors["non_2xx"] > 0, errors
+        with socket.create_connection((NODES["ra1"][1], fleet.port), timeout=2) as raw:
+            for _ in range(120):  # burst past the limits: the answer carries Retry-After
+                raw.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                head = raw.recv(4096).decode()
+                if head.startswith("HTTP/1.1 503"):
+                    assert "retry-after: 1" in head.lower()
+                    break
+            else:
+                raise AssertionError("no 503 in a burst of 120 requests")
+    else:
+        assert not errors, errors
+        assert total == pytest.approx(240.0, rel=0.12), rates
+        assert rates["rb"] / rates["ra"] == pytest.approx(B_CAPACITY / A_CAPACITY, rel=0.2), rates
