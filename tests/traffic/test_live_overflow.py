@@ -31,7 +31,6 @@ from apps.fleets.runtime import HAProxySocket
 from apps.fleets.snapshot import NodeSpec
 from apps.fleets.transports.base import NodeConn
 from apps.traffic import selectors, services
-from apps.traffic.overflow import plan
 
 pytestmark = [pytest.mark.django_db, pytest.mark.haproxy]
 

@@ -114,9 +114,11 @@ def test_isolation_keeps_everything_in_its_region_and_a_node_without_chain_serve
     assert enforced.unserved == {"a": 0.0, "c": 5.0}
 
 
-def test_a_chain_of_only_limited_steps_sends_the_rest_to_its_first_step() -> None:
-    enforced = enforced_plan({"n": ("a", 50.0)}, {"n": [("a", 10), ("b", 15)]}, {"a": 10.0, "b": 15.0}, "waterfall")
-    assert enforced.served["a"] == {"a": 35.0, "b": 15.0}
+def test_past_a_chain_of_only_limited_steps_absorb_spreads_by_capacity_and_shed_refuses() -> None:
+    args = ({"n": ("a", 50.0)}, {"n": [("a", 10), ("b", 15)]}, {"a": 10.0, "b": 15.0}, "waterfall")
+    assert enforced_plan(*args).served["a"] == {"a": 10.0 + 25.0 * 0.4, "b": 15.0 + 25.0 * 0.6}
+    shed = enforced_plan(*args, "shed")
+    assert shed.served["a"] == {"a": 10.0, "b": 15.0} and shed.unserved["a"] == 25.0
 
 
 def test_split_demand_spreads_a_region_over_its_nodes_and_skips_regions_without_nodes() -> None:
