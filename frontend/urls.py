@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from apps.core.discovery import app_modules
-from frontend import dashboard, hostnames, views, workspace
+from frontend import dashboard, hostnames, listeners, views, workspace
 from frontend.auth import ThrottledLoginView
 
 urlpatterns = [
@@ -19,6 +19,8 @@ urlpatterns = [
     path("load-balancers/<int:pk>/static-ips/", workspace.StaticIpsView.as_view(), name="lb-static-ips"),
     path("load-balancers/<int:pk>/static-ips/<int:ip>/release/", workspace.StaticIpReleaseView.as_view(),
          name="lb-static-ip-release"),
+    path("listeners/<int:pk>/static-ip/", listeners.ListenerStaticIpView.as_view(), name="listener-static-ip"),
+    path("listeners/<int:pk>/vip/", listeners.ListenerVipView.as_view(), name="listener-vip"),
     path("routes/<int:pk>/", workspace.RouteView.as_view(), name="route-detail"),
     path("routes/<int:pk>/edit/", workspace.RouteEditView.as_view(), name="route-edit"),
     path("members/<int:pk>/state/", workspace.MemberStateView.as_view(), name="member-state"),

@@ -87,6 +87,16 @@ class WorkspaceMixin:
         return {"lb": lb, "ips": ips, "ip_pools": ip_pools, "ip_org": self.ip_org(lb),
                 "can_write": self.principal.can_write, "errors": errors or {}, "values": values or {}}
 
+    def listeners_context(self, lb: LoadBalancer, errors: dict | None = None) -> dict:
+        """The listeners card: listeners (owner and operators only) and the static IPs reserved for the
+        LB's organization that this principal may attach."""
+        listeners = (lb.listeners.select_related("static_ip", "default_pool").order_by("port")
+                     if self.can_manage(lb) else [])
+        attachable = (self.scoped(StaticIP, "use").filter(org_id=lb.org_id).exclude(state=StaticIP.State.FREE)
+                      .order_by("address"))
+        return {"lb": lb, "listeners": listeners, "attachable": list(attachable),
+                "can_write": self.principal.can_write, "listener_errors": errors or {}}
+
     def can_push(self, lb: LoadBalancer) -> bool:
         return fleet_selectors.can_push(self.principal, lb)
 
@@ -102,11 +112,10 @@ class LoadBalancerDetailView(WorkspaceMixin, PrincipalView):
         order = order_of(request)
         # Inside a shared LB a customer still sees only its own routes and pools.
         pools = list(self.pools(lb))
-        listeners = (lb.listeners.select_related("static_ip", "default_pool").order_by("port")
-                     if self.can_manage(lb) else [])
         fleets = list(fleet_selectors.lb_fleets(lb).select_related("region")) if lb.kind == "haproxy" else []
         context = {
-            "lb": lb, "routes": self.routes(lb, order), "order": order, "pools": pools, "listeners": listeners,
+            **self.listeners_context(lb),
+            "lb": lb, "routes": self.routes(lb, order), "order": order, "pools": pools,
             "can_write": self.principal.can_write, "can_push": self.can_push(lb), "fleets": fleets,
             "verb": rollout_verb(fleets), "values": {}, "errors": {},
             "deploy": fleet_selectors.deploy_state(lb, fleets, self.principal) if fleets else None,

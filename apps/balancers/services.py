@@ -291,6 +291,21 @@ def listener_save(*, principal: Principal, listener: Listener, data: dict[str, A
     return listener
 
 
+def listener_static_ip_set(*, principal: Principal, listener: Listener, static_ip: StaticIP | None) -> Listener:
+    """Attach a static IP to a listener (it becomes a floating VIP of the fleets serving it) or detach it;
+    audited as its own event so "who moved our address" is one query. The caller has already resolved
+    `static_ip` through the principal's scope; listener_save refuses an IP not reserved for the LB's org."""
+    with transaction.atomic():
+        before = listener.static_ip.address if listener.static_ip_id else None
+        listener_save(principal=principal, listener=listener, data={"static_ip": static_ip})
+        after = static_ip.address if static_ip is not None else None
+        if before != after:
+            audit_record(principal=principal, org=listener.lb.org,
+                         action="static_ip.attach" if after else "static_ip.detach", obj=listener,
+                         before={"static_ip": before}, after={"static_ip": after})
+    return listener
+
+
 def _check_port_free(listener: Listener) -> None:
     """A listener must not bind what another listener on the same fleet binds: the fleet's render would
     leave one of them out. Refused without naming the other (it may be another tenant's)."""

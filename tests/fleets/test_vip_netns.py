@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from django.test import Client
 
 from apps.accounts.principal import Principal
 from apps.balancers.models import IpPool, Listener, LoadBalancer, Member, Pool, PoolRegion, Region, StaticIP
@@ -78,9 +79,9 @@ def one_holder(topo: netns.Topology, vip: str, timeout_s: float = 5.0) -> str:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_vip_is_served_by_exactly_one_node_and_spillway_reads_which(topo, ops) -> None:
+def test_the_vip_is_served_by_exactly_one_node_and_spillway_reads_which(topo, ops, otto) -> None:
     vip = topo.vip(1)
-    fleet, _ = vip_fleet(topo, ops, vip)
+    fleet, listener = vip_fleet(topo, ops, vip)
     roll_out(fleet)
     holder = one_holder(topo, vip)
     assert holder == "n1"  # the first node has the highest priority
@@ -91,6 +92,11 @@ def test_the_vip_is_served_by_exactly_one_node_and_spillway_reads_which(topo, op
     # The product reads the holder from the nodes themselves, through SSH.
     holding = fleet_vip_holders(fleet, [vip])[vip]
     assert holding.holders == ("n1",) and holding.unreachable == ()
+    # ... and the workspace's listener shows VIP -> holder -> health.
+    client = Client()
+    client.force_login(otto.user)
+    cell = client.get(f"/listeners/{listener.pk}/vip/").content.decode()
+    assert '<strong>n1</strong> <span class="badge">up</span>' in cell and 'data-state="ok"' in cell
     # Every node binds the VIP already (transparent): a backup is ready before it owns the address.
     for host in topo.hosts:
         listening = netns.sh("ip", "netns", "exec", host.netns, "ss", "-ltnH").stdout

@@ -1,0 +1,81 @@
+"""The LB workspace's listeners card: attach/detach a static IP (audited), only the org's own reserved IPs,
+and the VIP cell (holder read from the nodes; see tests/fleets/test_vip_netns.py for real holders)."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from apps.audit.models import AuditEvent
+from apps.balancers.models import IpPool, Listener, LoadBalancer, StaticIP
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def setup(acme, globex):
+    lb = LoadBalancer.objects.create(org=acme, name="web")
+    listener = Listener.objects.create(lb=lb, name="http", port=80)
+    pool = IpPool.objects.create(name="ips", cidr="192.0.2.0/28")
+    mine = StaticIP.objects.create(pool=pool, address="192.0.2.2", org=acme, state=StaticIP.State.RESERVED)
+    theirs = StaticIP.objects.create(pool=pool, address="192.0.2.3", org=globex, state=StaticIP.State.RESERVED)
+    return lb, listener, mine, theirs
+
+
+def login(persona) -> Client:
+    client = Client()
+    client.force_login(persona.user)
+    return client
+
+
+def test_an_owner_attaches_and_detaches_a_vip_and_both_are_audited(setup, alice):
+    lb, listener, mine, _theirs = setup
+    client = login(alice)
+    page = client.get(f"/load-balancers/{lb.pk}/").content.decode()
+    assert 'name="static_ip"' in page and "192.0.2.2" in page and "192.0.2.3" not in page  # only acme's
+    response = client.post(f"/listeners/{listener.pk}/static-ip/", {"static_ip": mine.pk})
+    assert response.status_code == 200
+    assert f'hx-get="/listeners/{listener.pk}/vip/"' in response.content.decode()
+    listener.refresh_from_db()
+    assert listener.static_ip == mine and StaticIP.objects.get(pk=mine.pk).state == StaticIP.State.ASSIGNED
+    attach = AuditEvent.objects.get(action="static_ip.attach")
+    assert attach.after == {"static_ip": "192.0.2.2"} and attach.actor
+
+    # An attached address cannot be released from under the listener.
+    refused = client.post(f"/load-balancers/{lb.pk}/static-ips/{mine.pk}/release/")
+    assert refused.status_code == 409 and StaticIP.objects.get(pk=mine.pk).org_id == alice.org.pk
+
+    response = client.post(f"/listeners/{listener.pk}/static-ip/", {"static_ip": ""})
+    assert response.status_code == 200
+    listener.refresh_from_db()
+    assert listener.static_ip is None and StaticIP.objects.get(pk=mine.pk).state == StaticIP.State.RESERVED
+    detach = AuditEvent.objects.get(action="static_ip.detach")
+    assert detach.before == {"static_ip": "192.0.2.2"} and detach.after == {"static_ip": None}
+
+
+def test_another_orgs_vip_answers_like_a_missing_one(setup, alice):
+    _lb, listener, _mine, theirs = setup
+    client = login(alice)
+    foreign = client.post(f"/listeners/{listener.pk}/static-ip/", {"static_ip": theirs.pk})
+    missing = client.post(f"/listeners/{listener.pk}/static-ip/", {"static_ip": 999999})
+    assert foreign.status_code == missing.status_code == 422
+    assert foreign.content == missing.content
+    listener.refresh_from_db()
+    assert listener.static_ip is None and StaticIP.objects.get(pk=theirs.pk).state == StaticIP.State.RESERVED
+
+
+def test_a_viewer_cannot_attach_and_an_outsider_cannot_see_the_listener(setup, vera, charlie):
+    _lb, listener, mine, _ = setup
+    assert login(vera).post(f"/listeners/{listener.pk}/static-ip/", {"static_ip": mine.pk}).status_code == 403
+    assert login(charlie).post(f"/listeners/{listener.pk}/static-ip/", {"static_ip": mine.pk}).status_code == 404
+    assert login(charlie).get(f"/listeners/{listener.pk}/vip/").status_code == 404
+    listener.refresh_from_db()
+    assert listener.static_ip is None
+
+
+def test_the_vip_cell_says_when_no_fleet_floats_the_address(setup, alice):
+    _lb, listener, mine, _ = setup
+    client = login(alice)
+    client.post(f"/listeners/{listener.pk}/static-ip/", {"static_ip": mine.pk})
+    cell = client.get(f"/listeners/{listener.pk}/vip/").content.decode()
+    assert "not floating" in cell
