@@ -4,9 +4,8 @@ A job runs as its organization (`job_principal`): objects named in params are lo
 with `visible_to` both when the job is saved and again when it runs, so a job can never
 act on another tenant's member, pool or test, even if ownership changed in between.
 
-Kinds backed by apps that are still being built (fleets, capacity, cloud) find their
-service function when they run; until it exists they refuse to be created with the code
-`kind_unavailable` rather than failing every night.
+The kinds that drive other apps (fleets, capacity, cloud) live in kinds_external.py; both modules
+register their kinds when the scheduling app is ready (apps.scheduling.apps).
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from importlib import import_module
 from typing import Any
 
 from apps.accounts.models import Role
@@ -79,7 +77,6 @@ class JobKind:
     help: str
     validate: Callable[[Params, Principal], Params]
     execute: Callable[[RunContext, Params], dict[str, Any]]
-    available: Callable[[], bool] = lambda: True
     operator_only: bool = False
     # Quick runs (milliseconds: a state flip) may share a message with others; see runner.CHUNK_SIZE.
     quick: Callable[[Params], bool] = lambda params: False
@@ -107,9 +104,6 @@ def validate_params(kind_name: str, params: object, principal: Principal) -> Par
     if kind.operator_only and not principal.is_operator:
         raise DomainError("operator_only", f"Only the operator organization can schedule {kind.name} jobs.",
                           field="kind", status=403)
-    if not kind.available():
-        raise DomainError("kind_unavailable",
-                          f"Job kind {kind.name} is not available in this installation yet.", field="kind")
     if not isinstance(params, dict):
         raise DomainError("invalid_params", "params must be a JSON object.", field="params")
     return kind.validate(params, principal)
@@ -198,19 +192,6 @@ def _resolve_at_run(model, ctx: RunContext, pk: int, what: str):
     if obj is None:
         raise JobFailed(f"{what} {pk} no longer exists or is no longer visible to this job's organization.")
     return obj
-
-
-def _service(module_name: str, names: tuple[str, ...]) -> Callable[..., Any] | None:
-    """The first of `names` that `module_name` defines, looked up now (the module may be new)."""
-    try:
-        module = import_module(module_name)
-    except ImportError:
-        return None
-    for name in names:
-        func = getattr(module, name, None)
-        if callable(func):
-            return func
-    return None
 
 
 # --- noop and http_check (also what the fault tests use) -----------------------------------
@@ -329,4 +310,3 @@ register(JobKind("pool_capacity_scaler", "Set pool capacity scaler",
                  _scaler_validate, _scaler_execute, quick=lambda params: True))
 
 
-from apps.scheduling import kinds_external  # noqa: E402,F401  (registers fleet, capacity and cloud kinds)

@@ -1,5 +1,8 @@
-"""Kinds that call the fleets, capacity and cloud apps. Their service functions are looked up when a
-job is saved or runs, so a deployment without (or before) one of those apps still loads."""
+"""Kinds that drive the fleets, capacity and cloud apps, through those apps' services.
+
+Scheduling sits above fleets and beside capacity and cloud in the layer order (docs/ARCHITECTURE.md), so it
+imports their services directly: a renamed service fails at import, not at 2 a.m. in a job run.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +10,14 @@ import contextlib
 import time
 from typing import Any
 
-from django.apps import apps as django_apps
-
 from apps.accounts.principal import Principal
+from apps.balancers.models import LoadBalancer
+from apps.capacity import services as capacity_services
+from apps.capacity.models import CapacityTest
+from apps.cloud import services as cloud_services
+from apps.cloud.models import CloudTarget
+from apps.fleets import services as fleet_services
+from apps.fleets.models import Fleet
 from apps.scheduling.kinds import (
     JobFailed,
     JobKind,
@@ -20,40 +28,11 @@ from apps.scheduling.kinds import (
     _bool,
     _only,
     _resolve_at_run,
-    _service,
     _visible,
     register,
 )
 
-# (module, function names): the first that exists is called. The owning apps name them; these are
-# the names they have today (fleets: fleet_push renders and rolls out what changed, request_reconcile
-# brings every node back to the desired revision; cloud: create_apply plans, approve applies).
-FLEET_ROLLOUT = ("apps.fleets.services", ("fleet_push",))
-FLEET_RESYNC = ("apps.fleets.services", ("request_reconcile",))
-CAPACITY_START = ("apps.capacity.services", ("capacity_run_start",))
-CAPACITY_CANCEL = ("apps.capacity.services", ("capacity_run_cancel",))
-CAPACITY_APPLY = ("apps.capacity.services", ("capacity_apply_recommendation",))
-CLOUD_PLAN = ("apps.cloud.services", ("create_apply",))
-CLOUD_APPROVE = ("apps.cloud.services", ("approve",))
 POLL_S = 2.0
-
-
-def _model(app_label: str, name: str):
-    try:
-        return django_apps.get_model(app_label, name)
-    except LookupError:
-        return None
-
-
-def _has(spec: tuple[str, tuple[str, ...]]) -> bool:
-    return _service(*spec) is not None
-
-
-def _call(spec: tuple[str, tuple[str, ...]], **kwargs: Any) -> Any:
-    func = _service(*spec)
-    if func is None:
-        raise JobFailed(f"{spec[0]} has no {' / '.join(spec[1])} in this installation.")
-    return func(**kwargs)
 
 
 def _summary(obj: Any) -> dict[str, Any]:
@@ -72,16 +51,15 @@ def _summary(obj: Any) -> dict[str, Any]:
 
 def _fleet_validate(params: Params, principal: Principal) -> Params:
     _only(params, {"fleet"})
-    fleet_model = _model("fleets", "Fleet")
     pk = params.get("fleet")
-    if isinstance(pk, bool) or not isinstance(pk, int) or not fleet_model.objects.filter(pk=pk).exists():
+    if isinstance(pk, bool) or not isinstance(pk, int) or not Fleet.objects.filter(pk=pk).exists():
         raise _bad("fleet", f"fleet {pk} not found.")
     return {"fleet": pk}
 
 
 def _fleet_rollout_execute(ctx: RunContext, params: Params) -> dict[str, Any]:
     fleet = _fleet_at_run(params)
-    rollout = _call(FLEET_ROLLOUT, fleet=fleet, principal=ctx.principal)
+    rollout = fleet_services.fleet_push(fleet=fleet, principal=ctx.principal)
     if rollout is None:
         return {"fleet": fleet.pk, "rollout": None, "note": "nothing changed (or the render is invalid: see the fleet)"}
     return {"fleet": fleet.pk, "rollout": _summary(rollout)}
@@ -89,23 +67,21 @@ def _fleet_rollout_execute(ctx: RunContext, params: Params) -> dict[str, Any]:
 
 def _fleet_resync_execute(ctx: RunContext, params: Params) -> dict[str, Any]:
     fleet = _fleet_at_run(params)
-    queued = _call(FLEET_RESYNC, fleet_id=fleet.pk)
+    queued = fleet_services.request_reconcile(fleet_id=fleet.pk)
     return {"fleet": fleet.pk, "reconcile_queued": bool(queued)}
 
 
 def _fleet_at_run(params: Params):
-    fleet = _model("fleets", "Fleet").objects.filter(pk=params["fleet"]).first()
+    fleet = Fleet.objects.filter(pk=params["fleet"]).first()
     if fleet is None:
         raise JobFailed(f"fleet {params['fleet']} no longer exists.")
     return fleet
 
 
 register(JobKind("fleet_rollout", "Roll out a fleet", "Render the fleet's config now and roll out what changed.",
-                 _fleet_validate, _fleet_rollout_execute, available=lambda: _has(FLEET_ROLLOUT),
-                 operator_only=True))
+                 _fleet_validate, _fleet_rollout_execute, operator_only=True))
 register(JobKind("fleet_resync", "Re-sync a fleet", "Bring every node back to the fleet's desired revision.",
-                 _fleet_validate, _fleet_resync_execute, available=lambda: _has(FLEET_RESYNC),
-                 operator_only=True))
+                 _fleet_validate, _fleet_resync_execute, operator_only=True))
 
 
 # --- capacity tests --------------------------------------------------------------------------
@@ -113,7 +89,7 @@ register(JobKind("fleet_resync", "Re-sync a fleet", "Bring every node back to th
 
 def _capacity_validate(params: Params, principal: Principal) -> Params:
     _only(params, {"test", "wait", "apply_recommendation"})
-    _visible(_model("capacity", "CapacityTest"), principal, "test", params.get("test"), "capacity test")
+    _visible(CapacityTest, principal, "test", params.get("test"), "capacity test")
     wait = _bool(params, "wait", default=True)
     apply = _bool(params, "apply_recommendation", default=False)
     if apply and not wait:
@@ -122,8 +98,8 @@ def _capacity_validate(params: Params, principal: Principal) -> Params:
 
 
 def _capacity_execute(ctx: RunContext, params: Params) -> dict[str, Any]:
-    test = _resolve_at_run(_model("capacity", "CapacityTest"), ctx, params["test"], "capacity test")
-    run = _call(CAPACITY_START, principal=ctx.principal, test=test)
+    test = _resolve_at_run(CapacityTest, ctx, params["test"], "capacity test")
+    run = capacity_services.capacity_run_start(principal=ctx.principal, test=test)
     output: dict[str, Any] = {"test": test.pk, "capacity_run": run.pk}
     if not params.get("wait", True):
         return output
@@ -145,23 +121,19 @@ def _capacity_execute(ctx: RunContext, params: Params) -> dict[str, Any]:
         if run.recommended_max_rate_per_member is None:
             raise JobFailed(f"capacity run {run.pk} found no recommendation to apply: "
                             f"{run.recommendation_note}")
-        pool_region = _call(CAPACITY_APPLY, principal=ctx.principal, run=run)
+        pool_region = capacity_services.capacity_apply_recommendation(principal=ctx.principal, run=run)
         output["applied_to_pool_region"] = getattr(pool_region, "pk", None)
     return output
 
 
 def _stop_capacity_run(ctx: RunContext, run: Any) -> None:
-    cancel = _service(*CAPACITY_CANCEL)
-    if cancel is None:
-        return
     with contextlib.suppress(Exception):  # already finished: nothing to stop
-        cancel(principal=ctx.principal, run=run)
+        capacity_services.capacity_run_cancel(principal=ctx.principal, run=run)
 
 
 register(JobKind("capacity_test", "Run a capacity test",
                  "Start a capacity test; optionally wait for it and apply its recommendation.",
-                 _capacity_validate, _capacity_execute,
-                 available=lambda: _has(CAPACITY_START) and _model("capacity", "CapacityTest") is not None))
+                 _capacity_validate, _capacity_execute))
 
 
 # --- cloud -----------------------------------------------------------------------------------
@@ -171,8 +143,8 @@ CLOUD_DONE = {"planned", "awaiting_approval", "applied", "failed"}
 
 def _cloud_validate(params: Params, principal: Principal) -> Params:
     _only(params, {"target", "lb", "approve"})
-    target = _visible(_model("cloud", "CloudTarget"), principal, "target", params.get("target"), "cloud target")
-    lb = _visible(_model("balancers", "LoadBalancer"), principal, "lb", params.get("lb"), "load balancer")
+    target = _visible(CloudTarget, principal, "target", params.get("target"), "cloud target")
+    lb = _visible(LoadBalancer, principal, "lb", params.get("lb"), "load balancer")
     if lb.org_id != target.org_id:
         raise _bad("lb", "The load balancer and the cloud target belong to different organizations.")
     return {"target": params["target"], "lb": params["lb"], "approve": _bool(params, "approve", default=False)}
@@ -180,13 +152,13 @@ def _cloud_validate(params: Params, principal: Principal) -> Params:
 
 def _cloud_execute(ctx: RunContext, params: Params) -> dict[str, Any]:
     """Plan; with approve, apply what the plan found. Without approve a changed plan waits for a person."""
-    target = _resolve_at_run(_model("cloud", "CloudTarget"), ctx, params["target"], "cloud target")
-    lb = _resolve_at_run(_model("balancers", "LoadBalancer"), ctx, params["lb"], "load balancer")
+    target = _resolve_at_run(CloudTarget, ctx, params["target"], "cloud target")
+    lb = _resolve_at_run(LoadBalancer, ctx, params["lb"], "load balancer")
     started = time.monotonic()
-    apply = _call(CLOUD_PLAN, principal=ctx.principal, target=target, lb=lb)
+    apply = cloud_services.create_apply(principal=ctx.principal, target=target, lb=lb)
     _wait_cloud(ctx, apply, CLOUD_DONE)
     if apply.status == "awaiting_approval" and params.get("approve"):
-        apply = _call(CLOUD_APPROVE, principal=ctx.principal, apply=apply)
+        apply = cloud_services.approve(principal=ctx.principal, apply=apply)
         _wait_cloud(ctx, apply, {"applied", "failed"})
     output = {"cloud_apply": apply.pk, "status": apply.status, "elapsed_s": round(time.monotonic() - started, 3)}
     if apply.status == "failed":
@@ -204,4 +176,4 @@ def _wait_cloud(ctx: RunContext, apply: Any, done: set[str]) -> None:
 
 register(JobKind("cloud_apply", "Plan / apply a cloud load balancer",
                  "Synthesize and plan the LB on the target; with approve, apply the plan.",
-                 _cloud_validate, _cloud_execute, available=lambda: _has(CLOUD_PLAN)))
+                 _cloud_validate, _cloud_execute))
