@@ -1,12 +1,13 @@
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from controlplane.api import extra_urls, router
 from controlplane.views import healthz, metrics
 
 urlpatterns = [
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    # The split view loads its init script from ?script instead of inlining it: the CSP forbids inline script.
+    path("api/v1/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="swagger-ui"),
     path("api/v1/", include(extra_urls)),
     path("api/v1/", include(router.urls)),
     path("metrics", metrics, name="metrics"),
