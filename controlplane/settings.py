@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "apps.scheduling",
     "apps.cloud",
     "apps.events",
+    "apps.acme",
 ]
 
 MIDDLEWARE = [

@@ -188,23 +188,39 @@ def parse_map(content: bytes) -> list[tuple[str, str]]:
     return entries
 
 
-def hot_map_changes(old: ConfigBundle, new: ConfigBundle) -> dict[str, list[tuple[str, str]]] | None:
-    """The map files to swap when `new` differs from `old` only in map contents, else None.
+@dataclass(frozen=True)
+class HotChanges:
+    maps: dict[str, list[tuple[str, str]]]
+    certs: dict[str, bytes]
+
+
+def hot_changes(old: ConfigBundle, new: ConfigBundle) -> HotChanges | None:
+    """What to change in a running worker when `new` differs from `old` only in maps and certificates.
 
     Then a node running `old` can take `new` through the runtime API with no reload: same
-    haproxy.cfg apart from its header comments, same file names, only `maps/*.map` contents moved.
-    The renderer keeps route changes that shape (frontends.classify_with_maps).
+    haproxy.cfg apart from its header comments, same file names, only `maps/*.map` contents
+    (route changes, frontends.classify_with_maps) and `certs/*.pem` contents (a renewed or
+    replaced certificate: `set/commit ssl cert`) moved. Else None.
     """
     if old.files.keys() != new.files.keys() or strip_header(old.main) != strip_header(new.main):
         return None
-    changed = {}
+    maps, certs = {}, {}
     for name, content in new.files.items():
         if name == MAIN_FILE or old.files[name] == content:
             continue
-        if not (name.startswith("maps/") and name.endswith(".map")):
+        if name.startswith("maps/") and name.endswith(".map"):
+            maps[name] = parse_map(content)
+        elif name.startswith("certs/") and name.endswith(".pem"):
+            certs[name] = content
+        else:
             return None
-        changed[name] = parse_map(content)
-    return changed
+    return HotChanges(maps, certs)
+
+
+def hot_map_changes(old: ConfigBundle, new: ConfigBundle) -> dict[str, list[tuple[str, str]]] | None:
+    """hot_changes limited to maps: None also when a certificate changed."""
+    changes = hot_changes(old, new)
+    return changes.maps if changes is not None and not changes.certs else None
 
 
 def _push(transport: FileSetTransport, bundle: ConfigBundle, outcome: NodeOutcome) -> bool:
@@ -218,9 +234,9 @@ def _push(transport: FileSetTransport, bundle: ConfigBundle, outcome: NodeOutcom
     return pushed.ok
 
 
-def _hot_apply(transport: FileSetTransport, plan: NodePlan, maps: dict[str, list[tuple[str, str]]],
-               outcome: NodeOutcome) -> bool:
-    """Push the bundle and swap its changed maps in the running worker; True when the node serves it.
+def _hot_apply(transport: FileSetTransport, plan: NodePlan, changes: HotChanges, outcome: NodeOutcome) -> bool:
+    """Push the bundle, swap its changed maps and certificates in the running worker; True when the node
+    serves it.
 
     False means "reload instead" (the reason is in outcome.steps): the files may be pushed already,
     and a reload loads the same files, so falling back is always safe.
@@ -229,22 +245,34 @@ def _hot_apply(transport: FileSetTransport, plan: NodePlan, maps: dict[str, list
         return True
     try:
         stats = transport.stats()
-        for name, entries in maps.items():
+        for name, entries in changes.maps.items():
             stats.replace_map(name, entries)
-        for name, entries in maps.items():
+        for name, entries in changes.maps.items():
             live = stats.show_map(name)
             if sorted(live) != sorted(entries):
                 raise RuntimeApiError(f"show map {name}", f"{len(live)} live entries, {len(entries)} expected")
+        for name, pem in changes.certs.items():
+            serial = stats.set_ssl_cert(name, pem)
+            if int(serial, 16) != int(pem_serial(pem), 16):
+                raise RuntimeApiError(f"show ssl cert {name}", f"serial {serial}, expected {pem_serial(pem)}")
         problem = verify(transport, plan.bundle, plan.conn.address)
     except NODE_ERRORS as exc:
-        outcome.steps.append(f"runtime map update failed ({exc}): reloading instead")
+        outcome.steps.append(f"runtime update failed ({exc}): reloading instead")
         return False
     if problem:
-        outcome.steps.append(f"after the runtime map update {problem}: reloading instead")
+        outcome.steps.append(f"after the runtime update {problem}: reloading instead")
         return False
     outcome.status, outcome.sha256, outcome.worker_pid = "succeeded", plan.bundle.sha256, plan.worker_pid
     outcome.hot = True
     return True
+
+
+def pem_serial(pem: bytes) -> str:
+    """The first certificate's serial in `show ssl cert`'s notation (upper-case hex, even length)."""
+    from cryptography import x509
+
+    serial = format(x509.load_pem_x509_certificate(pem).serial_number, "X")
+    return serial if len(serial) % 2 == 0 else "0" + serial
 
 
 def reachable(conn: NodeConn) -> tuple[ProcInfo | None, str]:
@@ -383,9 +411,9 @@ def apply_node(plan: NodePlan) -> NodeOutcome:
             and proc.failed_reloads == 0
         ):
             # The worker runs last_good: a route-only change needs no reload.
-            maps = hot_map_changes(plan.last_good, plan.bundle)
-            if maps is not None:
-                if _hot_apply(transport, plan, maps, outcome):
+            changes = hot_changes(plan.last_good, plan.bundle)
+            if changes is not None:
+                if _hot_apply(transport, plan, changes, outcome):
                     return outcome
                 on_disk = transport.config_sha256()
         if on_disk != plan.bundle.sha256 and not _push(transport, plan.bundle, outcome):
@@ -455,6 +483,23 @@ def set_server(conn: NodeConn, backends: Iterable[str], server: str, admin_state
     finally:
         transport.close()
     return "; ".join(errors) or None
+
+
+def set_map_entries(conn: NodeConn, name: str, add: dict[str, str], remove: Iterable[str] = ()) -> str | None:
+    """Add and remove live entries of one map on one node without a reload; None or the error."""
+    transport = _transport(conn)
+    try:
+        stats = transport.stats()
+        for key in remove:
+            stats.del_map_entry(name, key)
+        for key, value in add.items():
+            stats.del_map_entry(name, key)  # re-adding must not leave a stale duplicate first in line
+            stats.add_map_entry(name, key, value)
+    except NODE_ERRORS as exc:
+        return f"node {conn.name}: {exc}"
+    finally:
+        transport.close()
+    return None
 
 
 # --- drift and health -------------------------------------------------------------------------------

@@ -105,6 +105,14 @@ def unix_socket_sender(path: str) -> Sender:
 
 _MAP_NAME_RE = re.compile(r"^maps/[A-Za-z0-9_.-]{1,200}\.map$")
 _MAP_CHUNK_BYTES = 8 * 1024
+_CERT_NAME_RE = re.compile(r"^certs/[A-Za-z0-9_.-]{1,200}\.pem$")
+_PEM_LINE_RE = re.compile(r"^[A-Za-z0-9+/=: ,()-]{1,200}$")
+
+
+def _check_cert_name(name: str) -> str:
+    if not _CERT_NAME_RE.match(name):
+        raise ValueError(f"invalid certificate name {name!r}: Spillway's certificates are certs/<name>.pem")
+    return name
 
 
 def _check_map(name: str) -> str:
@@ -257,6 +265,45 @@ class HAProxySocket:
                     raise RuntimeApiError(f"add map @{version} {name}", answer)
                 chunk, size = [], 0
         self._set(f"commit map @{version} {name}")
+
+    def add_map_entry(self, name: str, key: str, value: str) -> None:
+        """Add one entry to the live version of a loaded map (a duplicate key adds a second entry)."""
+        self._set(f"add map {_check_map(name)} {_map_line(key, value)}")
+
+    def del_map_entry(self, name: str, key: str) -> None:
+        """Remove every entry for `key`; a key that is not there is not an error."""
+        _map_line(key, "-")  # the key check
+        answer = self.command(f"del map {_check_map(name)} {key}")
+        if answer.strip() and "not found" not in answer.lower():
+            raise RuntimeApiError(f"del map {name} {key}", answer)
+
+    def set_ssl_cert(self, name: str, pem: bytes) -> str:
+        """Replace a loaded certificate (chain + key PEM) in one step, without a reload; its new serial.
+
+        `set ssl cert` opens a transaction holding the new PEM, `commit ssl cert` swaps it in: new
+        handshakes get the new certificate, established connections keep theirs (HAProxy 2.6).
+        """
+        _check_cert_name(name)
+        lines = [line for line in pem.decode().splitlines() if line.strip()]  # a blank line ends the payload
+        if not lines or any(not _PEM_LINE_RE.match(line) for line in lines):
+            raise ValueError(f"{name}: not PEM text that can be sent over the runtime API")
+        answer = self._send(f"set ssl cert {name} <<\n" + "\n".join(lines) + "\n", self.timeout_s)
+        if "Transaction created" not in answer and "Transaction updated" not in answer:
+            self.command(f"abort ssl cert {name}")
+            raise RuntimeApiError(f"set ssl cert {name}", answer)
+        answer = self.command(f"commit ssl cert {name}")
+        if "Success" not in answer:
+            self.command(f"abort ssl cert {name}")
+            raise RuntimeApiError(f"commit ssl cert {name}", answer)
+        return self.ssl_cert_serial(name)
+
+    def ssl_cert_serial(self, name: str) -> str:
+        """The serial (upper-case hex, as `show ssl cert` prints it) of the live certificate `name`."""
+        answer = self.command(f"show ssl cert {_check_cert_name(name)}")
+        match = re.search(r"^Serial: ([0-9A-F]+)$", answer, re.MULTILINE)
+        if not match:
+            raise RuntimeApiError(f"show ssl cert {name}", answer or "empty answer")
+        return match.group(1)
 
     def show_map(self, name: str) -> list[tuple[str, str]]:
         """(key, value) of the live version of a loaded map, in HAProxy's order."""

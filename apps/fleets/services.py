@@ -29,10 +29,11 @@ from apps.core import crypto
 from apps.core.errors import Conflict, DomainError, NotFoundError
 from apps.fleets import selectors
 from apps.fleets.codec import content_sha256, display_text, snapshot_to_json, strip_header
-from apps.fleets.delivery import set_server
+from apps.fleets.delivery import set_map_entries, set_server
 from apps.fleets.enforce import sync_usable
 from apps.fleets.models import ConfigRevision, Fleet, Node, NodeResult, Rollout
 from apps.fleets.render import UnsafeValue, backend_name, render
+from apps.fleets.render.frontends import ACME_CHALLENGE_MAP
 from apps.fleets.render.quarantine import quarantine
 from apps.fleets.render.routing import ANY_HOST_CLASS
 from apps.fleets.snapshot import FleetSnapshot, NodeSpec
@@ -255,6 +256,31 @@ def member_runtime_apply(*, member_id: int) -> dict[str, str | None]:
         if error:
             logger.warning("runtime change of member %s on %s failed: %s", member.pk, key, error)
     return results
+
+
+def fleet_reconcile_now(*, fleet_id: int) -> dict[str, Any]:
+    """Mark the fleet's desired state changed and reconcile it in this process (for a worker that must
+    see the result before going on, e.g. ACME's handshake check); a queued reconcile finds it done."""
+    Fleet.objects.filter(pk=fleet_id).update(change_seq=F("change_seq") + 1)
+    return fleet_reconcile(fleet_id=fleet_id)
+
+
+def acme_challenges_set(*, add: dict[str, str], remove: list[str] = ()) -> dict[str, str | None]:  # type: ignore[assignment]
+    """Publish (token -> key authorization) and withdraw HTTP-01 answers on every enabled node of
+    every fleet, at once, through the runtime API (no revision, no reload).
+
+    Every node, not only those of fleets whose LBs route the hostname: DNS may send the CA to any of
+    them, and a key authorization is public by design (the CA fetches it over plain HTTP).
+    Returns {"fleet/node": error or None}.
+    """
+    nodes = list(Node.objects.filter(enabled=True).select_related("fleet"))
+    if not nodes:
+        return {}
+    conns = [(f"{n.fleet.name}/{n.name}", selectors.node_conn(n)) for n in nodes]
+    with ThreadPoolExecutor(max_workers=min(RUNTIME_THREADS, len(conns))) as pool:
+        futures = {key: pool.submit(set_map_entries, conn, ACME_CHALLENGE_MAP, add, list(remove))
+                   for key, conn in conns}
+        return {key: future.result() for key, future in futures.items()}
 
 
 # --- preview -------------------------------------------------------------------------------------------

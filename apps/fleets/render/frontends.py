@@ -38,6 +38,20 @@ def map_prefix(listener: ListenerSpec) -> str:
     return f"maps/{listener.lb}.{listener.name}"
 
 
+# HTTP-01 challenges (RFC 8555 8.3): token -> key authorization, filled through the runtime API on
+# every node while an ACME order is open (apps.acme). The file is always rendered empty and every HTTP
+# frontend always carries the two lines below, so a challenge never changes a revision or needs a
+# reload, and whichever node of whichever region the CA reaches answers it.
+ACME_CHALLENGE_MAP = "maps/acme-challenges.map"
+ACME_CHALLENGE_LINES = [
+    "# ACME HTTP-01: answer /.well-known/acme-challenge/<token> from the challenge map (apps.acme).",
+    f"http-request set-var(txn.acme) path,field(4,/),map({ACME_CHALLENGE_MAP}) "
+    "if { path_beg /.well-known/acme-challenge/ }",
+    'http-request return status 200 content-type text/plain lf-string "%[var(txn.acme)]" '
+    "if { var(txn.acme) -m found }",
+]
+
+
 def format_address(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
@@ -238,7 +252,9 @@ def http_frontend(
         f"frontend {frontend_name(listener)}",
         _bind_line(listener, bind_address),
         "option forwardfor",
+        *ACME_CHALLENGE_LINES,
     ]
+    files[ACME_CHALLENGE_MAP] = b""
     if listener.protocol == "https":
         lines.append("http-request set-header X-Forwarded-Proto https")
     keys = listener_action_keys(listener)

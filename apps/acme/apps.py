@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class AcmeConfig(AppConfig):
+    name = "apps.acme"
+    label = "acme"
