@@ -50,7 +50,7 @@ run: install
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py runall
 
 # Benchmarks: each prints its figures and a last line `RESULT key=value ...`.
-bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui bench-vip-failover bench-events
+bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui bench-vip-failover bench-events bench-dataplane
 
 # --- benchmark targets (one per line pair; keep this section at the end) ---
 bench-runtime: install-dev
@@ -78,3 +78,5 @@ bench-vip-failover: install-dev
 	$(BIN)/python tests/bench/bench_vip_failover.py
 bench-events: install-dev
 	$(BIN)/python tests/bench/bench_events.py
+bench-dataplane: install-dev
+	$(BIN)/python tests/bench/bench_dataplane.py
