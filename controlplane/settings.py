@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "apps.cloud",
     "apps.events",
     "apps.acme",
+    "apps.configcode",
 ]
 
 MIDDLEWARE = [

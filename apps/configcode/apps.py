@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ConfigcodeConfig(AppConfig):
+    name = "apps.configcode"
+    label = "configcode"
