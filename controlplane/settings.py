@@ -197,7 +197,7 @@ REST_FRAMEWORK = {
         "apps.core.api.filters.ScopedFilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "apps.core.api.schema.AutoSchema",
     "EXCEPTION_HANDLER": "apps.core.api.errors.exception_handler",
     "DEFAULT_THROTTLE_RATES": {"login": "10/min"},
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",

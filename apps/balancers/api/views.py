@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Count, Q
 from django_filters import rest_framework as filters
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -23,6 +24,7 @@ from apps.balancers.models import (
     Route,
     StaticIP,
 )
+from apps.core.api.schema import IDEMPOTENCY_KEY
 from apps.core.api.serializers import EmptySerializer
 from apps.core.api.viewsets import TenantViewSet, etag_for
 
@@ -200,6 +202,7 @@ class StaticIPViewSet(TenantViewSet):
     def scope_queryset(self, qs):
         return qs.exclude(state=StaticIP.State.FREE)
 
+    @extend_schema(responses={201: s.StaticIPSerializer}, parameters=[IDEMPOTENCY_KEY])
     @action(detail=False, methods=["post"], serializer_class=s.StaticIPAllocateSerializer)
     def allocate(self, request):
         return self.create(request)  # same Idempotency-Key handling as any POST

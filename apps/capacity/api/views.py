@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.db.models import Prefetch
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.exceptions import MethodNotAllowed
@@ -11,6 +12,7 @@ from rest_framework.response import Response
 from apps.capacity import selectors, services
 from apps.capacity.api import serializers as s
 from apps.capacity.models import CapacityRun, CapacityTest, StepResult, TargetAllowlist
+from apps.core.api.schema import IDEMPOTENCY_KEY
 from apps.core.api.serializers import EmptySerializer
 from apps.core.api.viewsets import TenantViewSet, etag_for
 
@@ -37,6 +39,7 @@ class CapacityTestViewSet(TenantViewSet):
     def _data(serializer) -> dict:
         return dict(serializer.validated_data)
 
+    @extend_schema(request=None, responses={201: s.CapacityRunSerializer}, parameters=[IDEMPOTENCY_KEY])
     @action(detail=True, methods=["post"], serializer_class=EmptySerializer)
     def start(self, request, pk=None):
         """Start a run of this test: 201 with the run (pending; the workers take it from there)."""
@@ -69,6 +72,7 @@ class CapacityRunViewSet(TenantViewSet):
             return s.CapacityRunListSerializer
         return super().get_serializer_class()
 
+    @extend_schema(exclude=True)  # runs are started from their test; POST here is always a 405
     def create(self, request, *args, **kwargs):
         raise MethodNotAllowed("POST", detail="Start a run with POST /api/v1/capacity-tests/{id}/start/.")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from django.http import HttpResponse
+from drf_spectacular.utils import extend_schema
 from rest_framework import permissions, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -78,6 +79,7 @@ class CloudApplyViewSet(TenantViewSet):
         data = serializer.validated_data
         serializer.instance = services.create_apply(principal=self.principal, target=data["target"], lb=data["lb"])
 
+    @extend_schema(request=None, responses={202: s.CloudApplySerializer})
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
         apply = services.approve(principal=self.principal, apply=self.get_object())

@@ -258,3 +258,22 @@ class CertificateSerializer(TenantModelSerializer):
 class AppliedQuerySerializer(serializers.Serializer):
     revision = serializers.IntegerField(min_value=0)
     timeout = serializers.FloatField(required=False, default=0.0, min_value=0.0)
+
+
+class AppliedNodeSerializer(serializers.Serializer):
+    fleet = serializers.CharField()
+    node = serializers.CharField()
+    status = serializers.CharField()
+    applied_revision = serializers.IntegerField(allow_null=True, help_text="Fleet config revision the node runs.")
+    lb_revision = serializers.IntegerField(help_text="The LB revision that config covers.")
+    done = serializers.BooleanField()
+
+
+class AppliedSerializer(serializers.Serializer):
+    """Answer of GET /load-balancers/{id}/applied/: 200 when applied everywhere, 202 with node state otherwise."""
+
+    load_balancer = serializers.IntegerField()
+    revision = serializers.IntegerField()
+    current_revision = serializers.IntegerField()
+    applied = serializers.BooleanField()
+    nodes = AppliedNodeSerializer(many=True)

@@ -7,7 +7,8 @@ import time
 from django.core.cache import cache
 from django.db import transaction
 from django.shortcuts import get_object_or_404
-from rest_framework import permissions, status
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import permissions, serializers, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
@@ -45,6 +46,7 @@ class FleetViewSet(TenantViewSet):
     def perform_destroy(self, instance):
         services.fleet_delete(principal=self.principal, fleet=instance)
 
+    @extend_schema(request=None, responses={202: inline_serializer("Queued", {"queued": serializers.BooleanField()})})
     @action(detail=True, methods=["post"], serializer_class=EmptySerializer)
     def reconcile(self, request, pk=None):
         """Render the desired state now and roll it out if it changed (asynchronously)."""
@@ -140,6 +142,7 @@ class RolloutViewSet(TenantViewSet):
         out = self.get_serializer(rollout).data
         return Response(out, status=status.HTTP_201_CREATED, headers={"ETag": etag_for(out)})
 
+    @extend_schema(request=None, responses={201: s.RolloutSerializer})
     @action(detail=True, methods=["post"], serializer_class=EmptySerializer)
     def rollback(self, request, pk=None):
         """Put the fleet back on the revision it served before this rollout."""
@@ -209,6 +212,8 @@ class LoadBalancerAppliedView(APIView):
     permission_classes = [HasPrincipal]
     serializer_class = s.AppliedQuerySerializer
 
+    @extend_schema(parameters=[s.AppliedQuerySerializer],
+                   responses={200: s.AppliedSerializer, 202: s.AppliedSerializer})
     def get(self, request, pk: int):
         lb = _visible_lb(request, pk)
         query = s.AppliedQuerySerializer(data=request.query_params)

@@ -131,3 +131,9 @@ class JobRunSerializer(TenantModelSerializer):
         if run.started_at is None or run.trigger == JobRun.Trigger.MANUAL:
             return None
         return int((run.started_at - run.scheduled_for).total_seconds() * 1000)
+
+
+class SchedulePreviewResultSerializer(serializers.Serializer):
+    description = serializers.CharField()
+    next_fire_times = serializers.ListField(child=serializers.DateTimeField())
+    timezone = serializers.CharField()

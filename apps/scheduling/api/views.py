@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django_filters import rest_framework as filters
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.exceptions import MethodNotAllowed
@@ -72,6 +73,7 @@ class JobViewSet(TenantViewSet):
 
     # --- actions -----------------------------------------------------------------------------
 
+    @extend_schema(request=None, responses={202: s.JobRunSerializer})
     @action(detail=True, methods=["post"], serializer_class=EmptySerializer)
     def run(self, request, pk=None):
         """Run now, outside the schedule (also while paused). Answers 202 with the new run."""
@@ -91,13 +93,16 @@ class JobViewSet(TenantViewSet):
     def _job_data(self, job: Job) -> dict:
         return s.JobSerializer(job, context=self.get_serializer_context()).data
 
+    @extend_schema(parameters=[s.SchedulePreviewSerializer], responses={200: s.SchedulePreviewResultSerializer})
     @action(detail=False, methods=["get"], serializer_class=s.SchedulePreviewSerializer)
     def preview(self, request):
         """Description and next five fire times of a schedule, without saving anything."""
         serializer = s.SchedulePreviewSerializer(data=request.query_params)
         serializer.is_valid(raise_exception=True)
         result = s.schedule_preview(serializer.validated_data)
-        return Response(result, status=status.HTTP_400_BAD_REQUEST if "code" in result else status.HTTP_200_OK)
+        if "code" in result:  # the API's error shape
+            return Response({**result, "fields": {}}, status=status.HTTP_400_BAD_REQUEST)
+        return Response(result)
 
 
 class JobRunFilter(filters.FilterSet):
@@ -119,6 +124,7 @@ class JobRunViewSet(TenantViewSet):
     ordering_fields = ["scheduled_for", "started_at", "duration_ms"]
     http_method_names = ["get", "post", "head", "options"]
 
+    @extend_schema(exclude=True)  # runs come from the schedule or POST /jobs/{id}/run/; always a 405
     def create(self, request, *args, **kwargs):
         raise MethodNotAllowed("POST")
 

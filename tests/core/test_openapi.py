@@ -1,0 +1,91 @@
+"""The OpenAPI document tells the truth: what exists, what each operation answers, which headers count."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.django_db
+
+ERROR_REF = "#/components/schemas/Error"
+
+
+@pytest.fixture(scope="module")
+def schema(django_db_blocker) -> dict:
+    from rest_framework.test import APIClient
+
+    with django_db_blocker.unblock():
+        response = APIClient().get("/api/v1/schema/", {"format": "json"})
+    assert response.status_code == 200
+    return response.json()
+
+
+def _op(schema: dict, method: str, path: str) -> dict:
+    return schema["paths"][path][method]
+
+
+def test_operations_that_always_answer_405_are_not_documented(schema) -> None:
+    assert "post" not in schema["paths"]["/api/v1/capacity-runs/"]
+    assert "post" not in schema["paths"]["/api/v1/job-runs/"]
+
+
+@pytest.mark.parametrize(("method", "path", "code", "body"), [
+    ("post", "/api/v1/capacity-tests/{id}/start/", "201", "CapacityRun"),
+    ("post", "/api/v1/jobs/{id}/run/", "202", "JobRun"),
+    ("post", "/api/v1/fleets/{id}/reconcile/", "202", "Queued"),
+    ("post", "/api/v1/rollouts/{id}/rollback/", "201", "Rollout"),
+    ("post", "/api/v1/static-ips/allocate/", "201", "StaticIP"),
+    ("post", "/api/v1/cloud-applies/{id}/approve/", "202", "CloudApply"),
+])
+def test_actions_document_the_status_and_body_they_answer(schema, method, path, code, body) -> None:
+    responses = _op(schema, method, path)["responses"]
+    assert "200" not in responses, sorted(responses)
+    assert responses[code]["content"]["application/json"]["schema"]["$ref"] == f"#/components/schemas/{body}"
+
+
+def test_every_operation_documents_its_errors_with_the_error_body(schema) -> None:
+    error = schema["components"]["schemas"]["Error"]
+    assert set(error["required"]) == {"code", "detail", "fields"}
+    for path, ops in schema["paths"].items():
+        for method, op in ops.items():
+            if method == "parameters":
+                continue
+            expected = {"400", "401", "403"} | ({"404"} if "{" in path else set())
+            if method in ("post", "put", "patch", "delete"):
+                expected.add("409")
+            missing = expected - set(op["responses"])
+            assert not missing, (method, path, missing)
+            for code in expected:
+                assert op["responses"][code]["content"]["application/json"]["schema"]["$ref"] == ERROR_REF
+
+
+def test_conditional_and_idempotent_writes_document_their_headers(schema) -> None:
+    def headers(op: dict) -> set[str]:
+        return {p["name"] for p in op.get("parameters", []) if p["in"] == "header"}
+
+    for method in ("put", "patch", "delete"):
+        op = _op(schema, method, "/api/v1/load-balancers/{id}/")
+        assert "If-Match" in headers(op) and "412" in op["responses"], method
+    create = _op(schema, "post", "/api/v1/load-balancers/")
+    assert "Idempotency-Key" in headers(create) and "422" in create["responses"]
+    assert "Idempotency-Key" in headers(_op(schema, "post", "/api/v1/static-ips/allocate/"))
+    assert "ETag" in _op(schema, "get", "/api/v1/load-balancers/{id}/")["responses"]["200"]["headers"]
+    assert "If-Match" not in headers(_op(schema, "get", "/api/v1/load-balancers/{id}/"))
+
+
+def test_request_bodies_are_json_only(schema) -> None:
+    for path, ops in schema["paths"].items():
+        for method, op in ops.items():
+            if isinstance(op, dict) and "requestBody" in op:
+                assert set(op["requestBody"]["content"]) == {"application/json"}, (method, path)
+
+
+@pytest.mark.parametrize(("path", "required", "codes", "body"), [
+    ("/api/v1/load-balancers/{id}/applied/", {"revision"}, {"200", "202"}, "Applied"),
+    ("/api/v1/jobs/preview/", {"schedule_type"}, {"200"}, "SchedulePreviewResult"),
+])
+def test_query_endpoints_document_required_parameters_and_their_answer(schema, path, required, codes, body) -> None:
+    op = _op(schema, "get", path)
+    query = {p["name"]: p for p in op["parameters"] if p["in"] == "query"}
+    assert {name for name, p in query.items() if p.get("required")} == required
+    for code in codes:
+        assert op["responses"][code]["content"]["application/json"]["schema"]["$ref"] == f"#/components/schemas/{body}"
