@@ -235,9 +235,8 @@ def _account(org) -> AcmeAccount:
     return account
 
 
-def _claim(managed_id: int, force: bool) -> tuple[ManagedCertificate, AcmeOrder] | None:
+def _claim(managed_id: int, force: bool, now: dt.datetime) -> tuple[ManagedCertificate, AcmeOrder] | None:
     """Lock the row, refuse when an order is running (one at a time), open the order record."""
-    now = timezone.now()
     with transaction.atomic():
         managed = ManagedCertificate.objects.select_for_update().filter(pk=managed_id).first()
         if managed is None:
@@ -267,9 +266,10 @@ def _roll_out(cert: Certificate) -> None:
         fleet_services.fleet_reconcile_now(fleet_id=fleet_id)
 
 
-def managed_certificate_issue(*, managed_id: int, force: bool = False) -> AcmeOrder | None:
+def managed_certificate_issue(*, managed_id: int, force: bool = False,
+                              now: dt.datetime | None = None) -> AcmeOrder | None:
     """Place one order for a due (or forced) managed certificate; idempotent: None when not due or running."""
-    claimed = _claim(managed_id, force)
+    claimed = _claim(managed_id, force, now or timezone.now())
     if claimed is None:
         return None
     managed, order = claimed

@@ -75,6 +75,8 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], log: str, timeout_s: fl
 @dataclass
 class Pebble:
     http_port: int
+    dns_server: str = ""  # default: a pebble-challtestsrv of its own (see resolve())
+    validity_s: int = 3600  # short-lived certificates, so renewal times are near and checkable
     base: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="spw-pebble-"))
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     acme_port: int = 0
@@ -112,6 +114,7 @@ class Pebble:
             "certificate": cert_path, "privateKey": key_path,
             "httpPort": self.http_port, "tlsPort": pick_free_port(),
             "ocspResponderURL": "", "externalAccountBindingRequired": False,
+            "certificateValidityPeriod": self.validity_s,
         }}
         with open(f"{self.base}/pebble.json", "w") as fh:
             json.dump(config, fh)
@@ -120,7 +123,7 @@ class Pebble:
         env = {"PEBBLE_VA_NOSLEEP": "1", "PEBBLE_WFE_NONCEREJECT": "0", "PEBBLE_AUTHZREUSE": "0",
                **(extra_env or {})}
         proc, log = self._spawn([PEBBLE_BIN, "-config", f"{self.base}/pebble.json",
-                                 "-dnsserver", f"127.0.0.1:{self.dns_port}"], "pebble", env)
+                                 "-dnsserver", self.dns_server or f"127.0.0.1:{self.dns_port}"], "pebble", env)
         _wait_port(self.acme_port, proc, log)
         return self
 
@@ -153,4 +156,81 @@ class Pebble:
                 proc.kill()
                 proc.wait(5)
         self.procs.clear()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+KNOTD_BIN = shutil.which("knotd") or "/usr/sbin/knotd"
+TSIG_SECRET = "c3BpbGx3YXktdGVzdC10c2lnLWtleS0zMi1ieXRlcyE="  # a test-only key
+
+
+@dataclass
+class Knot:
+    """Knot DNS, authoritative for `zone` on loopback, accepting RFC 2136 updates signed with TSIG."""
+
+    zone: str
+    base: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="spw-knot-"))
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    key_name: str = "spillway"
+
+    def start(self) -> Knot:
+        self.port = pick_free_port()
+        os.makedirs(f"{self.base}/db", exist_ok=True)  # knotd keeps its journal there and creates no parents
+        with open(f"{self.base}/{self.zone}.zone", "w") as fh:
+            fh.write(f"$ORIGIN {self.zone}.\n$TTL 60\n@ SOA ns hostmaster 1 60 60 3600 60\n@ NS ns\n"
+                     "ns A 127.0.0.1\n")
+        with open(f"{self.base}/knot.conf", "w") as fh:
+            fh.write(f"""server:
+    listen: 127.0.0.1@{self.port}
+    rundir: {self.base}
+database:
+    storage: {self.base}/db
+key:
+  - id: {self.key_name}
+    algorithm: hmac-sha256
+    secret: {TSIG_SECRET}
+acl:
+  - id: update
+    key: {self.key_name}
+    action: update
+zone:
+  - domain: {self.zone}
+    storage: {self.base}
+    file: {self.zone}.zone
+    acl: update
+    zonefile-sync: -1
+log:
+  - target: stderr
+    any: warning
+""")
+        log = f"{self.base}/knot.log"
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen([KNOTD_BIN, "-c", f"{self.base}/knot.conf"], stdin=subprocess.DEVNULL,
+                                         stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 15
+        import dns.message
+        import dns.query
+        while True:
+            try:
+                answer = dns.query.udp(dns.message.make_query(f"{self.zone}.", "SOA"), "127.0.0.1",
+                                       port=self.port, timeout=0.5)
+                if answer.answer:
+                    return self
+            except Exception:  # not up yet
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"knotd did not start: {_tail(log)}") from None
+            time.sleep(0.05)
+
+    def provider_settings(self) -> dict:
+        return {"kind": "rfc2136", "server": "127.0.0.1", "port": self.port, "key_name": self.key_name,
+                "key_secret": TSIG_SECRET, "algorithm": "hmac-sha256"}
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
         shutil.rmtree(self.base, ignore_errors=True)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from cryptography import x509
 
 from apps.acme import services
 from apps.acme.client import Challenge
+from apps.acme.deploy import handshake_serial
 from apps.acme.models import AcmeAccount, ManagedCertificate
 from apps.acme.services import FleetHttp01Solver
 from apps.core.errors import DomainError
@@ -113,3 +116,59 @@ def test_an_org_cannot_ask_for_a_certificate_for_another_orgs_hostname(acme_sett
         assert (caught.value.code, caught.value.status) == ("hostname_not_claimed", 422)
         assert "acme" not in caught.value.detail.replace(hostnames[0], "")
     assert not ManagedCertificate.objects.exists()
+
+
+def test_a_short_lived_certificate_is_renewed_at_two_thirds_of_its_life(two_regions, pebble, acme_settings,
+                                                                       alice) -> None:
+    approve(alice.org, "short.acme.test")
+    pebble.resolve("short.acme.test", two_regions.nodes[0].bind_address)
+    managed = services.managed_certificate_request(principal=principal_of(alice), name="short",
+                                                   hostnames=["short.acme.test"])
+    first = services.managed_certificate_issue(managed_id=managed.pk)
+    assert first.status == "valid", first.error
+    managed.refresh_from_db()
+    cert = managed.certificate
+    assert (cert.not_after - cert.not_before).total_seconds() <= 3601  # pebble's short lifetime
+    renew_at = managed.next_attempt_at
+    # Not due a second early, nothing happens; at its time the beat finds it and it renews.
+    assert managed.pk not in services.due(now=renew_at - dt.timedelta(seconds=1))
+    assert services.managed_certificate_issue(managed_id=managed.pk, now=renew_at - dt.timedelta(seconds=1)) is None
+    assert managed.pk in services.due(now=renew_at)
+    second = services.managed_certificate_issue(managed_id=managed.pk, now=renew_at)
+    assert second.status == "valid", second.error
+    cert.refresh_from_db()
+    assert second.serial != first.serial and cert.fingerprint_sha256 != "" and cert.pk == managed.certificate_id
+
+
+def test_a_changed_domain_list_gets_its_new_certificate_before_the_old_one_leaves(two_regions, pebble, acme_settings,
+                                                                                 alice) -> None:
+    """GIVEN an issued certificate serving on an https listener, WHEN a name is added, THEN the old
+    certificate keeps serving until the new one (with both names) replaces it in place, without a reload."""
+    approve(alice.org, "*.two.acme.test")
+    approve(alice.org, "two.acme.test")
+    for name in ("two.acme.test", "www.two.acme.test"):
+        pebble.resolve(name, EU_NODES[0])
+    managed = services.managed_certificate_request(principal=principal_of(alice), name="two",
+                                                   hostnames=["two.acme.test"])
+    assert services.managed_certificate_issue(managed_id=managed.pk).status == "valid"
+    managed.refresh_from_db()
+    cert = managed.certificate
+    two_regions.lb.listeners.create(name="https", protocol="https", port=two_regions.ports.https,
+                                    default_pool=two_regions.http.default_pool, certificate=cert)
+    two_regions.reconcile()
+    pids = two_regions.worker_pids()
+    old = handshake_serial(EU_NODES[0], two_regions.ports.https, "two.acme.test")
+
+    services.managed_certificate_update(principal=principal_of(alice), managed=managed,
+                                        hostnames=["two.acme.test", "www.two.acme.test"])
+    cert.refresh_from_db()
+    assert cert.dns_names == ["two.acme.test"]  # the old one still serves while the new one is ordered
+    assert all(handshake_serial(n.bind_address, two_regions.ports.https, "two.acme.test") == old
+               for n in two_regions.nodes)
+    assert managed.pk in services.due()
+    order = services.managed_certificate_issue(managed_id=managed.pk)
+    assert order.status == "valid", order.error
+    cert.refresh_from_db()
+    assert sorted(cert.dns_names) == ["two.acme.test", "www.two.acme.test"]
+    assert set(order.deployed.values()) == {"ok"} and len(order.deployed) == 3
+    assert two_regions.worker_pids() == pids
