@@ -28,7 +28,7 @@ from apps.balancers.models import (
     StaticIP,
 )
 from apps.balancers.signals import lb_changed, member_runtime_changed
-from apps.core import netpolicy
+from apps.core import netpolicy, vrrp
 from apps.core.errors import Conflict, DoesNotExist, DomainError
 from apps.core.locks import xact_lock
 
@@ -278,6 +278,7 @@ def listener_save(*, principal: Principal, listener: Listener, data: dict[str, A
         object_save(principal=principal, obj=listener, action="create" if listener.pk is None else "update",
                     data=data)
         _check_port_free(listener)
+        _check_vip_floats(listener)
         ip = listener.static_ip
         if ip is not None:
             if ip.state == StaticIP.State.FREE or (ip.org_id not in (listener.lb.org_id, None)
@@ -306,13 +307,47 @@ def listener_static_ip_set(*, principal: Principal, listener: Listener, static_i
     return listener
 
 
+def _serving_fleet_ids(lb: LoadBalancer) -> set[int]:
+    fleet_ids = set(lb.serving_fleets.values_list("pk", flat=True))
+    if lb.fleet_id:
+        fleet_ids.add(lb.fleet_id)
+    return fleet_ids
+
+
+def _check_vip_floats(listener: Listener) -> None:
+    """A static IP on a listener floats between the nodes of every fleet serving it (keepalived): refuse
+    one that could not (the render would have to leave it out). Named without the other tenant's VIP."""
+    if listener.static_ip is None:
+        return
+    address = listener.static_ip.address
+    fleet_ids = _serving_fleet_ids(listener.lb)
+    if not fleet_ids:
+        return
+    others = (Listener.objects.filter(Q(lb__fleet_id__in=fleet_ids) | Q(lb__serving_fleets__in=fleet_ids),
+                                      static_ip__isnull=False)
+              .exclude(pk=listener.pk).exclude(static_ip__address=address)
+              .values_list("static_ip__address", flat=True).distinct())
+    if any(vrrp.vrid_for(other) == vrrp.vrid_for(address) for other in others):
+        raise Conflict("vrid_collision", f"{address} cannot float on the fleet serving this load balancer: its "
+                       "VRRP router id is taken by another address there. Reserve another address.",
+                       field="static_ip")
+    # Nodes that run keepalived, reached through the fleets' reverse relation (balancers sits below fleets).
+    lb = listener.lb
+    node_addresses = [
+        *LoadBalancer.objects.filter(pk=lb.pk, fleet__nodes__vrrp_interface__gt="")
+        .values_list("fleet__nodes__address", flat=True),
+        *lb.serving_fleets.filter(nodes__vrrp_interface__gt="").values_list("nodes__address", flat=True),
+    ]
+    if any(vrrp.family(a) != vrrp.family(address) for a in node_addresses):
+        raise Conflict("vip_family", f"{address} is not of the IP family of the fleet's nodes, so it cannot "
+                       "float there.", field="static_ip")
+
+
 def _check_port_free(listener: Listener) -> None:
     """A listener must not bind what another listener on the same fleet binds: the fleet's render would
     leave one of them out. Refused without naming the other (it may be another tenant's)."""
     lb = listener.lb
-    fleet_ids = set(lb.serving_fleets.values_list("pk", flat=True))
-    if lb.fleet_id:
-        fleet_ids.add(lb.fleet_id)
+    fleet_ids = _serving_fleet_ids(lb)
     if not fleet_ids:
         return
     others = (Listener.objects.filter(Q(lb__fleet_id__in=fleet_ids) | Q(lb__serving_fleets__in=fleet_ids),

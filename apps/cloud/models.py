@@ -55,6 +55,8 @@ class CloudTarget(models.Model):
     provider = models.CharField(max_length=8, choices=Provider.choices)
     project_or_account = models.CharField(max_length=128)
     regions = models.JSONField(default=list)
+    # Spillway region slug -> provider region ({"us-east": "us-east1"}); complete for `regions` (apps.cloud.regions).
+    region_map = models.JSONField(default=dict, blank=True)
     # Operator-managed credentials and state backend (tenants choose among those offered to them).
     credential = models.ForeignKey(CloudCredential, null=True, blank=True, on_delete=models.PROTECT,
                                    related_name="targets")

@@ -10,6 +10,7 @@ from typing import Any
 
 from apps.balancers.models import Listener, LoadBalancer, Member, Pool, Route
 from apps.cloud.models import CloudTarget
+from apps.cloud.regions import provider_region
 from deploy.model import (
     CloudLB,
     CloudListener,
@@ -25,6 +26,8 @@ from deploy.model import (
 
 def cloud_lb(lb: LoadBalancer, target: CloudTarget) -> CloudLB:
     """The cloud model of `lb` as it would be applied on `target` (no validation: see deploy.limits)."""
+    # Providers see their own region names only (target.region_map; refused at save when incomplete).
+    region_map: dict[str, str] = target.region_map or {}
     pools = list(Pool.objects.filter(lb=lb).prefetch_related("regions__region").order_by("name"))
     members_by_pool: dict[tuple[int, int], list[CloudMember]] = {}
     for member in Member.objects.filter(pool__lb=lb).order_by("pool_id", "name"):
@@ -38,7 +41,7 @@ def cloud_lb(lb: LoadBalancer, target: CloudTarget) -> CloudLB:
             health=HealthCheck(pool.health_path or "/", pool.health_interval_s, pool.health_expected_status),
             regions=tuple(
                 CloudPoolRegion(
-                    region=pr.region.slug,
+                    region=provider_region(region_map, pr.region.slug),
                     max_rate_per_member=pr.max_rate_per_member,
                     capacity_scaler=pr.capacity_scaler,
                     members=tuple(members_by_pool.get((pool.pk, pr.region_id), ())),
@@ -76,7 +79,7 @@ def cloud_lb(lb: LoadBalancer, target: CloudTarget) -> CloudLB:
         name=lb.name,
         provider=target.provider,  # type: ignore[arg-type]
         project_or_account=target.project_or_account,
-        regions=tuple(target.regions or ()),
+        regions=tuple(provider_region(region_map, r) for r in target.regions or ()),
         static_ip=static_ip,
         listeners=cloud_listeners,
         pools=cloud_pools,
@@ -92,7 +95,7 @@ def _networks(target: CloudTarget) -> tuple[CloudRegionNetwork, ...]:
         if not isinstance(net, dict) or not net.get("network"):
             continue  # deploy.limits names the region that lacks network settings
         found.append(CloudRegionNetwork(
-            region=region,
+            region=provider_region(target.region_map or {}, region),
             network=str(net["network"]),
             zone=net.get("zone") or None,
             subnet_ids=tuple(net.get("subnet_ids") or ()),

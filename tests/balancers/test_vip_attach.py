@@ -53,3 +53,32 @@ def test_an_attached_vip_cannot_be_released(world, ips, alice) -> None:
     response = alice.client.post(f"/api/v1/static-ips/{ips['acme'].pk}/release/")
     assert response.status_code in (400, 409), response.json()
     assert StaticIP.objects.get(pk=ips["acme"].pk).org == alice.org
+
+
+def test_a_vip_that_could_not_float_on_the_fleet_is_refused_with_a_code(world, ips, alice, ops) -> None:
+    """Two VIPs deriving one VRRP router id on one fleet, or an IPv6 VIP on IPv4 VRRP nodes, would have to
+    be left out of keepalived.conf: refused at attach time (409) without naming the other tenant's VIP."""
+    from apps.fleets.models import Fleet, Node
+
+    fleet = Fleet.objects.create(name="edge-fleet", region=world.us)
+    Node.objects.create(fleet=fleet, name="n1", address="10.0.0.1", runtime_dir="/run/x", config_dir="/etc/x",
+                        vrrp_interface="eth0")
+    world.acme_lb.fleet = fleet
+    world.acme_lb.save()
+    ops_lb = LoadBalancerFactory(name="ops-lb", org=ops, fleet=fleet)
+    pool = IpPool.objects.get(name="ips")
+    taken = StaticIP.objects.create(pool=pool, address="192.0.2.5", org=ops, state=StaticIP.State.ASSIGNED)
+    Listener.objects.create(lb=ops_lb, name="http", port=80, static_ip=taken)
+    wide = IpPool.objects.create(name="wide", cidr="192.0.3.0/24")
+    clash = StaticIP.objects.create(pool=wide, address="192.0.3.4", org=alice.org)  # 192.0.2.5 + 255
+    v6_pool = IpPool.objects.create(name="v6", cidr="2001:db8::/64")
+    v6 = StaticIP.objects.create(pool=v6_pool, address="2001:db8::5", org=alice.org)
+    listener = Listener.objects.create(lb=world.acme_lb, name="http", port=8080)
+    for ip, code in ((clash, "vrid_collision"), (v6, "vip_family")):
+        response = alice.client.patch(f"/api/v1/listeners/{listener.pk}/", {"static_ip": ip.pk}, format="json")
+        assert response.status_code == 409, response.json()
+        assert response.json()["code"] == code and "192.0.2.5" not in response.json()["detail"]
+    listener.refresh_from_db()
+    assert listener.static_ip is None
+    ok = alice.client.patch(f"/api/v1/listeners/{listener.pk}/", {"static_ip": ips["acme"].pk}, format="json")
+    assert ok.status_code == 200, ok.json()

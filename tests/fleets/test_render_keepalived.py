@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
+from apps.core.vrrp import vrid_for
 from apps.fleets.render import UnsafeValue, render
-from apps.fleets.render.keepalived import vrid_for
 from apps.fleets.snapshot import FleetSnapshot, ListenerSpec, NodeSpec, VrrpSpec
 
 VRRP = VrrpSpec(interface="eth0", address="10.215.9.11", priority=254, peers=("10.215.9.13", "10.215.9.12"))
@@ -76,11 +76,13 @@ def test_a_drained_node_tracks_a_failing_script_so_its_vips_move() -> None:
     assert 'script "/bin/false"' in conf and conf.count("spillway_drained") == 2
 
 
-def test_two_vips_deriving_one_router_id_are_refused() -> None:
-    with pytest.raises(UnsafeValue) as exc:
-        render(snapshot("10.215.9.100", "10.215.10.99"), node())  # 255 apart
-    assert vrid_for("10.215.9.100") == vrid_for("10.215.10.99")
-    assert exc.value.code == "vrid_collision"
+def test_a_vip_that_cannot_float_is_left_out_without_failing_the_node() -> None:
+    """Another tenant's clashing or IPv6 VIP must not stop this node's render (a shared fleet)."""
+    assert vrid_for("10.215.9.100") == vrid_for("10.215.10.99")  # 255 apart
+    conf = keepalived_conf(snapshot("10.215.9.100", "10.215.10.99", "2001:db8::5"), node())
+    assert conf.count("vrrp_instance ") == 1 and "10.215.9.100/32" in conf  # the older listener's stays
+    assert "# VIP left out: 10.215.10.99 (web.l1): router id" in conf
+    assert "# VIP left out: 2001:db8::5 (web.l2): not of the nodes' IP family" in conf
 
 
 INJECTIONS = [

@@ -10,6 +10,7 @@ from rest_framework import serializers
 from apps.balancers.models import LoadBalancer
 from apps.cloud import runner, services
 from apps.cloud.models import CloudApply, CloudCredential, CloudTarget
+from apps.cloud.regions import PATTERNS, UnmappedRegion, complete_region_map
 from apps.core.api.fields import ScopedRelatedField, SlugNameField, TenantModelSerializer
 
 NETWORK_KEYS = {"network", "zone", "subnet_ids", "security_group_ids"}
@@ -23,7 +24,8 @@ class CloudTargetSerializer(TenantModelSerializer):
 
     class Meta:
         model = CloudTarget
-        fields = ["id", "name", "provider", "project_or_account", "regions", "networks", "certificate_refs",
+        fields = ["id", "name", "provider", "project_or_account", "regions", "region_map", "networks",
+                  "certificate_refs",
                   "credential", "state_backend", "credentials_ref", "has_credentials", "apply_unavailable",
                   "created_at"]
         read_only_fields = ["created_at"]
@@ -41,6 +43,15 @@ class CloudTargetSerializer(TenantModelSerializer):
         if credential is not None and credential.provider != provider:
             raise serializers.ValidationError({"credential": [f"That credential is for {credential.provider}."]},
                                               code="provider_mismatch")
+        regions = attrs.get("regions", getattr(self.instance, "regions", None)) or []
+        region_map = attrs.get("region_map", getattr(self.instance, "region_map", None)) or {}
+        if not isinstance(region_map, dict):
+            raise serializers.ValidationError({"region_map": ["An object of Spillway region -> provider region."]})
+        if provider in PATTERNS:
+            try:
+                attrs["region_map"] = complete_region_map(provider, regions, region_map)
+            except UnmappedRegion as exc:
+                raise serializers.ValidationError({"region_map": [str(exc)]}, code="region_unmapped") from None
         return attrs
 
     def get_apply_unavailable(self, obj: CloudTarget) -> str | None:

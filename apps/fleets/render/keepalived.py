@@ -4,8 +4,8 @@ What it guarantees, and why:
 
 - **One VRRP instance per VIP** (a listener's static IP) in the fleet's region, so each VIP moves on
   its own. The virtual router id is derived from the address (`vrid_for`) so it never changes when
-  another VIP is added; two VIPs of one fleet that derive the same id are refused (`vrid_collision`)
-  rather than silently sharing an election.
+  another VIP is added; of two VIPs of one fleet that derive the same id the newer is left out (named in
+  a comment) rather than sharing an election or failing every tenant's render; attach refuses it first.
 - **Priorities from node order**, first node highest; every instance starts BACKUP with `nopreempt`,
   so a node that comes back does not take its VIPs back (one move per event, no flap-back storm).
 - **A node whose HAProxy is down gives its VIPs up**: `track_script` runs `pgrep -f` for the node's own
@@ -31,6 +31,7 @@ import ipaddress
 import re
 
 from apps.core import validators as v
+from apps.core.vrrp import vrid_for
 from apps.fleets.render.safety import UnsafeValue
 from apps.fleets.snapshot import FleetSnapshot, NodeSpec, VrrpSpec
 
@@ -40,14 +41,6 @@ PRIORITY_TOP = 254  # 255 is reserved for the address owner
 MAX_PEERS = 64
 NO_VIP_ADDRESSES = {"0.0.0.0", "::"}
 INDENT = "    "
-
-
-def vrid_for(address: str) -> int:
-    """VRRP virtual router id (1..255) of a VIP: stable whatever other VIPs exist.
-
-    Consecutive addresses of a pool get distinct ids for 255 addresses in a row.
-    """
-    return int(ipaddress.ip_address(address)) % 255 + 1
 
 
 def node_priority(index: int) -> int:
@@ -104,27 +97,29 @@ def check_vrrp(vrrp: VrrpSpec) -> VrrpSpec:
     )
 
 
-def fleet_vips(snapshot: FleetSnapshot, family: int) -> list[tuple[int, str]]:
-    """(vrid, address) of every VIP the snapshot's listeners bind, sorted; refuses id collisions.
+def fleet_vips(snapshot: FleetSnapshot, family: int) -> tuple[list[tuple[int, str]], list[str]]:
+    """(vrid, address) of every VIP the snapshot's listeners bind, sorted, and what was left out.
 
-    Addresses come from a snapshot the HAProxy renderer has already checked (check_snapshot); they
-    are parsed again here because this module formats them itself.
+    A shared fleet carries many tenants' VIPs, so one VIP that cannot float here never fails the node's
+    render (that would stop every tenant's deploys): of two VIPs deriving one router id the older
+    listener's stays, and a VIP of the other IP family than the nodes' is left out. Attaching such an
+    address is refused up front (balancers.services), so this is the second line of defence.
     """
     vips: dict[int, str] = {}
-    for ln in snapshot.listeners:
+    left_out = []
+    for ln in sorted(snapshot.listeners, key=lambda x: x.id):
         address = _ip(f"listeners[{ln.lb}.{ln.name}].address", ln.address)
         if address in NO_VIP_ADDRESSES or address in vips.values():
             continue
         if ipaddress.ip_address(address).version != family:
-            raise UnsafeValue(f"listeners[{ln.lb}.{ln.name}].address", "vip_family",
-                              f"VIP {address} is not of the same IP family as the fleet's node addresses.")
+            left_out.append(f"{address} ({ln.lb}.{ln.name}): not of the nodes' IP family")
+            continue
         vrid = vrid_for(address)
         if vrid in vips:
-            raise UnsafeValue(f"listeners[{ln.lb}.{ln.name}].address", "vrid_collision",
-                              f"VIPs {vips[vrid]} and {address} derive the same VRRP router id {vrid} "
-                              "on one fleet; use an address from another part of the pool.")
+            left_out.append(f"{address} ({ln.lb}.{ln.name}): router id {vrid} is taken by {vips[vrid]}")
+            continue
         vips[vrid] = address
-    return sorted(vips.items())
+    return sorted(vips.items()), left_out
 
 
 def _advert_int(vrrp: VrrpSpec) -> str:
@@ -138,11 +133,12 @@ def render_keepalived(snapshot: FleetSnapshot, node: NodeSpec) -> str | None:
     if node.vrrp is None:
         return None
     vrrp = check_vrrp(node.vrrp)
-    vips = fleet_vips(snapshot, ipaddress.ip_address(vrrp.address).version)
+    vips, left_out = fleet_vips(snapshot, ipaddress.ip_address(vrrp.address).version)
     prefix = 32 if ipaddress.ip_address(vrrp.address).version == 4 else 128
     master_socket = f"{node.runtime_dir}/master.sock"
     lines = [
         f"# Spillway: fleet {snapshot.fleet}, node {node.name}. Generated; do not edit.",
+        *(f"# VIP left out: {why}" for why in left_out),
         "global_defs {",
         f"{INDENT}router_id {node.name}",
         f"{INDENT}vrrp_version {vrrp.version}",
