@@ -137,7 +137,9 @@ def test_keepalived_accepts_what_we_render(tmp_path) -> None:
 def test_haproxy_accepts_the_vip_bind(tmp_path) -> None:
     """The VRRP node's haproxy.cfg passes `haproxy -c -dW` (2.6 knows `transparent`, not `freebind`)."""
     bundle = render(snapshot("10.215.9.100"), node())
-    (tmp_path / "haproxy.cfg").write_bytes(bundle.files["haproxy.cfg"])
+    for name, content in bundle.files.items():  # maps the config names must exist next to it
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(content)
     (tmp_path / "run").mkdir()
     text = (tmp_path / "haproxy.cfg").read_text().replace("/run/s15/n1", str(tmp_path / "run"))
     (tmp_path / "haproxy.cfg").write_text(text)
