@@ -144,6 +144,10 @@ def render_keepalived(snapshot: FleetSnapshot, node: NodeSpec) -> str | None:
         f"{INDENT}vrrp_version {vrrp.version}",
         f"{INDENT}script_user root",
         f"{INDENT}enable_script_security",
+        # Gratuitous ARPs on becoming master, again 1 s later: a neighbour that updated its entry for the
+        # VIP less than its locktime (1 s on Linux) before the move ignores the first burst.
+        f"{INDENT}vrrp_garp_master_delay 1",
+        f"{INDENT}vrrp_garp_master_repeat 3",
         "}",
         "",
         "vrrp_script spillway_haproxy {",
