@@ -130,6 +130,14 @@ def managed_certificate_renew_now(*, principal: Principal, managed: ManagedCerti
     transaction.on_commit(lambda: _enqueue(managed.pk))
 
 
+def managed_certificate_delete(*, principal: Principal, managed: ManagedCertificate) -> None:
+    """Stop managing it; the certificate it issued stays (listeners may use it) as an ordinary one."""
+    with transaction.atomic():
+        audit_record(principal=principal, org=managed.org, action="acme.delete", obj=managed,
+                     before={"hostnames": managed.hostnames})
+        managed.delete()
+
+
 def _enqueue(managed_id: int) -> None:
     from apps.acme.tasks import issue_certificate_task
 

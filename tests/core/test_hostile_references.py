@@ -104,6 +104,8 @@ CASES: list[Case] = [
     ("/api/v1/static-ips/allocate/", lambda a: {"pool": "ips"}, "org", lambda g: g.lb.org.slug, "no-such-org"),
     ("/api/v1/certificates/", lambda a: dict(zip(("cert_pem", "key_pem"), self_signed(30), strict=True),
                                              name="other"), "org", lambda g: g.lb.org.slug, "no-such-org"),
+    ("/api/v1/managed-certificates/", lambda a: {"name": "m1", "hostnames": ["shop.acme.test"]}, "org",
+     lambda g: g.lb.org.slug, "no-such-org"),
     ("/api/v1/capacity-tests/", lambda a: {"name": "t1", "pool": a.pool.pk, "steps": [10]}, "org",
      lambda g: g.lb.org.slug, "no-such-org"),
     ("/api/v1/capacity-tests/", lambda a: {"name": "t1", "listener": a.listener.pk, "steps": [10]}, "pool",
