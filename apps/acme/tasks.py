@@ -19,4 +19,5 @@ def renew_due_task() -> int:
     ids = services.due()
     for managed_id in ids:
         issue_certificate_task.delay(managed_id)
+    services.expiring_alerts()
     return len(ids)
