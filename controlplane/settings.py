@@ -163,6 +163,10 @@ CONTENT_SECURITY_POLICY = {
         "base-uri": ["'self'"],
     }
 }
+# Long-polls (GET .../applied/?timeout=) that may block a web thread at once: per web process (of its
+# 4 threads) and per principal across processes; the rest answer the current state without waiting.
+LONGPOLL_SLOTS_PER_PROCESS = envint("LONGPOLL_SLOTS_PER_PROCESS", 2, minimum=0)
+LONGPOLL_SLOTS_PER_PRINCIPAL = envint("LONGPOLL_SLOTS_PER_PRINCIPAL", 2, minimum=0)
 LOGIN_THROTTLE_ATTEMPTS = envint("LOGIN_THROTTLE_ATTEMPTS", 5, minimum=1)
 LOGIN_THROTTLE_WINDOW_S = envint("LOGIN_THROTTLE_WINDOW_S", 300, minimum=1)
 
@@ -199,7 +203,9 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_SCHEMA_CLASS": "apps.core.api.schema.AutoSchema",
     "EXCEPTION_HANDLER": "apps.core.api.errors.exception_handler",
-    "DEFAULT_THROTTLE_RATES": {"login": "10/min"},
+    # preview runs `haproxy -c`; longpoll may hold a web thread (apps/core/api/throttles.py).
+    "DEFAULT_THROTTLE_RATES": {"login": "10/min", "preview": envstr("THROTTLE_PREVIEW", "20/min"),
+                               "longpoll": envstr("THROTTLE_LONGPOLL", "120/min")},
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     # JSON only: form encodings cannot carry the bodies (lists of targets, nested objects). The
     # parser refuses NUL characters and deep nesting at the edge (apps/core/api/parsers.py).

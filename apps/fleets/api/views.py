@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from apps.balancers.models import LoadBalancer
 from apps.core.api.serializers import EmptySerializer
+from apps.core.api.throttles import PrincipalRateThrottle, wait_slot
 from apps.core.api.viewsets import TenantViewSet, etag_for
 from apps.core.errors import DomainError, NotFoundError
 from apps.fleets import certs, engine, selectors, services
@@ -195,6 +196,8 @@ class LoadBalancerPreviewView(APIView):
 
     permission_classes = [HasPrincipal]
     serializer_class = EmptySerializer
+    throttle_classes = [PrincipalRateThrottle]
+    throttle_scope = "preview"  # runs haproxy -c
 
     def post(self, request, pk: int):
         lb = _visible_lb(request, pk)
@@ -211,6 +214,8 @@ class LoadBalancerAppliedView(APIView):
 
     permission_classes = [HasPrincipal]
     serializer_class = s.AppliedQuerySerializer
+    throttle_classes = [PrincipalRateThrottle]
+    throttle_scope = "longpoll"
 
     @extend_schema(parameters=[s.AppliedQuerySerializer],
                    responses={200: s.AppliedSerializer, 202: s.AppliedSerializer})
@@ -222,12 +227,17 @@ class LoadBalancerAppliedView(APIView):
         timeout_s = min(query.validated_data["timeout"], APPLIED_MAX_TIMEOUT_S)
         if not selectors.lb_fleets(lb).exists():
             raise DomainError("no_fleet", "This load balancer is not served by any HAProxy fleet.", status=409)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            done, nodes = selectors.lb_applied_state(lb, wanted)
-            if done or time.monotonic() >= deadline:
-                break
-            time.sleep(APPLIED_POLL_S)
+        with wait_slot(request.principal) as may_wait:
+            # Without a slot the caller gets the state now, as if its timeout had passed.
+            deadline = time.monotonic() + (timeout_s if may_wait else 0.0)
+            while True:
+                done, nodes = selectors.lb_applied_state(lb, wanted)
+                if done or time.monotonic() >= deadline:
+                    break
+                time.sleep(APPLIED_POLL_S)
         body = {"load_balancer": lb.pk, "revision": wanted, "current_revision": lb.revision,
                 "applied": done, "nodes": nodes}
-        return Response(body, status=status.HTTP_200_OK if done else status.HTTP_202_ACCEPTED)
+        if done:
+            return Response(body)
+        # Told not to wait (no slot free): a polite client comes back a second later.
+        return Response(body, status=status.HTTP_202_ACCEPTED, headers={} if may_wait else {"Retry-After": "1"})

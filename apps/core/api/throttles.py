@@ -1,0 +1,50 @@
+"""Per-principal limits on expensive or blocking endpoints.
+
+- `PrincipalRateThrottle`: DRF's scoped rate throttle keyed by the principal (token or user), so a
+  tenant's many tokens are each limited and the limit follows the caller, not its IP. A view opts in
+  with `throttle_scope` (rates in REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]): `preview` runs
+  `haproxy -c`, `longpoll` can hold a request thread.
+- `wait_slot`: a long-poll holds a web thread while it waits. At most LONGPOLL_SLOTS_PER_PROCESS waits
+  run per web process and LONGPOLL_SLOTS_PER_PRINCIPAL per principal across processes (a Redis
+  counter); a request that gets no slot does not wait — it answers the current state at once, as
+  when its timeout passes — so ~8 slow long-polls can no longer take every web thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.conf import settings
+from django.core.cache import cache
+from rest_framework.throttling import ScopedRateThrottle
+
+
+class PrincipalRateThrottle(ScopedRateThrottle):
+    def get_cache_key(self, request, view):
+        principal = getattr(request, "principal", None)
+        ident = principal.actor if principal is not None else self.get_ident(request)
+        return self.cache_format % {"scope": self.scope, "ident": ident}
+
+
+_process_slots = threading.BoundedSemaphore(getattr(settings, "LONGPOLL_SLOTS_PER_PROCESS", 2))
+_SLOT_TTL_S = 120  # a crashed process's counts expire; a wait lasts at most 60 s
+
+
+@contextmanager
+def wait_slot(principal) -> Iterator[bool]:
+    """Yield True if the caller may block waiting, False if it must answer now."""
+    if not _process_slots.acquire(blocking=False):
+        yield False
+        return
+    key = f"longpoll:{principal.actor}"
+    try:
+        cache.add(key, 0, _SLOT_TTL_S)
+        held = cache.incr(key)
+        try:
+            yield held <= settings.LONGPOLL_SLOTS_PER_PRINCIPAL
+        finally:
+            cache.decr(key)
+    finally:
+        _process_slots.release()
