@@ -306,6 +306,11 @@ def run_finalize(run: CapacityRun) -> None:
             fields.update(status=CapacityRun.Status.SUCCEEDED, progress_percent=100.0,
                           current_step=max(len(merged) - 1, 0))
             fields.update(_outcome(run, [merged[i] for i in sorted(merged)]))
+            # "Succeeded" means a knee or a clean "no knee up to N req/s": a run whose lowest step
+            # already misses the SLO (every request refused, say) measured nothing and says why.
+            if fields["knee_code"] in (knee.FIRST_STEP_FAILED, knee.NO_STEPS):
+                fields.update(status=CapacityRun.Status.FAILED, error_code=fields["knee_code"],
+                              error=fields["knee_reason"][:2000])
     CapacityRun.objects.filter(pk=run.pk).update(**fields)
     if "status" in fields:
         event_emit("capacity.run_finished", org=run.test.org, obj=run, object_repr=f"{run.test.name} #{run.pk}",

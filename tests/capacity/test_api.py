@@ -249,7 +249,8 @@ def test_apply_writes_max_rate_per_member_audits_and_bumps_the_revision(alice, t
 def test_a_run_without_a_knee_has_nothing_to_apply(alice, test_id):
     test = CapacityTest.objects.get(pk=test_id)
     run = finished_run(test, [[_step(50, 50, 900, 100)]])
-    assert run.status == "succeeded" and run.knee_code == "first_step_failed"
+    assert run.status == "failed" and run.knee_code == "first_step_failed"
+    assert run.error_code == "first_step_failed" and "already misses the SLO" in run.error
     assert run.recommended_max_rate_per_member is None and "No capacity" in run.recommendation_note
     response = alice.client.post(f"{RUNS}{run.pk}/apply/")
     assert response.status_code == 409 and response.json()["code"] == "no_recommendation"
@@ -324,3 +325,13 @@ def test_runs_whose_shards_never_report_are_reaped(test_id):
     fresh.refresh_from_db()
     assert stale.status == "failed" and stale.error_code == "run_stale"
     assert fresh.status == "running"
+
+
+def test_a_listener_and_an_address_together_are_refused_not_silently_ignored(alice, listener, test_id):
+    response = alice.client.post(TESTS, {"name": "both", "listener": listener.pk, "address": "127.0.0.1",
+                                         "port": 8080, "steps": [50]}, format="json")
+    assert response.status_code == 422, response.content
+    assert response.json()["code"] == "ambiguous_target"
+    assert "address" in response.json()["fields"]
+    patched = alice.client.patch(f"{TESTS}{test_id}/", {"address": "127.0.0.1", "port": 8080}, format="json")
+    assert patched.status_code == 422 and patched.json()["code"] == "ambiguous_target"

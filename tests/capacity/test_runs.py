@@ -136,3 +136,19 @@ def test_a_run_that_exceeds_its_rate_cap_is_stopped(world, alice, acme):
     assert (run.finished_at - run.started_at).total_seconds() < 5
     body = alice.client.get(f"/api/v1/capacity-runs/{run_id}/").json()
     assert body["error_code"] == "cap_exceeded" and body["stopped_reason"] == "cap_exceeded"
+
+
+def test_a_run_whose_first_step_fails_is_reported_failed_with_the_reason(world, alice):
+    """GIVEN a target answering 503 to everything, WHEN a capacity test runs, THEN the run is failed
+    (not "succeeded" with "no capacity found"), with the SLO miss of its lowest step as the reason."""
+    with ServerProcess("status", "--code", "503") as srv:
+        listener = world.listener(srv.port)
+        run_id = _create_and_start(alice.client, name="all-503", listener=listener.pk,
+                                   steps=[[20, 1.0], [40, 1.0]], slo_p99_ms=100)
+        run = wait_for_run(run_id)
+    assert run.status == CapacityRun.Status.FAILED
+    assert run.error_code == "first_step_failed"
+    assert "lowest step (20 req/s) already misses the SLO: error rate 100.00%" in run.error
+    assert run.recommended_max_rate_per_member is None
+    body = alice.client.get(f"/api/v1/capacity-runs/{run_id}/").json()
+    assert body["status"] == "failed" and body["error_code"] == "first_step_failed"

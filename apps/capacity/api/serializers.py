@@ -19,6 +19,7 @@ from apps.core.api.fields import (
     SlugNameField,
     TenantModelSerializer,
 )
+from apps.core.errors import DomainError
 
 
 class StepsField(serializers.JSONField):
@@ -94,6 +95,12 @@ class CapacityTestSerializer(TenantModelSerializer):
             attrs["org"] = self.context["request"].principal.org
         if self.instance is not None and "org" in attrs and attrs["org"] != self.instance.org:
             raise serializers.ValidationError({"org": ["A test cannot move to another organization."]})
+        listener = attrs.get("listener_id", getattr(self.instance, "listener_id", None))
+        address = attrs.get("address", getattr(self.instance, "address", ""))
+        if listener is not None and address:
+            # Both would be ambiguous (which one does the load hit?); silently preferring one misled users.
+            raise DomainError("ambiguous_target", "Name a listener or an address, not both.", field="address",
+                              status=422)
         return attrs
 
     def get_last_run(self, test: CapacityTest) -> dict[str, Any] | None:
