@@ -1,7 +1,8 @@
-"""Cloud synthesis layer: CloudLB (deploy.model) -> Terraform JSON, through terraform-cdk.
+"""Cloud synthesis layer: CloudLB (deploy.model) -> Terraform JSON, through CDK Terrain (cdktn, the
+maintained continuation of terraform-cdk; see requirements-cloud.txt for what the move changed).
 
-Importing `deploy` is cheap and needs no cdktf: the model, the limit checker and `synthesize` are
-importable everywhere; cdktf and the providers load on the first `warm()` or `synthesize()`.
+Importing `deploy` is cheap and needs no cdktn: the model, the limit checker and `synthesize` are
+importable everywhere; cdktn and the providers load on the first `warm()` or `synthesize()`.
 """
 
 from deploy.limits import LimitError, LimitViolation, check_limits

@@ -27,19 +27,19 @@ Why this shape:
 
 from __future__ import annotations
 
-from cdktf import LocalBackend, TerraformOutput, TerraformStack
-from cdktf_cdktf_provider_aws.globalaccelerator_accelerator import GlobalacceleratorAccelerator
-from cdktf_cdktf_provider_aws.globalaccelerator_endpoint_group import (
+from cdktn import LocalBackend, TerraformOutput, TerraformStack
+from cdktn_provider_aws.globalaccelerator_accelerator import GlobalacceleratorAccelerator
+from cdktn_provider_aws.globalaccelerator_endpoint_group import (
     GlobalacceleratorEndpointGroup,
     GlobalacceleratorEndpointGroupEndpointConfiguration,
 )
-from cdktf_cdktf_provider_aws.globalaccelerator_listener import (
+from cdktn_provider_aws.globalaccelerator_listener import (
     GlobalacceleratorListener,
     GlobalacceleratorListenerPortRange,
 )
-from cdktf_cdktf_provider_aws.lb import Lb
-from cdktf_cdktf_provider_aws.lb_listener import LbListener, LbListenerDefaultAction
-from cdktf_cdktf_provider_aws.lb_listener_rule import (
+from cdktn_provider_aws.lb import Lb
+from cdktn_provider_aws.lb_listener import LbListener, LbListenerDefaultAction
+from cdktn_provider_aws.lb_listener_rule import (
     LbListenerRule,
     LbListenerRuleAction,
     LbListenerRuleActionForward,
@@ -48,9 +48,9 @@ from cdktf_cdktf_provider_aws.lb_listener_rule import (
     LbListenerRuleConditionHostHeader,
     LbListenerRuleConditionPathPattern,
 )
-from cdktf_cdktf_provider_aws.lb_target_group import LbTargetGroup, LbTargetGroupHealthCheck
-from cdktf_cdktf_provider_aws.lb_target_group_attachment import LbTargetGroupAttachment
-from cdktf_cdktf_provider_aws.provider import AwsProvider
+from cdktn_provider_aws.lb_target_group import LbTargetGroup, LbTargetGroupHealthCheck
+from cdktn_provider_aws.lb_target_group_attachment import LbTargetGroupAttachment
+from cdktn_provider_aws.provider import AwsProvider
 from constructs import Construct
 
 from deploy import mapping as m

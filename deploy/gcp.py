@@ -23,25 +23,25 @@ from __future__ import annotations
 
 import ipaddress
 
-from cdktf import LocalBackend, TerraformOutput, TerraformStack
-from cdktf_cdktf_provider_google.compute_backend_service import (
+from cdktn import LocalBackend, TerraformOutput, TerraformStack
+from cdktn_provider_google.compute_backend_service import (
     ComputeBackendService,
     ComputeBackendServiceBackend,
 )
-from cdktf_cdktf_provider_google.compute_global_address import ComputeGlobalAddress
-from cdktf_cdktf_provider_google.compute_global_forwarding_rule import ComputeGlobalForwardingRule
-from cdktf_cdktf_provider_google.compute_health_check import (
+from cdktn_provider_google.compute_global_address import ComputeGlobalAddress
+from cdktn_provider_google.compute_global_forwarding_rule import ComputeGlobalForwardingRule
+from cdktn_provider_google.compute_health_check import (
     ComputeHealthCheck,
     ComputeHealthCheckHttpHealthCheck,
 )
-from cdktf_cdktf_provider_google.compute_network_endpoint_group import ComputeNetworkEndpointGroup
-from cdktf_cdktf_provider_google.compute_network_endpoints import (
+from cdktn_provider_google.compute_network_endpoint_group import ComputeNetworkEndpointGroup
+from cdktn_provider_google.compute_network_endpoints import (
     ComputeNetworkEndpoints,
     ComputeNetworkEndpointsNetworkEndpoints,
 )
-from cdktf_cdktf_provider_google.compute_target_http_proxy import ComputeTargetHttpProxy
-from cdktf_cdktf_provider_google.compute_target_https_proxy import ComputeTargetHttpsProxy
-from cdktf_cdktf_provider_google.compute_url_map import (
+from cdktn_provider_google.compute_target_http_proxy import ComputeTargetHttpProxy
+from cdktn_provider_google.compute_target_https_proxy import ComputeTargetHttpsProxy
+from cdktn_provider_google.compute_url_map import (
     ComputeUrlMap,
     ComputeUrlMapHostRule,
     ComputeUrlMapPathMatcher,
@@ -50,7 +50,7 @@ from cdktf_cdktf_provider_google.compute_url_map import (
     ComputeUrlMapPathMatcherRouteRulesRouteAction,
     ComputeUrlMapPathMatcherRouteRulesRouteActionWeightedBackendServices,
 )
-from cdktf_cdktf_provider_google.provider import GoogleProvider
+from cdktn_provider_google.provider import GoogleProvider
 from constructs import Construct
 
 from deploy import mapping as m

@@ -52,8 +52,8 @@ _STACK_MODULES: dict[str, tuple[str, str]] = {
     "aws": ("deploy.aws", "AwsLoadBalancerStack"),
 }
 _PROVIDER_PACKAGES: dict[str, str] = {
-    "gcp": "cdktf_cdktf_provider_google",
-    "aws": "cdktf_cdktf_provider_aws",
+    "gcp": "cdktn_provider_google",
+    "aws": "cdktn_provider_aws",
 }
 
 # jsii talks to one node child process over a pipe; concurrent calls from threads are not supported.
@@ -83,7 +83,7 @@ def _register_bare_package(name: str) -> None:
 
 
 def warm(providers: tuple[Provider, ...] = ("gcp", "aws")) -> float:
-    """Load cdktf and the given providers into this process; returns the seconds it took (~0 if done)."""
+    """Load cdktn (CDK Terrain) and the given providers into this process; returns the seconds it took (~0 if done)."""
     prepare_environment()
     started = time.perf_counter()
     with _lock:
@@ -97,20 +97,20 @@ def synthesize(lb: CloudLB, outdir: str | os.PathLike[str], *,
                aws_rules_per_alb: int = AWS_RULES_PER_ALB) -> dict[str, Any]:
     """Synthesize `lb` into `outdir` and return the stack's Terraform JSON as a dict.
 
-    Raises LimitError, before touching cdktf, when check_limits finds anything. `outdir` receives the
-    usual cdktf layout (manifest.json, stacks/<lb.name>/cdk.tf.json), ready for `terraform init/plan`
+    Raises LimitError, before touching cdktn, when check_limits finds anything. `outdir` receives the
+    usual cdktf/cdktn layout (manifest.json, stacks/<lb.name>/cdk.tf.json), ready for `terraform init/plan`
     in that stack directory. `aws_rules_per_alb` is the account's raised quota, if any.
     """
     violations = check_limits(lb, aws_rules_per_alb=aws_rules_per_alb)
     if violations:
         raise LimitError(violations)
     warm((lb.provider,))
-    from cdktf import App
+    from cdktn import App
 
     module_name, class_name = _STACK_MODULES[lb.provider]
     stack_class = getattr(importlib.import_module(module_name), class_name)
     out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)  # cdktf creates only the last directory level
+    out.mkdir(parents=True, exist_ok=True)  # cdktn creates only the last directory level
     with _lock:
         app = App(outdir=str(out))
         stack_class(app, lb)
