@@ -313,12 +313,27 @@ def target_resolve(*, test) -> ResolvedTarget:
     if facts.protocol == "https":
         raise DomainError(TARGET_UNSUPPORTED, "The load engine speaks plain HTTP/1.1; pick an http listener.",
                           field="listener")
-    if facts.address is None:
+    address = _node_address(listener, test.region_id) or facts.address
+    if address is None:
         raise DomainError(TARGET_UNRESOLVABLE, f"Listener {listener} has no static IP to send load to.",
                           field="listener")
-    check_address(facts.address, allowed_nets)
-    header = hostname or authority(facts.address, facts.port)
-    return ResolvedTarget(str(parse_ip(facts.address)), facts.port, header, path, f"{listener}")
+    check_address(address, allowed_nets)
+    header = hostname or authority(address, facts.port)
+    return ResolvedTarget(str(parse_ip(address)), facts.port, header, path, f"{listener}")
+
+
+def _node_address(listener, region_id: int | None) -> str | None:
+    """Where the listener's HAProxy nodes actually listen, when that is not the listener's static IP:
+    a node's `bind_address` (loopback and demo fleets override every listener's address), a node in
+    the tested region first. None when the nodes bind the listener's own address."""
+    from django.db.models import Q
+
+    from apps.fleets.models import Node
+
+    nodes = (Node.objects.filter(Q(fleet__load_balancers=listener.lb) | Q(fleet__serves=listener.lb), enabled=True)
+             .exclude(bind_address__isnull=True).select_related("fleet").distinct())
+    ranked = sorted(nodes, key=lambda n: (n.fleet.region_id != region_id, n.fleet.name, n.name))
+    return ranked[0].bind_address if ranked else None
 
 
 def _host_header_owned(org, hostname: str, entries: Iterable[AllowEntry]) -> bool:

@@ -13,7 +13,7 @@ from apps.capacity import safety
 from apps.capacity.engine import LoadPlan, Target, run_plan
 from apps.capacity.models import CapacityTest, TargetAllowlist
 from apps.core.errors import DomainError
-from tests.factories import RouteFactory
+from tests.factories import RegionFactory, RouteFactory
 
 # --- addresses (pure) ---------------------------------------------------------------------------
 
@@ -365,3 +365,24 @@ def test_a_test_by_address_cannot_carry_another_tenants_hostname(world, alice, c
     assert theirs.status_code == 400 and theirs.json()["code"] == "target_not_owned"
     assert "globex" not in theirs.json()["detail"].replace("shop.globex.test", "")
     assert mine.status_code == 201, mine.content
+
+
+@pytest.mark.django_db
+def test_a_listener_served_by_nodes_with_their_own_bind_address_is_loaded_where_they_listen(world, alice):
+    """The demo fleet's nodes listen on 127.0.0.x, not on the listener's static IP: load goes to a node
+    of the tested region, not at an address where nothing listens."""
+    from apps.capacity.models import CapacityTest
+    from apps.capacity.safety import target_resolve
+    from apps.fleets.models import Fleet, Node
+
+    listener = world.listener(9006)
+    other = RegionFactory(slug="eu-west")
+    for name, region, bind in (("f-eu", other, "127.0.0.8"), ("f-us", world.pool_region.region, "127.0.0.7")):
+        fleet = Fleet.objects.create(name=name, region=region)
+        fleet.serves.add(listener.lb)
+        Node.objects.create(fleet=fleet, name="n1", address="127.0.0.1", runtime_dir=f"/tmp/{name}",
+                            config_dir=f"/tmp/{name}/etc", bind_address=bind)
+    created = _create(alice.client, name="via-nodes", listener=listener.pk, region="us-east")
+    assert created.status_code == 201, created.content
+    target = target_resolve(test=CapacityTest.objects.get(pk=created.json()["id"]))
+    assert (target.address, target.port) == ("127.0.0.7", 9006)
