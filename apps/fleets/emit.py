@@ -1,4 +1,4 @@
-"""Events the fleet machinery emits (apps.events): rollouts, change applied, drift, node health.
+"""Events the fleet machinery emits (apps.events): rollouts, change applied, drift, node and member health.
 
 Called from the engine at the points where the state is recorded; everything here only reads and
 calls `event_emit`, which never raises, so a rollout cannot fail because of an event.
@@ -6,11 +6,15 @@ calls `event_emit`, which never raises, so a rollout cannot fail because of an e
 
 from __future__ import annotations
 
-from apps.balancers.models import LoadBalancer
+import re
+
+from apps.balancers.models import LoadBalancer, Member
 from apps.events.models import Event
 from apps.events.services import event_emit
 from apps.fleets import selectors
-from apps.fleets.models import ConfigRevision, Node, Rollout
+from apps.fleets.models import ConfigRevision, Node, NodeHealth, Rollout
+
+_POOL_PROXY = re.compile(r"^p(\d+)_")  # a pool's backend per region (apps.fleets.render)
 
 
 def _changed_lbs(revision: ConfigRevision) -> dict[int, int]:
@@ -56,3 +60,35 @@ def node_status_changed(node: Node, old: str, new: str, detail: str = "") -> Non
         event_emit("drift.repaired", obj=node, data=data)
     if Node.Status.DOWN in (old, new) and old != Node.Status.UNKNOWN:
         event_emit("node.health_changed", obj=node, data=data)
+
+
+def _health_class(status: str | None) -> str | None:
+    if not status:
+        return None
+    if status.startswith("UP") or status == "no check":
+        return "up"
+    return "down" if status.startswith("DOWN") else None  # MAINT, DRAIN, NOLB: an admin's choice, not health
+
+
+def member_health_before(nodes: list[Node]) -> dict[tuple[int, str, str], str]:
+    """The stored per-node server statuses, read before a health collection overwrites them."""
+    return {(h.node_id, h.proxy, h.server): h.status for h in NodeHealth.objects.filter(
+        node__in=nodes, proxy__startswith="p").exclude(server__in=selectors.SUMMARY_ROWS)}
+
+
+def member_health_changed(before: dict[tuple[int, str, str], str], rows: list[NodeHealth]) -> None:
+    """member.health_changed once per member whose up/down state any node saw change (the pool's org)."""
+    changed: dict[tuple[int, str], str] = {}
+    for row in rows:
+        match = _POOL_PROXY.match(row.proxy)
+        if match is None or row.server in selectors.SUMMARY_ROWS:
+            continue
+        old, new = _health_class(before.get((row.node_id, row.proxy, row.server))), _health_class(row.status)
+        if old and new and old != new:
+            changed[(int(match.group(1)), row.server)] = new
+    for (pool_id, name), status in sorted(changed.items()):
+        member = Member.objects.select_related("pool__org").filter(pool_id=pool_id, name=name).first()
+        if member is not None:
+            event_emit("member.health_changed", org=member.pool.org, obj=member,
+                       object_repr=f"{member.pool.name}/{member.name}", data={"status": status})
+

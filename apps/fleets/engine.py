@@ -479,6 +479,7 @@ def fleet_health_collect(*, fleet: Fleet) -> int:
                                 "check": s.check_status, "weight": s.weight, "rate": s.rate})
         summary["nodes"][node.name] = {"reachable": True, "servers": servers}
     seen = [node for node, state in zip(nodes, states, strict=True) if state.reachable]
+    health_before = emit.member_health_before(seen)
     with transaction.atomic():
         NodeHealth.objects.bulk_create(
             rows, update_conflicts=True, unique_fields=["node", "proxy", "server"],
@@ -487,6 +488,7 @@ def fleet_health_collect(*, fleet: Fleet) -> int:
         )
         # Proxies and servers a node no longer has (a route or member went away).
         NodeHealth.objects.filter(node__in=seen).exclude(updated_at=now).delete()
+    emit.member_health_changed(health_before, rows)
     summary["duration_ms"] = (time.monotonic() - started) * 1000.0
     cache.set(health_cache_key(fleet.pk), summary, HEALTH_CACHE_S)
     try:

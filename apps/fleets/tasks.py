@@ -65,3 +65,4 @@ def enforce_task() -> dict[str, object]:
     from apps.fleets.enforce import enforce
 
     return enforce()
+

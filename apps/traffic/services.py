@@ -24,6 +24,7 @@ from django.utils import timezone
 from apps.accounts.principal import Principal
 from apps.balancers.models import Pool, Region
 from apps.core.errors import DomainError, NotFoundError
+from apps.events.services import event_emit
 from apps.traffic import selectors
 from apps.traffic.models import CapacityState, OverflowPoint, TrafficSample
 from apps.traffic.observe import (
@@ -181,7 +182,26 @@ def overflow_bucket_refresh(*, pool_id: int, time: datetime, resolution_s: int =
                       nodes=nodes_by_region.get(f.region, 0))
         for f in flows
     ]
+    _overflow_events(pool_id, start, resolution_s, points)
     return _points_upsert(pool_id, start, resolution_s, points)
+
+
+def _overflow_events(pool_id: int, start: datetime, resolution_s: int, points: list[OverflowPoint]) -> None:
+    """overflow.started / overflow.stopped per pool and region, when a region's state (sending any traffic
+    out or not) differs from the last one recorded: this bucket's stored point, else the latest in the
+    five minutes before it (sampling gaps are normal; a longer silence counts as not overflowing)."""
+    last: dict[str, bool] = {}
+    for point in OverflowPoint.objects.filter(pool_id=pool_id, resolution_s=resolution_s, time__lte=start,
+                                              time__gte=start - timedelta(minutes=5)).order_by("time"):
+        last[point.region] = point.out > 0  # ordered by time: the latest wins
+    changed = [p for p in points if (p.out > 0) != last.get(p.region, False)]
+    if not changed:
+        return
+    pool = Pool.objects.select_related("org").get(pk=pool_id)
+    for point in changed:
+        event_emit("overflow.started" if point.out > 0 else "overflow.stopped", org=pool.org, obj=pool,
+                   data={"region": point.region, "out_rps": round(point.out, 3), "demand_rps": round(point.demand, 3),
+                         "out_to": point.out_to, "capacity_rps": point.capacity})
 
 
 def _points_upsert(pool_id: int, start: datetime, resolution_s: int, points: list[OverflowPoint]) -> int:

@@ -1,0 +1,75 @@
+"""The emit points outside the fleet engine's rollout path: overflow and member health.
+
+(change.applied after a real rollout is asserted in tests/fleets/test_rollouts.py; job.failed and
+capacity.run_finished go through the same `event_emit` from the runner and the run merge; certificate
+expiring/renewed are apps.acme's, tested in tests/acme.)
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.utils import timezone
+
+from apps.events.models import Event
+from apps.fleets import emit
+from apps.fleets.models import Fleet, Node, NodeHealth
+from apps.traffic import services as traffic
+from apps.traffic.models import TrafficSample
+from tests.factories import MemberFactory, PoolFactory, PoolRegionFactory, RegionFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def _types() -> list[tuple[str, str]]:
+    return list(Event.objects.order_by("id").values_list("type", "data__region"))
+
+
+def test_overflow_started_and_stopped_once_per_pool_and_region(acme):
+    pool = PoolFactory(lb__org=acme, org=acme)
+    for slug in ("ra", "rb"):
+        PoolRegionFactory(pool=pool, region=RegionFactory(slug=slug), max_rate_per_member=10)
+    t0 = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
+
+    def sample(at, sent_to):
+        TrafficSample.objects.create(time=at, pool=pool, node="f/n1", region="ra", request_rate=20,
+                                     served_local=20 - sum(sent_to.values()), sent_to=sent_to)
+        traffic.overflow_bucket_refresh(pool_id=pool.pk, time=at)
+
+    sample(t0, {})
+    assert _types() == []
+    sample(t0 + timedelta(seconds=20), {"rb": 5})
+    sample(t0 + timedelta(seconds=21), {"rb": 6})  # the same bucket again: no second event
+    sample(t0 + timedelta(seconds=40), {"rb": 4})  # the next bucket, still overflowing
+    assert _types() == [("overflow.started", "ra")]
+    sample(t0 + timedelta(seconds=60), {})
+    assert _types() == [("overflow.started", "ra"), ("overflow.stopped", "ra")]
+    assert set(Event.objects.values_list("org_id", "object_id")) == {(acme.pk, str(pool.pk))}
+
+
+def test_member_health_changed_once_per_member_across_nodes(acme):
+    region = RegionFactory(slug="eu-west")
+    member = MemberFactory(pool=PoolFactory(lb__org=acme, org=acme), region=region, name="app1")
+    fleet = Fleet.objects.create(name="eu", region=region)
+    nodes = [Node.objects.create(fleet=fleet, name=f"n{i}", address=f"127.0.0.{i + 1}") for i in range(2)]
+    proxy = f"p{member.pool_id}_eu-west"
+
+    def collect(status):
+        before = emit.member_health_before(nodes)
+        rows = [NodeHealth(node=n, proxy=proxy, server="app1", status=status, updated_at=timezone.now())
+                for n in nodes]
+        NodeHealth.objects.bulk_create(rows, update_conflicts=True, unique_fields=["node", "proxy", "server"],
+                                       update_fields=["status", "updated_at"])
+        emit.member_health_changed(before, rows)
+
+    collect("UP")      # first sight: nothing to compare with
+    collect("UP 1/3")  # still up
+    collect("DOWN")
+    collect("UP")
+    collect("MAINT")   # an admin's choice, not health: no event either way
+    collect("UP")
+    events = list(Event.objects.order_by("id").values_list("type", "org_id", "object_repr", "data__status"))
+    assert events == [("member.health_changed", acme.pk, f"{member.pool.name}/app1", "down"),
+                      ("member.health_changed", acme.pk, f"{member.pool.name}/app1", "up")]
+
