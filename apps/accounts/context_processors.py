@@ -1,4 +1,4 @@
-from apps.accounts.services import principal_for_user
+from apps.accounts.services import memberships_of, principal_for_user
 
 
 def principal(request):
@@ -6,4 +6,6 @@ def principal(request):
     if p is None and getattr(request, "user", None) is not None and request.user.is_authenticated:
         p = principal_for_user(request.user, request.session.get("org"))
         request.principal = p
-    return {"principal": p}
+    # The org switcher in the header lists the orgs a signed-in user can act in.
+    orgs = [m.org for m in memberships_of(request.user)] if p is not None and p.user_id else []
+    return {"principal": p, "switch_orgs": orgs if len(orgs) > 1 else []}

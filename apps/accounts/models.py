@@ -60,11 +60,27 @@ class Role(models.TextChoices):
 ROLE_RANK = {Role.VIEWER: 0, Role.EDITOR: 1, Role.ADMIN: 2, Role.OWNER: 3}
 
 
+class MembershipQuerySet(RestrictedQuerySet):
+    """Members of the caller's org (operators: every org's); owners and admins change them."""
+
+    def visible_to(self, principal) -> MembershipQuerySet:
+        if principal.is_operator:
+            return self
+        return self.filter(org_id=principal.org_id)
+
+    def writable_by(self, principal) -> MembershipQuerySet:
+        if not principal.role_at_least(Role.ADMIN):
+            return self.none()
+        return self.visible_to(principal)
+
+
 class Membership(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = MembershipQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["user", "org"], name="membership_unique_user_org")]

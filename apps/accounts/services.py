@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from apps.accounts.models import ApiToken, Membership, Organization, Role, Scope
 from apps.accounts.principal import Principal
-from apps.audit.services import audit_record
+from apps.audit.services import audit_record, audited_delete, audited_save
 from apps.core.errors import DomainError
 
 TOKEN_PREFIX = "spw"  # noqa: S105  (a public marker, not a secret)
@@ -147,3 +147,60 @@ def user_create_with_membership(*, username: str, password: str, org: Organizati
         user.save()
         Membership.objects.update_or_create(user=user, org=org, defaults={"role": role})
     return user
+
+
+# --- memberships ----------------------------------------------------------------------------------------
+
+
+def _membership_dict(m: Membership) -> dict[str, object]:
+    return {"user": m.user.get_username(), "org": m.org.slug, "role": m.role}
+
+
+def _check_role_change(principal: Principal, *, old: str | None, new: str | None) -> None:
+    """Admins manage editors and viewers (and other admins); only owners grant, change or remove owner."""
+    if Role.OWNER in (old, new) and not (principal.is_operator or principal.role_at_least(Role.OWNER)):
+        raise DomainError("owner_required", "Only an owner can grant, change or remove the owner role.",
+                          field="role", status=403)
+
+
+def _check_not_last_owner(m: Membership) -> None:
+    if m.role == Role.OWNER and not Membership.objects.filter(org=m.org, role=Role.OWNER).exclude(pk=m.pk).exists():
+        raise DomainError("last_owner", "An organization keeps at least one owner; make someone else owner first.",
+                          field="role", status=409)
+
+
+def membership_add(*, principal: Principal, org: Organization, username: str, role: str) -> Membership:
+    user = get_user_model().objects.filter(username=username, is_active=True).first()
+    if user is None:
+        raise DomainError("unknown_user", f"No active user {username!r}; they sign in once (or an operator "
+                          "creates them) before they can be added.", field="username")
+    _check_role_change(principal, old=None, new=role)
+    if Membership.objects.filter(org=org, user=user).exists():
+        raise DomainError("already_member", f"{username} is already a member of {org.slug}.", field="username",
+                          status=409)
+    return audited_save(principal=principal, obj=Membership(org=org, user=user), action="create",
+                        data={"role": role}, snapshot=_membership_dict)
+
+
+def membership_set_role(*, principal: Principal, membership: Membership, role: str) -> Membership:
+    with transaction.atomic():
+        membership = Membership.objects.select_for_update().select_related("user", "org").get(pk=membership.pk)
+        if role == membership.role:
+            return membership
+        _check_role_change(principal, old=membership.role, new=role)
+        _check_not_last_owner(membership)
+        return audited_save(principal=principal, obj=membership, action="update", data={"role": role},
+                            snapshot=_membership_dict)
+
+
+def membership_remove(*, principal: Principal, membership: Membership) -> None:
+    with transaction.atomic():
+        membership = Membership.objects.select_for_update().select_related("user", "org").get(pk=membership.pk)
+        _check_role_change(principal, old=membership.role, new=None)
+        _check_not_last_owner(membership)
+        audited_delete(principal=principal, obj=membership, snapshot=_membership_dict)
+
+
+def memberships_of(user) -> list[Membership]:
+    """The orgs a signed-in user can switch between."""
+    return list(Membership.objects.filter(user=user).select_related("org").order_by("org__kind", "org__slug"))

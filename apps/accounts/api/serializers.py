@@ -4,7 +4,7 @@ import ipaddress
 
 from rest_framework import serializers
 
-from apps.accounts.models import ApiToken, Organization, Scope
+from apps.accounts.models import ApiToken, Membership, Organization, Role, Scope
 from apps.core.api.fields import SlugNameField, TenantModelSerializer
 
 
@@ -39,3 +39,21 @@ class ApiTokenSerializer(TenantModelSerializer):
         model = ApiToken
         fields = ["id", "org", "name", "prefix", "scopes", "expires_at", "revoked_at", "last_used_at", "created_at"]
         read_only_fields = ["prefix", "revoked_at", "last_used_at", "created_at"]
+
+
+class MembershipSerializer(TenantModelSerializer):
+    org = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    username = serializers.CharField(source="user.username", max_length=150,
+                                     help_text="An existing user's username (set on create only).")
+    role = serializers.ChoiceField(choices=Role.choices)
+
+    class Meta:
+        model = Membership
+        fields = ["id", "org", "username", "role", "created_at"]
+        read_only_fields = ["id", "org", "created_at"]
+
+    def validate_username(self, value: str) -> str:
+        if self.instance is not None and value != self.instance.user.username:
+            raise serializers.ValidationError("A membership's user cannot change; remove it and add the other user.",
+                                              code="immutable")
+        return value

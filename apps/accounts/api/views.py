@@ -5,8 +5,8 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from apps.accounts import services
-from apps.accounts.api.serializers import ApiTokenSerializer, OrganizationSerializer
-from apps.accounts.models import ApiToken, Organization, Role
+from apps.accounts.api.serializers import ApiTokenSerializer, MembershipSerializer, OrganizationSerializer
+from apps.accounts.models import ApiToken, Membership, Organization, Role
 from apps.audit.services import audited_delete, audited_save
 from apps.core.api.serializers import EmptySerializer
 from apps.core.api.viewsets import TenantViewSet
@@ -60,3 +60,27 @@ class ApiTokenViewSet(TenantViewSet):
     def revoke(self, request, pk=None):
         token = services.token_revoke(token=self.get_object(), principal=self.principal)
         return Response(ApiTokenSerializer(token).data)
+
+
+class MembershipViewSet(TenantViewSet):
+    """Members of your org and their roles; owners and admins manage them (only owners touch owners)."""
+
+    model = Membership
+    serializer_class = MembershipSerializer
+    write_role = Role.ADMIN
+    select_related = ("org", "user")
+    filterset_fields = ["role"]
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        serializer.instance = services.membership_add(principal=self.principal, org=self.principal.org,
+                                                      username=data["user"]["username"], role=data["role"])
+
+    def perform_update(self, serializer):
+        if "role" in serializer.validated_data:
+            serializer.instance = services.membership_set_role(principal=self.principal,
+                                                               membership=serializer.instance,
+                                                               role=serializer.validated_data["role"])
+
+    def perform_destroy(self, instance):
+        services.membership_remove(principal=self.principal, membership=instance)
