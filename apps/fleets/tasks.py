@@ -65,4 +65,3 @@ def enforce_task() -> dict[str, object]:
     from apps.fleets.enforce import enforce
 
     return enforce()
-
