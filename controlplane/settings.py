@@ -273,3 +273,14 @@ SCHEDULING_TENANT_URL_ALLOW_CIDRS = envlist("SCHEDULING_TENANT_URL_ALLOW_CIDRS",
 EVENTS_MAX_ATTEMPTS = envint("EVENTS_MAX_ATTEMPTS", 6, minimum=1)
 EVENTS_RETRY_BASE_S = float(envstr("EVENTS_RETRY_BASE_S", "10"))
 EVENTS_TIMEOUT_S = float(envstr("EVENTS_TIMEOUT_S", "5"))
+# ACME (apps.acme): the CA's directory (e.g. https://acme-v02.api.letsencrypt.org/directory; empty = off), a CA
+# bundle to trust it by (tests: pebble's), and the RFC 2136 server dns-01 updates go to (TSIG-signed).
+ACME_DIRECTORY_URL = envstr("ACME_DIRECTORY_URL", "")
+ACME_CA_BUNDLE = envstr("ACME_CA_BUNDLE", "")
+ACME_CONTACT_EMAIL = envstr("ACME_CONTACT_EMAIL", "")
+ACME_DNS_PROVIDER = {
+    "kind": "rfc2136", "server": envstr("ACME_DNS_RFC2136_SERVER", ""), "port": envint("ACME_DNS_RFC2136_PORT", 53),
+    "key_name": envstr("ACME_DNS_RFC2136_KEY_NAME", "spillway"),
+    "key_secret": envsecret("ACME_DNS_RFC2136_KEY_SECRET", ""),
+    "algorithm": envstr("ACME_DNS_RFC2136_KEY_ALGORITHM", "hmac-sha256"),
+} if envstr("ACME_DNS_RFC2136_SERVER", "") else {}

@@ -94,6 +94,14 @@ def main() -> None:
                               port=ports[("web", "127.19.9.1")])
         Listener.objects.create(lb=lb, name="http", port=http_port, default_pool=pool)
         names = [f"h{i}.bench{i}.test" for i in range(args.hostnames)]
+        taken = {http_port}
+
+        def new_port() -> int:  # nothing binds before the rollout, so the kernel may offer a port twice
+            while (port := free_port_on(every)) in taken:
+                pass
+            taken.add(port)
+            return port
+
         managed = []
         for i, host in enumerate(names):
             HostnameClaim.objects.create(org=acme, hostname=host, status="approved")
@@ -101,7 +109,7 @@ def main() -> None:
             cert_pem, key_pem = self_signed(30, host)
             placeholder = Certificate.objects.create(org=acme, name=f"h{i}", cert_pem=cert_pem,
                                                      key_encrypted=crypto.encrypt(key_pem), dns_names=[host])
-            Listener.objects.create(lb=lb, name=f"tls{i}", protocol="https", port=free_port_on(every),
+            Listener.objects.create(lb=lb, name=f"tls{i}", protocol="https", port=new_port(),
                                     default_pool=pool, certificate=placeholder)
             managed.append(ManagedCertificate.objects.create(org=acme, name=f"h{i}", hostnames=[host],
                                                              certificate=placeholder))
