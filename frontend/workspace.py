@@ -7,6 +7,7 @@ ones the API calls; form errors come back next to their fields with status 422.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.db.models import Prefetch, QuerySet
@@ -17,6 +18,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from apps.balancers.api.serializers import MemberStateSerializer, RouteSerializer
 from apps.balancers.models import IpPool, LoadBalancer, Member, Pool, Route, StaticIP
 from apps.balancers.services import member_set_state, object_delete, route_save, static_ip_allocate, static_ip_release
+from apps.cloud.models import CloudApply
 from apps.core.errors import DomainError
 from apps.core.ui import PrincipalView, errors_of
 from apps.fleets import selectors as fleet_selectors
@@ -97,6 +99,18 @@ class WorkspaceMixin:
         return {"lb": lb, "listeners": listeners, "attachable": list(attachable),
                 "can_write": self.principal.can_write, "listener_errors": errors or {}}
 
+    def cloud_context(self, lb: LoadBalancer) -> dict | None:
+        """A cloud LB's Terraform JSON (newest synthesis) and last plan, shown in place (also downloadable)."""
+        if lb.kind == LoadBalancer.Kind.HAPROXY:
+            return None
+        applies = self.scoped(CloudApply).filter(lb=lb).order_by("-created_at", "-pk")
+        synthesized = applies.exclude(synth_json=None).first()
+        planned = applies.exclude(plan_output="").first()
+        return {
+            "synthesized": synthesized, "planned": planned,
+            "json": json.dumps(synthesized.synth_json, indent=2, sort_keys=True) if synthesized else "",
+        }
+
     def can_push(self, lb: LoadBalancer) -> bool:
         return fleet_selectors.can_push(self.principal, lb)
 
@@ -115,6 +129,7 @@ class LoadBalancerDetailView(WorkspaceMixin, PrincipalView):
         fleets = list(fleet_selectors.lb_fleets(lb).select_related("region")) if lb.kind == "haproxy" else []
         context = {
             **self.listeners_context(lb),
+            "cloud": self.cloud_context(lb),
             "lb": lb, "routes": self.routes(lb, order), "order": order, "pools": pools,
             "can_write": self.principal.can_write, "can_push": self.can_push(lb), "fleets": fleets,
             "verb": rollout_verb(fleets), "values": {}, "errors": {},

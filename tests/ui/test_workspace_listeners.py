@@ -79,3 +79,18 @@ def test_the_vip_cell_says_when_no_fleet_floats_the_address(setup, alice):
     client.post(f"/listeners/{listener.pk}/static-ip/", {"static_ip": mine.pk})
     cell = client.get(f"/listeners/{listener.pk}/vip/").content.decode()
     assert "not floating" in cell
+
+
+def test_a_cloud_lb_shows_its_terraform_json_and_last_plan_in_place(acme, alice, charlie):
+    from apps.cloud.models import CloudApply, CloudTarget
+
+    target = CloudTarget.objects.create(org=acme, name="acme-gcp", provider="gcp", project_or_account="p",
+                                        regions=["us-east"], region_map={"us-east": "us-east1"})
+    lb = LoadBalancer.objects.create(org=acme, name="cloudy", kind="gcp", cloud_target=target)
+    CloudApply.objects.create(target=target, lb=lb, status=CloudApply.Status.AWAITING_APPROVAL,
+                              synth_json={"provider": {"google": [{"region": "us-east1"}]}},
+                              plan_output="Plan: 7 to add, 0 to change, 0 to destroy.")
+    page = login(alice).get(f"/load-balancers/{lb.pk}/").content.decode()
+    assert "Plan: 7 to add, 0 to change, 0 to destroy." in page
+    assert "&quot;region&quot;: &quot;us-east1&quot;" in page  # the JSON itself, escaped, not only a link
+    assert login(charlie).get(f"/load-balancers/{lb.pk}/").status_code == 404
