@@ -30,6 +30,7 @@ from apps.capacity.models import CapacityRun, CapacityShard, CapacityTest, StepR
 from apps.capacity.selectors import healthy_member_count, org_active_load, pool_region_for
 from apps.core.errors import DomainError
 from apps.events.services import event_emit
+from apps.fleets.enforce import overflow_hold, overflow_release
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,9 @@ def run_prepare(run_id: int, enqueue: Enqueue) -> str:
             CapacityShard.objects.get_or_create(run_id=run.pk, index=index)
         time_limit_s = START_LEAD_S + plan.max_duration_s + 30.0
         transaction.on_commit(lambda: [enqueue(run.pk, i, time_limit_s) for i in range(shards)])
+    pool_region = pool_region_for(test)
+    if pool_region is not None:
+        overflow_hold(pool_region.pool_id, pool_region.region.slug, START_LEAD_S + plan.max_duration_s + 5.0)
     return "started"
 
 
@@ -312,6 +316,8 @@ def run_finalize(run: CapacityRun) -> None:
                 fields.update(status=CapacityRun.Status.FAILED, error_code=fields["knee_code"],
                               error=fields["knee_reason"][:2000])
     CapacityRun.objects.filter(pk=run.pk).update(**fields)
+    if run.test.pool_id is not None:
+        overflow_release(run.test.pool_id)
     if "status" in fields:
         event_emit("capacity.run_finished", org=run.test.org, obj=run, object_repr=f"{run.test.name} #{run.pk}",
                    data={"status": fields["status"], "knee_rps": fields.get("knee_capacity_rps"),

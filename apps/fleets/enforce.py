@@ -23,6 +23,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from django.core.cache import cache
+
 from apps.balancers.models import LoadBalancer, Pool, RegionDistance
 from apps.fleets import selectors
 from apps.fleets.delivery import NODE_ERRORS
@@ -39,6 +41,30 @@ logger = logging.getLogger(__name__)
 
 _ROW_RE = re.compile(r"key=(\S+) .*?http_req_rate\(\d+\)=(\d+)")
 _SET_BATCH = 50  # `set map` commands per CLI line (`;`-separated)
+_HOLD_KEY = "spillway:overflow-hold:{}"
+
+
+def overflow_hold(pool_id: int, region: str, seconds: float) -> None:
+    """While a capacity test measures `region` of a pool, its nodes serve it there without overflow
+    (the knee must be the region's own, not the region plus its neighbours)."""
+    cache.set(_HOLD_KEY.format(pool_id), region, timeout=max(1, int(seconds)))
+
+
+def overflow_release(pool_id: int) -> None:
+    cache.delete(_HOLD_KEY.format(pool_id))
+
+
+def _hold(limits: Limits, node_regions: dict[str, str], region: str | None) -> Limits:
+    if region is None:
+        return limits
+    for node, row in limits.items():
+        if region in row:
+            row[region] = None if node_regions[node] == region else 0
+            if node_regions[node] == region:  # nothing past the held region is reachable by the chain
+                for other in row:
+                    if other != region:
+                        row[other] = 0
+    return limits
 
 
 @dataclass
@@ -121,7 +147,9 @@ def desired_limits(readings: dict[int, NodeReading], lbs: dict[int, dict[int, tu
                                        pool.overflow_policy)  # type: ignore[arg-type]
         except PlanInputError:
             continue
-        modes[pool.pk] = "dynamic" if fresh else "static"
+        held = cache.get(_HOLD_KEY.format(pool.pk))
+        limits = _hold(limits, node_regions, held)
+        modes[pool.pk] = ("held " if held else "") + ("dynamic" if fresh else "static")
         for nid, row in limits.items():
             for region, limit in row.items():
                 wanted[int(nid)][backend_name(pool.pk, region, "http")] = UNLIMITED if limit is None else limit

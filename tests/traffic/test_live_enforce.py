@@ -206,3 +206,36 @@ def test_every_region_full(two_regions, haproxy_node, tiny_backend, overload: st
         assert not errors, errors
         assert total == pytest.approx(240.0, rel=0.12), rates
         assert rates["rb"] / rates["ra"] == pytest.approx(B_CAPACITY / A_CAPACITY, rel=0.2), rates
+
+
+def test_a_capacity_test_holds_off_overflow_of_the_region_it_measures(two_regions) -> None:
+    """While a capacity test measures ra (overflow_hold), ra's nodes serve ra unlimited and send nothing
+    on, so the knee is ra's own; released, the shares follow demand again."""
+    from django.core.cache import cache
+
+    from apps.fleets.enforce import NodeReading, desired_limits, lb_nodes, overflow_hold, overflow_release
+
+    pool = two_regions.pool
+    for slug, region in (("ra", two_regions.a), ("rb", two_regions.b)):
+        fleet = Fleet.objects.create(name=f"f{slug}", region=region)
+        fleet.serves.add(two_regions.lb)
+        for i in (1, 2):
+            Node.objects.create(fleet=fleet, name=f"{slug}{i}", address="127.0.0.1", runtime_dir=f"/tmp/x{slug}{i}",
+                                config_dir=f"/tmp/x{slug}{i}/etc")
+    lbs = lb_nodes()
+    ids = {n.name: n.pk for n, _ in lbs[two_regions.lb.pk].values()}
+    readings = {nid: NodeReading(nid, name[:2], True, demand={pool.pk: 50.0 if name == "ra1" else 0.0})
+                for name, nid in ids.items()}
+    ra, rb = f"p{pool.pk}_ra", f"p{pool.pk}_rb"
+    wanted, modes = desired_limits(readings, lbs)
+    assert wanted[ids["ra1"]][ra] == 20 and wanted[ids["ra1"]][rb] > 0  # ra (2 x 10) full, 30 overflow
+    overflow_hold(pool.pk, "ra", 30)
+    try:
+        wanted, modes = desired_limits(readings, lbs)
+        assert modes[pool.pk] == "held dynamic"
+        assert wanted[ids["ra1"]][ra] == wanted[ids["ra2"]][ra] == 1_000_000_000
+        assert wanted[ids["ra1"]][rb] == 0 and wanted[ids["rb1"]][ra] == 0
+    finally:
+        overflow_release(pool.pk)
+    assert cache.get(f"spillway:overflow-hold:{pool.pk}") is None
+    assert desired_limits(readings, lbs)[0][ids["ra1"]][ra] == 20
