@@ -263,6 +263,8 @@ HAPROXY_BIN = envstr("HAPROXY_BIN", "haproxy")
 # Who may scrape /metrics without a token (an operator token with the read scope always may). Empty by
 # default in production: behind a reverse proxy every request would seem to come from loopback.
 METRICS_ALLOWED_NETWORKS = envlist("METRICS_ALLOWED_NETWORKS", ["127.0.0.0/8", "::1/128"] if DEBUG or TESTING else [])
+# Ports customers' listeners may bind on the fleets (operators may bind any): not the nodes' sshd & co.
+TENANT_LISTENER_PORTS = envstr("SPILLWAY_TENANT_LISTENER_PORTS", "80,443,1024-65535")
 MEMBER_NETWORKS = envlist("SPILLWAY_MEMBER_NETWORKS", ["127.0.0.0/8"] if DEBUG or TESTING else [])
 TERRAFORM_BIN = envstr("TERRAFORM_BIN", "")
 IDEMPOTENCY_TTL_S = envint("IDEMPOTENCY_TTL_S", 24 * 3600, minimum=60)

@@ -10,22 +10,33 @@ transaction lock (apps.core.locks) for the same guarantee.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 
 from django.conf import settings
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.cache import cache
 from django.db import transaction
 from django.http import HttpResponse
 from django.template.response import TemplateResponse
 
+from apps.core import netpolicy
 from apps.core.locks import xact_lock
 
 
-def _keys(request) -> list[str]:
-    ip = request.META.get("REMOTE_ADDR", "")
-    user = request.POST.get("username", "").lower()[:150]
-    digest = hashlib.sha256(user.encode()).hexdigest()[:16]
-    return [f"login-attempt:ip:{ip}", f"login-attempt:user:{digest}"]
+def _ip_key(request) -> str:
+    ip = netpolicy.parse_ip(request.META.get("REMOTE_ADDR", ""))
+    if ip is not None and ip.version == 6:
+        # One IPv6 client usually holds a whole /64: count the network, not each address in it.
+        return "login-attempt:ip:" + str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return f"login-attempt:ip:{ip}"
+
+
+def _user_key(request) -> str:
+    # The name as authentication sees it: the form strips whitespace (NBSP too) and the user model
+    # NFKC-normalises, so " charlie", "charlie\t" and a fullwidth-c "charlie" are one account, one counter.
+    name = AbstractBaseUser.normalize_username(request.POST.get("username", "").strip()).casefold()[:150]
+    return "login-attempt:user:" + hashlib.sha256(name.encode()).hexdigest()[:16]
 
 
 def _count_attempt(key: str) -> int:
@@ -46,8 +57,8 @@ class ThrottledLoginView(auth_views.LoginView):
     redirect_authenticated_user = True
 
     def post(self, request, *args, **kwargs):
-        keys = _keys(request)
-        counts = [_count_attempt(k) for k in keys]
+        user_key = _user_key(request)
+        counts = [_count_attempt(k) for k in (_ip_key(request), user_key)]
         if any(n > settings.LOGIN_THROTTLE_ATTEMPTS for n in counts):
             response: HttpResponse = TemplateResponse(
                 request, "login.html",
@@ -56,5 +67,7 @@ class ThrottledLoginView(auth_views.LoginView):
             return response
         response = super().post(request, *args, **kwargs)
         if response.status_code == 302:
-            cache.delete_many(keys)  # a success clears the slate for this user and address
+            # A success clears that user's counter only: clearing the address's would let an attacker
+            # reset it by logging into an account of their own every few guesses.
+            cache.delete(user_key)
         return response

@@ -277,7 +277,7 @@ def listener_save(*, principal: Principal, listener: Listener, data: dict[str, A
         old_ip_id = listener.static_ip_id
         object_save(principal=principal, obj=listener, action="create" if listener.pk is None else "update",
                     data=data)
-        _check_port_free(listener)
+        _check_port_free(listener, principal)
         _check_vip_floats(listener)
         ip = listener.static_ip
         if ip is not None:
@@ -343,22 +343,43 @@ def _check_vip_floats(listener: Listener) -> None:
                        "float there.", field="static_ip")
 
 
-def _check_port_free(listener: Listener) -> None:
-    """A listener must not bind what another listener on the same fleet binds: the fleet's render would
-    leave one of them out. Refused without naming the other (it may be another tenant's)."""
+def _check_port_free(listener: Listener, principal: Principal | None) -> None:
+    """A listener must bind what no other listener on the same fleets binds (the fleet's render would leave
+    one of them out), and a customer only ports the operator opened to tenants (not the node's sshd).
+    Refused without naming the other listener: it may be another tenant's."""
+    if principal is not None and not principal.is_operator and not any(
+            lo <= listener.port <= hi for lo, hi in _port_ranges(settings.TENANT_LISTENER_PORTS)):
+        raise DomainError("port_not_allowed", f"Port {listener.port} is not open to tenants' listeners here; "
+                          f"use one of {settings.TENANT_LISTENER_PORTS}.", field="port")
     lb = listener.lb
-    fleet_ids = _serving_fleet_ids(lb)
-    if not fleet_ids:
+    fleets = {f.pk: f for f in lb.serving_fleets.all()}
+    if lb.fleet_id:
+        fleets[lb.fleet_id] = lb.fleet
+    if not fleets:
         return
+    fleet_ids = sorted(fleets)
+    for fleet_id in fleet_ids:
+        xact_lock(f"fleet-ports:{fleet_id}")  # two tenants taking one port at once: the second waits and sees it
+    # A node with a bind_address binds every listener there: one port, one listener, whatever the static IPs.
+    one_address = any(f.nodes.filter(bind_address__isnull=False).exists() for f in fleets.values())
     others = (Listener.objects.filter(Q(lb__fleet_id__in=fleet_ids) | Q(lb__serving_fleets__in=fleet_ids),
                                       port=listener.port)
               .exclude(pk=listener.pk).select_related("static_ip"))
     mine = listener.static_ip.address if listener.static_ip else None
     for other in others:
         theirs = other.static_ip.address if other.static_ip else None
-        if mine is None or theirs is None or mine == theirs:
+        if one_address or mine is None or theirs is None or mine == theirs:
             raise Conflict("port_in_use", f"Port {listener.port} is already bound on a fleet that serves this "
                            "load balancer; choose another port or a static IP of your own.", field="port")
+
+
+def _port_ranges(spec: str) -> list[tuple[int, int]]:
+    ranges = []
+    for part in spec.replace(" ", "").split(","):
+        if part:
+            low, _, high = part.partition("-")
+            ranges.append((int(low), int(high or low)))
+    return ranges
 
 
 def member_address_check(*, principal: Principal | None, pool: Pool, address: str) -> None:

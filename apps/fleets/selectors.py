@@ -55,6 +55,11 @@ def fleet_lbs(fleet: Fleet) -> QuerySet[LoadBalancer]:
     )
 
 
+def fleet_binds_one_address(fleet: Fleet) -> bool:
+    """Does some node bind every listener on its own bind_address (loopback demo/test fleets)?"""
+    return fleet.nodes.filter(bind_address__isnull=False).exists()
+
+
 def lb_fleets(lb: LoadBalancer) -> QuerySet[Fleet]:
     return Fleet.objects.filter(Q(pk=lb.fleet_id) | Q(serves=lb)).distinct().order_by("name")
 
@@ -504,6 +509,15 @@ def render_problems_for(principal: Principal, problems: list[dict[str, Any]]) ->
 
 
 def can_push(principal: Principal, lb: LoadBalancer) -> bool:
-    """May `principal` push `lb`'s held changes? A shared LB's push carries other tenants' changes too,
-    so only operators push those; an owner pushes its own dedicated LB."""
-    return principal.can_deploy and (principal.is_operator or (lb.org_id == principal.org_id and not lb.shared))
+    """May `principal` push `lb`'s held changes? A push renders and rolls out whole fleets, so it carries the
+    held changes of every LB those fleets serve: operators may; a customer only for its own dedicated LB on
+    fleets that serve nobody else's LB."""
+    if not principal.can_deploy:
+        return False
+    if principal.is_operator:
+        return True
+    if lb.org_id != principal.org_id or lb.shared:
+        return False
+    fleets = lb_fleets(lb)
+    return not LoadBalancer.objects.filter(Q(fleet__in=fleets) | Q(serving_fleets__in=fleets)).exclude(
+        org_id=principal.org_id).exists()

@@ -79,7 +79,7 @@ def fleet_render(*, fleet: Fleet, reason: str = "") -> ConfigRevision:
         snap, lb_revisions = selectors.fleet_snapshot(fleet, number)
         # One tenant's broken object must not block the others: render what is valid, keep the rest
         # as problems for their owners.
-        snap, left_out = quarantine(snap)
+        snap, left_out = quarantine(snap, shared_bind=selectors.fleet_binds_one_address(fleet))
         problems = [p.as_json() for p in left_out]
         if problems:
             logger.warning("fleet %s: revision %s leaves out %s", fleet.name, number, problems)
@@ -333,7 +333,7 @@ def _preview_gather(lb: LoadBalancer, principal: Principal) -> list[_PreviewInpu
         base = ConfigRevision.objects.filter(fleet=fleet, number=fleet.desired_revision).first()
         latest = selectors.latest_revision(fleet)
         snap, _ = selectors.fleet_snapshot(fleet, (latest.number + 1) if latest else 1)
-        snap, left_out = quarantine(snap)
+        snap, left_out = quarantine(snap, shared_bind=selectors.fleet_binds_one_address(fleet))
         problems = selectors.render_problems_for(principal, [p.as_json() for p in left_out])
         inputs.append(_PreviewInput(fleet.name, base, snap, selectors.reference_node(fleet), pattern, problems))
     return inputs

@@ -151,3 +151,28 @@ def test_parallel_login_attempts_get_no_more_password_checks_than_the_limit(live
 
     assert codes.count(429) >= 30 - settings.LOGIN_THROTTLE_ATTEMPTS, codes
     assert set(codes) <= {200, 429}, codes
+
+
+@pytest.mark.django_db
+def test_the_throttle_holds_against_username_variants_and_the_attackers_own_logins(settings):
+    """Review finding: ' charlie', 'charlie<TAB>' and a fullwidth 'c' all log in as charlie but had their own
+    counters, and logging into one's own account cleared the address's counter."""
+    from django.contrib.auth import get_user_model
+    from django.core.cache import cache
+
+    cache.clear()
+    users = get_user_model().objects
+    users.create_user("charlie-target", password="correct-horse-battery")
+    users.create_user("mallory", password="mallory-own-pass")
+    client = Client()
+    variants = [" charlie-target", "charlie-target\t", "\uff43harlie-target", "charlie-target\u00a0"]
+    codes = []
+    try:
+        for i in range(12):
+            codes.append(client.post("/login/", {"username": variants[i % 4], "password": f"guess-{i}"}).status_code)
+            if i % 3 == 2:  # the attacker logs into its own account between guesses
+                Client().post("/login/", {"username": "mallory", "password": "mallory-own-pass"})
+        assert codes.count(200) <= settings.LOGIN_THROTTLE_ATTEMPTS, codes
+        assert 429 in codes
+    finally:
+        cache.clear()

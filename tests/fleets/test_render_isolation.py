@@ -12,7 +12,7 @@ import pytest
 
 from apps.balancers.models import LoadBalancer, Pool, Route, RouteTarget
 from apps.fleets import services
-from apps.fleets.models import ConfigRevision
+from apps.fleets.models import ConfigRevision, Rollout
 
 pytestmark = [pytest.mark.django_db, pytest.mark.haproxy]
 
@@ -98,3 +98,74 @@ def test_the_owner_sees_what_was_left_out_in_the_workspace_and_nobody_else_does(
 
     assert f"route {stranded.pk}" in pages["globex"] and "unknown_pool" in pages["globex"]
     assert "data-left-out" not in pages["acme"] and f"route {stranded.pk}" not in pages["acme"]
+
+
+def test_a_customer_cannot_push_a_fleet_that_also_serves_other_tenants(shared, alice, charlie) -> None:
+    """Review finding: a customer's own LB placed on a held shared fleet let it push everyone's held changes."""
+    from django.test import Client
+
+    from apps.fleets import selectors
+    from apps.fleets.models import Fleet
+
+    Fleet.objects.filter(pk=shared["fleet"].pk).update(auto_rollout=False)
+    on_shared_fleet = LoadBalancer.objects.create(org=alice.org, name="acme-placed", fleet=shared["fleet"])
+    alone = LoadBalancer.objects.create(org=alice.org, name="acme-alone",
+                                        fleet=Fleet.objects.create(name="acme-fleet", region=shared["region"]))
+    from apps.accounts.services import principal_for_user
+
+    principal = principal_for_user(alice.user)
+
+    assert not selectors.can_push(principal, on_shared_fleet)
+    assert selectors.can_push(principal, alone)
+    client = Client()
+    client.force_login(alice.user)
+    refused = client.post(f"/fleets/lb/{on_shared_fleet.pk}/push/", HTTP_HX_REQUEST="true")
+    assert refused.status_code in (403, 404)
+    assert not Rollout.objects.filter(fleet=shared["fleet"]).exists()
+
+
+def test_node_level_bind_clashes_are_refused_at_write_and_left_out_at_render(shared, alice, otto) -> None:
+    """Review finding: on a fleet whose nodes bind every listener on one address (bind_address), two listeners
+    on one port with different static IPs passed the write check and then failed every node's render."""
+    from apps.balancers.models import IpPool, Listener, StaticIP
+    from apps.fleets.models import Node
+    from apps.fleets.render.quarantine import quarantine
+    from apps.fleets.selectors import fleet_snapshot
+
+    Node.objects.create(fleet=shared["fleet"], name="n1", address="127.0.0.1", runtime_dir="/run/spw/n1",
+                        config_dir="/etc/spw/n1", bind_address="127.0.0.1")
+    pool = IpPool.objects.create(name="vips", cidr="192.0.2.0/28")
+    ips = [StaticIP.objects.create(pool=pool, address=f"192.0.2.{n}", org=shared["lb"].org, state="reserved")
+           for n in (2, 3)]
+    first = otto.client.post("/api/v1/listeners/", {"lb": shared["lb"].pk, "name": "a", "port": 18081,
+                                                    "static_ip": ips[0].pk}, format="json")
+    neighbour = LoadBalancer.objects.create(org=shared["lb"].org, name="edge-two", fleet=shared["fleet"])
+    second = otto.client.post("/api/v1/listeners/", {"lb": neighbour.pk, "name": "b", "port": 18081,
+                                                     "static_ip": ips[1].pk}, format="json")
+    assert first.status_code == 201, first.content
+    assert second.status_code == 409 and second.json()["code"] == "port_in_use"
+
+    # Written past the API, the clash is left out at render instead of failing the fleet.
+    Listener.objects.create(lb=neighbour, name="c", port=18081, static_ip=ips[1])
+    snap, _ = fleet_snapshot(shared["fleet"], 99)
+    _, problems = quarantine(snap, shared_bind=True)
+    assert [(p.kind, p.code) for p in problems] == [("listener", "port_in_use")]
+
+
+def test_a_customer_listener_may_not_take_the_nodes_own_ports(alice, otto, settings) -> None:
+    lb = LoadBalancer.objects.create(org=alice.org, name="acme-own")
+    ssh = alice.client.post("/api/v1/listeners/", {"lb": lb.pk, "name": "ssh", "port": 22}, format="json")
+    web = alice.client.post("/api/v1/listeners/", {"lb": lb.pk, "name": "web", "port": 8080}, format="json")
+    assert ssh.status_code == 400 and ssh.json()["code"] == "port_not_allowed"
+    assert web.status_code == 201, web.content
+
+
+def test_a_customer_can_put_back_its_lb_after_an_operator_placed_it(shared, alice, otto) -> None:
+    lb = LoadBalancer.objects.create(org=alice.org, name="acme-own")
+    assert otto.client.patch(f"/api/v1/load-balancers/{lb.pk}/", {"fleet": shared["fleet"].pk},
+                             format="json").status_code == 200
+    body = alice.client.get(f"/api/v1/load-balancers/{lb.pk}/").json()
+    put = alice.client.put(f"/api/v1/load-balancers/{lb.pk}/", {k: body[k] for k in ("name", "kind", "shared",
+                                                                                      "fleet", "cloud_target")},
+                           format="json")
+    assert put.status_code == 200, put.content

@@ -122,9 +122,14 @@ class TenantModelSerializer(serializers.ModelSerializer):
         errors: dict[str, list[str]] = {}
         codes: dict[str, str] = {}
         if isinstance(data, dict):
+            unchanged = set()
             if principal is not None and not principal.is_operator:
                 for name in getattr(meta, "operator_only_fields", ()):
-                    if name in data and not self._unchanged(name, data[name]):
+                    if name not in data:
+                        continue
+                    if self._unchanged(name, data[name]):
+                        unchanged.add(name)
+                    else:
                         errors[name] = ["Only an operator can set this field."]
                         codes[name] = "operator_only"
             if self.instance is not None:
@@ -132,6 +137,10 @@ class TenantModelSerializer(serializers.ModelSerializer):
                     if name in data and not self._unchanged(name, data[name]):
                         errors[name] = ["This field cannot be changed once the object exists; create a new one."]
                         codes[name] = "immutable"
+            if unchanged:
+                # Sent back as read (a PUT): nothing to validate or write, and the caller may not even be able
+                # to resolve the value (an operator's fleet).
+                data = {k: v for k, v in data.items() if k not in unchanged}
         if errors:
             raise serializers.ValidationError(
                 {k: [serializers.ErrorDetail(m, code=codes[k]) for m in v] for k, v in errors.items()})
@@ -141,6 +150,11 @@ class TenantModelSerializer(serializers.ModelSerializer):
         field = self.fields.get(name)
         if field is None:
             return False
+        if self.instance is not None and isinstance(field, serializers.RelatedField):
+            # The id it already has (an operator's placement a customer cannot resolve) is unchanged as sent.
+            current_pk = getattr(self.instance, f"{field.source}_id", None)
+            if value is not None and current_pk is not None and str(value) == str(current_pk):
+                return True
         try:
             new = field.run_validation(value)
         except serializers.ValidationError:

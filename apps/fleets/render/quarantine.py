@@ -37,7 +37,9 @@ class Problem:
         return {"kind": self.kind, "id": self.id, "code": self.code, "detail": self.detail}
 
 
-def quarantine(snapshot: FleetSnapshot) -> tuple[FleetSnapshot, tuple[Problem, ...]]:
+def quarantine(snapshot: FleetSnapshot, *, shared_bind: bool = False) -> tuple[FleetSnapshot, tuple[Problem, ...]]:
+    """`shared_bind`: some node of the fleet binds every listener on one address (its bind_address), so two
+    listeners on one port clash there whatever their static IPs."""
     problems: dict[tuple[str, int], Problem] = {}
 
     def leave_out(kind: str, obj_id: int, exc: UnsafeValue) -> None:
@@ -68,7 +70,7 @@ def quarantine(snapshot: FleetSnapshot) -> tuple[FleetSnapshot, tuple[Problem, .
         kept = replace(ln, routes=tuple(routes))
         try:
             _check_listener(f"listeners[{i}]", kept, pool_ids)
-            _check_clashes(kept, listeners)
+            _check_clashes(kept, listeners, shared_bind)
         except UnsafeValue as exc:
             leave_out("listener", ln.id, exc)
         else:
@@ -81,9 +83,10 @@ def quarantine(snapshot: FleetSnapshot) -> tuple[FleetSnapshot, tuple[Problem, .
     return clean, tuple(problems.values())
 
 
-def _check_clashes(ln: ListenerSpec, kept: list[ListenerSpec]) -> None:
+def _check_clashes(ln: ListenerSpec, kept: list[ListenerSpec], shared_bind: bool) -> None:
     for other in kept:
-        if other.port == ln.port and (other.address == ln.address or ANY_ADDRESS in (other.address, ln.address)):
+        same_address = shared_bind or other.address == ln.address or ANY_ADDRESS in (other.address, ln.address)
+        if other.port == ln.port and same_address:
             raise UnsafeValue(f"listener {ln.id}", "port_in_use",
                               f"port {ln.port} is already bound on this fleet by another listener.")
         if (ln.cert is not None and other.cert is not None and ln.cert.name == other.cert.name
