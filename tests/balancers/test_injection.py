@@ -48,7 +48,7 @@ def _cases(world):
                                                 "address": "127.0.0.9", "port": 80}),
         ("/api/v1/members/", "address", lambda v: {"pool": pool.pk, "region": "us-east", "name": "mm",
                                                    "address": "127.0.0.9" + v, "port": 80}),
-        ("/api/v1/listeners/", "name", lambda v: {"lb": lb.pk, "name": "l" + v.lstrip("/"), "port": 81}),
+        ("/api/v1/listeners/", "name", lambda v: {"lb": lb.pk, "name": "l" + v.lstrip("/"), "port": 8081}),
         ("/api/v1/load-balancers/", "name", lambda v: {"name": "lb" + v.lstrip("/")}),
         ("/api/v1/hostname-claims/", "hostname",
          lambda v: {"hostname": _hostish(v).replace(".acme.test", ".newzone.test")}),
