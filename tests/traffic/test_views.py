@@ -73,3 +73,24 @@ def test_outsiders_get_404_on_every_pool_page(charlie, two_regions) -> None:
     assert client.get(f"/traffic/pools/{pk}/").status_code == 404
     assert client.get(f"/traffic/pools/{pk}/panel/").status_code == 404
     assert client.post(f"/traffic/pools/{pk}/what-if/", {}).status_code == 404
+
+
+def test_what_if_shows_the_per_node_shares_that_follow_demand(bob, two_regions) -> None:
+    from apps.fleets.models import Fleet, Node
+
+    for region, name in ((two_regions.a, "fa"), (two_regions.b, "fb")):
+        fleet = Fleet.objects.create(name=name, region=region)
+        fleet.serves.add(two_regions.lb)
+        for n in ("n1", "n2"):
+            Node.objects.create(fleet=fleet, name=n, address="127.0.0.1", runtime_dir=f"/tmp/{name}{n}",
+                                config_dir=f"/tmp/{name}{n}/etc")
+    form = {"healthy_members_ra": "2", "max_rate_per_member_ra": "20", "capacity_scaler_ra": "1",
+            "demand_ra": "50", "healthy_members_rb": "2", "max_rate_per_member_rb": "20",
+            "capacity_scaler_rb": "1", "demand_rb": "0", "policy": "waterfall"}
+    text = browser(bob).post(f"/traffic/pools/{two_regions.pool.pk}/what-if/", form,
+                             HTTP_HX_REQUEST="true").content.decode()
+    assert "in\nproportion to the demand that node receives" in text or "proportion to the demand" in text
+    # 50 req/s spread over ra's two nodes: each gets half of ra's 40 and half of the 10 that overflow.
+    assert "fa/n1: ra &lt;20/s → rb &lt;5/s" in text, text
+    # The planner's split (40 local / 10 out) is what the nodes enforce.
+    assert "40.0 / 10.0" in text
