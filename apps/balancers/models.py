@@ -6,6 +6,7 @@ from django.db import models
 from django.db.models import Q
 
 from apps.core.tenancy import SharedInfraQuerySet, TenantQuerySet
+from apps.core.validators import MAX_MESSAGE_LEN, NO_ROUTE_STATUSES
 
 
 class Region(models.Model):
@@ -141,6 +142,10 @@ class Listener(models.Model):
     default_pool = models.ForeignKey("Pool", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     certificate = models.ForeignKey("fleets.Certificate", null=True, blank=True, on_delete=models.PROTECT,
                                     related_name="listeners")
+    # The answer to a request no route matches when there is no default pool (HTTP listeners).
+    no_route_status = models.PositiveSmallIntegerField(
+        default=404, choices=[(n, str(n)) for n in NO_ROUTE_STATUSES])
+    no_route_body = models.CharField(max_length=MAX_MESSAGE_LEN, default="No route for this host and path.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -277,7 +282,8 @@ class Route(models.Model):
     objects = TenantQuerySet.as_manager()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["lb", "priority"], name="route_unique_priority")]
+        # Priorities order one organization's routes only (apps.balancers.routing): unique per tenant.
+        constraints = [models.UniqueConstraint(fields=["lb", "org", "priority"], name="route_unique_org_priority")]
         ordering = ["lb__name", "priority"]
 
     def __str__(self) -> str:

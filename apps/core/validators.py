@@ -152,3 +152,25 @@ def validate_redirect_url(s: object) -> str:
         except InvalidValue as exc:
             raise InvalidValue("invalid_redirect_url", f"Redirect URL port: {exc.message}") from None
     return value
+
+
+MAX_MESSAGE_LEN = 200
+# Letters, digits, single spaces and plain punctuation: literal inside a double-quoted HAProxy string
+# (no quotes, backslashes, `$` for environment expansion, `%` or `#`).
+_MESSAGE_RE = re.compile(r"^[A-Za-z0-9.,:;!?()/_-]+(?: [A-Za-z0-9.,:;!?()/_-]+)*$")
+NO_ROUTE_STATUSES = (404, 421, 503)
+
+
+def validate_plain_message(s: object) -> str:
+    if not isinstance(s, str) or not 0 < len(s) <= MAX_MESSAGE_LEN or not _MESSAGE_RE.match(s):
+        raise InvalidValue(
+            "invalid_message",
+            f"A message is 1-{MAX_MESSAGE_LEN} characters of letters, digits, single spaces and .,:;!?()/_- only.",
+        )
+    return s
+
+
+def validate_no_route_status(n: object) -> int:
+    if n not in NO_ROUTE_STATUSES or isinstance(n, bool):
+        raise InvalidValue("invalid_status", f"The no-route status is one of {', '.join(map(str, NO_ROUTE_STATUSES))}.")
+    return n  # type: ignore[return-value]

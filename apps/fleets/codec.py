@@ -58,7 +58,8 @@ def snapshot_to_json(snap: FleetSnapshot, seal: Seal) -> dict[str, Any]:
             cert = {"name": ln.cert.name, "pem_sealed": seal(ln.cert.pem.decode())}
         return {"id": ln.id, "lb": ln.lb, "name": ln.name, "protocol": ln.protocol, "address": ln.address,
                 "port": ln.port, "default_pool_id": ln.default_pool_id,
-                "routes": [route(r) for r in ln.routes], "cert": cert}
+                "routes": [route(r) for r in ln.routes], "cert": cert,
+                "no_route_status": ln.no_route_status, "no_route_body": ln.no_route_body}
 
     return {
         "fleet": snap.fleet, "region": snap.region, "revision": snap.revision,
@@ -97,6 +98,8 @@ def snapshot_from_json(data: dict[str, Any], unseal: Seal) -> FleetSnapshot:
             cert=None
             if cert is None
             else CertSpec(name=cert["name"], pem=unseal(cert["pem_sealed"]).encode()),
+            # Revisions stored before the no-route answer existed: the default (404).
+            **{k: ln[k] for k in ("no_route_status", "no_route_body") if k in ln},
         )
 
     return FleetSnapshot(

@@ -177,6 +177,7 @@ def fleet_snapshot(fleet: Fleet, revision: int) -> tuple[FleetSnapshot, dict[str
             id=ln.pk, lb=ln.lb.name, name=ln.name, protocol=ln.protocol,  # type: ignore[arg-type]
             address=ln.static_ip.address if ln.static_ip else ANY_ADDRESS, port=ln.port,
             default_pool_id=ln.default_pool_id, routes=listener_routes, cert=_cert_spec(ln),
+            no_route_status=ln.no_route_status, no_route_body=ln.no_route_body,
         ))
     snap = FleetSnapshot(fleet=fleet.name, region=region, revision=revision,
                          listeners=tuple(listener_specs), pools=tuple(pool_specs))

@@ -104,6 +104,9 @@ class ListenerSpec:
     default_pool_id: int | None
     routes: tuple[RouteSpec, ...] = ()
     cert: CertSpec | None = None
+    # What a request no route matches gets when there is no default pool.
+    no_route_status: int = 404
+    no_route_body: str = "No route for this host and path."
 
 
 @dataclass(frozen=True)

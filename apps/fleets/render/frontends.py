@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from apps.fleets.render.chain import backend_name, chain_lines
-from apps.fleets.render.routing import action_key, build_route_maps, ordered_routes, parse_split_key
+from apps.fleets.render.routing import action_key, build_route_maps, ordered_routes, parse_split_key, prefix_base
 from apps.fleets.snapshot import ListenerSpec, PoolSpec, RouteSpec
 
 INDENT = "    "
@@ -143,9 +143,12 @@ def _host_acl_lines(route: RouteSpec) -> tuple[list[str], str]:
     return lines, name
 
 
-def _path_cond(route: RouteSpec) -> str:
-    fetch = "path" if route.path_match == "exact" else "path_beg"
-    return f"{{ {fetch} {route.path} }}"
+def _path_conds(route: RouteSpec) -> list[str]:
+    """Alternatives (ORed) for the route's path: PathPrefix `/a` is `/a` itself or anything below `/a/`."""
+    if route.path_match == "exact":
+        return [f"{{ path {route.path} }}"]
+    base = prefix_base(route.path)
+    return [f"{{ path {base} }}", f"{{ path_beg {base}/ }}"] if base else [""]
 
 
 def classify_with_rules(listener: ListenerSpec, ids: dict[str, str]) -> list[str]:
@@ -153,7 +156,8 @@ def classify_with_rules(listener: ListenerSpec, ids: dict[str, str]) -> list[str
     for route in ordered_routes(listener.routes):
         acl_lines, acl = _host_acl_lines(route)
         lines.extend(acl_lines)
-        cond = _cond("!{ var(txn.rk) -m found }", acl, _path_cond(route))
+        # AND binds tighter than || in HAProxy conditions: each alternative repeats the common part.
+        cond = " || ".join(_cond("!{ var(txn.rk) -m found }", acl, alt) for alt in _path_conds(route))
         if route.redirect_url is not None:
             lines.append(
                 f"http-request redirect location {log_format_literal(route.redirect_url)} code 302 "
@@ -187,6 +191,13 @@ def classify_with_maps(listener: ListenerSpec, files: dict[str, bytes], ids: dic
         f"http-request redirect location %[var(txn.rk),map_str({prefix}.redirects.map)] code 302 "
         "if { var(txn.rk) -m beg u }",
     ]
+
+
+def no_route_line(listener: ListenerSpec) -> str:
+    """No route and no default pool: the listener's own small answer (404 by default), not HAProxy's 503."""
+    # The body passed safety's allowlist (no quotes, backslashes, `$` or `%`), so it is literal here.
+    return (f'http-request return status {listener.no_route_status} content-type text/plain '
+            f'string "{listener.no_route_body}" if !{{ var(txn.rk) -m found }}')
 
 
 def _map_text(entries: Iterable[tuple[str, str]]) -> bytes:
@@ -274,6 +285,8 @@ def http_frontend(
             lines += classify_with_rules(listener, ids)
     if listener.default_pool_id is not None:
         lines.append(f"http-request set-var(txn.rk) str(p{listener.default_pool_id}) if !{{ var(txn.rk) -m found }}")
+    else:
+        lines.append(no_route_line(listener))
     lines += split_lines(keys, ids)
     pool_ids = sorted({pool_id for key in keys for pool_id, _ in parse_split_key(key)})
     # http-request rules run before any use_backend rule whatever their order; keep the text honest.

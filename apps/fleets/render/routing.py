@@ -1,11 +1,9 @@
 """Route selection semantics, and the map-file layout that reproduces them for large route counts.
 
-One rule decides which route serves a request: among the routes whose host pattern matches the
-request's host (port stripped, lower-cased) and whose path matches the request path, the one with the
-lowest (priority, id) wins. Host patterns are exact names, `*.domain` (one or more labels below
-`domain`, not `domain` itself), or no hosts at all (any host). `resolve_route` is that rule in Python;
-the rendered config implements it twice: as ordered `http-request` rules (small listeners) and as map
-lookups (large listeners).
+One rule decides which route serves a request (apps.balancers.routing states it: host routes before
+any-host routes, then lowest (priority, id); prefix is Gateway API PathPrefix). `resolve_route` is that
+rule in Python; the rendered config implements it twice: as ordered `http-request` rules (small
+listeners) and as map lookups (large listeners).
 
 The map layout, and why it gives the same answer (measured on HAProxy 2.6.12):
 - `map_beg` is a longest-prefix lookup (a prefix tree), not first-match-in-file order.
@@ -13,9 +11,10 @@ The map layout, and why it gives the same answer (measured on HAProxy 2.6.12):
 A request is first given a *host class*: its own name if some route names it exactly, else the longest
 matching wildcard (`map_end`, longest suffix first in the file), else `*`. Every class lists all routes
 that can apply to its hosts (exact + matching wildcards + any-host). The routes map is then keyed by
-`<class><path>` for prefix routes and `<class><path>?` for exact routes, and looked up with
-`<class><request path>?`: `path` never contains `?` (the query is cut off), so an exact key matches only
-its own path, and `/` after the class stops one class's keys matching another's requests. Finally,
+`<class><path>?` for exact routes and `<class><base>?` + `<class><base>/` for prefix routes (see
+`path_keys`), and looked up with `<class><request path>?`: `path` never contains `?` (the query is cut
+off), so a `?` key matches only its own path, a `/` key only paths below it (never `/apix` for `/api`),
+and `/` after the class stops one class's keys matching another's requests. Finally,
 priority becomes longest-prefix: an entry is dropped when a shorter key that is a prefix of it belongs
 to a better-ranked route, because that route matches every request the longer key matches. After that,
 along any chain of nested keys the rank only improves as keys grow, so the longest match is the
@@ -28,13 +27,12 @@ import math
 from dataclasses import dataclass
 from functools import reduce
 
+# The routing rule itself (match, rank, shadowing) lives in apps.balancers.routing, shared with the
+# route checks and the route tester; this module only lays it out for HAProxy.
+from apps.balancers.routing import prefix_base, resolve_route, route_rank  # noqa: F401 (re-exported)
 from apps.fleets.snapshot import RouteSpec
 
 ANY_HOST_CLASS = "*"
-
-
-def route_rank(route: RouteSpec) -> tuple[int, int]:
-    return (route.priority, route.id)
 
 
 def ordered_routes(routes: tuple[RouteSpec, ...]) -> list[RouteSpec]:
@@ -71,30 +69,6 @@ def action_key(route: RouteSpec) -> str:
     return split_key([(t.pool_id, t.weight) for t in route.targets])
 
 
-def normalize_host(host_header: str) -> str:
-    """The host the config matches on: Host header without port, lower-cased (HAProxy: field(1,:),lower)."""
-    return host_header.split(":", 1)[0].lower()
-
-
-def host_matches(pattern: str, host: str) -> bool:
-    if pattern.startswith("*."):
-        return host.endswith(pattern[1:])
-    return host == pattern
-
-
-def path_matches(route: RouteSpec, path: str) -> bool:
-    return path == route.path if route.path_match == "exact" else path.startswith(route.path)
-
-
-def resolve_route(routes: tuple[RouteSpec, ...], host_header: str, path: str) -> RouteSpec | None:
-    """The route that serves a request, or None (then the listener's default pool does)."""
-    host = normalize_host(host_header)
-    for route in ordered_routes(routes):
-        if (not route.hosts or any(host_matches(p, host) for p in route.hosts)) and path_matches(route, path):
-            return route
-    return None
-
-
 @dataclass(frozen=True)
 class RouteMaps:
     exact_hosts: list[str]  # hosts that are their own class (map_str)
@@ -113,6 +87,19 @@ def _parent_wildcards(host: str, wildcard_set: set[str]) -> list[str]:
     return found
 
 
+def path_keys(route: RouteSpec) -> tuple[str, ...]:
+    """The routes-map key suffixes of a route, looked up as `<class><request path>?` with map_beg.
+
+    Exact `/a`: `/a?` (only the path itself is followed by `?`). Prefix `/a`: `/a?` for the path
+    itself and `/a/` for everything below it, so `/ax` matches neither (Gateway API PathPrefix).
+    Prefix `/`: `/`, which every path starts with.
+    """
+    if route.path_match == "exact":
+        return (route.path + "?",)
+    base = prefix_base(route.path)
+    return (base + "/", base + "?") if base else ("/",)
+
+
 def build_route_maps(routes: tuple[RouteSpec, ...]) -> RouteMaps:
     by_pattern: dict[str, list[RouteSpec]] = {}
     any_host: list[RouteSpec] = []
@@ -125,19 +112,17 @@ def build_route_maps(routes: tuple[RouteSpec, ...]) -> RouteMaps:
     exact_hosts = sorted(p for p in by_pattern if not p.startswith("*."))
 
     best: dict[str, tuple[tuple[int, int], str]] = {}
-    # (path key suffix, rank, action) per route, computed once: any-host routes are added to every class.
-    prepared = {
-        id(route): (route.path + ("?" if route.path_match == "exact" else ""), route_rank(route), action_key(route))
-        for route in routes
-    }
+    # (path key suffixes, rank, action) per route, computed once: any-host routes are added to every class.
+    prepared = {id(route): (path_keys(route), route_rank(route), action_key(route)) for route in routes}
 
     def add(host_class: str, members: list[RouteSpec]) -> None:
         for route in members:
-            suffix, rank, action = prepared[id(route)]
-            key = host_class + suffix
-            current = best.get(key)
-            if current is None or rank < current[0]:
-                best[key] = (rank, action)
+            suffixes, rank, action = prepared[id(route)]
+            for suffix in suffixes:
+                key = host_class + suffix
+                current = best.get(key)
+                if current is None or rank < current[0]:
+                    best[key] = (rank, action)
 
     for host_class in [*exact_hosts, *sorted(wildcard_set)]:
         add(host_class, by_pattern[host_class])

@@ -243,6 +243,8 @@ def _check_listener(field: str, listener: ListenerSpec, pool_ids: set[int]) -> L
         port=_checked(f"{field}.port", v.validate_port, listener.port),
         routes=routes,
         cert=None if cert is None or protocol != "https" else _check_cert(f"{field}.cert", cert),
+        no_route_status=_checked(f"{field}.no_route_status", v.validate_no_route_status, listener.no_route_status),
+        no_route_body=_checked(f"{field}.no_route_body", v.validate_plain_message, listener.no_route_body),
     )
 
 
