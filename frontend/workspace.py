@@ -36,8 +36,9 @@ def route_form_data(post: QueryDict, lb: LoadBalancer, pools: list[Pool], route:
         "hosts": [h.strip() for h in post.get("hosts", "").split(",") if h.strip()],
         "path_match": post.get("path_match", "prefix"),
         "path": post.get("path", "/"),
-        "priority": post.get("priority"),
     }
+    if post.get("priority", "").strip():  # blank: the service picks one, longer paths first
+        data["priority"] = post["priority"].strip()
     if route is not None and route.redirect_url:
         data["redirect_url"] = post.get("redirect_url", "")
         data["targets"] = []

@@ -121,6 +121,16 @@ def shadowing_routes(routes: Iterable[R], candidate: RouteLike) -> list[R]:
     return found
 
 
+def newly_shadowed(routes: Iterable[R], candidate: R) -> list[R]:
+    """Routes that serve some request today and none once `candidate` is added (or replaces the route
+    with its id). Only routes `candidate` ranks before and whose paths it covers can be affected."""
+    before = [r for r in routes if r.id != candidate.id]
+    after = [*before, candidate]
+    rank = route_rank(candidate)
+    affected = [r for r in before if route_rank(r) > rank and _path_covers(candidate, r)]
+    return [r for r in affected if shadowing_routes(after, r) and not shadowing_routes(before, r)]
+
+
 def default_priority(path: str, path_match: str, taken: set[int]) -> int:
     """A free priority that puts longer paths first and, for the same path, exact before prefix.
 

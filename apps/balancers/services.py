@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -14,7 +15,7 @@ from django.utils import timezone
 
 from apps.accounts.principal import Principal
 from apps.audit.services import audit_record, audited_delete, audited_save
-from apps.balancers import hostnames
+from apps.balancers import hostnames, routing
 from apps.balancers.models import (
     HostnameClaim,
     IpPool,
@@ -199,6 +200,55 @@ def _check_route(*, route: Route, targets: list[dict[str, Any]]) -> None:
                            field="path")
 
 
+NEW_ROUTE_ID = 2**62  # a route not saved yet gets the next id, so it ranks after every equal one
+
+
+@dataclass(frozen=True)
+class _RouteRow:
+    id: int
+    priority: int
+    hosts: tuple[str, ...]
+    path_match: str
+    path: str
+
+
+def _describe(principal: Principal, row: _RouteRow) -> str:
+    """A route named for the caller, or "another tenant's route" when the caller may not see it."""
+    if not Route.objects.restrict(principal, "view").filter(pk=row.id).exists():
+        return "another tenant's route"
+    return (f"route {row.id} (priority {row.priority}, {', '.join(row.hosts) or 'any host'}, "
+            f"{row.path_match} {row.path})")
+
+
+def _check_reachable(*, principal: Principal, route: Route) -> None:
+    """Refuse a route that could never serve a request, and one that would leave another never serving.
+
+    Only routes that can overlap are loaded: host routes of the same org (hostnames are owned, so other
+    tenants' host routes never match the same request) or any-host routes (which rank after every host
+    route, apps.balancers.routing).
+    """
+    candidate = _RouteRow(id=route.pk or 0, priority=route.priority, hosts=tuple(route.hosts),
+                          path_match=route.path_match, path=route.path)
+    peers = Route.objects.filter(lb_id=route.lb_id).exclude(pk=route.pk)
+    peers = peers.filter(org_id=route.org_id).exclude(hosts=[]) if route.hosts else peers.filter(hosts=[])
+    rows = [_RouteRow(id=pk, priority=priority, hosts=tuple(hosts), path_match=match, path=path)
+            for pk, priority, hosts, match, path in peers.values_list("id", "priority", "hosts", "path_match", "path")]
+    if not route.pk:
+        candidate = replace(candidate, id=NEW_ROUTE_ID)
+    shadows = routing.shadowing_routes(rows, candidate)
+    if shadows:
+        names = "; ".join(_describe(principal, row) for row in shadows)
+        raise DomainError("route_shadowed",
+                          f"This route would never serve a request: {names} matches every request it covers "
+                          "first. Give it a better (lower) priority or a narrower host or path.",
+                          field="priority", status=422)
+    for victim in routing.newly_shadowed(rows, candidate):
+        raise DomainError("route_shadows",
+                          f"This route would leave {_describe(principal, victim)} never serving a request "
+                          "(it would match every request that route covers first). Give it a worse (higher) "
+                          "priority or a narrower host or path.", field="priority", status=422)
+
+
 def route_save(*, principal: Principal, route: Route, data: dict[str, Any]) -> Route:
     """Create or update a route from validated data; `data["targets"]` absent keeps the current targets."""
     data = dict(data)
@@ -215,10 +265,16 @@ def route_save(*, principal: Principal, route: Route, data: dict[str, Any]) -> R
             targets = ([{"pool": t.pool, "weight": t.weight} for t in route.targets.select_related("pool")]
                        if route.pk else [])
         _check_route(route=route, targets=targets)
-        taken = Route.objects.filter(lb_id=route.lb_id, priority=route.priority).exclude(pk=route.pk).exists()
-        if taken:
-            raise Conflict("priority_taken", f"Priority {route.priority} is already used on this load balancer.",
-                           field="priority")
+        # Priorities are per organization: another tenant's numbers are neither taken nor revealed.
+        own = Route.objects.filter(lb_id=route.lb_id, org_id=route.org_id).exclude(pk=route.pk)
+        if route.priority is None:
+            route.priority = routing.default_priority(route.path, route.path_match,
+                                                      set(own.values_list("priority", flat=True)))
+        elif own.filter(priority=route.priority).exists():
+            raise Conflict("priority_taken",
+                           f"Priority {route.priority} is already used by another of your routes on this load "
+                           "balancer.", field="priority")
+        _check_reachable(principal=principal, route=route)
         route.save()
         route.targets.all().delete()
         RouteTarget.objects.bulk_create(

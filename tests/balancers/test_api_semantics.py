@@ -112,7 +112,7 @@ def test_canary_weights_and_redirects(world, alice):
 
     canary = PoolFactory(lb=world.acme_lb, org=alice.org, name="web-canary")
     split = alice.client.post("/api/v1/routes/", {
-        "lb": world.acme_lb.pk, "hosts": ["acme.example.com"], "path": "/", "priority": 1,
+        "lb": world.acme_lb.pk, "hosts": ["acme.example.com"], "path": "/", "priority": 5,
         "targets": [{"pool": world.acme_pool.pk, "weight": 90}, {"pool": canary.pk, "weight": 10}]}, format="json")
     assert split.status_code == 201
     assert sorted(t["weight"] for t in split.json()["targets"]) == [10, 90]

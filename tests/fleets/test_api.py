@@ -73,7 +73,7 @@ def test_revisions_carry_a_diff_and_are_operator_only(shared, otto, alice) -> No
     detail = otto.client.get(f"/api/v1/config-revisions/{second.pk}/").json()
 
     pool = shared["pools"]["acme"].pk
-    assert f"-acme.example.com/ p{pool}" in detail["diff"] and f"+acme.example.com/shop p{pool}" in detail["diff"]
+    assert f"-acme.example.com/ p{pool}" in detail["diff"] and f"+acme.example.com/shop/ p{pool}" in detail["diff"]
     assert detail["validation_ok"] is True and "frontend fe_edge.http" in detail["text"]
     assert "text" not in otto.client.get("/api/v1/config-revisions/").json()["results"][0]
     assert alice.client.get(f"/api/v1/config-revisions/{second.pk}/").status_code == 404

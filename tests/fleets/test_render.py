@@ -527,7 +527,7 @@ def test_priority_decides_between_overlapping_routes(haproxy_node, backend, free
     assert client.get("/api/v1/users") == "a"
     assert client.get("/api/v1/special") == "a"
     assert client.get("/api") == "a"
-    assert client.get("/nothing") == "status 503"  # no route, no default pool: HAProxy answers itself
+    assert client.get("/nothing") == "status 404"  # no route, no default pool: the listener's no-route answer
     client.close()
 
 

@@ -224,7 +224,7 @@ def test_a_route_change_alters_only_map_files_and_a_new_pool_alters_the_config()
     changes = hot_map_changes(before, after)
 
     assert changes is not None and set(changes) == {"maps/web.http.routes.map", "maps/web.http.hosts.map"}
-    assert ("b.test/b", "p1") in changes["maps/web.http.routes.map"]
+    assert ("b.test/b/", "p1") in changes["maps/web.http.routes.map"]
     to_new_pool = (route(1, 1, "/a", 1), route(2, 2, "/b", 2))
     other = render(snapshot((listener(8080, to_new_pool, default_pool_id=1),), pools), NODE)
     assert hot_map_changes(before, other) is None, "a pool's first route adds its rules: reload"

@@ -47,7 +47,7 @@ def test_a_three_node_fleet_converges_on_a_new_route(fleet3: LocalFleet, tiny_ba
     assert rollout.status == Rollout.Status.SUCCEEDED, rollout.error
     revision = rollout.revision
     # The route is a routes.map entry (any-host class "*", its path, its pool's action key).
-    entry = f"*/new p{route.targets.get().pool_id}"
+    entry = f"*/new/ p{route.targets.get().pool_id}"
     assert entry in revision.text and f"+{entry}" in revision.diff
     assert revision.validation_ok and "valid" in revision.validation_output.lower()
     fleet3.fleet.refresh_from_db()

@@ -86,7 +86,7 @@ def test_relocation_touches_only_the_runtime_lines_of_global() -> None:
     assert runtime_dir == rd
     assert "stats socket /tmp/scratch/stats.sock" in moved
     assert "server-state-file /tmp/scratch/server-state" in moved
-    assert "{ path_beg /srv/rt/server-state }" in moved  # a user value that looks like the path is untouched
+    assert "{ path_beg /srv/rt/server-state/ }" in moved  # a user value that looks like the path is untouched
 
 
 def test_missing_haproxy_binary_is_a_failed_validation() -> None:

@@ -86,7 +86,7 @@ def test_preview_page_renders_the_pending_diff_and_push_rolls_it_out(edge, otto)
     assert "held" in page
 
     preview = client.post(f"/fleets/lb/{edge['lb'].pk}/preview/", HTTP_HX_REQUEST="true").content.decode()
-    assert "/shop p" in preview and "Push now" in preview
+    assert "/shop/ p" in preview and "Push now" in preview
 
     pushed = client.post(f"/fleets/lb/{edge['lb'].pk}/push/", HTTP_HX_REQUEST="true")
     rollout = Rollout.objects.order_by("-id").first()

@@ -21,6 +21,7 @@ from apps.balancers.models import (
     Route,
     StaticIP,
 )
+from apps.core import validators as v
 from apps.core.api.fields import (
     HostnameField,
     PathField,
@@ -29,6 +30,7 @@ from apps.core.api.fields import (
     ScopedSlugRelatedField,
     SlugNameField,
     TenantModelSerializer,
+    allowlisted,
 )
 
 
@@ -98,11 +100,14 @@ class ListenerSerializer(LbChildSerializer):
     port = serializers.IntegerField(min_value=1, max_value=65535)
     static_ip = ScopedRelatedField(StaticIP, required=False, allow_null=True)
     default_pool = ScopedRelatedField(Pool, required=False, allow_null=True)
+    no_route_status = serializers.ChoiceField(choices=v.NO_ROUTE_STATUSES, required=False)
+    no_route_body = serializers.CharField(max_length=v.MAX_MESSAGE_LEN, trim_whitespace=False, required=False,
+                                          validators=[allowlisted(v.validate_plain_message)])
 
     class Meta:
         model = Listener
         fields = ["id", "lb", "name", "protocol", "port", "static_ip", "default_pool", "certificate",
-                  "created_at", "updated_at"]
+                  "no_route_status", "no_route_body", "created_at", "updated_at"]
         read_only_fields = ["created_at", "updated_at"]
         create_only_fields = ("lb",)
 
@@ -214,7 +219,8 @@ class RouteSerializer(OrgOwnedSerializer):
     lb = ScopedRelatedField(LoadBalancer)
     hosts = serializers.ListField(child=HostnameField(), max_length=50, required=False)
     path = PathField(required=False)
-    priority = serializers.IntegerField(min_value=1, max_value=50_000)
+    # Omitted: a free one of this org's priorities, longer paths first (apps.balancers.routing).
+    priority = serializers.IntegerField(min_value=1, max_value=50_000, required=False)
     redirect_url = RedirectUrlField(required=False, allow_blank=True)
     targets = RouteTargetSerializer(many=True, required=False)
 
@@ -224,7 +230,7 @@ class RouteSerializer(OrgOwnedSerializer):
                   "created_at", "updated_at"]
         read_only_fields = ["created_at", "updated_at"]
         create_only_fields = ("lb", "org")
-        # Priority uniqueness is checked by the service under the LB lock (409 priority_taken).
+        # Priority uniqueness (per org) is checked by the service under the LB lock (409 priority_taken).
         validators: list = []
 
     def to_representation(self, instance):
