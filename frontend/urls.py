@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from apps.core.discovery import app_modules
-from frontend import dashboard, hostnames, listeners, views, workspace
+from frontend import dashboard, hostnames, listeners, route_tester, views, workspace
 from frontend.auth import ThrottledLoginView
 
 urlpatterns = [
@@ -15,6 +15,7 @@ urlpatterns = [
     path("load-balancers/<int:pk>/", workspace.LoadBalancerDetailView.as_view(), name="lb-detail"),
     path("load-balancers/<int:pk>/routes/", workspace.RoutesView.as_view(), name="route-create"),
     path("load-balancers/<int:pk>/routes/preview/", workspace.RoutePreviewView.as_view(), name="route-preview"),
+    path("load-balancers/<int:pk>/route-test/", route_tester.RouteTestView.as_view(), name="lb-route-test-ui"),
     path("load-balancers/<int:pk>/deploy/", workspace.DeployStatusPartial.as_view(), name="lb-deploy-status"),
     path("load-balancers/<int:pk>/static-ips/", workspace.StaticIpsView.as_view(), name="lb-static-ips"),
     path("load-balancers/<int:pk>/static-ips/<int:ip>/release/", workspace.StaticIpReleaseView.as_view(),

@@ -19,6 +19,7 @@ The rule (Gateway API semantics where they apply):
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 MAX_PRIORITY = 50_000
@@ -38,6 +39,17 @@ class RouteLike(Protocol):
 
 
 R = TypeVar("R", bound=RouteLike)
+
+
+@dataclass(frozen=True)
+class RouteRow:
+    """The fields the rule reads, as loaded from the database (a RouteLike)."""
+
+    id: int
+    priority: int
+    hosts: tuple[str, ...]
+    path_match: str
+    path: str
 
 
 def route_rank(route: RouteLike) -> tuple[int, int, int]:
@@ -80,6 +92,28 @@ def resolve_route(routes: Iterable[R], host_header: str, path: str) -> R | None:
         if (best is None or route_rank(route) < route_rank(best)) and route_matches(route, host, path):
             best = route
     return best
+
+
+def match_reasons(route: RouteLike, host_header: str, path: str) -> list[str]:
+    """Why `route` matches the request, in words (the route tester's "why"); assumes it does."""
+    host = normalize_host(host_header)
+    pattern = next((p for p in route.hosts if host_matches(p, host)), None)
+    if pattern is None:
+        reasons = ["the route names no hosts, so it applies to any host"]
+    elif pattern.startswith("*."):
+        reasons = [f"host {host} is below the wildcard {pattern}"]
+    else:
+        reasons = [f"host {host} is the route's host {pattern}"]
+    base = prefix_base(route.path)
+    if route.path_match == "exact":
+        reasons.append(f"path {path} is exactly {route.path}")
+    elif not base:
+        reasons.append("the prefix / matches every path")
+    elif path == base:
+        reasons.append(f"path {path} is the prefix {base} itself")
+    else:
+        reasons.append(f"path {path} is below the prefix {base}/")
+    return reasons
 
 
 def _host_pattern_covers(better: str, worse: str) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
@@ -203,16 +203,7 @@ def _check_route(*, route: Route, targets: list[dict[str, Any]]) -> None:
 NEW_ROUTE_ID = 2**62  # a route not saved yet gets the next id, so it ranks after every equal one
 
 
-@dataclass(frozen=True)
-class _RouteRow:
-    id: int
-    priority: int
-    hosts: tuple[str, ...]
-    path_match: str
-    path: str
-
-
-def _describe(principal: Principal, row: _RouteRow) -> str:
+def _describe(principal: Principal, row: routing.RouteRow) -> str:
     """A route named for the caller, or "another tenant's route" when the caller may not see it."""
     if not Route.objects.restrict(principal, "view").filter(pk=row.id).exists():
         return "another tenant's route"
@@ -227,11 +218,11 @@ def _check_reachable(*, principal: Principal, route: Route) -> None:
     tenants' host routes never match the same request) or any-host routes (which rank after every host
     route, apps.balancers.routing).
     """
-    candidate = _RouteRow(id=route.pk or 0, priority=route.priority, hosts=tuple(route.hosts),
+    candidate = routing.RouteRow(id=route.pk or 0, priority=route.priority, hosts=tuple(route.hosts),
                           path_match=route.path_match, path=route.path)
     peers = Route.objects.filter(lb_id=route.lb_id).exclude(pk=route.pk)
     peers = peers.filter(org_id=route.org_id).exclude(hosts=[]) if route.hosts else peers.filter(hosts=[])
-    rows = [_RouteRow(id=pk, priority=priority, hosts=tuple(hosts), path_match=match, path=path)
+    rows = [routing.RouteRow(id=pk, priority=priority, hosts=tuple(hosts), path_match=match, path=path)
             for pk, priority, hosts, match, path in peers.values_list("id", "priority", "hosts", "path_match", "path")]
     if not route.pk:
         candidate = replace(candidate, id=NEW_ROUTE_ID)

@@ -222,32 +222,33 @@ def test_routes_sort_edit_inline_with_errors_and_delete(page, demo):
     page.get_by_role("link", name="Priority ▲").wait_for()
     assert order() == ["100", "300", "400"]
 
-    # Inline edit: globex's route holds priority 200 on this shared LB; the error sits by the field.
+    # Inline edit: acme's own /b holds priority 300 (globex's 200 would be no collision: priorities are
+    # per tenant); the error sits by the field.
     route = Route.objects.get(lb=demo, priority=400)
     page.get_by_role("button", name="Edit route 400").click()
     row = page.locator(f"#route-{route.pk}")
-    row.get_by_label("Priority").fill("200")
+    row.get_by_label("Priority").fill("300")
     row.get_by_label("Path").fill("/checkout")
     row.get_by_label("Weight to acme-web").fill("60")
     row.get_by_label("Priority").press("Enter")  # a real form: Enter submits
     error = page.locator(f"#re{route.pk}-priority-err")
     error.wait_for()
-    assert "Priority 200 is already used" in error.inner_text()
+    assert "Priority 300 is already used" in error.inner_text()
     assert row.get_by_label("Path").input_value() == "/checkout"  # what was typed stays
     shot(page, "route-inline-edit-error")
-    row.get_by_label("Priority").fill("350")
+    row.get_by_label("Priority").fill("50")  # ahead of acme's "/" at 100, or it could never serve
     row.get_by_role("button", name="Save").click()
     page.locator(f"#route-{route.pk} td", has_text="acme-web (60)").wait_for()
     route.refresh_from_db()
-    assert (route.priority, route.path) == (350, "/checkout")
+    assert (route.priority, route.path) == (50, "/checkout")
 
     # Delete asks first; dismissing keeps the route, accepting removes its row.
     page.once("dialog", lambda dialog: dialog.dismiss())
-    page.get_by_role("button", name="Delete route 350").click()
+    page.get_by_role("button", name="Delete route 50").click()
     page.wait_for_timeout(300)
     assert Route.objects.filter(pk=route.pk).exists()
     page.once("dialog", lambda dialog: dialog.accept())
-    page.get_by_role("button", name="Delete route 350").click()
+    page.get_by_role("button", name="Delete route 50").click()
     page.locator(f"#route-{route.pk}").wait_for(state="detached")
     assert not Route.objects.filter(pk=route.pk).exists()
     assert not [e for e in page.console_errors if "Content Security Policy" in e]

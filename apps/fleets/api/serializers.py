@@ -277,3 +277,10 @@ class AppliedSerializer(serializers.Serializer):
     current_revision = serializers.IntegerField()
     applied = serializers.BooleanField()
     nodes = AppliedNodeSerializer(many=True)
+
+
+class RouteTestQuerySerializer(serializers.Serializer):
+    # What a client could send: a Host header value (name, optional port) and a path (query allowed).
+    host = serializers.RegexField(r"^[A-Za-z0-9.-]{1,253}(?::[0-9]{1,5})?$", max_length=260)
+    path = serializers.RegexField(r"^/[\x21-\x7e]*$", max_length=2048)
+    method = serializers.RegexField(r"^[A-Z]{1,16}$", required=False, default="GET")

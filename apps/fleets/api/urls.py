@@ -15,4 +15,5 @@ def register(router) -> None:
 urlpatterns = [
     path("load-balancers/<int:pk>/preview/", views.LoadBalancerPreviewView.as_view(), name="lb-preview"),
     path("load-balancers/<int:pk>/applied/", views.LoadBalancerAppliedView.as_view(), name="lb-applied"),
+    path("load-balancers/<int:pk>/route-test/", views.LoadBalancerRouteTestView.as_view(), name="lb-route-test"),
 ]

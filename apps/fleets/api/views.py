@@ -19,7 +19,7 @@ from apps.core.api.serializers import EmptySerializer
 from apps.core.api.throttles import PrincipalRateThrottle, wait_slot
 from apps.core.api.viewsets import TenantViewSet, etag_for
 from apps.core.errors import DomainError, NotFoundError
-from apps.fleets import certs, engine, selectors, services
+from apps.fleets import certs, engine, route_tester, selectors, services
 from apps.fleets.api import serializers as s
 from apps.fleets.models import Certificate, ConfigRevision, Fleet, Node, NodeHealth, Rollout
 
@@ -191,6 +191,14 @@ def _visible_lb(request, pk: int) -> LoadBalancer:
     return get_object_or_404(LoadBalancer.objects.visible_to(request.principal), pk=pk)
 
 
+def _visible_lb_and_query(request, pk: int, serializer_class) -> tuple[LoadBalancer, dict]:
+    """The LB (404 when not visible) and the validated query string (400 with codes otherwise)."""
+    lb = _visible_lb(request, pk)
+    query = serializer_class(data=request.query_params)
+    query.is_valid(raise_exception=True)
+    return lb, query.validated_data
+
+
 class LoadBalancerPreviewView(APIView):
     """POST /load-balancers/{id}/preview/: the rendered diff of the next rollout; nothing is pushed."""
 
@@ -203,6 +211,19 @@ class LoadBalancerPreviewView(APIView):
         lb = _visible_lb(request, pk)
         return Response({"load_balancer": lb.pk, "revision": lb.revision,
                          "fleets": services.lb_preview(lb=lb, principal=request.principal)})
+
+
+class LoadBalancerRouteTestView(APIView):
+    """GET /load-balancers/{id}/route-test/?host=H&path=P[&method=M]: which route, pool and region serve
+    that request, and why (apps.fleets.route_tester; the renderer's own routing rule)."""
+
+    permission_classes = [HasPrincipal]
+    serializer_class = s.RouteTestQuerySerializer
+
+    def get(self, request, pk: int):
+        lb, query = _visible_lb_and_query(request, pk, s.RouteTestQuerySerializer)
+        return Response({"load_balancer": lb.pk, **route_tester.route_test(
+            lb=lb, principal=request.principal, **query)})
 
 
 class LoadBalancerAppliedView(APIView):
@@ -220,11 +241,9 @@ class LoadBalancerAppliedView(APIView):
     @extend_schema(parameters=[s.AppliedQuerySerializer],
                    responses={200: s.AppliedSerializer, 202: s.AppliedSerializer})
     def get(self, request, pk: int):
-        lb = _visible_lb(request, pk)
-        query = s.AppliedQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        wanted = query.validated_data["revision"]
-        timeout_s = min(query.validated_data["timeout"], APPLIED_MAX_TIMEOUT_S)
+        lb, query = _visible_lb_and_query(request, pk, s.AppliedQuerySerializer)
+        wanted = query["revision"]
+        timeout_s = min(query["timeout"], APPLIED_MAX_TIMEOUT_S)
         if not selectors.lb_fleets(lb).exists():
             raise DomainError("no_fleet", "This load balancer is not served by any HAProxy fleet.", status=409)
         with wait_slot(request.principal) as may_wait:
