@@ -5,9 +5,9 @@ from __future__ import annotations
 from django.shortcuts import render
 
 from apps.balancers.models import LoadBalancer
+from apps.core.ui import PrincipalView
 from apps.fleets.api.serializers import RouteTestQuerySerializer
 from apps.fleets.route_tester import route_test
-from apps.core.ui import PrincipalView
 from frontend.workspace import form_errors
 
 

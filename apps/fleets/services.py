@@ -501,6 +501,11 @@ NODE_AUDIT_FIELDS = ("name", "address", "transport", "runtime_dir", "config_dir"
 VRRP_NODE_FIELDS = ("address", "bind_address", "enabled", "vrrp_interface", "drained", "name")
 
 
+# What decides where a node's config binds and how Spillway reaches it: a change re-verifies the node.
+NODE_REACH_FIELDS = ("address", "transport", "runtime_dir", "config_dir", "bind_address", "ssh_host", "ssh_port",
+                     "ssh_user")
+
+
 def node_save(*, principal: Principal, node: Node, data: dict[str, Any]) -> Node:
     """Create or update a node; `ssh_private_key` (PEM) is encrypted before it is stored."""
     data = dict(data)
@@ -511,6 +516,12 @@ def node_save(*, principal: Principal, node: Node, data: dict[str, Any]) -> Node
             setattr(node, field_name, value)
         if key is not None:
             node.ssh_private_key_encrypted = crypto.encrypt(key)
+        moved = before is not None and any(before[f] != getattr(node, f) for f in NODE_REACH_FIELDS)
+        if moved and node.applied_revision_id is not None:
+            # Its bundle (binds) or the way to reach it changed: nothing verified there holds any more.
+            # Drifted + no verified hash makes the converge below re-push, reload and re-verify it.
+            node.status, node.applied_sha256 = Node.Status.DRIFTED, ""
+            node.status_detail = "address, port or transport changed: re-rendering and re-verifying"
         node.save()
         after = {f: getattr(node, f) for f in NODE_AUDIT_FIELDS}
         after["ssh_key_changed"] = key is not None
@@ -519,6 +530,9 @@ def node_save(*, principal: Principal, node: Node, data: dict[str, Any]) -> Node
         audit_record(principal=principal, org=principal.org, action="node.save", obj=node, before=before,
                      after=after)
         _restart_after_commit({node.fleet_id})
+        if moved:
+            fleet_id = node.fleet_id
+            transaction.on_commit(lambda: fleet_converge(fleet=Fleet(pk=fleet_id), check_drift=False))
     return node
 
 
@@ -533,9 +547,8 @@ def node_delete(*, principal: Principal, node: Node) -> None:
 
 # --- the engine, re-exported --------------------------------------------------------------------------
 
+from apps.fleets.drift import fleet_converge, fleet_drift_check, fleet_drift_report  # noqa: E402
 from apps.fleets.engine import (  # noqa: E402  (engine imports the functions above)
-    fleet_converge,
-    fleet_drift_check,
     fleet_health_collect,
     fleet_reconcile,
 )
@@ -544,6 +557,7 @@ __all__ = [
     "fleet_converge",
     "fleet_delete",
     "fleet_drift_check",
+    "fleet_drift_report",
     "fleet_health_collect",
     "fleet_push",
     "fleet_reconcile",

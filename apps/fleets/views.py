@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.core.cache import cache
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.utils.html import escape
 from django_htmx.http import HttpResponseClientRedirect
 
 from apps.balancers.models import LoadBalancer
@@ -104,6 +105,11 @@ class FleetRolloutsPartial(FleetAccessMixin, PrincipalView):
                                                          "is_operator": self.principal.is_operator})
 
 
+def _said(message: str) -> HttpResponse:
+    """An action's answer when it had nothing to start: shown beside the buttons."""
+    return HttpResponse(escape(message))
+
+
 class FleetActionView(FleetAccessMixin, PrincipalView):
     """Operator buttons on the fleet page: push held changes, converge, hold/auto."""
 
@@ -116,10 +122,17 @@ class FleetActionView(FleetAccessMixin, PrincipalView):
             rollout = services.fleet_push(fleet=fleet, principal=self.principal)
             if rollout is not None:
                 return HttpResponseClientRedirect(f"/fleets/rollouts/{rollout.pk}/")
+            fleet.refresh_from_db()
+            latest = selectors.latest_revision(fleet)
+            if latest is not None and not latest.validation_ok:
+                return _said(f"Revision {latest.number} failed validation: nothing was pushed.")
+            return _said(f"Nothing to push: revision {fleet.desired_revision} already holds every change.")
         elif verb == "converge":
-            rollout = services.fleet_converge(fleet=fleet)
+            report = services.fleet_drift_report(fleet=fleet)
+            rollout = services.fleet_converge(fleet=fleet, check_drift=False)
             if rollout is not None:
                 return HttpResponseClientRedirect(f"/fleets/rollouts/{rollout.pk}/")
+            return _said(report.summary() + ("" if report.skipped else " Nothing to converge."))
         elif verb in ("hold", "auto"):
             services.fleet_save(principal=self.principal, fleet=fleet, data={"auto_rollout": verb == "auto"})
         else:

@@ -59,9 +59,10 @@ class FleetViewSet(TenantViewSet):
     def converge(self, request, pk=None):
         """Check drift now and re-converge drifted nodes and nodes that came back."""
         fleet = self.get_object()
-        rollout = services.fleet_converge(fleet=fleet)
+        report = services.fleet_drift_report(fleet=fleet)
+        rollout = services.fleet_converge(fleet=fleet, check_drift=False)
         drifted = list(fleet.nodes.filter(status=Node.Status.DRIFTED).values_list("name", flat=True))
-        data = {"drifted": drifted,
+        data = {"drifted": drifted, "repaired": report.repaired, "detail": report.summary(),
                 "rollout": s.RolloutSerializer(rollout, context=self.get_serializer_context()).data
                 if rollout else None}
         return Response(data, status=status.HTTP_202_ACCEPTED if rollout else status.HTTP_200_OK)

@@ -1,0 +1,196 @@
+"""Drift: does each node run what Spillway verified on it, on disk *and* live? Then converge.
+
+A check reads every enabled node (in threads, like a rollout) and compares:
+- the config on disk (hash) and the worker (PID, failed reloads) with what the last verified apply
+  recorded: a difference marks the node drifted; the next converge re-pushes and reloads it;
+- the live runtime state with the desired state: every map of the verified bundle (`show map`) and
+  every server's admin state and weight (`show servers state`, against the members in the database).
+  A live difference is repaired at once through the runtime API and read back; only when that
+  fails is the node marked drifted (then a reload repairs it).
+Every difference found is audited (`node.drift`) with its readable diff and how it was repaired, and
+the node's status line says what was found. Skipped while a rollout holds the fleet's lease: its
+nodes are legitimately in between.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.utils import timezone
+
+from apps.audit.services import audit_record
+from apps.balancers.models import Member
+from apps.fleets import emit, selectors
+from apps.fleets.delivery import NODE_ERRORS, read_state
+from apps.fleets.engine import _parallel, _Renderer, lease_claim, lease_release, new_owner
+from apps.fleets.livedrift import LiveDrift, ServerWanted, read_live_drift, repair_live_drift
+from apps.fleets.models import ConfigRevision, Fleet, Node, NodeResult, Rollout
+from apps.fleets.render import UnsafeValue, backend_name
+
+
+@dataclass
+class DriftReport:
+    checked: int = 0
+    skipped: bool = False  # a rollout held the fleet
+    down: list[str] = field(default_factory=list)
+    drifted: dict[str, list[str]] = field(default_factory=dict)  # still drifted: converge reloads them
+    repaired: dict[str, list[str]] = field(default_factory=dict)  # live drift put back by the runtime API
+
+    def summary(self) -> str:
+        if self.skipped:
+            return "A rollout is running on this fleet: drift is checked once it ends."
+        parts = []
+        if self.repaired:
+            parts.append("live state repaired through the runtime API on " + ", ".join(sorted(self.repaired)))
+        if self.drifted:
+            parts.append("drifted (re-pushed by a converge): " + ", ".join(sorted(self.drifted)))
+        if self.down:
+            parts.append("unreachable: " + ", ".join(sorted(self.down)))
+        if not parts:
+            return f"No drift: all {self.checked} node(s) run their verified config, maps and server states."
+        return "; ".join(parts) + "."
+
+
+def _wanted_servers(fleet: Fleet) -> dict[tuple[str, str], ServerWanted]:
+    """(backend, server) -> the member's desired admin state and weight, for both backend protocols."""
+    wanted = {}
+    rows = Member.objects.filter(pool__lb__in=selectors.fleet_lbs(fleet)).values_list(
+        "pool_id", "region__slug", "name", "admin_state", "weight")
+    for pool_id, region, name, admin_state, weight in rows:
+        for protocol in ("http", "tcp"):
+            wanted[(backend_name(pool_id, region, protocol), name)] = ServerWanted(admin_state, weight)
+    return wanted
+
+
+def _audit_drift(node: Node, lines: list[str], repair: str) -> None:
+    audit_record(principal=None, org=None, action="node.drift", obj=node,
+                 before={"differences": lines}, after={"repair": repair})
+
+
+def fleet_drift_report(*, fleet: Fleet) -> DriftReport:
+    report = DriftReport()
+    owner = new_owner()
+    if not lease_claim(fleet.pk, owner):
+        report.skipped = True
+        return report
+    try:
+        nodes = list(selectors.enabled_nodes(fleet))
+        report.checked = len(nodes)
+        states = _parallel(lambda n: read_state(selectors.node_conn(n)), nodes) if nodes else []
+        renderer = _Renderer()
+        servers = _wanted_servers(fleet)
+        now = timezone.now()
+        live_jobs = []
+        verdicts: dict[int, list[str]] = {}
+        for node, state in zip(nodes, states, strict=True):
+            if not state.reachable:
+                Node.objects.filter(pk=node.pk).update(status=Node.Status.DOWN, status_detail=state.error[:5000])
+                emit.node_status_changed(node, node.status, Node.Status.DOWN, state.error)
+                report.down.append(node.name)
+                continue
+            reasons = []
+            if node.applied_revision_id is None:
+                reasons.append("never received a verified config from Spillway")
+            else:
+                if state.on_disk_sha256 != node.applied_sha256:
+                    reasons.append(f"config on disk {str(state.on_disk_sha256)[:12]} is not the verified "
+                                   f"{node.applied_sha256[:12]}")
+                if state.worker_pid != node.worker_pid:
+                    reasons.append(f"worker {state.worker_pid} is not the verified worker {node.worker_pid} "
+                                   "(reloaded or restarted outside Spillway)")
+            if state.failed_reloads:
+                reasons.append(f"the master reports {state.failed_reloads} failed reload(s)")
+            verdicts[node.pk] = reasons
+            if not reasons:
+                try:
+                    bundle = renderer.bundle(node.applied_revision, node)
+                except UnsafeValue:
+                    continue
+                if bundle.sha256 == node.applied_sha256:  # live maps must equal exactly this bundle's
+                    live_jobs.append((node, bundle))
+
+        def live(job) -> tuple[LiveDrift | None, str | None]:
+            node, bundle = job
+            conn = selectors.node_conn(node)
+            try:
+                drift = read_live_drift(conn, bundle, servers)
+            except NODE_ERRORS as exc:
+                return None, f"live state unreadable: {exc}"
+            return drift, (repair_live_drift(conn, drift) if drift else None)
+
+        for (node, _bundle), (drift, problem) in zip(live_jobs, _parallel(live, live_jobs) if live_jobs else [],
+                                                     strict=True):
+            if drift is None:
+                verdicts[node.pk].append(problem or "live state unreadable")
+            elif drift and problem is None:
+                report.repaired[node.name] = drift.lines
+                _audit_drift(node, drift.lines, "put back through the runtime API (no reload)")
+            elif drift:
+                verdicts[node.pk] += [*drift.lines, f"runtime repair failed ({problem}): a reload repairs it"]
+        for node in nodes:
+            reasons = verdicts.get(node.pk)
+            if reasons is None:
+                continue
+            if reasons:
+                report.drifted[node.name] = reasons
+                detail = "; ".join(reasons)
+                if node.status != Node.Status.DRIFTED or node.status_detail != detail[:5000]:
+                    _audit_drift(node, reasons, "re-pushed and reloaded by the next converge")
+                Node.objects.filter(pk=node.pk).update(status=Node.Status.DRIFTED, status_detail=detail[:5000],
+                                                       last_seen=now)
+                emit.node_status_changed(node, node.status, Node.Status.DRIFTED, detail)
+            else:
+                repaired = report.repaired.get(node.name)
+                detail = (f"live state repaired at {now:%Y-%m-%d %H:%M:%S} UTC: " + "; ".join(repaired)
+                          if repaired else "")
+                Node.objects.filter(pk=node.pk).update(status=Node.Status.UP, status_detail=detail[:5000],
+                                                       last_seen=now)
+                emit.node_status_changed(node, node.status, Node.Status.UP, detail)
+        return report
+    finally:
+        lease_release(fleet.pk, owner)
+
+
+def fleet_drift_check(*, fleet: Fleet) -> list[str]:
+    """Names of the nodes still drifted after a check (live drift the runtime API fixed is not)."""
+    return sorted(fleet_drift_report(fleet=fleet).drifted)
+
+
+def _blocked(node: Node, desired: int) -> bool:
+    """The node refused or failed the desired revision while reachable: retrying would fail again."""
+    unfinished = [NodeResult.Status.PENDING, NodeResult.Status.RUNNING, NodeResult.Status.SKIPPED]
+    last = (NodeResult.objects.filter(node=node, rollout__revision__number=desired,
+                                      rollout__fleet_id=node.fleet_id)
+            .exclude(status__in=unfinished).order_by("-id").first())
+    return last is not None and last.status != NodeResult.Status.SUCCEEDED and not last.unreachable
+
+
+def fleet_converge(*, fleet: Fleet, check_drift: bool = True, enqueue: bool = True) -> Rollout | None:
+    """Bring back nodes that are off the desired revision because they were down or drifted.
+
+    Nodes that refused the desired revision while reachable are left alone (the rollout already
+    failed with their error); a new change or a rollback moves them.
+    """
+    from apps.fleets.services import rollout_create
+
+    fleet = Fleet.objects.get(pk=fleet.pk)
+    if fleet.desired_revision == 0:
+        return None
+    if check_drift:
+        fleet_drift_check(fleet=fleet)
+    if Rollout.objects.filter(fleet=fleet, status__in=Rollout.ACTIVE).exists():
+        return None
+    desired = ConfigRevision.objects.filter(fleet=fleet, number=fleet.desired_revision).first()
+    if desired is None or not desired.validation_ok:
+        return None
+    candidates = []
+    for node in selectors.enabled_nodes(fleet):
+        off = node.applied_revision_id != desired.pk
+        if node.status == Node.Status.DOWN:
+            continue
+        if node.status == Node.Status.DRIFTED or (off and not _blocked(node, desired.number)):
+            candidates.append(node)
+    if not candidates:
+        return None
+    return rollout_create(fleet=fleet, revision=desired, kind=Rollout.Kind.CONVERGE, canary=False,
+                          nodes=candidates, enqueue=enqueue)

@@ -1,0 +1,133 @@
+"""Drift in what a node runs *now*: its live maps and servers against the desired state (no Django).
+
+The on-disk hash and the worker PID (delivery.read_state) cannot see a change made over the stats
+socket: `set map`, `set server ... state maint`, `set weight`. This module reads the live state
+(`show map` for every map of the verified bundle, `show servers state` for every server), says
+what differs in lines a person can read, and puts it back through the same runtime API.
+
+Desired servers come from the database's members (what Spillway itself last sent through the runtime
+API, balancers writing first): a member changed a moment ago and not yet applied is then repaired
+to exactly what the pending change sends, never to an older value. Servers the node does not run yet
+(a member not rolled out) or no longer should (pending removal) are left to the rollout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+from apps.fleets.delivery import _STATE_FOR_ADMIN, NODE_ERRORS, _transport, parse_map
+from apps.fleets.snapshot import ConfigBundle
+from apps.fleets.transports import NodeConn
+
+# srv_admin_state bits (HAProxy include/haproxy/server-t.h): forced/config/inherited maintenance, drain.
+_MAINT_BITS = 0x01 | 0x02 | 0x04
+_DRAIN_BITS = 0x08 | 0x10
+MAX_DIFF_LINES = 40
+
+
+@dataclass(frozen=True)
+class ServerWanted:
+    admin_state: str  # active | drain | maint
+    weight: int
+
+
+@dataclass
+class LiveDrift:
+    lines: list[str] = field(default_factory=list)  # the readable diff
+    maps: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # map name -> desired entries
+    servers: dict[tuple[str, str], ServerWanted] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.maps or self.servers)
+
+
+def parse_servers_state(text: str) -> dict[tuple[str, str], tuple[str, int]]:
+    """{(backend, server): (admin state, user weight)} from `show servers state` (format version 1)."""
+    out = {}
+    for line in text.splitlines()[1:]:
+        if not line or line.startswith("#"):
+            continue
+        cols = line.split()
+        admin, weight = int(cols[6]), int(cols[7])
+        state = "maint" if admin & _MAINT_BITS else "drain" if admin & _DRAIN_BITS else "active"
+        out[(cols[1], cols[3])] = (state, weight)
+    return out
+
+
+def _server_differs(live: tuple[str, int], wanted: ServerWanted) -> bool:
+    state, weight = live
+    if wanted.admin_state == "drain":
+        # Drain is the drain flag (runtime) or weight 0 (how a reload renders it).
+        return state == "maint" or (state == "active" and weight != 0)
+    return state != wanted.admin_state or (wanted.admin_state == "active" and weight != wanted.weight)
+
+
+def _map_lines(name: str, live: list[tuple[str, str]], wanted: list[tuple[str, str]]) -> list[str]:
+    live_d, wanted_d = dict(live), dict(wanted)
+    lines = []
+    for key in sorted(live_d.keys() | wanted_d.keys()):
+        if live_d.get(key) == wanted_d.get(key):
+            continue
+        if key not in live_d:
+            lines.append(f"{name}: missing {key} -> {wanted_d[key]}")
+        elif key not in wanted_d:
+            lines.append(f"{name}: unexpected {key} -> {live_d[key]}")
+        else:
+            lines.append(f"{name}: {key} -> {live_d[key]} (should be {wanted_d[key]})")
+    if len(live) != len(live_d) and not lines:
+        lines.append(f"{name}: duplicate keys live")
+    return lines
+
+
+def read_live_drift(conn: NodeConn, bundle: ConfigBundle, servers: dict[tuple[str, str], ServerWanted]) -> LiveDrift:
+    """What differs between the node's live maps/servers and `bundle` / `servers`. Raises NODE_ERRORS."""
+    transport = _transport(conn)
+    drift = LiveDrift()
+    try:
+        stats = transport.stats()
+        for name, content in bundle.files.items():
+            if not (name.startswith("maps/") and name.endswith(".map")):
+                continue
+            wanted = parse_map(content)
+            live = stats.show_map(name)
+            if sorted(live) != sorted(wanted):
+                drift.maps[name] = wanted
+                drift.lines += _map_lines(name, live, wanted)
+        live_servers = parse_servers_state(stats.show_servers_state())
+        for key, wanted_server in sorted(servers.items()):
+            live_server = live_servers.get(key)
+            if live_server is not None and _server_differs(live_server, wanted_server):
+                drift.servers[key] = wanted_server
+                drift.lines.append(f"server {key[0]}/{key[1]}: {live_server[0]} weight {live_server[1]} "
+                                   f"(should be {wanted_server.admin_state} weight {wanted_server.weight})")
+    finally:
+        with contextlib.suppress(Exception):
+            transport.close()
+    if len(drift.lines) > MAX_DIFF_LINES:
+        drift.lines = [*drift.lines[:MAX_DIFF_LINES], f"... and {len(drift.lines) - MAX_DIFF_LINES} more"]
+    return drift
+
+
+def repair_live_drift(conn: NodeConn, drift: LiveDrift) -> str | None:
+    """Put the desired maps and server states back through the runtime API, then read them back.
+    None when the node serves the desired live state again; else why (then a reload must do it)."""
+    transport = _transport(conn)
+    try:
+        stats = transport.stats()
+        for name, entries in drift.maps.items():
+            stats.replace_map(name, entries)
+            if sorted(stats.show_map(name)) != sorted(entries):
+                return f"{name} still differs after the runtime update"
+        for (backend, server), wanted in drift.servers.items():
+            if wanted.admin_state != "drain":
+                stats.set_server_weight(backend, server, wanted.weight)
+            stats.set_server_state(backend, server, _STATE_FOR_ADMIN[wanted.admin_state])  # type: ignore[arg-type]
+        live = parse_servers_state(stats.show_servers_state())
+        left = [f"{b}/{s}" for (b, s), w in drift.servers.items() if _server_differs(live[(b, s)], w)]
+        return f"server(s) still differ: {', '.join(left)}" if left else None
+    except NODE_ERRORS as exc:
+        return str(exc)
+    finally:
+        with contextlib.suppress(Exception):
+            transport.close()

@@ -1,0 +1,122 @@
+"""Drift that sees the live state, against real HAProxy nodes: out-of-band map and server changes are
+found, shown, audited and put back through the runtime API; an on-disk edit is shown and audited too."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from apps.audit.models import AuditEvent
+from apps.fleets import services
+from apps.fleets.drift import fleet_drift_report
+from apps.fleets.livedrift import parse_servers_state
+from apps.fleets.models import Node
+from apps.fleets.runtime import HAProxySocket
+
+from .fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
+
+pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
+
+
+@pytest.fixture
+def fleet2(haproxy_bin, tiny_backend) -> Iterator[LocalFleet]:
+    old = tiny_backend("old")
+    local = make_local_fleet(name="live", subnet=72, node_count=2, backend_address=(old.address, old.port))
+    try:
+        yield local
+    finally:
+        local.stop_all()
+
+
+def _stats(node: Node) -> HAProxySocket:
+    return HAProxySocket(f"{node.runtime_dir}/stats.sock")
+
+
+def test_an_out_of_band_map_edit_and_server_state_change_are_found_audited_and_repaired(
+        fleet2: LocalFleet, tiny_backend) -> None:
+    new = tiny_backend("new")
+    pool = add_pool(fleet2.lb, "new", (new.address, new.port))
+    add_route(fleet2.lb, pool, "/new", 10)
+    reconcile(fleet2.fleet)
+    n1, n2 = fleet2.nodes
+    assert fleet2.get(n1, "/new/x")[1] == "new"
+    routes_map = "maps/live.http.routes.map"
+    old_backend = f"p{fleet2.listener.default_pool_id}_us-east"
+
+    # Someone with the stats socket re-points /new on n1 and puts n2's only old server in maint.
+    _stats(n1).command(f"set map {routes_map} */new/ p{fleet2.listener.default_pool_id}")
+    _stats(n2).command(f"set server {old_backend}/old-1 state maint")
+    assert fleet2.get(n1, "/new/x")[1] == "old"
+
+    report = fleet_drift_report(fleet=fleet2.fleet)
+
+    assert set(report.repaired) == {"n1", "n2"} and not report.drifted
+    assert any(f"*/new/ -> p{fleet2.listener.default_pool_id} (should be p{pool.pk})" in line
+               for line in report.repaired["n1"])
+    assert report.repaired["n2"] == [f"server {old_backend}/old-1: maint weight 100 (should be active weight 100)"]
+    assert fleet2.get(n1, "/new/x")[1] == "new"
+    assert parse_servers_state(_stats(n2).show_servers_state())[(old_backend, "old-1")] == ("active", 100)
+    n1.refresh_from_db()
+    assert n1.status == Node.Status.UP and "live state repaired" in n1.status_detail
+    events = AuditEvent.objects.filter(action="node.drift").order_by("id")
+    assert {e.object_repr for e in events} >= {str(n1), str(n2)}
+    assert "put back through the runtime API" in events.last().after["repair"]
+
+    assert fleet_drift_report(fleet=fleet2.fleet).summary().startswith("No drift: all 2 node(s)")
+
+
+def test_an_on_disk_edit_is_shown_audited_and_repaired_by_converge(fleet2: LocalFleet) -> None:
+    reconcile(fleet2.fleet)
+    n1 = fleet2.nodes[0]
+    with open(f"{n1.config_dir}/current/haproxy.cfg", "a") as cfg:
+        cfg.write("\n# hand edit\n")
+
+    report = fleet_drift_report(fleet=fleet2.fleet)
+
+    assert list(report.drifted) == ["n1"] and "config on disk" in report.drifted["n1"][0]
+    event = AuditEvent.objects.get(action="node.drift", object_id=str(n1.pk))
+    assert "config on disk" in event.before["differences"][0] and "converge" in event.after["repair"]
+    rollout = services.fleet_converge(fleet=fleet2.fleet, check_drift=False, enqueue=False)
+    services.fleet_reconcile(fleet_id=fleet2.fleet.pk)
+    rollout.refresh_from_db()
+    assert rollout.status == "succeeded"
+    assert services.fleet_drift_check(fleet=fleet2.fleet) == []
+
+
+def test_push_and_check_drift_say_so_when_they_find_nothing_to_do(fleet2: LocalFleet, otto) -> None:
+    from django.test import Client
+
+    reconcile(fleet2.fleet)
+    fleet2.fleet.refresh_from_db()
+    client = Client()
+    client.force_login(otto.user)
+    page = client.get(f"/fleets/{fleet2.fleet.pk}/").content.decode()
+    assert 'hx-target="#fleet-action-result"' in page
+
+    push = client.post(f"/fleets/{fleet2.fleet.pk}/do/push/", HTTP_HX_REQUEST="true").content.decode()
+    assert push == f"Nothing to push: revision {fleet2.fleet.desired_revision} already holds every change."
+    check = client.post(f"/fleets/{fleet2.fleet.pk}/do/converge/", HTTP_HX_REQUEST="true").content.decode()
+    assert check == "No drift: all 2 node(s) run their verified config, maps and server states. Nothing to converge."
+
+
+def test_a_node_address_change_re_renders_and_re_verifies_it(fleet2: LocalFleet, otto,
+                                                             django_capture_on_commit_callbacks) -> None:
+    from apps.accounts.principal import Principal
+
+    reconcile(fleet2.fleet)
+    n2 = fleet2.nodes[1]
+    old_address = n2.address
+    with django_capture_on_commit_callbacks(execute=True):
+        services.node_save(principal=Principal(org=otto.org, role=otto.role, user_id=otto.user.pk), node=n2,
+                           data={"address": "127.0.72.9", "bind_address": "127.0.72.9"})
+    n2.refresh_from_db()
+    assert n2.status == Node.Status.DRIFTED and "re-verifying" in n2.status_detail
+    services.fleet_reconcile(fleet_id=fleet2.fleet.pk)
+
+    n2.refresh_from_db()
+    assert n2.status == Node.Status.UP and n2.applied_sha256
+    assert fleet2.get(n2, "/")[1] == "old"  # served on the new address
+    moved_away = fleet2.get(n2.__class__(bind_address=old_address), "/")
+    assert moved_away[0] == 0, moved_away  # nothing listens on the old one any more
+    assert services.fleet_drift_check(fleet=fleet2.fleet) == []
