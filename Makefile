@@ -50,7 +50,7 @@ run: install
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py runall
 
 # Benchmarks: each prints its figures and a last line `RESULT key=value ...`.
-bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui bench-vip-failover bench-events bench-dataplane bench-acme
+bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui bench-vip-failover bench-events bench-dataplane bench-acme bench-scale
 
 # --- benchmark targets (one per line pair; keep this section at the end) ---
 bench-runtime: install-dev
@@ -82,3 +82,5 @@ bench-dataplane: install-dev
 	$(BIN)/python tests/bench/bench_dataplane.py
 bench-acme: install-dev
 	$(BIN)/python tests/bench/bench_acme.py
+bench-scale: install-dev
+	$(BIN)/python tests/bench/bench_scale.py

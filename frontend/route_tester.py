@@ -5,10 +5,9 @@ from __future__ import annotations
 from django.shortcuts import render
 
 from apps.balancers.models import LoadBalancer
-from apps.core.ui import PrincipalView
+from apps.core.ui import PrincipalView, errors_of
 from apps.fleets.api.serializers import RouteTestQuerySerializer
 from apps.fleets.route_tester import route_test
-from frontend.workspace import form_errors
 
 
 class RouteTestView(PrincipalView):
@@ -16,6 +15,6 @@ class RouteTestView(PrincipalView):
         lb = self.get_scoped(LoadBalancer, pk=pk)
         query = RouteTestQuerySerializer(data=request.GET)
         if not query.is_valid():
-            return render(request, "partials/route_test.html", {"lb": lb, "errors": form_errors(query)}, status=422)
+            return render(request, "partials/route_test.html", {"lb": lb, "errors": errors_of(query.errors)}, status=422)
         result = route_test(lb=lb, principal=self.principal, **query.validated_data)
         return render(request, "partials/route_test.html", {"lb": lb, "result": result, "errors": {}})

@@ -117,7 +117,7 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
     Returns {"busy": True} when another reconciler holds the lease: it loops until quiet, and it
     re-checks after releasing, so no change is lost.
     """
-    from apps.fleets.services import fleet_render, request_reconcile, rollout_create
+    from apps.fleets.services import AUTO_RENDER_REASON, fleet_render, request_reconcile, rollout_create
 
     Fleet.objects.filter(pk=fleet_id).update(reconcile_queued=False)
     owner = new_owner()
@@ -131,7 +131,7 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
             seq = fleet.change_seq
             # Held changes (auto_rollout off) wait for fleet_push; they stay visible in the preview.
             if seq > fleet.rendered_seq and fleet.auto_rollout:
-                revision = fleet_render(fleet=fleet, reason="desired state changed")
+                revision = fleet_render(fleet=fleet, reason=AUTO_RENDER_REASON)
                 rendered.append(revision.number)
                 Fleet.objects.filter(pk=fleet_id, rendered_seq__lt=seq).update(rendered_seq=seq)
                 if revision.validation_ok and revision.number != fleet.desired_revision:

@@ -242,6 +242,18 @@ def latest_revision(fleet: Fleet) -> ConfigRevision | None:
     return ConfigRevision.objects.filter(fleet=fleet).order_by("-number").first()
 
 
+def fleet_pin(fleet: Fleet) -> dict[str, Any] | None:
+    """{revision, actor, at} when the fleet was rolled back and nobody moved it forward since: its last
+    deploy-or-rollback was a rollback and its changes are held (services._pin). None otherwise."""
+    if fleet.auto_rollout:
+        return None
+    last = (Rollout.objects.filter(fleet=fleet).exclude(kind=Rollout.Kind.CONVERGE)
+            .select_related("revision").order_by("-id").first())
+    if last is None or last.kind != Rollout.Kind.ROLLBACK or last.revision.number >= last.from_revision:
+        return None
+    return {"revision": last.revision.number, "actor": last.actor, "at": last.created_at}
+
+
 def lb_applied_state(lb: LoadBalancer, revision: int) -> tuple[bool, list[dict[str, Any]]]:
     """(every enabled node of every fleet serving `lb` serves LB revision >= `revision`, per node)."""
     nodes = (Node.objects.filter(fleet__in=lb_fleets(lb), enabled=True)

@@ -32,6 +32,7 @@ from apps.fleets.codec import content_sha256, display_text, snapshot_to_json, st
 from apps.fleets.delivery import set_map_entries, set_server
 from apps.fleets.enforce import sync_usable
 from apps.fleets.models import ConfigRevision, Fleet, Node, NodeResult, Rollout
+from apps.fleets.reasons import change_reason
 from apps.fleets.render import UnsafeValue, backend_name, render
 from apps.fleets.render.frontends import ACME_CHALLENGE_MAP
 from apps.fleets.render.quarantine import quarantine
@@ -63,6 +64,9 @@ def revision_diff(old_text: str, new_text: str, old_label: str, new_label: str) 
         strip_header(new_text).splitlines(keepends=True),
         fromfile=old_label, tofile=new_label, n=3,
     ))
+
+
+AUTO_RENDER_REASON = "desired state changed"
 
 
 def fleet_render(*, fleet: Fleet, reason: str = "") -> ConfigRevision:
@@ -104,6 +108,10 @@ def fleet_render(*, fleet: Fleet, reason: str = "") -> ConfigRevision:
             ok, output, took_ms = result.ok, result.output, result.duration_ms
         diff = revision_diff(latest.text if latest else "", text,
                              f"revision {latest.number}" if latest else "empty", f"revision {number}")
+        # Name the changes it carries (from the audit log) rather than only how the render was started.
+        changes = change_reason(lb_ids={int(k) for k in lb_revisions}, since=latest.created_at if latest else None)
+        if changes:
+            reason = changes if reason in ("", AUTO_RENDER_REASON) else f"{reason}: {changes}"
         revision = ConfigRevision.objects.create(
             fleet=fleet, number=number, text=text, sha256=content, diff=diff,
             snapshot=snapshot_to_json(snap, crypto.encrypt), validation_ok=ok, validation_output=output,
@@ -213,8 +221,17 @@ def rollout_rollback(*, rollout: Rollout, principal: Principal | None) -> Rollou
     revision = ConfigRevision.objects.filter(fleet=rollout.fleet, number=rollout.from_revision).first()
     if revision is None:
         raise Conflict("revision_missing", f"Revision {rollout.from_revision} no longer exists.")
-    return rollout_create(fleet=rollout.fleet, revision=revision, principal=principal,
-                          kind=Rollout.Kind.ROLLBACK, rollback_of=rollout)
+    rollback = rollout_create(fleet=rollout.fleet, revision=revision, principal=principal,
+                              kind=Rollout.Kind.ROLLBACK, rollback_of=rollout)
+    if revision.number < rollout.revision.number:  # undoing a rollback moves forward: no pin
+        _pin(rollout.fleet_id)
+    return rollback
+
+
+def _pin(fleet_id: int) -> None:
+    """A rolled-back fleet stays where it was put: changes are held (shown as pinned, selectors.fleet_pin)
+    until someone pushes or turns automatic rollout back on; a new change must not undo the rollback."""
+    Fleet.objects.filter(pk=fleet_id).update(auto_rollout=False)
 
 
 def fleet_rollback(*, fleet: Fleet, number: int, principal: Principal | None) -> Rollout:
@@ -222,7 +239,10 @@ def fleet_rollback(*, fleet: Fleet, number: int, principal: Principal | None) ->
     revision = ConfigRevision.objects.filter(fleet=fleet, number=number).first()
     if revision is None:
         raise NotFoundError(f"Fleet {fleet.name} has no revision {number}.", field="revision")
-    return rollout_create(fleet=fleet, revision=revision, principal=principal, kind=Rollout.Kind.ROLLBACK)
+    rollback = rollout_create(fleet=fleet, revision=revision, principal=principal, kind=Rollout.Kind.ROLLBACK)
+    if revision.number < rollback.from_revision:
+        _pin(fleet.pk)
+    return rollback
 
 
 # --- runtime changes ---------------------------------------------------------------------------------

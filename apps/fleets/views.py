@@ -60,7 +60,7 @@ class FleetAccessMixin:
             node.on_desired = node.applied_revision is not None and node.applied_revision.number == (
                 fleet.desired_revision)
         return {"fleet": fleet, "nodes": nodes, "is_operator": self.principal.is_operator,
-                "health_at": health.get("collected_at")}
+                "health_at": health.get("collected_at"), "pin": selectors.fleet_pin(fleet)}
 
 
 class FleetListView(FleetAccessMixin, PrincipalView):

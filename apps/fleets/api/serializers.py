@@ -36,11 +36,13 @@ class FleetSerializer(TenantModelSerializer):
                                 limit_choices={"kind": LoadBalancer.Kind.HAPROXY})
     load_balancers = serializers.SerializerMethodField()
     nodes = serializers.SerializerMethodField()
+    pinned = serializers.SerializerMethodField()
 
     class Meta:
         model = Fleet
         fields = ["id", "name", "region", "serves", "load_balancers", "canary", "batch_size", "auto_rollout",
-                  "vrrp_version", "vrrp_advert_ms", "desired_revision", "nodes", "created_at", "updated_at"]
+                  "vrrp_version", "vrrp_advert_ms", "desired_revision", "pinned", "nodes", "created_at",
+                  "updated_at"]
         read_only_fields = ["desired_revision", "created_at", "updated_at"]
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -52,6 +54,12 @@ class FleetSerializer(TenantModelSerializer):
             raise serializers.ValidationError({"vrrp_advert_ms": [
                 f"VRRPv{version} adverts: {low}..40950 ms in steps of {step} ms."]})
         return attrs
+
+    def get_pinned(self, fleet: Fleet) -> dict[str, Any] | None:
+        """Set after a rollback until someone moves the fleet forward (push or automatic rollout)."""
+        from apps.fleets.selectors import fleet_pin
+
+        return fleet_pin(fleet)
 
     def get_load_balancers(self, fleet: Fleet) -> list[str]:
         from apps.fleets.selectors import fleet_lbs

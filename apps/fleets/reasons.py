@@ -1,0 +1,62 @@
+"""Why a config revision exists, in words: the audited changes to the fleet's load balancers since the
+previous revision ("route 12 created by acme:alice via API; member 7 state by ops:otto").
+
+Read from the audit log, which every balancers service writes in the same transaction as its change,
+so a revision's reason names exactly the writes committed before it was rendered.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth import get_user_model
+
+from apps.accounts.models import ApiToken
+from apps.audit.models import AuditEvent
+from apps.balancers.models import Pool
+
+# Balancers objects whose changes reach a fleet's config, and the verb for each audited action.
+_TYPES = ("route", "pool", "member", "listener", "poolregion", "loadbalancer", "certificate")
+_VERBS = {"create": "created", "update": "updated", "delete": "deleted", "state": "state changed"}
+MAX_NAMED = 5
+
+
+def _actors(events: list[AuditEvent]) -> dict[str, str]:
+    """actor -> "org:username" (+ " via API" for a token), from one query per kind."""
+    users = {int(e.actor[5:]) for e in events if e.actor.startswith("user:")}
+    tokens = {int(e.actor[6:]) for e in events if e.actor.startswith("token:")}
+    names = dict(get_user_model().objects.filter(pk__in=users).values_list("pk", "username"))
+    out = {f"user:{pk}": name for pk, name in names.items()}
+    for pk, name, username in ApiToken.objects.filter(pk__in=tokens).values_list("pk", "name", "user__username"):
+        out[f"token:{pk}"] = f"{username or name} via API"
+    return out
+
+
+def _lb_of(data: dict[str, Any], pool_lbs: dict[int, int]) -> int | None:
+    if "lb" in data:
+        return data["lb"]
+    if "pool" in data:
+        return pool_lbs.get(data["pool"])
+    return data.get("id") if "shared" in data else None  # a load balancer's own row
+
+
+def change_reason(*, lb_ids: set[int], since: datetime | None) -> str:
+    """The audited changes to these LBs after `since` (all of them when None), newest last."""
+    events = list(AuditEvent.objects.filter(object_type__in=_TYPES, **({"at__gt": since} if since else {}))
+                  .select_related("org").order_by("at")[:500])
+    pool_lbs = dict(Pool.objects.filter(pk__in={(e.after or e.before or {}).get("pool") for e in events} - {None})
+                    .values_list("pk", "lb_id"))
+    actors = _actors(events)
+    named = []
+    for event in events:
+        if _lb_of(event.after or event.before or {}, pool_lbs) not in lb_ids:
+            continue
+        verb = _VERBS.get(event.action.rsplit(".", 1)[-1], event.action)
+        who = actors.get(event.actor, event.actor)
+        org = f"{event.org.slug}:" if event.org is not None and ":" not in who.split(" ")[0] else ""
+        named.append(f"{event.object_type} {event.object_id} {verb} by {org}{who}")
+    if not named:
+        return ""
+    more = len(named) - MAX_NAMED
+    return "; ".join(named[-MAX_NAMED:]) + (f" (and {more} earlier change(s))" if more > 0 else "")

@@ -1,0 +1,206 @@
+"""The control path at 100k routes: 2 fleets x 3 local HAProxy nodes (loopback), real gunicorn + Celery.
+
+1. 100k routes (5k hostnames x 20 paths, one LB served by both fleets) are written to the database and
+   rolled out; then, in this process: one fleet's snapshot + render + `haproxy -c -dW` (render_validate).
+2. A reload of one node at that size, timed through the master socket (`show proc`), and every
+   node's worker memory (VmRSS).
+3. `--changes` route creations through the REST API, each waited for with the `applied` long-poll
+   (POST -> every node serves it): change_p50/p99.
+4. Sustained: `--rate` route creations per minute for `--sustained-s` seconds while `wrk` loads one
+   node; each change's latency is POST -> every node's applied revision covers it (read from the
+   database every 20 ms, the same rule as the `applied` endpoint). Socket errors / non-2xx from wrk.
+
+    python tests/bench/bench_scale.py [--routes 100000] [--changes 20] [--rate 1000] [--sustained-s 180]
+
+Last line: RESULT render_validate_ms_100k=... change_p50_ms_100k=... change_p99_ms_100k=...
+sustained_changes_per_min=... sustained_p99_ms=... errors=...
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
+
+from _fleetbench import FleetBench
+from bench_propagation import percentile
+
+HOST_ROUTES = 20  # paths per hostname
+
+
+def seed_routes(fb: FleetBench, count: int) -> None:
+    from django.db.models import F
+
+    from apps.balancers.models import LoadBalancer, Route, RouteTarget
+
+    lb, org, pool = fb.lb, fb.lb.org, fb.pools["old"]
+    batch = 10_000
+    for start in range(0, count, batch):
+        routes = Route.objects.bulk_create([
+            Route(lb=lb, org=org, hosts=[f"h{i // HOST_ROUTES}.scale.test"], path=f"/p{i % HOST_ROUTES}",
+                  path_match="prefix", priority=1000 + i % HOST_ROUTES)
+            for i in range(start, min(count, start + batch))])
+        RouteTarget.objects.bulk_create([RouteTarget(route=r, pool=pool, weight=100) for r in routes])
+    LoadBalancer.objects.filter(pk=lb.pk).update(revision=F("revision") + 1)
+
+
+def rollout_all(fb: FleetBench, timeout_s: int) -> float:
+    started = time.monotonic()
+    for fleet in fb.fleets:
+        fb.api("POST", f"/api/v1/fleets/{fleet.pk}/reconcile/")  # render the desired state now
+    fb.wait_applied(timeout_s)
+    return time.monotonic() - started
+
+
+def render_validate(fb: FleetBench) -> tuple[float, float]:
+    from django.conf import settings
+
+    from apps.fleets import selectors
+    from apps.fleets.render import render
+    from apps.fleets.validate import validate_bundle
+
+    fleet = fb.fleets[0]
+    started = time.monotonic()
+    snap, _ = selectors.fleet_snapshot(fleet, 999_999)
+    snapshot_s = time.monotonic() - started
+    started = time.monotonic()
+    bundle = render(snap, selectors.reference_node(fleet))
+    result = validate_bundle(bundle, settings.HAPROXY_BIN)
+    assert result.ok, result.output
+    return snapshot_s * 1000.0, (time.monotonic() - started) * 1000.0
+
+
+def reload_and_memory(fb: FleetBench) -> tuple[float, list[int]]:
+    from apps.fleets.models import Node
+    from apps.fleets.runtime import MasterSocket
+
+    nodes = list(Node.objects.filter(fleet__in=fb.fleets).order_by("fleet_id", "name"))
+    rss = []
+    for node in nodes:
+        pid = MasterSocket(f"{node.runtime_dir}/master.sock").show_proc().current_worker.pid
+        status = Path(f"/proc/{pid}/status").read_text()
+        rss.append(int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) // 1024)
+    master = MasterSocket(f"{nodes[0].runtime_dir}/master.sock", timeout_s=30)
+    started = time.monotonic()
+    result = master.reload_and_verify(timeout_s=30)
+    assert result.ok, result
+    return (time.monotonic() - started) * 1000.0, rss
+
+
+def lb_revision(fb: FleetBench) -> int:
+    from apps.balancers.models import LoadBalancer
+
+    return LoadBalancer.objects.values_list("revision", flat=True).get(pk=fb.lb.pk)
+
+
+def one_change(fb: FleetBench, i: int) -> float:
+    started = time.monotonic()
+    fb.add_route(f"/c{i}", 10, redirect_url=f"https://c.test/{i}")
+    revision = lb_revision(fb)
+    status, body = fb.api("GET", f"/api/v1/load-balancers/{fb.lb.pk}/applied/?revision={revision}&timeout=60")
+    if status != 200:
+        raise RuntimeError(f"change {i} not applied: {status} {body}")
+    return (time.monotonic() - started) * 1000.0
+
+
+def sustained(fb: FleetBench, rate_per_min: int, duration_s: float) -> tuple[int, list[float], int, str]:
+    from apps.fleets import selectors
+
+    interval = 60.0 / rate_per_min
+    pending: list[tuple[int, float]] = []  # (lb revision, posted at)
+    latencies: list[float] = []
+    errors = 0
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set() or pending:
+            if pending:
+                newest = max(r for r, _ in pending)
+                done, nodes = selectors.lb_applied_state(fb.lb, newest)
+                covered = min(n["lb_revision"] for n in nodes) if nodes else 0
+                now = time.monotonic()
+                for item in [p for p in pending if done or p[0] <= covered]:
+                    latencies.append((now - item[1]) * 1000.0)
+                    pending.remove(item)
+            if stop.is_set() and time.monotonic() > deadline + 60:
+                break
+            time.sleep(0.02)
+
+    node = fb.node_addresses[0]
+    wrk = subprocess.Popen(["wrk", "-t1", "-c8", f"-d{int(duration_s) + 5}s", f"http://{node}:{fb.port}/"],
+                           stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + duration_s
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    sent = 0
+    next_at = time.monotonic()
+    while time.monotonic() < deadline:
+        try:
+            fb.add_route(f"/s{sent}", 10, redirect_url=f"https://s.test/{sent}")
+            pending.append((lb_revision(fb), time.monotonic()))
+        except RuntimeError:
+            errors += 1
+        sent += 1
+        next_at += interval
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    stop.set()
+    watcher.join()
+    out = wrk.communicate()[0]
+    return sent, latencies, errors + len(pending), out
+
+
+def wrk_errors(out: str) -> int:
+    total = 0
+    match = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    if match:
+        total += sum(int(g) for g in match.groups())
+    match = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if match:
+        total += int(match.group(1))
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--routes", type=int, default=100_000)
+    parser.add_argument("--changes", type=int, default=20)
+    parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument("--sustained-s", type=float, default=180.0)
+    args = parser.parse_args()
+    print(f"load before: {os.getloadavg()}")
+    fb = FleetBench("spillway_bench_i14", nodes_per_region=3, worker_concurrency=2)
+    try:
+        fb.initial_rollout()
+        seed_routes(fb, args.routes)
+        first_s = rollout_all(fb, 900)
+        print(f"{args.routes} routes rolled out to 6 nodes (first apply, reloads) in {first_s:.1f} s")
+        snapshot_ms, render_validate_ms = render_validate(fb)
+        print(f"snapshot from the database {snapshot_ms:.0f} ms; render + haproxy -c {render_validate_ms:.0f} ms")
+        reload_ms, rss = reload_and_memory(fb)
+        print(f"reload of one node (show proc: new worker) {reload_ms:.0f} ms; worker RSS per node MB: {rss}")
+        changes = [one_change(fb, i) for i in range(args.changes)]
+        print(f"{args.changes} changes, POST -> applied on 6 nodes, ms: "
+              f"p50 {percentile(changes, 50):.0f} p99 {percentile(changes, 99):.0f} max {max(changes):.0f}")
+        sent, latencies, change_errors, wrk_out = sustained(fb, args.rate, args.sustained_s)
+        per_min = len(latencies) / (args.sustained_s / 60.0)
+        errors = change_errors + wrk_errors(wrk_out)
+        print(f"sustained: {sent} changes sent, {len(latencies)} live within the run; wrk:\n{wrk_out}")
+        print(f"load after: {os.getloadavg()}")
+        print(f"RESULT render_validate_ms_100k={render_validate_ms:.0f} "
+              f"change_p50_ms_100k={percentile(changes, 50):.0f} change_p99_ms_100k={percentile(changes, 99):.0f} "
+              f"sustained_changes_per_min={per_min:.0f} "
+              f"sustained_p99_ms={percentile(latencies, 99) if latencies else float('nan'):.0f} errors={errors}")
+    finally:
+        fb.close()
+
+
+if __name__ == "__main__":
+    main()
