@@ -15,6 +15,7 @@ class RouteTestView(PrincipalView):
         lb = self.get_scoped(LoadBalancer, pk=pk)
         query = RouteTestQuerySerializer(data=request.GET)
         if not query.is_valid():
-            return render(request, "partials/route_test.html", {"lb": lb, "errors": errors_of(query.errors)}, status=422)
+            return render(request, "partials/route_test.html", {"lb": lb, "errors": errors_of(query.errors)},
+                          status=422)
         result = route_test(lb=lb, principal=self.principal, **query.validated_data)
         return render(request, "partials/route_test.html", {"lb": lb, "result": result, "errors": {}})
