@@ -24,8 +24,9 @@ MAX_NAMED = 5
 
 def _actors(events: list[AuditEvent]) -> dict[str, str]:
     """actor -> "org:username" (+ " via API" for a token), from one query per kind."""
-    users = {int(e.actor[5:]) for e in events if e.actor.startswith("user:")}
-    tokens = {int(e.actor[6:]) for e in events if e.actor.startswith("token:")}
+    # Actors look like "user:3" or "token:7"; anything else ("system", "user:None") is shown as it is.
+    users = {int(e.actor[5:]) for e in events if e.actor.startswith("user:") and e.actor[5:].isdigit()}
+    tokens = {int(e.actor[6:]) for e in events if e.actor.startswith("token:") and e.actor[6:].isdigit()}
     names = dict(get_user_model().objects.filter(pk__in=users).values_list("pk", "username"))
     out = {f"user:{pk}": name for pk, name in names.items()}
     for pk, name, username in ApiToken.objects.filter(pk__in=tokens).values_list("pk", "name", "user__username"):

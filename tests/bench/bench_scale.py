@@ -34,19 +34,25 @@ from _fleetbench import FleetBench
 from bench_propagation import percentile
 
 HOST_ROUTES = 20  # paths per hostname
+TENANT_ROUTES = 5_000  # routes per tenant (a multiple of HOST_ROUTES: a hostname has one owner)
 
 
 def seed_routes(fb: FleetBench, count: int) -> None:
+    """`count` routes of `count // TENANT_ROUTES` tenants on the LB (written past the API: the bench is about
+    delivery, and priorities are per tenant, at most 50,000 each)."""
     from django.db.models import F
 
+    from apps.accounts.models import Organization
     from apps.balancers.models import LoadBalancer, Route, RouteTarget
 
-    lb, org, pool = fb.lb, fb.lb.org, fb.pools["old"]
+    lb, pool = fb.lb, fb.pools["old"]
+    tenants = [Organization.objects.create(slug=f"t{k}", name=f"T{k}", kind="customer")
+               for k in range((count + TENANT_ROUTES - 1) // TENANT_ROUTES)]
     batch = 10_000
     for start in range(0, count, batch):
         routes = Route.objects.bulk_create([
-            Route(lb=lb, org=org, hosts=[f"h{i // HOST_ROUTES}.scale.test"], path=f"/p{i % HOST_ROUTES}",
-                  path_match="prefix", priority=1000 + i % HOST_ROUTES)
+            Route(lb=lb, org=tenants[i // TENANT_ROUTES], hosts=[f"h{i // HOST_ROUTES}.scale.test"],
+                  path=f"/p{i % HOST_ROUTES}", path_match="prefix", priority=1 + i % TENANT_ROUTES)
             for i in range(start, min(count, start + batch))])
         RouteTarget.objects.bulk_create([RouteTarget(route=r, pool=pool, weight=100) for r in routes])
     LoadBalancer.objects.filter(pk=lb.pk).update(revision=F("revision") + 1)
@@ -103,7 +109,7 @@ def lb_revision(fb: FleetBench) -> int:
 
 def one_change(fb: FleetBench, i: int) -> float:
     started = time.monotonic()
-    fb.add_route(f"/c{i}", 10, redirect_url=f"https://c.test/{i}")
+    fb.add_route(f"/c{i}", 1 + i, redirect_url=f"https://c.test/{i}")
     revision = lb_revision(fb)
     status, body = fb.api("GET", f"/api/v1/load-balancers/{fb.lb.pk}/applied/?revision={revision}&timeout=60")
     if status != 200:
@@ -144,7 +150,7 @@ def sustained(fb: FleetBench, rate_per_min: int, duration_s: float) -> tuple[int
     next_at = time.monotonic()
     while time.monotonic() < deadline:
         try:
-            fb.add_route(f"/s{sent}", 10, redirect_url=f"https://s.test/{sent}")
+            fb.add_route(f"/s{sent}", 1_000 + sent, redirect_url=f"https://s.test/{sent}")
             pending.append((lb_revision(fb), time.monotonic()))
         except RuntimeError:
             errors += 1
