@@ -7,7 +7,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('accounts', '0001_initial'),
-        ('balancers', '0002_initial'),
+        ('balancers', '0003_pool_overload'),
     ]
 
     operations = [
