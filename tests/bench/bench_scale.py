@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
 
 from _fleetbench import FleetBench
-from bench_propagation import percentile
+from bench_propagation import percentile, stage_report
 
 HOST_ROUTES = 20  # paths per hostname
 TENANT_ROUTES = 5_000  # routes per tenant (a multiple of HOST_ROUTES: a hostname has one owner)
@@ -107,8 +107,9 @@ def lb_revision(fb: FleetBench) -> int:
     return LoadBalancer.objects.values_list("revision", flat=True).get(pk=fb.lb.pk)
 
 
-def one_change(fb: FleetBench, i: int) -> float:
+def one_change(fb: FleetBench, i: int, marks: list[tuple[float, float]]) -> float:
     started = time.monotonic()
+    marks.append((time.time(), started))
     fb.add_route(f"/c{i}", 1 + i, redirect_url=f"https://c.test/{i}")
     revision = lb_revision(fb)
     status, body = fb.api("GET", f"/api/v1/load-balancers/{fb.lb.pk}/applied/?revision={revision}&timeout=60")
@@ -192,7 +193,9 @@ def main() -> None:
         print(f"snapshot from the database {snapshot_ms:.0f} ms; render + haproxy -c {render_validate_ms:.0f} ms")
         reload_ms, rss = reload_and_memory(fb)
         print(f"reload of one node (show proc: new worker) {reload_ms:.0f} ms; worker RSS per node MB: {rss}")
-        changes = [one_change(fb, i) for i in range(args.changes)]
+        marks: list[tuple[float, float]] = []
+        changes = [one_change(fb, i, marks) for i in range(args.changes)]
+        stage_report(marks)
         print(f"{args.changes} changes, POST -> applied on 6 nodes, ms: "
               f"p50 {percentile(changes, 50):.0f} p99 {percentile(changes, 99):.0f} max {max(changes):.0f}")
         sent, latencies, change_errors, wrk_out = sustained(fb, args.rate, args.sustained_s)
