@@ -27,9 +27,10 @@ KINDS: Final[dict[str, tuple[str, ...]]] = {
     "members": ("lb", "pool", "name"),
     "listeners": ("lb", "name"),
     "routes": ("lb", "priority"),
+    "capacity_tests": ("name",),
+    "jobs": ("name",),
 }
-# Exported for the record and for pipelines to read; applying them is not supported yet (see the plan).
-EXPORT_ONLY: Final = ("capacity_tests", "jobs")
+EXPORT_ONLY: Final[tuple[str, ...]] = ()
 
 
 class DocumentError(ValueError):

@@ -45,10 +45,11 @@ def org_export(org: Any) -> dict[str, Any]:
                    for r in Route.objects.filter(org=org).select_related("lb").prefetch_related("targets__pool")],
         "capacity_tests": [{"name": t.name, **{f: _plain(getattr(t, f)) for f in CAPACITY_FIELDS},
                             "listener": f"{t.listener.lb.name}/{t.listener.name}" if t.listener_id else None,
+                            "route": f"{t.route.lb.name}/{t.route.priority}" if t.route_id else None,
                             "pool": f"{t.pool.lb.name}/{t.pool.name}" if t.pool_id else None,
                             "region": t.region.slug if t.region_id else None}
                            for t in CapacityTest.objects.filter(org=org).select_related(
-                               "listener__lb", "pool__lb", "region")],
+                               "listener__lb", "route__lb", "pool__lb", "region")],
         "jobs": [{"name": j.name, **{f: _plain(getattr(j, f)) for f in JOB_FIELDS}}
                  for j in Job.objects.filter(org=org)],
     }

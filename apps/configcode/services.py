@@ -17,13 +17,18 @@ from rest_framework.exceptions import ValidationError
 from apps.accounts.models import Organization
 from apps.balancers.api import views as bv
 from apps.balancers.models import Listener, LoadBalancer, Member, Pool, PoolRegion, Route
+from apps.capacity.api.views import CapacityTestViewSet
+from apps.capacity.models import CapacityTest
 from apps.configcode import document, selectors
 from apps.core.errors import DomainError
 from apps.core.tenancy import Action, restricted
 from apps.fleets.models import Certificate
+from apps.scheduling.api.views import JobViewSet
+from apps.scheduling.models import Job
 
 VIEWSETS = {"load_balancers": bv.LoadBalancerViewSet, "pools": bv.PoolViewSet, "pool_regions": bv.PoolRegionViewSet,
-            "members": bv.MemberViewSet, "listeners": bv.ListenerViewSet, "routes": bv.RouteViewSet}
+            "members": bv.MemberViewSet, "listeners": bv.ListenerViewSet, "routes": bv.RouteViewSet,
+            "capacity_tests": CapacityTestViewSet, "jobs": JobViewSet}
 
 
 class StaleDocument(DomainError):
@@ -53,6 +58,12 @@ class _Resolver:
     def certificate(self, name: str) -> Certificate:
         return _one(restricted(Certificate, self.principal, Action.USE).filter(name=name), f"certificate {name!r}")
 
+    def _ref(self, model, ref: str, field: str):
+        """`lb/<name or priority>` → a row of `model` on that LB the principal may use."""
+        lb, _, value = str(ref).partition("/")
+        return _one(restricted(model, self.principal, Action.USE).filter(lb__name=lb, **{field: value}),
+                    f"{model._meta.verbose_name} {ref}")
+
     def existing(self, kind: str, key: dict[str, Any]):
         qs = {
             "load_balancers": lambda: LoadBalancer.objects.filter(org=self.org, name=key["name"]),
@@ -63,13 +74,15 @@ class _Resolver:
                                                      pool__name=key["pool"], name=key["name"]),
             "listeners": lambda: Listener.objects.filter(lb__org=self.org, lb__name=key["lb"], name=key["name"]),
             "routes": lambda: Route.objects.filter(org=self.org, lb__name=key["lb"], priority=key["priority"]),
+            "capacity_tests": lambda: CapacityTest.objects.filter(org=self.org, name=key["name"]),
+            "jobs": lambda: Job.objects.filter(org=self.org, name=key["name"]),
         }[kind]()
         return qs.first()
 
     def data(self, kind: str, row: dict[str, Any]) -> dict[str, Any]:
         """The API payload for one row of the file: names replaced by the ids the serializer expects."""
         data = dict(row)
-        if kind in ("load_balancers", "pools", "routes"):
+        if kind in ("load_balancers", "pools", "routes", "jobs"):
             data["org"] = self.org.slug  # an operator applying a tenant's file creates the tenant's objects
         if kind in ("pools", "listeners", "routes"):
             data["lb"] = self.lb(row["lb"]).pk
@@ -79,6 +92,11 @@ class _Resolver:
         if kind == "listeners":
             data["default_pool"] = self.pool(row["lb"], row["default_pool"]).pk if row.get("default_pool") else None
             data["certificate"] = self.certificate(row["certificate"]).pk if row.get("certificate") else None
+        if kind == "capacity_tests":
+            data["org"] = self.org.slug
+            data["listener"] = self._ref(Listener, row.get("listener"), "name").pk if row.get("listener") else None
+            data["route"] = self._ref(Route, row.get("route"), "priority").pk if row.get("route") else None
+            data["pool"] = self.pool(*row["pool"].split("/", 1)).pk if row.get("pool") else None
         if kind == "routes":
             data["targets"] = [{"pool": self.pool(row["lb"], t["pool"]).pk, "weight": t.get("weight", 100)}
                                for t in row.get("targets") or []]

@@ -8,7 +8,9 @@ import pytest
 import yaml
 from django.core.management import CommandError, call_command
 
-from apps.balancers.models import Member, Pool, Route
+from apps.balancers.models import Listener, Member, Pool, Route
+from apps.capacity.models import CapacityTest
+from apps.scheduling.models import Job
 from tests.factories import (
     LoadBalancerFactory,
     MemberFactory,
@@ -31,6 +33,12 @@ def estate(acme):
     MemberFactory(pool=pool, region=region, name="m2", address="127.0.0.12", port=8080)
     RouteFactory(lb=lb, priority=10, path="/api", pool=pool)
     RouteFactory(lb=lb, priority=20, path="/old", pool=pool)
+    # Params as the noop kind stores them (what the API would have saved).
+    Job.objects.create(org=acme, name="nightly", kind="noop", schedule_type="cron", cron="0 3 * * *",
+                       timezone="Europe/Berlin",
+                       params={"fail": False, "fail_attempts": 0, "message": "", "sleep_s": 0})
+    CapacityTest.objects.create(org=acme, name="api-load", listener=Listener.objects.create(
+        lb=lb, name="http", port=8080, default_pool=pool), pool=pool, region=region, steps=[10, 20])
     return lb
 
 
@@ -64,6 +72,7 @@ def test_dry_run_says_which_side_has_each_difference_and_changes_nothing(estate,
     edited["members"][0]["weight"] = 50                       # update
     edited["members"].append({**doc["members"][0], "name": "m3", "address": "127.0.0.13"})  # create
     edited["routes"] = [r for r in edited["routes"] if r["priority"] != 20]                   # delete
+    edited["jobs"][0]["cron"] = "30 4 * * *"                                                  # update
     plan = apply(alice, edited, dry_run=True)
     assert plan.status_code == 200, plan.content
     changes = {(c["action"], c["kind"], tuple(sorted(c["key"].items()))): c for c in plan.json()["changes"]}
@@ -71,6 +80,7 @@ def test_dry_run_says_which_side_has_each_difference_and_changes_nothing(estate,
         ("update", "members", (("lb", "web"), ("name", "m1"), ("pool", "api"))),
         ("create", "members", (("lb", "web"), ("name", "m3"), ("pool", "api"))),
         ("delete", "routes", (("lb", "web"), ("priority", "20"))),
+        ("update", "jobs", (("name", "nightly"),)),
     }
     assert changes[("update", "members", (("lb", "web"), ("name", "m1"), ("pool", "api")))]["fields"] == {
         "weight": {"spillway": 100, "file": 50}}
@@ -83,6 +93,7 @@ def test_dry_run_says_which_side_has_each_difference_and_changes_nothing(estate,
     assert applied.status_code == 200, applied.content
     assert Member.objects.get(name="m1").weight == 50 and Member.objects.filter(name="m3").exists()
     assert not Route.objects.filter(priority=20).exists()
+    assert Job.objects.get(name="nightly").cron == "30 4 * * *"
     assert apply(alice, edited, dry_run=True).json()["changes"] == []
 
 
