@@ -50,7 +50,7 @@ run: install
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py runall
 
 # Benchmarks: each prints its figures and a last line `RESULT key=value ...`.
-bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui bench-vip-failover bench-events bench-dataplane bench-acme bench-scale
+bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui bench-vip-failover bench-events bench-dataplane bench-acme bench-scale bench-fuzz bench-longpoll
 
 # --- benchmark targets (one per line pair; keep this section at the end) ---
 bench-runtime: install-dev
@@ -84,3 +84,7 @@ bench-acme: install-dev
 	$(BIN)/python tests/bench/bench_acme.py
 bench-scale: install-dev
 	$(BIN)/python tests/bench/bench_scale.py
+bench-fuzz: install-dev
+	$(BIN)/python tests/bench/bench_fuzz.py
+bench-longpoll: install-dev
+	$(BIN)/python tests/bench/bench_longpoll.py

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -7,7 +8,7 @@ from rest_framework.response import Response
 from apps.acme import services
 from apps.acme.api import serializers as s
 from apps.acme.models import ManagedCertificate
-from apps.core.api.serializers import EmptySerializer
+from apps.core.api.serializers import EmptySerializer, QueuedSerializer
 from apps.core.api.viewsets import TenantViewSet
 
 
@@ -34,6 +35,7 @@ class ManagedCertificateViewSet(TenantViewSet):
     def perform_destroy(self, instance):
         services.managed_certificate_delete(principal=self.principal, managed=instance)
 
+    @extend_schema(request=None, responses={202: QueuedSerializer})
     @action(detail=True, methods=["post"], serializer_class=EmptySerializer)
     def renew(self, request, pk=None):
         """Order a new certificate now (it replaces the current one once issued)."""

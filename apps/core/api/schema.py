@@ -59,16 +59,30 @@ class AutoSchema(openapi.AutoSchema):
 
     def _error_codes(self) -> list[int]:
         action = getattr(self.view, "action", None)
-        has_path_param = "{" in self.path
-        codes = [401, 403]
-        # Writes validate a body; reads validate filters and query parameters.
-        codes.append(400)
-        if has_path_param:
-            codes.append(404)
-        if self.method in _WRITES:
-            codes.append(409)
+        # Any operation: a bad body/filter (400), no or a bad token (401), a role or scope short (403), an
+        # object or a referenced id missing or foreign (404), a domain rule refusing the state (409).
+        codes = [400, 401, 403, 404, 409]
         if self._tenant_view() and action in _OBJECT_WRITES:
             codes.append(412)
-        if self._tenant_view() and self.method == "POST":
-            codes.append(422)
+        if self.method in _WRITES:
+            codes.append(422)  # a stale/reused Idempotency-Key, or a rule refusing the values
+        if getattr(self.view, "throttle_scope", None):
+            codes.append(429)
         return sorted(codes)
+
+    def _get_serializer_field_meta(self, field, direction):
+        meta = super()._get_serializer_field_meta(field, direction)
+        # A read-only field over a nullable column answers null (DRF leaves allow_null False on those).
+        if field.read_only and not meta.get("nullable") and _nullable_column(field):
+            meta["nullable"] = True
+        return meta
+
+
+def _nullable_column(field) -> bool:
+    model = getattr(getattr(field.parent, "Meta", None), "model", None)
+    if model is None or not field.source or "." in field.source or field.source == "*":
+        return False
+    try:
+        return bool(model._meta.get_field(field.source).null)
+    except Exception:  # not a model field (a property, an annotation)
+        return False

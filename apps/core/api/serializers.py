@@ -12,3 +12,9 @@ class ErrorSerializer(serializers.Serializer):
     detail = serializers.CharField()
     fields = serializers.DictField(child=serializers.ListField(child=serializers.CharField()),
                                    help_text="Messages per request field; empty when the error is not a field's.")
+
+
+class QueuedSerializer(serializers.Serializer):
+    """Answer of actions that only queue work (202)."""
+
+    queued = serializers.BooleanField()

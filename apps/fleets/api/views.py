@@ -7,15 +7,15 @@ import time
 from django.core.cache import cache
 from django.db import transaction
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import permissions, serializers, status
+from drf_spectacular.utils import extend_schema
+from rest_framework import permissions, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.balancers.models import LoadBalancer
-from apps.core.api.serializers import EmptySerializer
+from apps.core.api.serializers import EmptySerializer, QueuedSerializer
 from apps.core.api.throttles import PrincipalRateThrottle, wait_slot
 from apps.core.api.viewsets import TenantViewSet, etag_for
 from apps.core.errors import DomainError, NotFoundError
@@ -47,7 +47,7 @@ class FleetViewSet(TenantViewSet):
     def perform_destroy(self, instance):
         services.fleet_delete(principal=self.principal, fleet=instance)
 
-    @extend_schema(request=None, responses={202: inline_serializer("Queued", {"queued": serializers.BooleanField()})})
+    @extend_schema(request=None, responses={202: QueuedSerializer})
     @action(detail=True, methods=["post"], serializer_class=EmptySerializer)
     def reconcile(self, request, pk=None):
         """Render the desired state now and roll it out if it changed (asynchronously)."""
