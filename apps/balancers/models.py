@@ -312,7 +312,7 @@ class HostnameClaim(models.Model):
     TENANT_PATH = "org"
 
     org = models.ForeignKey("accounts.Organization", on_delete=models.CASCADE, related_name="hostname_claims")
-    hostname = models.CharField(max_length=253, unique=True)
+    hostname = models.CharField(max_length=253)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     decided_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -321,6 +321,12 @@ class HostnameClaim(models.Model):
     objects = TenantQuerySet.as_manager()
 
     class Meta:
+        # Several orgs may ask for one name; only one may hold it (approved).
+        constraints = [
+            models.UniqueConstraint(fields=["org", "hostname"], name="claim_unique_per_org"),
+            models.UniqueConstraint(fields=["hostname"], condition=Q(status="approved"),
+                                    name="claim_unique_approved_hostname"),
+        ]
         ordering = ["hostname"]
 
     def __str__(self) -> str:

@@ -98,9 +98,14 @@ def member_set_state(*, principal: Principal | None, member: Member, admin_state
 # --- hostname claims ---------------------------------------------------------------
 
 
-def _check_claim_free(hostname: str, *, exclude_pk: int | None = None) -> None:
-    """No two live claims overlap (call under the "hostname-claims" lock)."""
-    others = HostnameClaim.objects.exclude(status=HostnameClaim.Status.REJECTED).exclude(pk=exclude_pk)
+def _check_claim_free(hostname: str, *, org_id: int, exclude_pk: int | None = None) -> None:
+    """No two approved claims overlap, and an org asks for a name once (call under the "hostname-claims" lock).
+
+    Another org's *pending* claim blocks nothing: otherwise any tenant could squat a competitor's domain by
+    asking for it, until an operator got round to rejecting the request. Overlaps are decided at approval.
+    """
+    others = (HostnameClaim.objects.filter(status=HostnameClaim.Status.APPROVED)
+              | HostnameClaim.objects.filter(org_id=org_id, status=HostnameClaim.Status.PENDING)).exclude(pk=exclude_pk)
     for other in others:
         if hostnames.overlaps(other.hostname, hostname):
             # Never say who holds it: that would leak another tenant's claim.
@@ -113,7 +118,7 @@ def hostname_claim_create(*, principal: Principal, org, hostname: str) -> Hostna
     with transaction.atomic():
         # Serialise claim creation so two orgs cannot both pass the overlap check.
         xact_lock("hostname-claims")
-        _check_claim_free(hostname)
+        _check_claim_free(hostname, org_id=org.pk)
         status = HostnameClaim.Status.APPROVED if principal.is_operator else HostnameClaim.Status.PENDING
         claim = HostnameClaim(org=org, hostname=hostname, status=status,
                               decided_at=timezone.now() if principal.is_operator else None)
@@ -128,7 +133,7 @@ def hostname_claim_decide(*, principal: Principal, claim: HostnameClaim, approve
         xact_lock("hostname-claims")
         if approve:
             # A rejected claim was not held while rejected: another org may own the name since.
-            _check_claim_free(claim.hostname, exclude_pk=claim.pk)
+            _check_claim_free(claim.hostname, org_id=claim.org_id, exclude_pk=claim.pk)
         return object_save(principal=principal, obj=claim, action="approve" if approve else "reject",
                            data={"status": status, "decided_at": timezone.now()})
 
@@ -155,7 +160,8 @@ def _check_hosts_owned(*, org, hosts: Iterable[str]) -> None:
                   for org_id, name, status in claims)
         if own:
             continue
-        foreign = any(org_id != org.pk and hostnames.overlaps(name, host) for org_id, name, _ in claims)
+        foreign = any(org_id != org.pk and status == HostnameClaim.Status.APPROVED and hostnames.overlaps(name, host)
+                      for org_id, name, status in claims)
         if org.is_operator and not foreign:
             continue  # operators route unclaimed hostnames freely, never a tenant's
         raise DomainError("hostname_not_claimed",

@@ -137,3 +137,20 @@ def test_lists_filter_and_paginate(world, alice):
     assert page["results"][0]["priority"] == 502
     assert alice.client.get("/api/v1/routes/", {"priority": 501}).json()["count"] == 1
     assert LoadBalancer.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_a_pending_claim_cannot_squat_a_name_another_org_then_gets(world, alice, charlie, otto):
+    """Review finding: a tenant's pending claim blocked everyone until an operator rejected it. Now several orgs
+    may ask; the operator approves one, and a second approval of an overlapping name is refused."""
+    squat = charlie.client.post("/api/v1/hostname-claims/", {"hostname": "shop.initech.test"}, format="json")
+    real = alice.client.post("/api/v1/hostname-claims/", {"hostname": "shop.initech.test"}, format="json")
+    assert squat.status_code == real.status_code == 201, (squat.content, real.content)
+    assert alice.client.post("/api/v1/hostname-claims/", {"hostname": "shop.initech.test"},
+                             format="json").status_code == 409  # asking twice is still refused
+
+    approved = otto.client.post(f"/api/v1/hostname-claims/{real.json()['id']}/approve/")
+    second = otto.client.post(f"/api/v1/hostname-claims/{squat.json()['id']}/approve/")
+
+    assert approved.status_code == 200 and approved.json()["status"] == "approved"
+    assert second.status_code == 409 and second.json()["code"] == "claim_overlap"

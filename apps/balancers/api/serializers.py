@@ -246,6 +246,8 @@ class HostnameClaimSerializer(OrgOwnedSerializer):
         model = HostnameClaim
         fields = ["id", "org", "hostname", "status", "decided_at", "created_at"]
         read_only_fields = ["status", "decided_at", "created_at"]
+        # Uniqueness (per org, and one approved holder) is the service's call under its lock: 409 claim_overlap.
+        validators: list = []
 
 
 class IpPoolSerializer(TenantModelSerializer):
