@@ -7,7 +7,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('accounts', '0003_token_parent'),
-        ('balancers', '0003_pool_overload'),
+        ('balancers', '0004_route_priority_per_org_no_route_answer'),
     ]
 
     operations = [
