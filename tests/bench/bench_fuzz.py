@@ -61,6 +61,7 @@ def main() -> int:
         elapsed = time.monotonic() - started
     for failure in result.failures[:60]:
         print(failure.replace("\n", " | ")[:400])
+    print("\n".join(result.output.splitlines()[-25:]))  # schemathesis' own summary (test cases per phase)
     print(f"load: {os.getloadavg()}, elapsed {elapsed:.0f} s, max_examples={args.max_examples}")
     print(result.line())
     return 0 if result.server_errors == 0 and result.conformance_failures == 0 else 1
