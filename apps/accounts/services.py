@@ -45,11 +45,20 @@ def token_create(
                           field="scopes")
     if expires_at is not None and expires_at <= timezone.now():
         raise DomainError("invalid_expiry", "Expiry must be in the future.", field="expires_at")
+    with transaction.atomic():
+        return _token_create(org=org, name=name, scopes=scopes, user=user, expires_at=expires_at,
+                             principal=principal)
+
+
+def _token_create(*, org, name, scopes, user, expires_at, principal) -> IssuedToken:
     parent = None
     if principal is not None and principal.token_id is not None:
         # A token minting a token: the child is bounded by its parent in every way, so a short-lived
-        # or narrow token cannot launder itself into a permanent or wider one.
-        parent = ApiToken.objects.get(pk=principal.token_id)
+        # or narrow token cannot launder itself into a permanent or wider one. The parent's row is locked
+        # so a revocation running at the same time either sees this child or makes this create fail.
+        parent = ApiToken.objects.select_for_update().filter(pk=principal.token_id).first()
+        if parent is None or parent.revoked_at is not None:
+            raise DomainError("token_revoked", "The token making this request was revoked.", status=401)
         wider = sorted(set(scopes) - set(principal.scopes))
         if wider:
             raise DomainError("scope_exceeds_parent", f"This token cannot grant scopes it does not have: {wider}.",
@@ -80,6 +89,7 @@ def token_create(
 def token_revoke(*, token: ApiToken, principal: Principal | None) -> ApiToken:
     """Revoke the token and every token it minted, and theirs (a child never outlives its parent)."""
     with transaction.atomic():
+        token = ApiToken.objects.select_for_update().get(pk=token.pk)  # waits for a child being minted
         now = timezone.now()
         pending = [token]
         while pending:

@@ -169,3 +169,14 @@ def test_a_customer_can_put_back_its_lb_after_an_operator_placed_it(shared, alic
                                                                                       "fleet", "cloud_target")},
                            format="json")
     assert put.status_code == 200, put.content
+
+
+def test_a_customer_never_sees_who_else_rolled_out_a_shared_fleet(shared, alice, otto) -> None:
+    revision = ConfigRevision.objects.create(fleet=shared["fleet"], number=1, text="x", sha256="0" * 64,
+                                             validation_ok=True)
+    rollout = Rollout.objects.create(fleet=shared["fleet"], revision=revision, actor="token:4242")
+
+    as_customer = alice.client.get(f"/api/v1/rollouts/{rollout.pk}/").json()
+    as_operator = otto.client.get(f"/api/v1/rollouts/{rollout.pk}/").json()
+
+    assert "4242" not in as_customer["actor"] and as_operator["actor"] == "token:4242"

@@ -221,6 +221,11 @@ class RolloutSerializer(TenantModelSerializer):
     def to_representation(self, instance: Rollout) -> dict[str, Any]:
         data = super().to_representation(instance)
         data["revision"] = instance.revision.number
+        principal = getattr(self.context.get("request"), "principal", None)
+        if principal is not None and not principal.is_operator and data.get("actor") not in ("system",
+                                                                                             principal.actor):
+            # A shared fleet's rollout may be another tenant's change: never name its user, token or job.
+            data["actor"] = "another organization or the operator"
         return data
 
     def get_error(self, rollout: Rollout) -> str:
