@@ -138,3 +138,17 @@ def test_errors_outside_drf_views_answer_json_under_api_and_html_elsewhere(alice
     _coded(client.get("/api/v1/plain-boom/"), 500, "server_error")
     _coded(client.get("/api/v1/no-such-endpoint/"), 404, "not_found")
     assert client.get("/no-such-page/")["Content-Type"].startswith("text/html")
+
+
+def test_an_idempotency_key_freed_by_a_concurrent_failure_is_a_409_not_a_500(alice, monkeypatch) -> None:
+    from django.db import IntegrityError
+
+    from apps.core.models import IdempotencyRecord
+
+    def lost_race(**kwargs):  # the key existed at insert time; its failed request deleted it since
+        raise IntegrityError("duplicate key value violates unique constraint")
+
+    monkeypatch.setattr(IdempotencyRecord.objects, "create", lost_race)
+    response = alice.client.post("/api/v1/hostname-claims/", {"hostname": "race.acme.example"}, format="json",
+                                 HTTP_IDEMPOTENCY_KEY="k-1")
+    _coded(response, 409, "idempotency_in_progress")

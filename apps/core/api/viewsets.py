@@ -121,7 +121,10 @@ class TenantViewSet(viewsets.ModelViewSet):
                 record = IdempotencyRecord.objects.create(scope=scope, key=key, method_path=method_path,
                                                           request_hash=digest)
         except IntegrityError:
-            record = IdempotencyRecord.objects.get(scope=scope, key=key)
+            record = IdempotencyRecord.objects.filter(scope=scope, key=key).first()
+            if record is None:  # a concurrent first request with this key failed and freed it this instant
+                raise ApiError("idempotency_in_progress", "A request with this Idempotency-Key was just running; "
+                               "retry.", status.HTTP_409_CONFLICT) from None
             if record.request_hash != digest:
                 raise ApiError("idempotency_key_reused",
                                "This Idempotency-Key was used with a different request; use a new key.",
