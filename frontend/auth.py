@@ -9,6 +9,7 @@ transaction lock (apps.core.locks) for the same guarantee.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 
@@ -57,8 +58,8 @@ class ThrottledLoginView(auth_views.LoginView):
     redirect_authenticated_user = True
 
     def post(self, request, *args, **kwargs):
-        user_key = _user_key(request)
-        counts = [_count_attempt(k) for k in (_ip_key(request), user_key)]
+        ip_key, user_key = _ip_key(request), _user_key(request)
+        counts = [_count_attempt(k) for k in (ip_key, user_key)]
         if any(n > settings.LOGIN_THROTTLE_ATTEMPTS for n in counts):
             response: HttpResponse = TemplateResponse(
                 request, "login.html",
@@ -67,7 +68,10 @@ class ThrottledLoginView(auth_views.LoginView):
             return response
         response = super().post(request, *args, **kwargs)
         if response.status_code == 302:
-            # A success clears that user's counter only: clearing the address's would let an attacker
-            # reset it by logging into an account of their own every few guesses.
+            # A success clears that user's counter and gives back its own attempt on the address's: the
+            # address counts failures only, so people behind one address can all log in, while an attacker
+            # logging into an account of its own between guesses resets nothing.
             cache.delete(user_key)
+            with contextlib.suppress(ValueError):
+                cache.decr(ip_key)
         return response

@@ -176,3 +176,17 @@ def test_the_throttle_holds_against_username_variants_and_the_attackers_own_logi
         assert 429 in codes
     finally:
         cache.clear()
+
+
+@pytest.mark.django_db
+def test_many_people_behind_one_address_can_all_log_in(settings):
+    """Successful logins do not use up the address's allowance (an office behind one NAT address)."""
+    from django.contrib.auth import get_user_model
+    from django.core.cache import cache
+
+    cache.clear()
+    for n in range(settings.LOGIN_THROTTLE_ATTEMPTS + 3):
+        get_user_model().objects.create_user(f"colleague{n}", password="correct-horse-battery")
+        assert Client().post("/login/", {"username": f"colleague{n}",
+                                         "password": "correct-horse-battery"}).status_code == 302
+    cache.clear()
