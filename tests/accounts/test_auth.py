@@ -69,7 +69,8 @@ def test_mktoken_prints_a_working_token(acme, capsys):
 
 
 @pytest.mark.django_db
-def test_login_works_and_is_throttled_after_repeated_failures(alice):
+def test_login_works_and_is_throttled_after_repeated_failures(alice, settings):
+    settings.LOGIN_THROTTLE_ATTEMPTS = 5
     client = Client()
     for _ in range(5):
         assert client.post("/login/", {"username": "alice", "password": "wrong"}).status_code == 200
@@ -131,6 +132,7 @@ def test_parallel_login_attempts_get_no_more_password_checks_than_the_limit(live
     from django.core.cache import cache
 
     settings.CSRF_COOKIE_SECURE = settings.SESSION_COOKIE_SECURE = False  # plain http on loopback
+    settings.LOGIN_THROTTLE_ATTEMPTS = 5
     cache.clear()
     get_user_model().objects.create_user("mallory-target", password="correct-horse-battery")
     url = f"{live_server.url}/login/"
@@ -160,6 +162,7 @@ def test_the_throttle_holds_against_username_variants_and_the_attackers_own_logi
     from django.contrib.auth import get_user_model
     from django.core.cache import cache
 
+    settings.LOGIN_THROTTLE_ATTEMPTS = 5
     cache.clear()
     users = get_user_model().objects
     users.create_user("charlie-target", password="correct-horse-battery")
@@ -184,6 +187,7 @@ def test_many_people_behind_one_address_can_all_log_in(settings):
     from django.contrib.auth import get_user_model
     from django.core.cache import cache
 
+    settings.LOGIN_THROTTLE_ATTEMPTS = 5
     cache.clear()
     for n in range(settings.LOGIN_THROTTLE_ATTEMPTS + 3):
         get_user_model().objects.create_user(f"colleague{n}", password="correct-horse-battery")
