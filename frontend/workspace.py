@@ -23,7 +23,7 @@ from apps.core.errors import DomainError
 from apps.core.ui import PrincipalView, errors_of
 from apps.fleets import selectors as fleet_selectors
 from apps.fleets.models import Fleet
-from apps.fleets.services import lb_preview_change
+from apps.fleets.preview import lb_preview_change
 from apps.fleets.views import diff_lines
 
 ROUTE_ORDERS = {"asc": ("priority", "pk"), "desc": ("-priority", "-pk")}

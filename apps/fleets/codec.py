@@ -8,9 +8,11 @@ the caller passes (apps.core.crypto in production).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from typing import Any
 
+from apps.fleets.render import HEADER_LINES
 from apps.fleets.snapshot import (
     MAIN_FILE,
     CertSpec,
@@ -19,6 +21,7 @@ from apps.fleets.snapshot import (
     HealthCheckSpec,
     ListenerSpec,
     MemberSpec,
+    Owner,
     PoolRegionSpec,
     PoolSpec,
     RegionStep,
@@ -110,12 +113,20 @@ def snapshot_from_json(data: dict[str, Any], unseal: Seal) -> FleetSnapshot:
 
 
 def strip_header(text: str) -> str:
-    """haproxy.cfg without the renderer's header comment (which names the revision and node)."""
-    if text.startswith("# Spillway:"):
-        _head, sep, rest = text.partition("\n\n")
-        if sep:
-            return rest
-    return text
+    """A stored revision's haproxy.cfg (or display text) without the renderer's header comment, which
+    names the revision and node: the first HEADER_LINES lines the renderer always writes (a stored
+    text has no manifest; a bundle's own is `ConfigBundle.body`)."""
+    parts = text.split("\n", HEADER_LINES)
+    return parts[HEADER_LINES] if len(parts) > HEADER_LINES else ""
+
+
+def revision_diff(old_text: str, new_text: str, old_label: str, new_label: str) -> str:
+    """Unified diff of two display texts below their headers (which only name revision and node)."""
+    return "".join(difflib.unified_diff(
+        strip_header(old_text).splitlines(keepends=True),
+        strip_header(new_text).splitlines(keepends=True),
+        fromfile=old_label, tofile=new_label, n=3,
+    ))
 
 
 def content_sha256(bundle: ConfigBundle) -> str:
@@ -125,15 +136,32 @@ def content_sha256(bundle: ConfigBundle) -> str:
     number they carry, so an unchanged state makes no new revision.
     """
     files = dict(bundle.files)
-    files[MAIN_FILE] = strip_header(files[MAIN_FILE].decode()).encode()
+    files[MAIN_FILE] = bundle.body.encode()
     return bundle_digest(files)
+
+
+def _shown_maps(bundle: ConfigBundle) -> list[str]:
+    return [name for name in bundle.files if name != MAIN_FILE and not bundle.is_secret(name)]
 
 
 def display_text(bundle: ConfigBundle) -> str:
     """haproxy.cfg followed by the bundle's map files, for people and diffs; never the certificates."""
     parts = [bundle.main]
-    for name, content in bundle.files.items():
-        if name == MAIN_FILE or bundle.is_secret(name):
-            continue
-        parts.append(f"\n# ---- {name} ----\n{content.decode(errors='replace')}")
+    for name in _shown_maps(bundle):
+        parts.append(f"\n# ---- {name} ----\n{bundle.files[name].decode(errors='replace')}")
     return "".join(parts)
+
+
+def display_lines(bundle: ConfigBundle) -> tuple[list[str], list[Owner | None]]:
+    """display_text's lines below the header and, from the render manifest, the owner of each."""
+    facts = bundle.facts
+    owners: list[Owner | None] = list(facts.main_owners)
+    for name in _shown_maps(bundle):
+        # A blank line and the `# ---- name ----` title, then the entries (a non-map file: nobody's lines).
+        entries = facts.map_owners.get(name)
+        owners += [None, None]
+        owners += entries if entries is not None else [None] * bundle.files[name].count(b"\n")
+    lines = strip_header(display_text(bundle)).splitlines()
+    if len(lines) != len(owners):  # a renderer change that broke the manifest must not mislabel lines
+        raise ValueError(f"render manifest names {len(owners)} lines, the text has {len(lines)}")
+    return lines, owners

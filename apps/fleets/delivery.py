@@ -12,12 +12,10 @@ node back on its last good bundle (re-pushed from the revision it last verified,
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from apps.fleets.codec import strip_header
 from apps.fleets.runtime import (
     MasterSocket,
     ProcInfo,
@@ -35,32 +33,25 @@ from apps.fleets.validate import bind_conflicts, parse_ss_listeners, remote_bind
 
 RELOAD_TIMEOUT_S = 10.0
 PROBE_TIMEOUT_S = 1.0
-_BIND_RE = re.compile(r"^\s*bind (\[[0-9a-fA-F:.]+\]|[0-9.]+):(\d+)", re.MULTILINE)
-_FLOATING_BIND_RE = re.compile(r"^\s*bind (\[[0-9a-fA-F:.]+\]|[0-9.]+):(\d+) transparent", re.MULTILINE)
-_BACKEND_RE = re.compile(r"^backend (\S+)", re.MULTILINE)
-_FRONTEND_RE = re.compile(r"^frontend (\S+)", re.MULTILINE)
 _WILDCARDS = {"0.0.0.0", "::"}
 # Every exception a node operation can raise when the node, its sshd or its sockets misbehave.
 NODE_ERRORS = (TransportError, RuntimeUnavailable, RuntimeApiError, OSError, ValueError, TimeoutError)
 
 
 def bundle_binds(bundle: ConfigBundle) -> list[tuple[str, int]]:
-    """(address, port) of every `bind` line in the bundle's haproxy.cfg."""
-    binds = []
-    for address, port in _BIND_RE.findall(bundle.main):
-        binds.append((address.strip("[]"), int(port)))
-    return sorted(set(binds))
+    """(address, port) of every listener the bundle binds (from the render manifest)."""
+    return sorted({(b.address, b.port) for b in bundle.facts.binds})
 
 
 def floating_binds(bundle: ConfigBundle) -> set[tuple[str, int]]:
     """Binds on a VIP (transparent): only the node holding the VIP answers there, so they are checked
     through `show stat` like every frontend, not by a TCP connect that would reach the holder."""
-    return {(address.strip("[]"), int(port)) for address, port in _FLOATING_BIND_RE.findall(bundle.main)}
+    return {(b.address, b.port) for b in bundle.facts.binds if b.floating}
 
 
 def bundle_proxies(bundle: ConfigBundle) -> tuple[list[str], list[str]]:
     """(frontends, backends) the bundle declares: what `show stat` must list once it runs."""
-    return sorted(_FRONTEND_RE.findall(bundle.main)), sorted(_BACKEND_RE.findall(bundle.main))
+    return sorted(bundle.facts.frontends), sorted(bundle.facts.backends)
 
 
 def probe_address(bind: tuple[str, int], node_address: str) -> tuple[str, int]:
@@ -179,15 +170,6 @@ def verify(transport: FileSetTransport, bundle: ConfigBundle, node_address: str)
     return None
 
 
-def parse_map(content: bytes) -> list[tuple[str, str]]:
-    entries = []
-    for line in content.decode().splitlines():
-        if line.strip() and not line.startswith("#"):
-            key, _, value = line.partition(" ")
-            entries.append((key, value.strip()))
-    return entries
-
-
 @dataclass(frozen=True)
 class HotChanges:
     maps: dict[str, list[tuple[str, str]]]
@@ -202,14 +184,15 @@ def hot_changes(old: ConfigBundle, new: ConfigBundle) -> HotChanges | None:
     (route changes, frontends.classify_with_maps) and `certs/*.pem` contents (a renewed or
     replaced certificate: `set/commit ssl cert`) moved. Else None.
     """
-    if old.files.keys() != new.files.keys() or strip_header(old.main) != strip_header(new.main):
+    if old.files.keys() != new.files.keys() or old.body != new.body:
         return None
     maps, certs = {}, {}
+    wanted = new.facts.maps
     for name, content in new.files.items():
         if name == MAIN_FILE or old.files[name] == content:
             continue
-        if name.startswith("maps/") and name.endswith(".map"):
-            maps[name] = parse_map(content)
+        if name in wanted:
+            maps[name] = wanted[name]
         elif name.startswith("certs/") and name.endswith(".pem"):
             certs[name] = content
         else:

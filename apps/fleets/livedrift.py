@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 
-from apps.fleets.delivery import _STATE_FOR_ADMIN, NODE_ERRORS, _transport, parse_map
+from apps.fleets.delivery import _STATE_FOR_ADMIN, NODE_ERRORS, _transport
 from apps.fleets.snapshot import ConfigBundle
 from apps.fleets.transports import NodeConn
 
@@ -86,10 +86,7 @@ def read_live_drift(conn: NodeConn, bundle: ConfigBundle, servers: dict[tuple[st
     drift = LiveDrift()
     try:
         stats = transport.stats()
-        for name, content in bundle.files.items():
-            if not (name.startswith("maps/") and name.endswith(".map")):
-                continue
-            wanted = parse_map(content)
+        for name, wanted in sorted(bundle.facts.maps.items()):
             live = stats.show_map(name)
             if sorted(live) != sorted(wanted):
                 drift.maps[name] = wanted

@@ -6,15 +6,11 @@ apps.fleets.engine; the functions other apps and the API call are re-exported he
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import logging
-import re
 import secrets
 import string
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -24,11 +20,11 @@ from django.utils import timezone
 
 from apps.accounts.principal import Principal
 from apps.audit.services import audit_record
-from apps.balancers.models import LoadBalancer, Member, Pool, Route
+from apps.balancers.models import LoadBalancer, Member
 from apps.core import crypto
 from apps.core.errors import Conflict, DomainError, NotFoundError
 from apps.fleets import selectors
-from apps.fleets.codec import content_sha256, display_text, snapshot_to_json, strip_header
+from apps.fleets.codec import content_sha256, display_text, revision_diff, snapshot_to_json
 from apps.fleets.delivery import set_map_entries, set_server
 from apps.fleets.enforce import sync_usable
 from apps.fleets.models import ConfigRevision, Fleet, Node, NodeResult, Rollout
@@ -36,8 +32,6 @@ from apps.fleets.reasons import change_reason
 from apps.fleets.render import UnsafeValue, backend_name, render
 from apps.fleets.render.frontends import ACME_CHALLENGE_MAP
 from apps.fleets.render.quarantine import quarantine
-from apps.fleets.render.routing import ANY_HOST_CLASS
-from apps.fleets.snapshot import FleetSnapshot, NodeSpec
 from apps.fleets.validate import validate_bundle
 
 logger = logging.getLogger(__name__)
@@ -56,14 +50,6 @@ def _org(principal: Principal | None):
 
 
 # --- config revisions ------------------------------------------------------------------------------
-
-
-def revision_diff(old_text: str, new_text: str, old_label: str, new_label: str) -> str:
-    return "".join(difflib.unified_diff(
-        strip_header(old_text).splitlines(keepends=True),
-        strip_header(new_text).splitlines(keepends=True),
-        fromfile=old_label, tofile=new_label, n=3,
-    ))
 
 
 AUTO_RENDER_REASON = "desired state changed"
@@ -303,137 +289,6 @@ def acme_challenges_set(*, add: dict[str, str], remove: list[str] = ()) -> dict[
         return {key: future.result() for key, future in futures.items()}
 
 
-# --- preview -------------------------------------------------------------------------------------------
-
-
-def _customer_filter(lb: LoadBalancer, principal: Principal) -> re.Pattern[str]:
-    """Lines of a rendered config that concern only the principal's own routes and pools."""
-    routes = list(Route.objects.visible_to(principal).filter(lb=lb).values_list("pk", "hosts"))
-    pool_ids = list(Pool.objects.visible_to(principal).filter(lb=lb).values_list("pk", flat=True))
-    hosts = sorted({h for _, route_hosts in routes for h in route_hosts or ()})
-    # Rule form: comments and names. Map form: redirect-map and host-map lines of the principal's own
-    # routes and hostnames, and routes-map entries (`<host class><path> <action>`) whose action is an
-    # own pool (`p<id>`) or own redirect (`u<id>`) *and* whose host class is an own hostname or `*`:
-    # an operator's any-host route to a customer's pool is listed under every class, other tenants'
-    # hostnames included.
-    alternatives = [rf"# route {i}\b|\br{i}_host\b|^[+-]u{i} " for i, _ in routes]
-    alternatives += [rf"\bp{i}_|\bstr\(p{i}\)|# pool {i} \(|-m str p{i}\b" for i in pool_ids]
-    alternatives += [rf"^[+-]{re.escape(h)} | {re.escape(h)}$" for h in hosts]
-    actions = [f"u{i}" for i, _ in routes] + [f"p{i}" for i in pool_ids]
-    if actions:
-        classes = "|".join(re.escape(c) for c in [*hosts, ANY_HOST_CLASS])
-        alternatives.append(rf"^[+-](?:{classes})/\S* (?:{'|'.join(actions)})$")
-    return re.compile("|".join(alternatives) or r"(?!x)x")
-
-
-def lb_preview(*, lb: LoadBalancer, principal: Principal) -> list[dict[str, Any]]:
-    """What the next rollout would change on each fleet serving `lb`: nothing is stored or pushed.
-
-    Operators get the whole diff and the validation output. A customer on a shared LB gets only the
-    diff lines about its own routes and pools, so it never reads another tenant's hostnames.
-    """
-    return _preview_compute(_preview_gather(lb, principal), principal)
-
-
-@dataclass(frozen=True)
-class _PreviewInput:
-    fleet: str
-    base: ConfigRevision | None  # what the fleet's nodes should serve now
-    snapshot: FleetSnapshot  # desired state, read from the database
-    node: NodeSpec
-    own_lines: re.Pattern[str] | None  # customers: the diff lines they may read
-    problems: list[dict[str, Any]]  # objects the render would leave out, the principal's own only
-
-
-def _preview_gather(lb: LoadBalancer, principal: Principal) -> list[_PreviewInput]:
-    """Everything a preview reads from the database; rendering and `haproxy -c` come after."""
-    pattern = None if principal.is_operator else _customer_filter(lb, principal)
-    inputs = []
-    for fleet in selectors.lb_fleets(lb).select_related("region"):
-        base = ConfigRevision.objects.filter(fleet=fleet, number=fleet.desired_revision).first()
-        latest = selectors.latest_revision(fleet)
-        snap, _ = selectors.fleet_snapshot(fleet, (latest.number + 1) if latest else 1)
-        snap, left_out = quarantine(snap, shared_bind=selectors.fleet_binds_one_address(fleet))
-        problems = selectors.render_problems_for(principal, [p.as_json() for p in left_out])
-        inputs.append(_PreviewInput(fleet.name, base, snap, selectors.reference_node(fleet), pattern, problems))
-    return inputs
-
-
-def _preview_compute(inputs: list[_PreviewInput], principal: Principal) -> list[dict[str, Any]]:
-    previews = []
-    for item in inputs:
-        base = item.base
-        entry: dict[str, Any] = {"fleet": item.fleet, "base_revision": base.number if base else None,
-                                 "left_out": item.problems}
-        try:
-            bundle = render(item.snapshot, item.node)
-        except UnsafeValue as exc:
-            # The value may be another tenant's (a hostname, a path): customers are told only that it failed.
-            problem = str(exc) if item.own_lines is None else (
-                "The configuration could not be rendered; an operator can see why.")
-            entry.update(changed=True, valid=False, diff="", problem=problem)
-            previews.append(entry)
-            continue
-        changed = base is None or base.sha256 != content_sha256(bundle)
-        diff = revision_diff(base.text if base else "", display_text(bundle),
-                             f"revision {base.number}" if base else "empty", "preview") if changed else ""
-        result = validate_bundle(bundle, settings.HAPROXY_BIN) if changed else None
-        entry.update(changed=changed, valid=True if result is None else result.ok, problem="")
-        if item.own_lines is None:
-            entry["diff"] = diff
-            entry["validation_output"] = result.output if result else ""
-        else:
-            lines = [ln for ln in diff.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
-            own = [ln for ln in lines if item.own_lines.search(ln)]
-            entry["diff"] = "\n".join(own) + ("\n" if own else "")
-            # Whether, and how much, other tenants changed is theirs to know: "changed" and the diff
-            # speak of the principal's own lines only, and no count of the others is given.
-            entry["changed"] = bool(own)
-            entry["scope"] = "own"
-            if result is not None and not result.ok:
-                entry["problem"] = "The rendered configuration failed validation; an operator can see why."
-        entry["legend"] = _action_legend(entry["diff"], item.snapshot)
-        previews.append(entry)
-    return previews
-
-
-_ACTION_RE = re.compile(r"^[+-]\S+ ([pu]\d+)$", re.MULTILINE)
-
-
-def _action_legend(diff: str, snapshot: FleetSnapshot) -> dict[str, str]:
-    """What the action keys at the end of the diff's routes-map lines stand for (`p12` -> its pool),
-    for the diff lines shown only, so a customer's legend names nothing it may not see."""
-    pools = {f"p{p.id}": f"pool {p.name}" for p in snapshot.pools}
-    legend = {}
-    for key in sorted(set(_ACTION_RE.findall(diff))):
-        legend[key] = pools.get(key, "") if key.startswith("p") else f"redirect of route {key[1:]}"
-    return {k: v for k, v in legend.items() if v}
-
-
-class _DiscardPreviewedChange(Exception):
-    """Rolls back a change that was made only to be previewed."""
-
-
-def lb_preview_change(*, lb: LoadBalancer, principal: Principal, change: Callable[[], Any]) -> list[dict[str, Any]]:
-    """`lb_preview` as if `change` (a write through a balancers service) were saved; nothing is kept.
-
-    The change runs in a transaction that is always rolled back, so its revision bump, audit event
-    and rollout (those wait for commit) never happen. The change's own rules still run: a
-    DomainError it raises reaches the caller, as it would on save.
-    """
-    inputs: list[_PreviewInput] = []
-    try:
-        with transaction.atomic():
-            change()
-            inputs = _preview_gather(lb, principal)
-            raise _DiscardPreviewedChange
-    except _DiscardPreviewedChange:
-        pass
-    # Rendered and validated after the rollback: the change's LB row lock must not be held through
-    # `haproxy -c`, or every other tenant's save on a shared LB would wait for this preview.
-    return _preview_compute(inputs, principal)
-
-
 # --- fleets and nodes ---------------------------------------------------------------------------------
 
 
@@ -585,8 +440,6 @@ __all__ = [
     "fleet_rollback",
     "fleet_save",
     "fleets_sharing",
-    "lb_preview",
-    "lb_preview_change",
     "member_runtime_apply",
     "node_delete",
     "node_save",

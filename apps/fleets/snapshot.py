@@ -7,7 +7,8 @@ ConfigBundle for one node. Values here are not trusted: the renderer re-validate
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 AdminState = Literal["active", "drain", "maint"]
@@ -154,15 +155,93 @@ def bundle_digest(files: dict[str, bytes]) -> str:
     return digest.hexdigest()
 
 
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Whose a rendered line is. Shared between lines (one per route, pool, host or map action), so a
+    100k-route render holds a pointer per line, not an object.
+
+    A routes-map entry has both a host class (`host`) and an action (`route` for a redirect, `pools`
+    for a pool or a split): it concerns a tenant only when both are its own.
+    """
+
+    lb: str | None = None
+    route: int | None = None
+    pools: tuple[int, ...] = ()
+    host: str | None = None
+    action: str | None = None  # a routes-map entry's value as written (`p12`, `s0`, `u7`)
+
+
+class RoutesMapOwners(Sequence[Owner]):
+    """Owners of a routes map's entries, made when asked: a 100k-route map then costs the renderer
+    one list of host classes (shared strings) and one owner per distinct action, not an object per line."""
+
+    __slots__ = ("_actions", "_classes", "_entries")
+
+    def __init__(self, entries: list[tuple[str, str]], classes: list[str], actions: dict[str, Owner]) -> None:
+        self._entries, self._classes, self._actions = entries, classes, actions
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        action = self._actions[self._entries[index][1]]
+        return replace(action, host=self._classes[index])
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    address: str  # IP literal without brackets
+    port: int
+    # On a VIP (`transparent`): only the node holding the VIP answers there, so it is checked
+    # through `show stat` like every frontend, not by a TCP connect that would reach the holder.
+    floating: bool = False
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What the renderer knows about the text it wrote, so no consumer parses the text back.
+
+    `main_owners` has one entry per line of haproxy.cfg below the header; `maps` holds every map
+    file's entries as written and `map_owners` one owner per entry (None: nobody's, e.g. the
+    global/defaults sections and the empty ACME map).
+    """
+
+    runtime_dir: str
+    runtime_lines: tuple[int, ...]  # lines of haproxy.cfg below the header that name runtime_dir
+    header_len: int  # characters of haproxy.cfg's header comment (names the revision and node)
+    binds: tuple[Bind, ...]
+    frontends: tuple[str, ...]
+    backends: tuple[str, ...]
+    maps: dict[str, list[tuple[str, str]]] = field(hash=False)
+    main_owners: list[Owner | None] = field(hash=False, repr=False)
+    map_owners: dict[str, Sequence[Owner | None]] = field(hash=False, repr=False)
+
+
 @dataclass(frozen=True)
 class ConfigBundle:
     files: dict[str, bytes] = field(hash=False)  # relative name -> content: "haproxy.cfg", maps/, certs/
     sha256: str = ""
+    # None only for bundles not made by the renderer (a node's bootstrap config in tests).
+    manifest: Manifest | None = field(default=None, hash=False, compare=False, repr=False)
 
     @classmethod
-    def of(cls, files: dict[str, bytes]) -> ConfigBundle:
+    def of(cls, files: dict[str, bytes], manifest: Manifest | None = None) -> ConfigBundle:
         ordered = {name: files[name] for name in sorted(files)}
-        return cls(files=ordered, sha256=bundle_digest(ordered))
+        return cls(files=ordered, sha256=bundle_digest(ordered), manifest=manifest)
+
+    @property
+    def facts(self) -> Manifest:
+        """The manifest; a bundle delivery or validation handles always comes from the renderer."""
+        if self.manifest is None:
+            raise ValueError("bundle has no manifest; was it made by apps.fleets.render?")
+        return self.manifest
+
+    @property
+    def body(self) -> str:
+        """haproxy.cfg without the renderer's header comment: what HAProxy is told to do."""
+        return self.main[self.facts.header_len:]
 
     @property
     def main(self) -> str:

@@ -17,12 +17,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from apps.fleets.render.sections import SERVER_STATE_FILE, STATS_SOCKET_FILE
+from apps.fleets.render.sections import SERVER_STATE_FILE
 from apps.fleets.snapshot import MAIN_FILE, ConfigBundle
 
 VALIDATE_TIMEOUT_S = 120
 SERVER_STATE_VERSION_LINE = b"1\n"  # an empty state file: without it `-c -dW` fails on a warning
-_STATE_FILE_RE = re.compile(rf"^(\s*server-state-file )(\S+)/{SERVER_STATE_FILE}$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -49,23 +48,19 @@ def write_bundle(bundle: ConfigBundle, directory: str | Path) -> list[Path]:
     return written
 
 
-def relocate_main(text: str, scratch_dir: str) -> tuple[str, str]:
-    """(config text whose runtime files live in scratch_dir, the node's runtime_dir).
+def relocate_main(bundle: ConfigBundle, scratch_dir: str) -> str:
+    """haproxy.cfg with its runtime files moved into scratch_dir.
 
     Maps and certificates are relative to the config's directory (`default-path config`), so a copy
-    of the bundle resolves them by itself. The node's runtime_dir appears only in two `global` lines
-    (stats socket, server-state-file); `-c` reads the state file, so those two lines, and nothing else
-    (a route path could contain the same text), are pointed at the scratch directory.
+    of the bundle resolves them by itself. The node's runtime_dir appears only in the lines the render
+    manifest names (stats socket, server-state-file); `-c` reads the state file, so those lines, and
+    nothing else (a route path could contain the same text), are pointed at the scratch directory.
     """
-    match = _STATE_FILE_RE.search(text.partition("\ndefaults")[0])
-    if match is None:
-        raise ValueError("bundle has no `server-state-file` line; was it made by apps.fleets.render?")
-    runtime_dir = match.group(2)
-    stats, state = f"stats socket {{}}/{STATS_SOCKET_FILE} ", f"server-state-file {{}}/{SERVER_STATE_FILE}\n"
-    head, sep, rest = text.partition("\ndefaults")
-    head = head.replace(stats.format(runtime_dir), stats.format(scratch_dir), 1)
-    head = head.replace(state.format(runtime_dir), state.format(scratch_dir), 1)
-    return head + sep + rest, runtime_dir
+    facts = bundle.facts
+    lines = bundle.body.split("\n")
+    for number in facts.runtime_lines:
+        lines[number] = lines[number].replace(facts.runtime_dir, scratch_dir, 1)
+    return bundle.main[: facts.header_len] + "\n".join(lines)
 
 
 def validate_bundle(bundle: ConfigBundle, haproxy_bin: str = "haproxy") -> ValidationResult:
@@ -79,8 +74,8 @@ def validate_bundle(bundle: ConfigBundle, haproxy_bin: str = "haproxy") -> Valid
         return ValidationResult(False, f"haproxy binary {haproxy_bin!r} not found", 0.0)
     with tempfile.TemporaryDirectory(prefix="spillway-validate-") as scratch:
         write_bundle(bundle, scratch)
-        main, runtime_dir = relocate_main(bundle.main, scratch)
-        Path(scratch, MAIN_FILE).write_text(main)
+        runtime_dir = bundle.facts.runtime_dir
+        Path(scratch, MAIN_FILE).write_text(relocate_main(bundle, scratch))
         Path(scratch, SERVER_STATE_FILE).write_bytes(SERVER_STATE_VERSION_LINE)
         try:
             proc = subprocess.run(

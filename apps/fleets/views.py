@@ -15,7 +15,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from apps.balancers.models import LoadBalancer
 from apps.core.errors import DomainError
 from apps.core.ui import PrincipalView
-from apps.fleets import engine, selectors, services
+from apps.fleets import engine, preview, selectors, services
 from apps.fleets.models import ConfigRevision, Fleet, Node, Rollout
 
 RECENT_ROLLOUTS = 15
@@ -219,7 +219,7 @@ class LbPreviewView(PrincipalView):
 
     def post(self, request, pk: int):
         lb = self.lb(pk)
-        previews = services.lb_preview(lb=lb, principal=self.principal)
+        previews = preview.lb_preview(lb=lb, principal=self.principal)
         for entry in previews:
             entry["lines"] = diff_lines(entry.get("diff", ""))
         # `next`: where a push from this preview returns (the LB workspace shows its progress per node).

@@ -76,10 +76,10 @@ def test_previewing_a_change_does_not_hold_the_lb_lock_while_haproxy_checks_it(s
     from apps.accounts.principal import Principal
     from apps.balancers.models import RouteTarget as Target
     from apps.balancers.services import route_save
-    from apps.fleets import services as fleet_services
+    from apps.fleets import preview as fleet_preview
     from tests.factories import HostnameClaimFactory
 
-    real_validate = fleet_services.validate_bundle
+    real_validate = fleet_preview.validate_bundle
     lock_free: list[bool] = []
     s = connection.settings_dict
 
@@ -94,7 +94,7 @@ def test_previewing_a_change_does_not_hold_the_lb_lock_while_haproxy_checks_it(s
                 lock_free.append(False)
         return real_validate(bundle, haproxy_bin)
 
-    monkeypatch.setattr(fleet_services, "validate_bundle", validate_and_probe_lock)
+    monkeypatch.setattr(fleet_preview, "validate_bundle", validate_and_probe_lock)
     pool = shared["pools"]["acme"]
     # Priority 50 ranks above acme's "/" route (100); at 150 that route would shadow this one.
     data = {"lb": shared["lb"], "org": pool.org, "hosts": ["acme.example.com"], "path_match": "prefix",
@@ -102,10 +102,29 @@ def test_previewing_a_change_does_not_hold_the_lb_lock_while_haproxy_checks_it(s
 
     HostnameClaimFactory(org=alice.org, hostname="acme.example.com")
     principal = Principal(org=alice.org, role=alice.role, user_id=alice.user.pk)
-    previews = fleet_services.lb_preview_change(
+    previews = fleet_preview.lb_preview_change(
         lb=shared["lb"], principal=principal,
         change=lambda: route_save(principal=principal, route=Route(), data=dict(data)))
 
     assert lock_free == [True]
     assert previews[0]["valid"] and "/preview-only" in previews[0]["diff"]
     assert not Route.objects.filter(path="/preview-only").exists() and Target.objects.count() == 2
+
+
+def test_a_customer_sees_its_own_members_change_and_nothing_of_another_tenants(shared, alice, otto) -> None:
+    """The render manifest owns a backend's every line by its pool, so acme reads the server line of its
+    own member's new weight (a line naming no pool id) and none of globex's."""
+    from apps.balancers.models import Member
+
+    Member.objects.filter(pool=shared["pools"]["acme"]).update(weight=50)
+    Member.objects.filter(pool=shared["pools"]["globex"]).update(weight=60)
+
+    url = f"/api/v1/load-balancers/{shared['lb'].pk}/preview/"
+    [operator] = otto.client.post(url).json()["fleets"]
+    [customer] = alice.client.post(url).json()["fleets"]
+
+    assert "+    server m1 127.0.20.1:9100 weight 50" in operator["diff"]
+    assert "+    server m1 127.0.20.2:9100 weight 60" in operator["diff"]
+    assert [line.removesuffix(" check") for line in customer["diff"].splitlines()] == [
+        "-    server m1 127.0.20.1:9100 weight 100", "+    server m1 127.0.20.1:9100 weight 50"]
+    assert customer["changed"] is True

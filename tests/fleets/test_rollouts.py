@@ -199,7 +199,7 @@ def test_a_config_haproxy_rejects_is_stored_with_its_output_and_never_pushed(
         bundle = real(snapshot, node, **kwargs)
         files = dict(bundle.files)
         files["haproxy.cfg"] += b"    no_such_keyword on\n"
-        return type(bundle).of(files)
+        return type(bundle).of(files, bundle.manifest)
 
     monkeypatch.setattr(services, "render", buggy)
     result = reconcile(fleet3.fleet)
@@ -345,6 +345,7 @@ def test_drift_is_detected_and_reconverged(fleet3: LocalFleet) -> None:
         NodePlan,
         apply_node,  # someone hand-edits n2 and reloads it
     )
+    from apps.fleets.render import render
     from apps.fleets.snapshot import ConfigBundle
 
     conn = services.selectors.node_conn(n2)
@@ -353,7 +354,10 @@ def test_drift_is_detected_and_reconverged(fleet3: LocalFleet) -> None:
     transport = LocalTransport(conn)
     files = dict(transport._read_tree(conn.current_dir))
     files["haproxy.cfg"] = files["haproxy.cfg"].replace(b"timeout client 30s", b"timeout client 31s")
-    assert apply_node(NodePlan(conn=conn, bundle=ConfigBundle.of(files), last_good=None)).ok
+    rendered = render(services.selectors.revision_snapshot(n2.applied_revision), services.selectors.node_spec(n2))
+    # The hand edit changes no listener or proxy: the render's manifest still describes it.
+    edited = ConfigBundle.of(files, rendered.manifest)
+    assert apply_node(NodePlan(conn=conn, bundle=edited, last_good=None)).ok
 
     assert services.fleet_drift_check(fleet=fleet3.fleet) == ["n2"]
     assert Node.objects.get(pk=n2.pk).status == Node.Status.DRIFTED

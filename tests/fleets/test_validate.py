@@ -29,7 +29,7 @@ pytestmark = pytest.mark.haproxy
 
 
 def _with_main(bundle: ConfigBundle, text: str) -> ConfigBundle:
-    return ConfigBundle.of({**bundle.files, "haproxy.cfg": text.encode()})
+    return ConfigBundle.of({**bundle.files, "haproxy.cfg": text.encode()}, bundle.manifest)
 
 
 def test_a_rendered_bundle_validates_without_the_nodes_directories() -> None:
@@ -65,7 +65,7 @@ def test_a_missing_map_file_is_reported() -> None:
     snap = snapshot((listener(8080, (route(1, 1, "/a", 1), route(2, 2, "/b", 1))),), (pool(1, {"eu": ()}),))
     bundle = render(snap, NODE, route_map_threshold=0)
     files = {k: v for k, v in bundle.files.items() if not k.endswith(".routes.map")}
-    result = validate_bundle(ConfigBundle.of(files))
+    result = validate_bundle(ConfigBundle.of(files, bundle.manifest))
     assert not result.ok and "routes.map" in result.output
 
 
@@ -81,9 +81,10 @@ def test_relocation_touches_only_the_runtime_lines_of_global() -> None:
     rd = "/srv/rt"
     snap = snapshot((listener(8080, (route(1, 1, "/srv/rt/server-state", 1),)),), (pool(1, {"eu": ()}),))
     # Rule form: the route's path is then a literal inside haproxy.cfg itself.
-    text = render(snap, NodeSpec(name="n1", runtime_dir=rd), route_map_threshold=1_000_000).main
-    moved, runtime_dir = relocate_main(text, "/tmp/scratch")
-    assert runtime_dir == rd
+    bundle = render(snap, NodeSpec(name="n1", runtime_dir=rd), route_map_threshold=1_000_000)
+    moved = relocate_main(bundle, "/tmp/scratch")
+    assert bundle.manifest.runtime_dir == rd
+    assert moved.replace("/tmp/scratch/", "/srv/rt/") == bundle.main
     assert "stats socket /tmp/scratch/stats.sock" in moved
     assert "server-state-file /tmp/scratch/server-state" in moved
     assert "{ path_beg /srv/rt/server-state/ }" in moved  # a user value that looks like the path is untouched

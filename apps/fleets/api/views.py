@@ -19,7 +19,7 @@ from apps.core.api.serializers import EmptySerializer, QueuedSerializer
 from apps.core.api.throttles import PrincipalRateThrottle, wait_slot
 from apps.core.api.viewsets import TenantViewSet, etag_for
 from apps.core.errors import DomainError, NotFoundError
-from apps.fleets import certs, engine, route_tester, selectors, services
+from apps.fleets import certs, engine, preview, route_tester, selectors, services
 from apps.fleets.api import serializers as s
 from apps.fleets.models import Certificate, ConfigRevision, Fleet, Node, NodeHealth, Rollout
 
@@ -211,7 +211,7 @@ class LoadBalancerPreviewView(APIView):
     def post(self, request, pk: int):
         lb = _visible_lb(request, pk)
         return Response({"load_balancer": lb.pk, "revision": lb.revision,
-                         "fleets": services.lb_preview(lb=lb, principal=request.principal)})
+                         "fleets": preview.lb_preview(lb=lb, principal=request.principal)})
 
 
 class LoadBalancerRouteTestView(APIView):

@@ -1,7 +1,10 @@
-"""Pure HAProxy 2.6 config renderer: FleetSnapshot + NodeSpec -> ConfigBundle.
+"""Pure HAProxy 2.6 config renderer: FleetSnapshot + NodeSpec -> ConfigBundle with its Manifest.
 
 Byte-identical output for the same input, whatever order the snapshot lists things in: every
 collection is sorted by a stable key before it is written. No Django, no I/O.
+
+The manifest (apps.fleets.snapshot.Manifest) says what the text holds: binds, frontends, backends,
+every map's entries and the owner of every line. Consumers read it; none parses the text back.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import hashlib
 from apps.fleets.render.chain import chain_files, table_sections
 from apps.fleets.render.frontends import (
     FLOATING,
+    Section,
     backend_name,
     frontend_name,
     http_frontend,
@@ -20,12 +24,20 @@ from apps.fleets.render.frontends import (
     tcp_frontend,
 )
 from apps.fleets.render.keepalived import render_keepalived
+from apps.fleets.render.manifest import ManifestBuilder
 from apps.fleets.render.routing import parse_split_key, resolve_route
 from apps.fleets.render.safety import UnsafeValue, check_node, check_snapshot
-from apps.fleets.render.sections import backend_sections, global_section, http_defaults, tcp_defaults
-from apps.fleets.snapshot import KEEPALIVED_FILE, MAIN_FILE, ConfigBundle, FleetSnapshot, NodeSpec
+from apps.fleets.render.sections import (
+    GLOBAL_RUNTIME_LINES,
+    backend_sections,
+    global_section,
+    http_defaults,
+    tcp_defaults,
+)
+from apps.fleets.snapshot import KEEPALIVED_FILE, MAIN_FILE, ConfigBundle, FleetSnapshot, Manifest, NodeSpec, Owner
 
 __all__ = [
+    "HEADER_LINES",
     "ROUTE_MAP_THRESHOLD",
     "UnsafeValue",
     "backend_name",
@@ -40,6 +52,9 @@ __all__ = [
 # API (`prepare/add/commit map`) in milliseconds instead of a 75-90 ms reload per node (delivery.py);
 # the rule form stays available (threshold > route count) and is tested to route identically.
 ROUTE_MAP_THRESHOLD = 0
+# The header comment above haproxy.cfg's body: three comment lines and a blank one, always. Stored
+# revision texts (which have no manifest) are cut below it by this count (codec.strip_header).
+HEADER_LINES = 4
 
 
 def render(snapshot: FleetSnapshot, node: NodeSpec, *, route_map_threshold: int = ROUTE_MAP_THRESHOLD) -> ConfigBundle:
@@ -76,16 +91,18 @@ def _render(snapshot: FleetSnapshot, node: NodeSpec, route_map_threshold: int) -
         binds[bind] = f"{ln.lb}.{ln.name}"
 
     files: dict[str, bytes] = {}
+    manifest = ManifestBuilder()
     keepalived = None if node.bind_address else render_keepalived(snap, node)
     if keepalived is not None:
         files[KEEPALIVED_FILE] = keepalived.encode()
-    http_sections: list[list[str]] = []
-    tcp_sections: list[list[str]] = []
+    http_sections: list[Section] = []
+    tcp_sections: list[Section] = []
     tcp_pools: set[int] = set()
     http_pools: set[int] = set()
     for ln in listeners:
         if ln.protocol == "tcp":
-            tcp_sections.append(tcp_frontend(ln, pools, local_region=snap.region, bind_address=bind_mode))
+            tcp_sections.append(tcp_frontend(ln, pools, local_region=snap.region, bind_address=bind_mode,
+                                             manifest=manifest))
             if ln.default_pool_id is not None:
                 tcp_pools.add(ln.default_pool_id)
         else:
@@ -97,6 +114,7 @@ def _render(snapshot: FleetSnapshot, node: NodeSpec, route_map_threshold: int) -
                     bind_address=bind_mode,
                     use_maps=len(ln.routes) > route_map_threshold,
                     files=files,
+                    manifest=manifest,
                 )
             )
             http_pools.update(pid for key in listener_action_keys(ln) for pid, _ in parse_split_key(key))
@@ -105,21 +123,28 @@ def _render(snapshot: FleetSnapshot, node: NodeSpec, route_map_threshold: int) -
     # A pool only TCP listeners use gets TCP backends only; an unused pool still gets HTTP backends so
     # its members show up in stats and health before the first route points at it.
     for pool_id in sorted(pools):
+        owner = manifest.pool(pool_id)
         if pool_id in http_pools or pool_id not in tcp_pools:
-            http_sections += backend_sections(pools[pool_id], "http")
+            http_sections += [(lines, owner) for lines in backend_sections(pools[pool_id], "http", manifest)]
         if pool_id in tcp_pools:
-            tcp_sections += backend_sections(pools[pool_id], "tcp")
+            tcp_sections += [(lines, owner) for lines in backend_sections(pools[pool_id], "tcp", manifest)]
 
     # One set of chain maps per node, keyed by pool and backend (chain.py), written even when empty so
     # a new pool changes map contents and the config text only by its own backends.
     chains = {pid: [(s.backend, s.rate_limit_per_node) for s in pool_steps(pools[pid], snap.region, "http")]
               for pid in sorted(http_pools)}
-    files.update(chain_files(chains, pools))
-    http_sections += table_sections()
-    sections = [global_section(node), http_defaults(), *http_sections]
+    files.update(chain_files(chains, pools, manifest))
+    http_sections += [(lines, None) for lines in table_sections(manifest)]
+    sections: list[Section] = [(global_section(node), None), (http_defaults(), None), *http_sections]
     if tcp_sections:
-        sections += [tcp_defaults(), *tcp_sections]
-    body = "\n".join("\n".join(section) + "\n" for section in sections)
+        sections += [(tcp_defaults(), None), *tcp_sections]
+    body = "\n".join("\n".join(lines) + "\n" for lines, _ in sections)
+    # One owner per body line: a section's lines, then the blank line between sections.
+    main_owners: list[Owner | None] = []
+    for number, (lines, owners) in enumerate(sections):
+        if number:
+            main_owners.append(None)
+        main_owners += owners if isinstance(owners, list) else [owners] * len(lines)
 
     rest = hashlib.sha256(body.encode())
     for name in sorted(files):
@@ -129,5 +154,16 @@ def _render(snapshot: FleetSnapshot, node: NodeSpec, route_map_threshold: int) -
         f"# Generated; do not edit. sha256 of everything below and of the bundle's other files:\n"
         f"# {rest.hexdigest()}\n\n"
     )
+    assert header.count("\n") == HEADER_LINES
     files[MAIN_FILE] = (header + body).encode()
-    return ConfigBundle.of(files)
+    return ConfigBundle.of(files, Manifest(
+        runtime_dir=node.runtime_dir,
+        runtime_lines=GLOBAL_RUNTIME_LINES,  # the global section comes first
+        header_len=len(header),
+        binds=tuple(manifest.binds),
+        frontends=tuple(manifest.frontends),
+        backends=tuple(manifest.backends),
+        maps=manifest.maps,
+        main_owners=main_owners,
+        map_owners=manifest.map_owners,
+    ))

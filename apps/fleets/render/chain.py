@@ -24,9 +24,8 @@ Health per backend cannot come from `nbsrv()` (static names only in 2.6) nor fro
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from apps.fleets.snapshot import PoolSpec
+from apps.fleets.render.manifest import ManifestBuilder
+from apps.fleets.snapshot import Owner, PoolSpec
 
 
 def backend_name(pool_id: int, region: str, protocol: str) -> str:
@@ -49,13 +48,14 @@ RETRY_AFTER_S = 1
 Chains = dict[int, list[tuple[str, int | None]]]
 
 
-def _map_text(entries: Iterable[tuple[object, object]]) -> bytes:
-    return "".join(f"{key} {value}\n" for key, value in entries).encode()
-
-
-def chain_files(chains: Chains, pools: dict[int, PoolSpec]) -> dict[str, bytes]:
-    """The chain maps for every pool an HTTP frontend of this node serves."""
-    first, nxt, limits, usable, absorb, shed = [], [], [], [], [], []
+def chain_files(chains: Chains, pools: dict[int, PoolSpec], manifest: ManifestBuilder) -> dict[str, bytes]:
+    """The chain maps for every pool an HTTP frontend of this node serves (each entry: its pool's)."""
+    first, nxt, shed = [], [], []
+    limits: list[tuple[str, int]] = []
+    usable: list[tuple[str, str]] = []
+    absorb: list[tuple[str, int]] = []
+    owner_of: dict[str, Owner] = {}  # step backend -> its pool
+    first_owners, shed_owners = [], []
     for pool_id in sorted(chains):
         steps = chains[pool_id]
         if not steps:
@@ -64,25 +64,28 @@ def chain_files(chains: Chains, pools: dict[int, PoolSpec]) -> dict[str, bytes]:
         # failing at run time are the enforcement loop's to report (from `show stat`).
         serving = {f"{backend_name(pool_id, r.region, 'http')}" for r in pools[pool_id].regions
                    if any(m.admin_state != "maint" for m in r.members)}
-        first.append((pool_id, steps[0][0]))
+        owner = manifest.pool(pool_id)
+        first.append((str(pool_id), steps[0][0]))
+        first_owners.append(owner)
         for (backend, limit), following in zip(steps, [*steps[1:], None], strict=True):
+            owner_of[backend] = owner
             if following is not None:
                 nxt.append((backend, following[0]))
             limits.append((backend, UNLIMITED if limit is None else limit))
-            usable.append((backend, 1 if backend in serving else 0))
+            usable.append((backend, "1" if backend in serving else "0"))
         pool = pools[pool_id]
         if pool.overload == "shed":
-            shed.append((pool_id, 1))
+            shed.append((str(pool_id), "1"))
+            shed_owners.append(owner)
         else:
             absorb += _absorb_thresholds(steps, pool)
-    return {
-        FIRST_MAP: _map_text(first),
-        NEXT_MAP: _map_text(sorted(nxt)),
-        LIMITS_MAP: _map_text(sorted(limits)),
-        USABLE_MAP: _map_text(sorted(usable)),
-        ABSORB_MAP: _map_text(sorted(absorb)),
-        SHED_MAP: _map_text(shed),
-    }
+    files = {FIRST_MAP: manifest.map_file(FIRST_MAP, first, first_owners)}
+    # A backend can be a step twice (limited, then unlimited as the last resort): sort numbers as numbers.
+    for name, entries in ((NEXT_MAP, nxt), (LIMITS_MAP, limits), (USABLE_MAP, usable), (ABSORB_MAP, absorb)):
+        written = [(backend, str(value)) for backend, value in sorted(entries)]
+        files[name] = manifest.map_file(name, written, [owner_of[backend] for backend, _ in written])
+    files[SHED_MAP] = manifest.map_file(SHED_MAP, shed, shed_owners)
+    return files
 
 
 def _absorb_thresholds(steps: list[tuple[str, int | None]], pool: PoolSpec) -> list[tuple[str, int]]:
@@ -100,9 +103,10 @@ def _absorb_thresholds(steps: list[tuple[str, int | None]], pool: PoolSpec) -> l
     return out
 
 
-def table_sections() -> list[list[str]]:
+def table_sections(manifest: ManifestBuilder) -> list[list[str]]:
     """The two stick tables the chain reads and writes. A fixed size (entries are allocated only when
     used) keeps the config text unchanged when pools come and go."""
+    manifest.backends += [RATES_TABLE, DEMAND_TABLE]
     return [
         ["backend " + RATES_TABLE,
          "    stick-table type string len 64 size 1m expire 10s store http_req_rate(1s)"],

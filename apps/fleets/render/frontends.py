@@ -19,12 +19,12 @@ looked up by a dynamic name (e.g. request rates in a stick table keyed by backen
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from apps.fleets.render.chain import backend_name, chain_lines
+from apps.fleets.render.manifest import ManifestBuilder
 from apps.fleets.render.routing import action_key, build_route_maps, ordered_routes, parse_split_key, prefix_base
-from apps.fleets.snapshot import ListenerSpec, PoolSpec, RouteSpec
+from apps.fleets.snapshot import Bind, ListenerSpec, Owner, PoolSpec, RoutesMapOwners, RouteSpec
 
 INDENT = "    "
 
@@ -114,14 +114,17 @@ def _cond(*parts: str) -> str:
     return " ".join(p for p in parts if p)
 
 
-def _bind_line(listener: ListenerSpec, bind_address: str | None) -> str:
+def _bind_line(listener: ListenerSpec, bind_address: str | None, manifest: ManifestBuilder) -> str:
     """`bind_address` FLOATING: the listener's own address is a VIP keepalived moves between nodes."""
     floating = bind_address == FLOATING
-    address = format_address(listener.address if floating or not bind_address else bind_address, listener.port)
+    ip = listener.address if floating or not bind_address else bind_address
+    address = format_address(ip, listener.port)
     # `transparent` (IP_TRANSPARENT, falling back to IP_FREEBIND; HAProxy 2.6 has no `freebind` keyword):
     # a backup node binds the VIP before it holds it, so it serves the moment keepalived moves the
     # address there, with no reload and no sysctl on the node.
-    extra = " transparent" if floating and listener.address not in ("0.0.0.0", "::") else ""
+    transparent = floating and listener.address not in ("0.0.0.0", "::")
+    extra = " transparent" if transparent else ""
+    manifest.binds.append(Bind(ip, listener.port, transparent))
     if listener.protocol == "https":
         assert listener.cert is not None
         # Relative to the config's own directory (`default-path config`, see sections.global_section).
@@ -151,11 +154,15 @@ def _path_conds(route: RouteSpec) -> list[str]:
     return [f"{{ path {base} }}", f"{{ path_beg {base}/ }}"] if base else [""]
 
 
-def classify_with_rules(listener: ListenerSpec, ids: dict[str, str]) -> list[str]:
+def classify_with_rules(
+    listener: ListenerSpec, ids: dict[str, str], manifest: ManifestBuilder, owners: list[Owner | None]
+) -> list[str]:
+    """One rule per route; appends each line's owner (its route) to `owners`."""
     lines = []
     for route in ordered_routes(listener.routes):
         acl_lines, acl = _host_acl_lines(route)
         lines.extend(acl_lines)
+        owners += [manifest.route(route.id)] * (len(acl_lines) + 1)
         # AND binds tighter than || in HAProxy conditions: each alternative repeats the common part.
         cond = " || ".join(_cond("!{ var(txn.rk) -m found }", acl, alt) for alt in _path_conds(route))
         if route.redirect_url is not None:
@@ -169,20 +176,34 @@ def classify_with_rules(listener: ListenerSpec, ids: dict[str, str]) -> list[str
     return lines
 
 
-def classify_with_maps(listener: ListenerSpec, files: dict[str, bytes], ids: dict[str, str]) -> list[str]:
-    """Map-based classification; adds the map files it references to `files`.
+def classify_with_maps(
+    listener: ListenerSpec, files: dict[str, bytes], ids: dict[str, str], manifest: ManifestBuilder
+) -> list[str]:
+    """Map-based classification; adds the map files it references to `files` (and to the manifest).
 
     Every map and every lookup line is written even when a map is empty, so adding or removing a
     route changes only map contents, never haproxy.cfg: such a change is applied to a running node
-    through the runtime API without a reload (delivery.hot_map_changes).
+    through the runtime API without a reload (delivery.hot_changes).
     """
     maps = build_route_maps(listener.routes)
     prefix = map_prefix(listener)
-    files[f"{prefix}.hosts.map"] = _map_text((h, h) for h in maps.exact_hosts)
-    files[f"{prefix}.wildcards.map"] = _map_text(maps.wildcards)
-    files[f"{prefix}.routes.map"] = _map_text((key, ids.get(action, action)) for key, action in maps.entries)
-    redirects = sorted((f"u{r.id}", r.redirect_url) for r in listener.routes if r.redirect_url is not None)
-    files[f"{prefix}.redirects.map"] = _map_text(redirects)
+    lb = listener.lb
+    hosts = {h: Owner(lb=lb, host=h) for h in maps.exact_hosts}
+    hosts.update((p, Owner(lb=lb, host=p)) for _, p in maps.wildcards)
+    files[f"{prefix}.hosts.map"] = manifest.map_file(
+        f"{prefix}.hosts.map", [(h, h) for h in maps.exact_hosts], [hosts[h] for h in maps.exact_hosts])
+    files[f"{prefix}.wildcards.map"] = manifest.map_file(
+        f"{prefix}.wildcards.map", maps.wildcards, [hosts[p] for _, p in maps.wildcards])
+    # A routes-map entry is owned by its host class and its action together (Owner's docstring).
+    entries = [(key, ids.get(action, action)) for key, action in maps.entries]
+    actions = {ids.get(action, action): _action_owner(lb, action, ids.get(action, action))
+               for action in {action for _, action in maps.entries}}
+    files[f"{prefix}.routes.map"] = manifest.map_file(
+        f"{prefix}.routes.map", entries, RoutesMapOwners(entries, maps.classes, actions))
+    redirecting = sorted((r for r in listener.routes if r.redirect_url is not None), key=lambda r: f"u{r.id}")
+    files[f"{prefix}.redirects.map"] = manifest.map_file(
+        f"{prefix}.redirects.map", [(f"u{r.id}", r.redirect_url or "") for r in redirecting],
+        [manifest.route(r.id) for r in redirecting])
     return [
         f"http-request set-var(txn.hc) var(txn.host),map_str({prefix}.hosts.map)",
         f"http-request set-var(txn.hc) var(txn.host),map_end({prefix}.wildcards.map) if !{{ var(txn.hc) -m found }}",
@@ -193,15 +214,18 @@ def classify_with_maps(listener: ListenerSpec, files: dict[str, bytes], ids: dic
     ]
 
 
+def _action_owner(lb: str, action: str, written: str) -> Owner:
+    """A routes-map action's owner: the redirecting route (`u<id>`), or the pools it sends to."""
+    if action.startswith("u"):
+        return Owner(lb=lb, route=int(action[1:]), action=written)
+    return Owner(lb=lb, pools=tuple(sorted({p for p, _ in parse_split_key(action)})), action=written)
+
+
 def no_route_line(listener: ListenerSpec) -> str:
     """No route and no default pool: the listener's own small answer (404 by default), not HAProxy's 503."""
     # The body passed safety's allowlist (no quotes, backslashes, `$` or `%`), so it is literal here.
     return (f'http-request return status {listener.no_route_status} content-type text/plain '
             f'string "{listener.no_route_body}" if !{{ var(txn.rk) -m found }}')
-
-
-def _map_text(entries: Iterable[tuple[str, str]]) -> bytes:
-    return "".join(f"{key} {value}\n" for key, value in entries).encode()
 
 
 def listener_action_keys(listener: ListenerSpec) -> list[str]:
@@ -223,13 +247,17 @@ def split_ids(keys: list[str]) -> dict[str, str]:
     return {key: f"s{i}" for i, key in enumerate(k for k in keys if k.startswith("s"))}
 
 
-def split_lines(keys: list[str], ids: dict[str, str]) -> list[str]:
+def split_lines(
+    keys: list[str], ids: dict[str, str], manifest: ManifestBuilder, owners: list[Owner | None]
+) -> list[str]:
+    """Stage 2; appends each line's owner to `owners` (a split's line: the pool it sends to)."""
     lines = []
     if ids:
         lines += [
             "http-request set-var(txn.split) var(txn.rk),field(2,s),add(0) if { var(txn.rk) -m beg s }",
             f"http-request set-var(txn.rnd) rand({RAND_SCALE}) if {{ var(txn.split) -m found }}",
         ]
+        owners += [None, None]
     for key, short in ids.items():
         targets = parse_split_key(key)
         total = sum(w for _, w in targets)
@@ -242,12 +270,18 @@ def split_lines(keys: list[str], ids: dict[str, str]) -> list[str]:
                 f"http-request set-var(txn.pool) int({pool_id}) if {{ var(txn.split) -m int {short[1:]} }} "
                 f"{{ var(txn.rnd) -m int {low}:{high - 1} }}  # {short}: {weight}/{total} to pool {pool_id}"
             )
+            owners.append(manifest.pool(pool_id))
             low = high
     if any(k.startswith("p") for k in keys):
         # txn.pool is an integer: the per-pool rules below compare it with `-m int`, measured 10x
         # cheaper per rule than `-m str` (0.06 vs 0.67 us), and a request may pass every pool's rules.
         lines.append("http-request set-var(txn.pool) var(txn.rk),field(2,p),add(0) if { var(txn.rk) -m beg p }")
+        owners.append(None)
     return lines
+
+
+# A section's lines and their owners: one per line, or one for the whole section.
+Section = tuple[list[str], list[Owner | None] | Owner | None]
 
 
 def http_frontend(
@@ -258,14 +292,17 @@ def http_frontend(
     bind_address: str | None,
     use_maps: bool,
     files: dict[str, bytes],
-) -> list[str]:
+    manifest: ManifestBuilder,
+) -> Section:
+    name = frontend_name(listener)
+    manifest.frontends.append(name)
     lines = [
-        f"frontend {frontend_name(listener)}",
-        _bind_line(listener, bind_address),
+        f"frontend {name}",
+        _bind_line(listener, bind_address, manifest),
         "option forwardfor",
         *ACME_CHALLENGE_LINES,
     ]
-    files[ACME_CHALLENGE_MAP] = b""
+    files[ACME_CHALLENGE_MAP] = manifest.map_file(ACME_CHALLENGE_MAP, [], [])
     if listener.protocol == "https":
         lines.append("http-request set-header X-Forwarded-Proto https")
     keys = listener_action_keys(listener)
@@ -279,15 +316,20 @@ def http_frontend(
         if use_maps:
             # No route count here: the text must not change when only the maps do.
             lines.append(f"# Routes are classified by map lookups, see {map_prefix(listener)}.*")
-            lines += classify_with_maps(listener, files, ids)
-        else:
-            lines.append("# Routes in priority order; the first match sets txn.rk.")
-            lines += classify_with_rules(listener, ids)
+            lines += classify_with_maps(listener, files, ids, manifest)
+    lb = Owner(lb=listener.lb)
+    owners: list[Owner | None] = [lb] * len(lines)
+    if listener.routes and not use_maps:
+        lines.append("# Routes in priority order; the first match sets txn.rk.")
+        owners.append(lb)
+        lines += classify_with_rules(listener, ids, manifest, owners)
     if listener.default_pool_id is not None:
         lines.append(f"http-request set-var(txn.rk) str(p{listener.default_pool_id}) if !{{ var(txn.rk) -m found }}")
+        owners.append(manifest.pool(listener.default_pool_id))
     else:
         lines.append(no_route_line(listener))
-    lines += split_lines(keys, ids)
+        owners.append(lb)
+    lines += split_lines(keys, ids, manifest, owners)
     pool_ids = sorted({pool_id for key in keys for pool_id, _ in parse_split_key(key)})
     # http-request rules run before any use_backend rule whatever their order; keep the text honest.
     for pool_id in pool_ids:
@@ -296,6 +338,7 @@ def http_frontend(
                 f"http-request deny deny_status 503 if {{ var(txn.pool) -m int {pool_id} }}"
                 f"  # pool {pool_id} has no regions"
             )
+            owners.append(manifest.pool(pool_id))
     depth = 0
     for pool_id in pool_ids:
         pool = pools[pool_id]
@@ -305,18 +348,31 @@ def http_frontend(
             lines.append(f"# pool {pool_id} ({pool.name}): " + " -> ".join(
                 s.backend + ("" if s.rate_limit_per_node is None else f" <{s.rate_limit_per_node}/s") for s in steps
             ) + " (static shares; live ones in maps/chain.limits.map)")
-    lines += chain_lines(depth)
-    return [lines[0]] + [INDENT + line for line in lines[1:]]
+            owners.append(manifest.pool(pool_id))
+    stage3 = chain_lines(depth)
+    lines += stage3
+    owners += [lb] * len(stage3)
+    return [lines[0]] + [INDENT + line for line in lines[1:]], owners
 
 
 def tcp_frontend(
-    listener: ListenerSpec, pools: dict[int, PoolSpec], *, local_region: str, bind_address: str | None
-) -> list[str]:
-    lines = [f"frontend {frontend_name(listener)}", _bind_line(listener, bind_address)]
+    listener: ListenerSpec,
+    pools: dict[int, PoolSpec],
+    *,
+    local_region: str,
+    bind_address: str | None,
+    manifest: ManifestBuilder,
+) -> Section:
+    name = frontend_name(listener)
+    manifest.frontends.append(name)
+    lines = [f"frontend {name}", _bind_line(listener, bind_address, manifest)]
+    lb = Owner(lb=listener.lb)
+    owners: list[Owner | None] = [lb, lb]
     if listener.default_pool_id is not None:
         pool = pools[listener.default_pool_id]
         steps = pool_steps(pool, local_region, "tcp")
         # In TCP mode the choice is made once per connection, so the rate limit counts connections.
         for backend, extra in chain_rule_conditions(steps):
             lines.append(f"use_backend {backend} if {extra}" if extra else f"default_backend {backend}")
-    return [lines[0]] + [INDENT + line for line in lines[1:]]
+            owners.append(manifest.pool(pool.id))
+    return [lines[0]] + [INDENT + line for line in lines[1:]], owners

@@ -24,7 +24,7 @@ best-ranked route (test_render.py checks this against real HAProxy on a random c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
 
 # The routing rule itself (match, rank, shadowing) lives in apps.balancers.routing, shared with the
@@ -74,6 +74,7 @@ class RouteMaps:
     exact_hosts: list[str]  # hosts that are their own class (map_str)
     wildcards: list[tuple[str, str]]  # (".domain", "*.domain"), longest suffix first (map_end)
     entries: list[tuple[str, str]]  # (key, action key), sorted by key (map_beg)
+    classes: list[str] = field(default_factory=list)  # each entry's host class (the render manifest's owner)
 
 
 def _parent_wildcards(host: str, wildcard_set: set[str]) -> list[str]:
@@ -111,7 +112,7 @@ def build_route_maps(routes: tuple[RouteSpec, ...]) -> RouteMaps:
     wildcard_set = {p for p in by_pattern if p.startswith("*.")}
     exact_hosts = sorted(p for p in by_pattern if not p.startswith("*."))
 
-    best: dict[str, tuple[tuple[int, int], str]] = {}
+    best: dict[str, tuple[tuple[int, int], str, str]] = {}
     # (path key suffixes, rank, action) per route, computed once: any-host routes are added to every class.
     prepared = {id(route): (path_keys(route), route_rank(route), action_key(route)) for route in routes}
 
@@ -122,7 +123,7 @@ def build_route_maps(routes: tuple[RouteSpec, ...]) -> RouteMaps:
                 key = host_class + suffix
                 current = best.get(key)
                 if current is None or rank < current[0]:
-                    best[key] = (rank, action)
+                    best[key] = (rank, action, host_class)
 
     for host_class in [*exact_hosts, *sorted(wildcard_set)]:
         add(host_class, by_pattern[host_class])
@@ -134,16 +135,18 @@ def build_route_maps(routes: tuple[RouteSpec, ...]) -> RouteMaps:
     # Drop entries shadowed by a better-ranked shorter prefix. In sorted order every key's prefixes
     # come before it, so a stack holds exactly the chain of kept-or-dropped keys that prefix it.
     entries: list[tuple[str, str]] = []
+    classes: list[str] = []
     stack: list[tuple[str, tuple[int, int]]] = []  # (key, best rank among it and its prefixes)
     for key in sorted(best):
-        rank, action = best[key]
+        rank, action, host_class = best[key]
         while stack and not key.startswith(stack[-1][0]):
             stack.pop()
         inherited = stack[-1][1] if stack else None
         if inherited is None or rank < inherited:
             entries.append((key, action))
+            classes.append(host_class)
             stack.append((key, rank))
         else:
             stack.append((key, inherited))
     wildcards = sorted(((p[1:], p) for p in wildcard_set), key=lambda item: (-len(item[0]), item[0]))
-    return RouteMaps(exact_hosts=exact_hosts, wildcards=wildcards, entries=entries)
+    return RouteMaps(exact_hosts=exact_hosts, wildcards=wildcards, entries=entries, classes=classes)

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from apps.fleets.render.frontends import INDENT, backend_name, format_address
+from apps.fleets.render.manifest import ManifestBuilder
 from apps.fleets.snapshot import MemberSpec, NodeSpec, PoolSpec
 
-# Names validate_bundle() relies on to relocate a bundle into a scratch directory.
+# Names validate_bundle() writes into a scratch directory to check a bundle there.
 STATS_SOCKET_FILE = "stats.sock"
 SERVER_STATE_FILE = "server-state"
 
 
 def _indent(lines: list[str]) -> list[str]:
     return [lines[0]] + [INDENT + line for line in lines[1:]]
+
+
+GLOBAL_RUNTIME_LINES = (3, 4)  # global_section's lines naming the node's runtime_dir (the manifest says so)
 
 
 def global_section(node: NodeSpec) -> list[str]:
@@ -80,10 +84,12 @@ def _server_line(member: MemberSpec, checked: bool) -> str:
     return line + (" check" if checked else "")
 
 
-def backend_sections(pool: PoolSpec, protocol: str) -> list[list[str]]:
+def backend_sections(pool: PoolSpec, protocol: str, manifest: ManifestBuilder) -> list[list[str]]:
     sections = []
     for region in sorted(pool.regions, key=lambda r: r.region):
-        lines = [f"backend {backend_name(pool.id, region.region, protocol)}", f"balance {pool.algorithm}"]
+        name = backend_name(pool.id, region.region, protocol)
+        manifest.backends.append(name)
+        lines = [f"backend {name}", f"balance {pool.algorithm}"]
         # Server-side idle connections: HAProxy 2.6 has no per-connection idle timeout, but every
         # pool-purge-delay it closes about half of a server's idle connections. 1s (default 5s) keeps
         # few connections idling into typical backend keep-alive timeouts (gunicorn 2s, Node and
