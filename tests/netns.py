@@ -1,11 +1,12 @@
 """Real "hosts" on this machine: Linux network namespaces joined by a bridge (needs root).
 
 Each host is a namespace with one veth into the bridge (its `eth0`), an address in a private /24 that
-exists only on this bridge, and its own sshd, HAProxy master (apps.fleets.process), keepalived and a tiny
-HTTP backend (a plain HAProxy) on its own loopback answering with the host's name. Spillway reaches the
-hosts through the SSH transport like any remote node. Every name starts with the caller's prefix
-(s15...), every process is stopped by its PID and every namespace, veth and the bridge are removed
-by `down()`, which also clears leftovers with the same names from an earlier run that died.
+exists only on this bridge, and its own sshd, HAProxy master (apps.fleets.process), keepalived (started
+outside, moved in by `net_namespace`: see start_keepalived) and a tiny HTTP backend (a plain HAProxy) on
+its own loopback answering with the host's name. Spillway reaches the hosts through the SSH transport
+like any remote node. Every name starts with the caller's prefix (s15...), every process is stopped by
+its PID and every namespace, veth and the bridge are removed by `down()`, which also clears leftovers with
+the same names from an earlier run that died.
 
     topo = Topology(prefix="s15t", subnet=1, count=3, base=Path("/tmp/..."))
     topo.up()          # namespaces, bridge, sshd + backend + HAProxy + keepalived on each host
@@ -79,9 +80,16 @@ class Host:
     def config_dir(self) -> str:
         return str(self.dir / "etc")
 
+    @property
+    def haproxy_bin(self) -> str:
+        """This host's HAProxy: a link to the real binary named after the namespace, so its processes
+        carry their own name (comm) although every host shares this machine's process table; keepalived's
+        track_process follows that name (render/keepalived.py), as it follows "haproxy" on a real host."""
+        return str(self.dir / f"haproxy-{self.netns}")
+
     def local_conn(self) -> NodeConn:
         return NodeConn(name=self.name, address=self.address, runtime_dir=self.runtime_dir,
-                        config_dir=self.config_dir, haproxy_bin=HAPROXY_BIN)
+                        config_dir=self.config_dir, haproxy_bin=self.haproxy_bin)
 
 
 class Topology:
@@ -116,6 +124,8 @@ class Topology:
         (keydir / "authorized_keys").write_text((keydir / "client.pub").read_text())
         for host in self.hosts:
             host.dir.mkdir(parents=True, exist_ok=True)
+            Path(host.haproxy_bin).unlink(missing_ok=True)
+            Path(host.haproxy_bin).symlink_to(HAPROXY_BIN)
             sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host.dir / "host_key"))
             host.host_key_pub = " ".join((host.dir / "host_key.pub").read_text().split()[:2])
             self._bootstrap_config(host)
@@ -130,6 +140,7 @@ class Topology:
 
     def start_host(self, host: Host) -> None:
         """Namespace + veth + sshd + backend + HAProxy (current config) + keepalived."""
+        sh("ip", "link", "del", host.veth, check=False)  # a veth of a namespace whose teardown still runs
         sh("ip", "netns", "add", host.netns)
         # A fixed MAC per host, as a rebooted machine keeps its NIC's: peers' ARP caches stay right.
         mac = f"02:15:00:00:{int(self.network.rsplit('.', 1)[1]):02x}:{int(host.address.rsplit('.', 1)[1]):02x}"
@@ -150,7 +161,10 @@ class Topology:
         _stop(host.procs.pop("haproxy", None))
 
     def kill_host(self, host: Host) -> None:
-        """The whole host goes away: every process killed, its namespace (and so its veth) deleted."""
+        """The whole host goes away at once: its cable is cut first (veth deleted, so not one more packet,
+        not even a last VRRP advert from a keepalived that saw its HAProxy die, leaves it), then every
+        process is killed and its namespace deleted."""
+        sh("ip", "link", "del", host.veth, check=False)
         self._kill_processes(host)
         sh("ip", "netns", "del", host.netns, check=False)
 
@@ -207,18 +221,30 @@ class Topology:
     def start_haproxy(self, host: Host) -> None:
         conn = host.local_conn()
         wrapper = host.dir / "haproxy-in-netns"
-        # The master re-executes argv[0] (= the real binary) on reload, already inside the namespace.
-        wrapper.write_text(f"#!/bin/sh\nexec ip netns exec {host.netns} {HAPROXY_BIN} \"$@\"\n")
+        # The master re-executes argv[0] (this host's link to the binary) on reload, already inside the namespace.
+        wrapper.write_text(f"#!/bin/sh\nexec ip netns exec {host.netns} {host.haproxy_bin} \"$@\"\n")
         wrapper.chmod(0o755)
         host.procs["haproxy"] = start_master(conn.config_path, conn.runtime_dir, haproxy_bin=str(wrapper))
 
     def start_keepalived(self, host: Host) -> None:
+        """keepalived as the host's supervisor would run it, with the config Spillway pushed.
+
+        Started in the initial network namespace and moved into the host's by `net_namespace` (a
+        one-line wrapper that includes the pushed file): keepalived opens the kernel's process-event
+        connector, which exists only in the initial namespace, before it switches, so `track_process`
+        sees the host's HAProxy die. Under `ip netns exec` it would get ECONNREFUSED and never hear of it.
+        """
         run = host.runtime_dir
-        self._popen(host, "keepalived", [
-            KEEPALIVED_BIN, "--dont-fork", "--log-console", "--vrrp",
-            "-f", f"{host.config_dir}/current/{KEEPALIVED_NAME}",
-            "-p", f"{run}/{KEEPALIVED_PID_NAME}", "-r", f"{run}/vrrp.pid", "-c", f"{run}/checkers.pid",
-        ])
+        wrapper = host.dir / "keepalived-host.conf"
+        wrapper.write_text(f"net_namespace {host.netns}\ninclude {host.config_dir}/current/{KEEPALIVED_NAME}\n")
+        log = (host.dir / "keepalived.log").open("ab")
+        try:
+            host.procs["keepalived"] = subprocess.Popen([
+                KEEPALIVED_BIN, "--dont-fork", "--log-console", "--vrrp", "-f", str(wrapper),
+                "-p", f"{run}/{KEEPALIVED_PID_NAME}", "-r", f"{run}/vrrp.pid", "-c", f"{run}/checkers.pid",
+            ], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        finally:
+            log.close()
         deadline = time.monotonic() + 5.0
         while not (Path(run) / KEEPALIVED_PID_NAME).exists():
             if time.monotonic() > deadline or host.procs["keepalived"].poll() is not None:
@@ -253,4 +279,4 @@ class Topology:
         """Node model fields for reaching `host` through the SSH transport."""
         return {"address": host.address, "transport": "ssh", "ssh_host": host.address, "ssh_port": 22,
                 "ssh_user": "root", "ssh_known_hosts": host.host_key_pub, "runtime_dir": host.runtime_dir,
-                "config_dir": host.config_dir, "haproxy_bin": HAPROXY_BIN, "vrrp_interface": IFACE}
+                "config_dir": host.config_dir, "haproxy_bin": host.haproxy_bin, "vrrp_interface": IFACE}

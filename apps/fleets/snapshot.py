@@ -126,6 +126,7 @@ class VrrpSpec:
     advert_ms: int = 200
     auth_pass: str = field(default="", repr=False)  # VRRPv2 only; decrypted from the fleet's secret
     drained: bool = False  # gives up every VIP (instances held in FAULT) while staying a peer
+    haproxy_bin: str = "haproxy"  # argv[0] of the node's HAProxy master, as keepalived's track_process sees it
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,17 @@ def test_one_instance_per_vip_with_unicast_peers_and_haproxy_tracking() -> None:
         assert f"{vip}/32 dev eth0" in conf
     assert "unicast_src_ip 10.215.9.11" in conf and "10.215.9.12\n        10.215.9.13" in conf
     assert "check_unicast_src" in conf and "nopreempt" in conf and "advert_int 0.2\n" in conf
+    # The node's own HAProxy master, followed through process events, with the pgrep poll as backstop;
+    # every instance tracks both.
+    assert 'vrrp_track_process spillway_haproxy_master {\n    process "haproxy"\n    quorum 1\n}' in conf
     assert 'script "/usr/bin/pgrep -f -- /run/s15/n1/master.sock"' in conf
+    assert conf.count("track_process {\n        spillway_haproxy_master\n") == 2
+    assert conf.count("track_script {\n        spillway_haproxy\n") == 2
+    assert "vrrp_priority -20" in conf and "max_auto_priority 50" in conf  # not starved on a busy node
+    # By the kernel's name for the binary (comm: the file name, at most 15 characters).
+    for haproxy_bin, comm in (("/usr/sbin/haproxy", "haproxy"), ("/opt/haproxy-2.6.12-spillway", "haproxy-2.6.12-")):
+        conf = keepalived_conf(snapshot("10.215.9.100"), node(replace(VRRP, haproxy_bin=haproxy_bin)))
+        assert f'process "{comm}"\n' in conf
     assert "authentication" not in conf  # VRRPv3 has none; keepalived would ignore it
 
 
@@ -104,6 +114,12 @@ INJECTIONS = [
     ("advert_ms", 5),
     ("advert_ms", "200 }"),
     ("auth_pass", "abc\n}"),
+    ("haproxy_bin", '/usr/sbin/haproxy" "-x'),
+    ("haproxy_bin", "/usr/sbin/ha proxy"),
+    ("haproxy_bin", "haproxy\n}"),
+    ("haproxy_bin", "-W"),
+    ("haproxy_bin", ""),
+    ("haproxy_bin", "/opt/../x\\y"),
 ]
 
 
@@ -131,6 +147,7 @@ def test_keepalived_accepts_what_we_render(tmp_path) -> None:
         path.write_text(keepalived_conf(snapshot("10.215.9.100", "10.215.9.101"), node(spec)))
         result = subprocess.run(["keepalived", "-t", "-l", "-f", str(path)], capture_output=True, text=True)
         assert result.returncode == 0, result.stdout + result.stderr
+        assert "Unknown keyword" not in result.stdout + result.stderr
 
 
 @pytest.mark.skipif(not shutil.which("haproxy"), reason="haproxy not installed")

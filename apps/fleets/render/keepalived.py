@@ -8,11 +8,21 @@ What it guarantees, and why:
   a comment) rather than sharing an election or failing every tenant's render; attach refuses it first.
 - **Priorities from node order**, first node highest; every instance starts BACKUP with `nopreempt`,
   so a node that comes back does not take its VIPs back (one move per event, no flap-back storm).
-- **A node whose HAProxy is down gives its VIPs up**: `track_script` runs `pgrep -f` for the node's own
-  master socket path (unique per node even when several nodes share one PID namespace, as in tests);
-  a failing check puts every instance in FAULT, which releases the address and tells the peers at once
-  (priority-0 advert). A drained node tracks a script that always fails, so its VIPs move first while
-  its HAProxy keeps serving the connections it has.
+- **A node whose HAProxy is down gives its VIPs up, at once**: `track_process` follows the processes
+  named like the node's HAProxy binary (its `comm`, what the kernel calls it) through the kernel's
+  process-event connector, so a killed HAProxy is seen when it exits, not at the next poll. Losing the
+  last one puts every instance in FAULT, which releases the address and tells the peers at once
+  (priority-0 advert). It matches the name, not the arguments: a reload re-executes the master with
+  `-sf <pids>` inserted right after argv[0], which would break any argument match for a moment and give
+  the VIPs away on every push. The name alone cannot tell this node's HAProxy from another one on the
+  same host, so a `track_script` running `pgrep -f` on the node's own master socket path stays as well
+  (whole-second polls: keepalived 2.2 refuses a shorter `interval`): both must pass. So an unrelated
+  HAProxy on the host (or process events that never arrive) only slows the detection back to the poll.
+  The connector exists only in the initial network namespace: keepalived must run there (a host's own,
+  or started there and moved by `net_namespace`, as tests/netns.py does).
+- **Not starved on a loaded node**: the VRRP process runs at nice -20 and escalates itself to realtime
+  scheduling when a timer fires 100 ms late (`max_auto_priority`), so a busy HAProxy box does not miss
+  its 200 ms adverts and hand its VIPs away.
 - **Unicast peers** (`unicast_src_ip` + `unicast_peer`, with `check_unicast_src` so an advert from any
   other source is dropped): no multicast assumption.
 - **Authentication**: keepalived implements VRRP's PASS authentication only for VRRPv2 (it ignores it,
@@ -37,6 +47,8 @@ from apps.fleets.snapshot import FleetSnapshot, NodeSpec, VrrpSpec
 
 _INTERFACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$")  # IFNAMSIZ is 16 with the NUL
 _AUTH_PASS_RE = re.compile(r"^[A-Za-z0-9]{1,8}$")  # VRRPv2 PASS: at most 8 octets
+# A bare command name or an absolute path: it is quoted in the file, so no whitespace, quotes or '\\'.
+_BIN_RE = re.compile(r"^(?:[A-Za-z0-9_.+-]+|(?:/[A-Za-z0-9_.+-]+)+)$")
 PRIORITY_TOP = 254  # 255 is reserved for the address owner
 MAX_PEERS = 64
 NO_VIP_ADDRESSES = {"0.0.0.0", "::"}
@@ -89,11 +101,16 @@ def check_vrrp(vrrp: VrrpSpec) -> VrrpSpec:
                           "VRRPv2 needs the fleet's VRRP secret: 1 to 8 letters or digits.")
     if not isinstance(vrrp.drained, bool):
         raise UnsafeValue("node.vrrp.drained", "invalid_type", "expected a boolean.")
+    if (not isinstance(vrrp.haproxy_bin, str) or len(vrrp.haproxy_bin) > 255 or vrrp.haproxy_bin.startswith("-")
+            or not _BIN_RE.match(vrrp.haproxy_bin)):
+        raise UnsafeValue("node.vrrp.haproxy_bin", "invalid_path",
+                          f"{vrrp.haproxy_bin!r} must be a command name or an absolute path of letters, digits, "
+                          "'.', '_', '+', '-' and '/'.")
     return VrrpSpec(
         interface=vrrp.interface, address=address,
         priority=_int("node.vrrp.priority", vrrp.priority, 1, PRIORITY_TOP), peers=tuple(sorted(peers)),
         version=version, advert_ms=advert_ms, auth_pass=auth_pass if version == 2 else "",
-        drained=vrrp.drained,
+        drained=vrrp.drained, haproxy_bin=vrrp.haproxy_bin,
     )
 
 
@@ -122,6 +139,12 @@ def fleet_vips(snapshot: FleetSnapshot, family: int) -> tuple[list[tuple[int, st
     return sorted(vips.items()), left_out
 
 
+def haproxy_comm(haproxy_bin: str) -> str:
+    """The kernel's name for processes started from `haproxy_bin` (/proc/PID/comm: the file name, cut
+    at 15 characters); a re-executing master keeps it."""
+    return haproxy_bin.rsplit("/", 1)[-1][:15]
+
+
 def _advert_int(vrrp: VrrpSpec) -> str:
     seconds, ms = divmod(vrrp.advert_ms, 1000)
     return str(seconds) if not ms else f"{seconds}.{ms:03d}".rstrip("0")
@@ -148,6 +171,20 @@ def render_keepalived(snapshot: FleetSnapshot, node: NodeSpec) -> str | None:
         # VIP less than its locktime (1 s on Linux) before the move ignores the first burst.
         f"{INDENT}vrrp_garp_master_delay 1",
         f"{INDENT}vrrp_garp_master_repeat 3",
+        # Adverts every 200 ms on a box whose HAProxy may use every core: a starved VRRP process would
+        # let the backups' 3-advert timer expire and move the VIP for nothing.
+        f"{INDENT}vrrp_priority -20",
+        f"{INDENT}max_auto_priority 50",
+        f"{INDENT}min_auto_priority_delay 100000",
+        # Every process start and exit on the host is an event; a burst must not overflow the socket
+        # (keepalived would then re-scan /proc a second later, a second in which a death goes unseen).
+        f"{INDENT}process_monitor_rcv_bufs 1048576",
+        f"{INDENT}process_monitor_rcv_bufs_force true",
+        "}",
+        "",
+        "vrrp_track_process spillway_haproxy_master {",
+        f'{INDENT}process "{haproxy_comm(vrrp.haproxy_bin)}"',
+        f"{INDENT}quorum 1",
         "}",
         "",
         "vrrp_script spillway_haproxy {",
@@ -184,6 +221,9 @@ def render_keepalived(snapshot: FleetSnapshot, node: NodeSpec) -> str | None:
         lines += [
             f"{INDENT}virtual_ipaddress {{",
             f"{INDENT * 2}{address}/{prefix} dev {vrrp.interface}",
+            f"{INDENT}}}",
+            f"{INDENT}track_process {{",
+            f"{INDENT * 2}spillway_haproxy_master",
             f"{INDENT}}}",
             f"{INDENT}track_script {{",
             f"{INDENT * 2}spillway_haproxy",
