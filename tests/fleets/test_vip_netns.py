@@ -110,6 +110,30 @@ def test_the_vip_is_served_by_exactly_one_node_and_spillway_reads_which(topo, op
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_push_that_reloads_haproxy_leaves_the_vip_where_it_is(topo, ops) -> None:
+    """A reload re-executes the HAProxy master (2.6 inserts `-sf <pids>` after argv[0]) and SIGHUPs
+    keepalived: neither may look like a dead HAProxy, or every push would move every VIP."""
+    vip = topo.vip(4)
+    fleet, listener = vip_fleet(topo, ops, vip)
+    roll_out(fleet)
+    holder = one_holder(topo, vip)
+    host = next(h for h in topo.hosts if h.name == holder)
+    log_before = len((host.dir / "keepalived.log").read_text())
+    master_pid = host.procs["haproxy"].pid
+    pool = listener.default_pool
+    pool.algorithm = "leastconn"
+    pool.save()
+    roll_out(fleet)
+    assert "balance leastconn" in (Path(host.config_dir) / "current" / "haproxy.cfg").read_text()
+    time.sleep(1.0)  # five adverts
+    assert topo.holders(vip) == [holder] and served_by(vip) == holder
+    assert host.procs["haproxy"].pid == master_pid and host.procs["haproxy"].poll() is None
+    since = (host.dir / "keepalived.log").read_text()[log_before:]
+    assert "Reloading" in since  # keepalived did take the new file
+    assert "Quorum lost" not in since and "FAULT" not in since, since
+
+
+@pytest.mark.django_db(transaction=True)
 def test_killing_the_holders_haproxy_moves_the_vip_once(topo, ops) -> None:
     vip = topo.vip(2)
     fleet, _ = vip_fleet(topo, ops, vip)
