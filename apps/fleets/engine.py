@@ -46,6 +46,7 @@ from apps.fleets.delivery import (
 from apps.fleets.models import ConfigRevision, Fleet, Node, NodeHealth, NodeResult, Rollout
 from apps.fleets.render import UnsafeValue, render
 from apps.fleets.snapshot import ConfigBundle, FleetSnapshot
+from apps.traffic.services import NodeReadings, readings_from_stats, readings_record
 
 logger = logging.getLogger(__name__)
 
@@ -410,10 +411,10 @@ def fleet_health_collect(*, fleet: Fleet) -> int:
     cache.set(health_cache_key(fleet.pk), summary, HEALTH_CACHE_S)
     try:
         # History for the overflow charts (apps.traffic TrafficSample), from the same readings.
-        from apps.traffic.services import samples_record
-
-        samples_record(stats_by_node={node.pk: state.stats for node, state in zip(nodes, states, strict=True)
-                                      if state.reachable}, at=now)
+        readings_record(nodes=[
+            NodeReadings(node_id=node.pk, node=f"{fleet.name}/{node.name}", region=fleet.region.slug,
+                         readings=readings_from_stats(state.stats))
+            for node, state in zip(nodes, states, strict=True) if state.reachable], at=now)
     except Exception:  # charts must never break health collection
         logger.exception("fleet %s: traffic samples not recorded", fleet.name)
     return len(rows)

@@ -11,7 +11,7 @@ logger = logging.getLogger(__name__)
 
 def on_lb_changed(sender, lb_id: int, revision: int, **kwargs) -> None:
     for fleet_id in selectors.fleet_ids_for_lb(lb_id):
-        services.rollout_start(fleet=fleet_id)
+        services.fleet_change_record(fleet=fleet_id)
 
 
 def on_member_runtime_changed(sender, member_id: int, **kwargs) -> None:

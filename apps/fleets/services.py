@@ -33,6 +33,7 @@ from apps.fleets.render import UnsafeValue, backend_name, render
 from apps.fleets.render.frontends import ACME_CHALLENGE_MAP
 from apps.fleets.render.quarantine import quarantine
 from apps.fleets.validate import validate_bundle
+from apps.traffic.services import capacity_record
 
 logger = logging.getLogger(__name__)
 
@@ -169,8 +170,9 @@ def request_reconcile(fleet_id: int) -> bool:
     return bool(queued)
 
 
-def rollout_start(*, fleet: Fleet | int, force: bool = False) -> bool:
-    """Desired state changed: render and roll out soon, coalesced with changes close to this one.
+def fleet_change_record(*, fleet: Fleet | int, force: bool = False) -> bool:
+    """Record that the fleet's desired state changed, and queue a reconcile (render, then roll out what
+    changed) unless one is queued already; coalesced with changes close to this one.
 
     A fleet with `auto_rollout` off only notes the change; it rolls out when someone pushes
     (`force=True`: the fleet page's and the LB preview's "push" buttons). True when queued.
@@ -183,6 +185,21 @@ def rollout_start(*, fleet: Fleet | int, force: bool = False) -> bool:
         return False
     request_reconcile(fleet_id)
     return True
+
+
+def fleet_capacity_follow() -> list[int]:
+    """After a health collection: record the capacity the fresh health gives every pool (traffic owns
+    the model and the last-seen state) and mark every fleet serving an LB whose capacity changed as
+    changed, so its per-node limits are re-rendered. Returns the LB ids whose capacity changed.
+
+    The collector calls this right after it wrote the hot copy, instead of traffic re-reading it on a
+    timer of its own and reaching back into fleets.
+    """
+    changed = capacity_record()
+    for lb_id in changed:
+        for fleet_id in selectors.fleet_ids_for_lb(lb_id):
+            fleet_change_record(fleet=fleet_id)
+    return changed
 
 
 def fleet_push(*, fleet: Fleet, principal: Principal | None = None) -> Rollout | None:
@@ -308,7 +325,7 @@ def fleets_sharing(fleet_ids: set[int]) -> set[int]:
 def _restart_after_commit(fleet_ids: set[int]) -> None:
     def start() -> None:
         for fleet_id in sorted(fleets_sharing(fleet_ids)):
-            rollout_start(fleet=fleet_id)
+            fleet_change_record(fleet=fleet_id)
 
     transaction.on_commit(start)
 
@@ -429,6 +446,8 @@ from apps.fleets.engine import (  # noqa: E402  (engine imports the functions ab
 )
 
 __all__ = [
+    "fleet_capacity_follow",
+    "fleet_change_record",
     "fleet_converge",
     "fleet_delete",
     "fleet_drift_check",
@@ -446,5 +465,4 @@ __all__ = [
     "request_reconcile",
     "rollout_create",
     "rollout_rollback",
-    "rollout_start",
 ]

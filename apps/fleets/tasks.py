@@ -47,8 +47,11 @@ def converge_task() -> dict[str, Any]:
 
 @shared_task(name="fleets.health_task")
 def health_task() -> dict[str, int]:
-    return {fleet.name: services.fleet_health_collect(fleet=fleet)
-            for fleet in Fleet.objects.filter(nodes__enabled=True).distinct()}
+    """Collect every fleet's health, then hand it to the capacity model (re-renders what it changed)."""
+    collected = {fleet.name: services.fleet_health_collect(fleet=fleet)
+                 for fleet in Fleet.objects.filter(nodes__enabled=True).distinct()}
+    services.fleet_capacity_follow()
+    return collected
 
 
 @shared_task(name="fleets.render_task")

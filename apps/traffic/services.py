@@ -1,11 +1,11 @@
 """Writes for traffic: record node samples, roll them into the overflow timeline, prune; what-if.
 
-Data flow: every health collection (fleets, every 5 s) hands each node's `show stat` to
-`samples_record` -> one TrafficSample per node and pool (counter-based rates, see observe.py)
+Data flow: every health collection (fleets, every 5 s) hands each node's readings to
+`readings_record` -> one TrafficSample per node and pool (counter-based rates, see observe.py)
 -> the pool's 10 s OverflowPoint bucket is recomputed from every node's samples in it ->
 `overflow_downsample` folds 10 s points into 5 min points -> `traffic_prune` drops old rows.
-If the collector does not call `samples_record` itself, `hot_copy_record` reads the same rows from
-the fleets hot copy (NodeHealth); a reading recorded twice is stored once.
+Right after, the collector calls `capacity_record` with the health it just wrote. Traffic never
+calls back into fleets.
 """
 
 from __future__ import annotations
@@ -93,25 +93,6 @@ def readings_from_stats(rows: Iterable[StatRowLike]) -> list[BackendReading]:
 
 
 # --- recording --------------------------------------------------------------------------------------
-
-
-def samples_record(*, stats_by_node: Mapping[int, Iterable[StatRowLike]], at: datetime | None = None) -> int:
-    """Record one collection: {fleets Node id: its `show stat` rows} read at `at`. Returns samples stored.
-
-    The fleets health collector calls this after each round (nodes that did not answer are simply
-    left out). Idempotent: the same node and time are stored once.
-    """
-    from apps.fleets.models import Node
-
-    at = at or timezone.now()
-    names = {
-        pk: (f"{fleet}/{name}", region)
-        for pk, fleet, name, region in Node.objects.filter(pk__in=list(stats_by_node)).values_list(
-            "pk", "fleet__name", "name", "fleet__region__slug")
-    }
-    nodes = [NodeReadings(node_id=pk, node=names[pk][0], region=names[pk][1], readings=readings_from_stats(rows))
-             for pk, rows in stats_by_node.items() if pk in names]
-    return readings_record(nodes=nodes, at=at)
 
 
 def readings_record(*, nodes: Sequence[NodeReadings], at: datetime) -> int:
@@ -214,34 +195,6 @@ def _points_upsert(pool_id: int, start: datetime, resolution_s: int, points: lis
     return len(points)
 
 
-def hot_copy_record(*, now: datetime | None = None) -> int:
-    """Record samples from the fleets hot copy (NodeHealth BACKEND rows) not recorded yet."""
-    from apps.fleets.models import NodeHealth
-
-    now = now or timezone.now()
-    since = now - timedelta(seconds=selectors.HEALTH_FRESH_S)
-    rows = (NodeHealth.objects.filter(server="BACKEND", proxy__startswith="p", updated_at__gte=since,
-                                      node__enabled=True)
-            .values_list("node_id", "node__name", "node__fleet__name", "node__fleet__region__slug",
-                         "updated_at", "proxy", "rate_per_s", "sessions", "requests_total"))
-    grouped: dict[tuple[int, str, str, datetime], list[BackendReading]] = defaultdict(list)
-    for node_id, name, fleet, region, updated, proxy, rate, sessions, total in rows:
-        grouped[(node_id, f"{fleet}/{name}", region, updated)].append(
-            BackendReading(backend=proxy, rate_per_s=rate, sessions=sessions, requests_total=total))
-    if not grouped:
-        return 0
-    done = set(TrafficSample.objects.filter(node__in={k[1] for k in grouped}, time__in={k[3] for k in grouped})
-               .values_list("node", "time"))
-    stored = 0
-    by_time: dict[datetime, list[NodeReadings]] = defaultdict(list)
-    for (node_id, node, region, updated), readings in grouped.items():
-        if (node, updated) not in done:
-            by_time[updated].append(NodeReadings(node_id=node_id, node=node, region=region, readings=readings))
-    for at in sorted(by_time):
-        stored += readings_record(nodes=by_time[at], at=at)
-    return stored
-
-
 # --- downsampling and retention ---------------------------------------------------------------------------
 
 
@@ -301,18 +254,17 @@ def traffic_prune(*, now: datetime | None = None) -> dict[str, int]:
     return {"samples": raw, "fine_points": fine, "coarse_points": coarse}
 
 
-# --- health-driven re-render ----------------------------------------------------------------------------------
+# --- capacity seen now ------------------------------------------------------------------------------------------
 
 
-def capacity_watch() -> list[int]:
-    """Re-render fleets whose pools' capacity changed without a desired-state change (member health).
+def capacity_record() -> list[int]:
+    """Record every HAProxy pool's capacity per region as the fresh health gives it; returns the ids of
+    the LBs whose capacity changed (members went down or up behind the desired state's back).
 
-    Desired-state changes (PoolRegion, Member) already bump the LB revision and re-render; this
-    catches members going down or up behind the fleet's back. Returns the LB ids re-rendered.
+    Desired-state changes (PoolRegion, Member) already bump the LB revision and re-render; the fleets
+    health collector calls this right after each collection and re-renders the fleets of the LBs
+    returned (`fleets.services.fleet_capacity_follow`). Traffic itself re-drives nothing.
     """
-    from apps.fleets import selectors as fleet_selectors
-    from apps.fleets import services as fleet_services
-
     pools = list(Pool.objects.filter(lb__kind="haproxy").only("pk", "lb_id"))
     current = selectors.pool_capacities_many(pools)
     known = {(s.pool_id, s.region): s for s in CapacityState.objects.filter(pool__in=pools)}
@@ -331,9 +283,6 @@ def capacity_watch() -> list[int]:
                 changed_lbs.add(pool.lb_id)
     if known:
         CapacityState.objects.filter(pk__in=[s.pk for s in known.values()]).delete()
-    for lb_id in sorted(changed_lbs):
-        for fleet_id in fleet_selectors.fleet_ids_for_lb(lb_id):
-            fleet_services.rollout_start(fleet=fleet_id)
     return sorted(changed_lbs)
 
 

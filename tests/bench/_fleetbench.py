@@ -266,7 +266,7 @@ class FleetBench:
         from apps.fleets import services
 
         for fleet in self.fleets:
-            services.rollout_start(fleet=fleet)
+            services.fleet_change_record(fleet=fleet)
         self.wait_served("/", "old", 60)
 
     def close(self) -> None:

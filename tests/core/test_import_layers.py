@@ -25,8 +25,10 @@ LAYERS: dict[str, int] = {
 }
 # (from, to): why it is still there. Each is debt with a named way out.
 KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    ("traffic", "fleets"): "traffic reads the fleets' health hot copy and re-renders fleets whose capacity "
-                           "changed; the way out is the collector handing health to traffic (issue 17 item 3)",
+    ("traffic", "fleets"): "traffic's capacity model reads member health from the fleets' hot copy (NodeHealth) "
+                           "and the what-if lists the nodes serving a pool; it no longer re-drives fleets nor "
+                           "re-reads samples (the collector hands them over). Way out: the collector hands member "
+                           "health to a store of traffic's own",
 }
 
 

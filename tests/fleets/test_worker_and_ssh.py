@@ -71,7 +71,7 @@ def test_a_worker_killed_mid_rollout_leaves_no_node_half_applied_and_the_next_ru
     add_route(fleet3.lb, add_pool(fleet3.lb, "new", (new.address, new.port)), "/new", 10)
     worker = celery_worker_factory(name="w1")
 
-    services.rollout_start(fleet=fleet3.fleet)  # what the lb_changed receiver does
+    services.fleet_change_record(fleet=fleet3.fleet)  # what the lb_changed receiver does
     # Kill the worker while it is in the middle of a node (the canary is done, n2 is being applied).
     assert wait_for(lambda: NodeResult.objects.filter(node__name="n2", status="running",
                                                       rollout__fleet=fleet3.fleet).exists(),
@@ -89,7 +89,7 @@ def test_a_worker_killed_mid_rollout_leaves_no_node_half_applied_and_the_next_ru
     assert Node.objects.get(fleet=fleet3.fleet, name="n3").applied_revision_id != rollout.revision_id
 
     celery_worker_factory(name="w2")
-    services.rollout_start(fleet=fleet3.fleet)  # the next run (a change, or the periodic converge)
+    services.fleet_change_record(fleet=fleet3.fleet)  # the next run (a change, or the periodic converge)
 
     converged = wait_for(lambda: Rollout.objects.get(pk=rollout.pk).status == Rollout.Status.SUCCEEDED, 30)
     assert converged, _diagnose(rollout, tmp_path)

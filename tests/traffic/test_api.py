@@ -64,19 +64,28 @@ def test_members_the_nodes_see_down_add_no_capacity(two_regions) -> None:
     assert caps == {"ra": (1, 10.0), "rb": (2, 40.0)}  # a1: 2 of 3 nodes see it down
 
 
-def test_a_health_change_re_renders_the_fleets_serving_the_pool(two_regions) -> None:
+def test_a_health_change_is_recorded_and_re_renders_the_fleets_serving_the_pool(two_regions) -> None:
+    """Traffic records the capacity the fresh health gives and names the LBs it changed; the fleets
+    health collector, right after writing that health, re-renders those LBs' fleets."""
+    from apps.fleets import services as fleet_services
+
     fleet = Fleet.objects.create(name="fa", region=two_regions.a)
     fleet.serves.add(two_regions.lb)
     node = Node.objects.create(fleet=fleet, name="n1", address="127.0.0.1", runtime_dir="/tmp/n1",
                                config_dir="/tmp/n1/etc")
-    assert services.capacity_watch() == []  # first sight is the baseline
+    assert services.capacity_record() == []  # first sight is the baseline
     assert CapacityState.objects.get(pool=two_regions.pool, region="ra").capacity == 20.0
     NodeHealth.objects.create(node=node, proxy=f"p{two_regions.pool.pk}_ra", server="a1", status="DOWN",
                               updated_at=timezone.now())
     seq = Fleet.objects.get(pk=fleet.pk).change_seq
-    assert services.capacity_watch() == [two_regions.lb.pk]
+    assert services.capacity_record() == [two_regions.lb.pk]
+    assert Fleet.objects.get(pk=fleet.pk).change_seq == seq, "traffic re-drives no fleet itself"
+    assert CapacityState.objects.get(pool=two_regions.pool, region="ra").capacity == 10.0
+
+    NodeHealth.objects.filter(node=node).update(status="UP")
+    assert fleet_services.fleet_capacity_follow() == [two_regions.lb.pk]
     assert Fleet.objects.get(pk=fleet.pk).change_seq == seq + 1
-    assert services.capacity_watch() == []  # nothing changed since
+    assert fleet_services.fleet_capacity_follow() == []  # nothing changed since
 
 
 # --- observation --------------------------------------------------------------------------------------
@@ -119,19 +128,6 @@ def test_a_recorded_reading_is_stored_once(two_regions) -> None:
     assert TrafficSample.objects.count() == 1
     # Backends of pools that do not exist (another control plane's config) are ignored.
     assert services.readings_record(at=at, nodes=[NodeReadings(None, "x/n", "ra", [reading("p999999_ra", 1)])]) == 0
-
-
-def test_hot_copy_rows_become_samples_once(two_regions) -> None:
-    fleet = Fleet.objects.create(name="fa", region=two_regions.a)
-    node = Node.objects.create(fleet=fleet, name="n1", address="127.0.0.1", runtime_dir="/tmp/n1",
-                               config_dir="/tmp/n1/etc")
-    now = timezone.now()
-    NodeHealth.objects.create(node=node, proxy=f"p{two_regions.pool.pk}_ra", server="BACKEND", status="UP",
-                              rate_per_s=7, sessions=1, requests_total=70, updated_at=now)
-    assert services.hot_copy_record(now=now) == 1
-    assert services.hot_copy_record(now=now) == 0
-    sample = TrafficSample.objects.get()
-    assert (sample.node, sample.region, sample.served_local) == ("fa/n1", "ra", 7.0)
 
 
 def test_downsampling_and_retention(two_regions) -> None:

@@ -3,7 +3,7 @@
 The configs come from the production path: `apps.fleets.selectors.fleet_snapshot` (which takes its
 capacities from `apps.traffic.selectors.pool_capacities_many` and its chains from
 `traffic.shares.static_steps`) rendered by `apps.fleets.render`. What the nodes did is read back from
-their real `show stat` through `services.samples_record` and `selectors.observed_overflow`.
+their real `show stat` through `services.readings_record` and `selectors.observed_overflow`.
 
 Region ra: 2 members x 20 req/s = 40 req/s; region rb: 2 x 40 = 80 req/s; 20 ms apart.
 All client traffic enters at ra's node.
@@ -45,8 +45,13 @@ class LiveFleet:
     nodes: dict[str, tuple[Node, NodeConn]]  # region -> (row, connection)
     hits: Callable[[str], int]  # region -> requests its members answered so far
 
-    def stats(self) -> dict[int, list]:
-        return {node.pk: HAProxySocket(conn.stats_socket_path).show_stat() for node, conn in self.nodes.values()}
+    def readings(self) -> list[services.NodeReadings]:
+        """Each node's `show stat`, as the fleets collector hands it to traffic."""
+        return [services.NodeReadings(node_id=node.pk, node=f"{node.fleet.name}/{node.name}",
+                                      region=node.fleet.region.slug,
+                                      readings=services.readings_from_stats(
+                                          HAProxySocket(conn.stats_socket_path).show_stat()))
+                for node, conn in self.nodes.values()]
 
 
 def _port_free_on_both() -> int:
@@ -125,7 +130,7 @@ def observe(fleet: LiveFleet, load: Load, *, warmup_s: float, measure_s: float, 
     first = timezone.now()
     deadline = time.monotonic() + measure_s
     while True:
-        services.samples_record(stats_by_node=fleet.stats(), at=timezone.now())
+        services.readings_record(nodes=fleet.readings(), at=timezone.now())
         if time.monotonic() >= deadline:
             break
         time.sleep(every_s)

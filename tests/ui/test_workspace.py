@@ -184,7 +184,7 @@ def test_a_weight_change_queues_the_runtime_api_task_after_commit(edge, alice, m
     member = edge["acme_pool"].members.get()
     queued: list[int] = []
     monkeypatch.setattr(tasks.member_runtime_task, "delay", queued.append)
-    monkeypatch.setattr(receivers.services, "rollout_start", lambda **kwargs: False)  # no broker needed
+    monkeypatch.setattr(receivers.services, "fleet_change_record", lambda **kwargs: False)  # no broker needed
     with django_capture_on_commit_callbacks(execute=True):
         web(alice).post(f"/members/{member.pk}/state/", {"admin_state": "drain", "weight": "5"})
     assert queued == [member.pk]

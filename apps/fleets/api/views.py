@@ -52,7 +52,7 @@ class FleetViewSet(TenantViewSet):
     def reconcile(self, request, pk=None):
         """Render the desired state now and roll it out if it changed (asynchronously)."""
         fleet = self.get_object()
-        services.rollout_start(fleet=fleet, force=True)
+        services.fleet_change_record(fleet=fleet, force=True)
         return Response({"queued": True}, status=status.HTTP_202_ACCEPTED)
 
     @action(detail=True, methods=["post"], serializer_class=EmptySerializer)
