@@ -75,6 +75,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "apps.accounts.sso.SsoSessionMiddleware",
     "apps.accounts.middleware.PrincipalMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -171,6 +172,35 @@ LONGPOLL_SLOTS_PER_PRINCIPAL = envint("LONGPOLL_SLOTS_PER_PRINCIPAL", 2, minimum
 # tests set the limit they exercise (5) explicitly.
 LOGIN_THROTTLE_ATTEMPTS = envint("LOGIN_THROTTLE_ATTEMPTS", 1000 if TESTING else 5, minimum=1)
 LOGIN_THROTTLE_WINDOW_S = envint("LOGIN_THROTTLE_WINDOW_S", 300, minimum=1)
+
+# --- single sign-on (OpenID Connect, apps/accounts/sso.py; mozilla-django-oidc does the code flow) -------
+# SSO is on when SSO_ISSUER is set: endpoints come from the issuer's discovery document unless given.
+SSO_ISSUER = envstr("SSO_ISSUER", "").rstrip("/")
+SSO_CLIENT_ID = envstr("SSO_CLIENT_ID", "")
+SSO_CLIENT_SECRET = envsecret("SSO_CLIENT_SECRET")
+# Endpoints, for an IdP without discovery (each one given here wins over the discovery document's).
+SSO_AUTHORIZATION_ENDPOINT = envstr("SSO_AUTHORIZATION_ENDPOINT", "")
+SSO_TOKEN_ENDPOINT = envstr("SSO_TOKEN_ENDPOINT", "")
+SSO_USERINFO_ENDPOINT = envstr("SSO_USERINFO_ENDPOINT", "")
+SSO_JWKS_URI = envstr("SSO_JWKS_URI", "")
+SSO_SCOPES = envstr("SSO_SCOPES", "openid email profile groups")
+SSO_BUTTON_LABEL = envstr("SSO_BUTTON_LABEL", "Sign in with single sign-on")
+# The claim that names the just-in-time user (falls back to email, then sub).
+SSO_USERNAME_CLAIM = envstr("SSO_USERNAME_CLAIM", "preferred_username")
+# Claim -> org and role: a JSON list of {"claim": "groups", "value": "acme-admins", "org": "acme", "role": "admin"}
+# (a list-valued claim matches when it contains the value). Memberships in the orgs named here follow the IdP at
+# every sign-in; an account whose claims map to no org is refused.
+SSO_ORG_MAP = envstr("SSO_ORG_MAP", "[]")
+# The session ends when the id_token expires (its `exp`), capped at SSO_SESSION_MAX_S; then the next page load
+# asks the IdP again without a prompt (prompt=none): still signed in there → a new token, signed out → logged out.
+SSO_SESSION_MAX_S = envint("SSO_SESSION_MAX_S", 3600, minimum=1)
+SSO_TIMEOUT_S = envint("SSO_TIMEOUT_S", 10, minimum=1)
+# Off: the login page offers only SSO and no password is checked anywhere (the admin included).
+LOCAL_LOGIN_ENABLED = envbool("LOCAL_LOGIN_ENABLED", True)
+if not LOCAL_LOGIN_ENABLED and not SSO_ISSUER:
+    raise ImproperlyConfigured("LOCAL_LOGIN_ENABLED=0 needs SSO_ISSUER (nobody could log in)")
+AUTHENTICATION_BACKENDS = ["apps.accounts.sso.LocalBackend", "apps.accounts.sso.SsoBackend"]
+OIDC_AUTHENTICATION_CALLBACK_URL = "sso-callback"
 
 # --- cache (login throttling, idempotency keys, hot health copy) ----------------
 REDIS_URL = envstr("REDIS_URL")

@@ -21,6 +21,7 @@ from django.db import transaction
 from django.http import HttpResponse
 from django.template.response import TemplateResponse
 
+from apps.accounts.sso_views import login_context, login_page
 from apps.core import netpolicy
 from apps.core.locks import xact_lock
 
@@ -54,16 +55,24 @@ def _count_attempt(key: str) -> int:
 
 
 class ThrottledLoginView(auth_views.LoginView):
+    """Password sign-in (when LOCAL_LOGIN_ENABLED) beside the single sign-on button (when SSO_ISSUER is set)."""
+
     template_name = "login.html"
     redirect_authenticated_user = True
 
+    def get_context_data(self, **kwargs):
+        return {**super().get_context_data(**kwargs), **login_context()}
+
     def post(self, request, *args, **kwargs):
+        if not settings.LOCAL_LOGIN_ENABLED:
+            # No password is checked (nor counted) at all: the form is refused before authentication.
+            return login_page(request, "Password sign-in is turned off here; use single sign-on.", 403)
         ip_key, user_key = _ip_key(request), _user_key(request)
         counts = [_count_attempt(k) for k in (ip_key, user_key)]
         if any(n > settings.LOGIN_THROTTLE_ATTEMPTS for n in counts):
             response: HttpResponse = TemplateResponse(
                 request, "login.html",
-                {"throttled": True, "form": self.get_form_class()(request)}, status=429)
+                {"throttled": True, "form": self.get_form_class()(request), **login_context()}, status=429)
             response["Retry-After"] = str(settings.LOGIN_THROTTLE_WINDOW_S)
             return response
         response = super().post(request, *args, **kwargs)

@@ -132,3 +132,23 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+class SsoIdentity(models.Model):
+    """A user made (just in time) by single sign-on, tied to the IdP's stable subject, never to an email.
+
+    Linking by `sub` and not by email or username means an IdP account cannot take over a local account
+    that happens to share its address or name.
+    """
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_identity")
+    issuer = models.CharField(max_length=300)
+    subject = models.CharField(max_length=255)
+    last_login_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="sso_identity_unique_subject")]
+
+    def __str__(self) -> str:
+        return f"{self.subject}@{self.issuer}"

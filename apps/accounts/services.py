@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from apps.accounts.models import ApiToken, Membership, Organization, Role, Scope
+from apps.accounts.models import ApiToken, Membership, Organization, Role, Scope, SsoIdentity
 from apps.accounts.principal import Principal
 from apps.audit.services import audit_record, audited_delete, audited_save
 from apps.core.errors import DomainError
@@ -214,3 +214,68 @@ def membership_remove(*, principal: Principal, membership: Membership) -> None:
 def memberships_of(user) -> list[Membership]:
     """The orgs a signed-in user can switch between."""
     return list(Membership.objects.filter(user=user).select_related("org").order_by("org__kind", "org__slug"))
+
+
+# --- single sign-on (apps.accounts.sso) -------------------------------------------------------------------
+
+
+class SsoNoOrg(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _free_username(base: str) -> str:
+    user_model = get_user_model()
+    base = (base.strip() or "sso-user")[:140]
+    if not user_model.objects.filter(username=base).exists():
+        return base
+    for n in range(2, 1000):
+        if not user_model.objects.filter(username=f"{base}-{n}").exists():
+            return f"{base}-{n}"
+    return f"{base}-{secrets.token_hex(4)}"
+
+
+def sso_user_sync(*, issuer: str, subject: str, username: str, email: str, grants: dict[str, str],
+                  managed_orgs: set[str]):
+    """The user behind an IdP subject, made on first sign-in, with memberships as the IdP's claims say.
+
+    Orgs named in the mapping (`managed_orgs`) follow the claims at every sign-in (granted, role changed or
+    removed); memberships in other orgs, added by hand, are left alone. Refused (SsoNoOrg, nothing written)
+    when the claims grant no existing org.
+    """
+    orgs = {o.slug: o for o in Organization.objects.filter(slug__in=grants)}
+    if not orgs:
+        raise SsoNoOrg(f"Your single sign-on account ({username}) is not in any group that Spillway maps to an "
+                       "organization, so it cannot sign in. Ask your Spillway operator to map one of your groups.")
+    user_model = get_user_model()
+    with transaction.atomic():
+        identity = SsoIdentity.objects.select_for_update().select_related("user").filter(
+            issuer=issuer, subject=subject).first()
+        if identity is None:
+            user = user_model(username=_free_username(username), email=email)
+            user.set_unusable_password()  # a password can never open this account
+            user.save()
+            identity = SsoIdentity.objects.create(user=user, issuer=issuer, subject=subject)
+            audit_record(principal=None, org=next(iter(orgs.values())), action="user.sso_create", obj=user,
+                         after={"username": user.username, "issuer": issuer, "subject": subject})
+        user = identity.user
+        if email and user.email != email:
+            user.email = email
+            user.save(update_fields=["email"])
+        identity.last_login_at = timezone.now()
+        identity.save(update_fields=["last_login_at"])
+        current = {m.org.slug: m for m in Membership.objects.filter(user=user).select_related("org")}
+        for slug, org in orgs.items():
+            m = current.get(slug)
+            if m is None or m.role != grants[slug]:
+                before = {"role": m.role} if m else None
+                Membership.objects.update_or_create(user=user, org=org, defaults={"role": grants[slug]})
+                audit_record(principal=None, org=org, action="membership.sso_sync", obj=user,
+                             before=before, after={"user": user.username, "role": grants[slug]})
+        for slug, m in current.items():
+            if slug in managed_orgs and slug not in orgs:
+                audit_record(principal=None, org=m.org, action="membership.sso_sync", obj=user,
+                             before={"role": m.role}, after=None)
+                m.delete()
+    return user
