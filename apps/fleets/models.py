@@ -84,6 +84,11 @@ class Node(models.Model):
     vrrp_interface = models.CharField(max_length=15, blank=True, default="")
     # Drained: the node gives its VIPs up first (they move to a peer), then its traffic drains away.
     drained = models.BooleanField(default=False)
+    # On: keepalived runs in the host's initial network namespace (a host service, or a container on the
+    # host network) and sees the local HAProxy die through kernel process events, at once. Off: only the
+    # 1 s poll; needed where keepalived has a network namespace of its own, which gets no process events
+    # (keepalived would then hold every instance in FAULT, and this node would never hold a VIP).
+    vrrp_process_events = models.BooleanField(default=True)
     applied_revision = models.ForeignKey(
         "ConfigRevision", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

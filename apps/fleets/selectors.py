@@ -219,7 +219,7 @@ def vrrp_spec(node: Node) -> VrrpSpec | None:
         interface=node.vrrp_interface, address=node.address, priority=node_priority(index),
         peers=tuple(n.address for n in peers if n.pk != node.pk), version=fleet.vrrp_version,
         advert_ms=fleet.vrrp_advert_ms, auth_pass=secret, drained=node.drained,
-        haproxy_bin=node.haproxy_bin or settings.HAPROXY_BIN,
+        haproxy_bin=node.haproxy_bin or settings.HAPROXY_BIN, process_events=node.vrrp_process_events,
     )
 
 

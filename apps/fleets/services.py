@@ -387,10 +387,12 @@ def fleet_delete(*, principal: Principal, fleet: Fleet) -> None:
             _restart_after_commit(sharing)
 
 
-NODE_AUDIT_FIELDS = ("name", "address", "transport", "runtime_dir", "config_dir", "bind_address", "ssh_host",
-                     "ssh_port", "ssh_user", "enabled", "vrrp_interface", "drained")
-# What changes a node's keepalived.conf (its own or its peers') without changing the fleet's revision.
-VRRP_NODE_FIELDS = ("address", "bind_address", "enabled", "vrrp_interface", "drained", "name")
+NODE_AUDIT_FIELDS = ("name", "address", "transport", "runtime_dir", "config_dir", "bind_address", "haproxy_bin",
+                     "ssh_host", "ssh_port", "ssh_user", "enabled", "vrrp_interface", "drained", "vrrp_process_events")
+# What changes a node's keepalived.conf (its own or its peers') without changing the fleet's revision
+# (haproxy_bin: keepalived follows the HAProxy processes by that file's name).
+VRRP_NODE_FIELDS = ("address", "bind_address", "enabled", "vrrp_interface", "drained", "name", "haproxy_bin",
+                    "vrrp_process_events")
 
 
 # What decides where a node's config binds and how Spillway reaches it: a change re-verifies the node.

@@ -126,7 +126,8 @@ class VrrpSpec:
     advert_ms: int = 200
     auth_pass: str = field(default="", repr=False)  # VRRPv2 only; decrypted from the fleet's secret
     drained: bool = False  # gives up every VIP (instances held in FAULT) while staying a peer
-    haproxy_bin: str = "haproxy"  # argv[0] of the node's HAProxy master, as keepalived's track_process sees it
+    haproxy_bin: str = "haproxy"  # the node's HAProxy binary; keepalived follows processes of that file name
+    process_events: bool = True  # keepalived gets kernel process events (runs in the initial network namespace)
 
 
 @dataclass(frozen=True)

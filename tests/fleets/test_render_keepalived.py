@@ -120,6 +120,7 @@ INJECTIONS = [
     ("haproxy_bin", "-W"),
     ("haproxy_bin", ""),
     ("haproxy_bin", "/opt/../x\\y"),
+    ("process_events", "yes"),
 ]
 
 
@@ -164,3 +165,11 @@ def test_haproxy_accepts_the_vip_bind(tmp_path) -> None:
     result = subprocess.run(["haproxy", "-c", "-dW", "-f", "haproxy.cfg"], cwd=tmp_path, capture_output=True,
                             text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_node_without_process_events_keeps_only_the_poll() -> None:
+    """keepalived in a network namespace of its own gets no process events and would hold every instance
+    in FAULT over an unanswered track_process: such a node renders without it."""
+    conf = keepalived_conf(snapshot("10.215.9.100"), node(replace(VRRP, process_events=False)))
+    assert "track_process" not in conf and "process_monitor_rcv_bufs" not in conf
+    assert "track_script {\n        spillway_haproxy\n" in conf

@@ -90,8 +90,8 @@ class NodeSerializer(TenantModelSerializer):
         model = Node
         fields = ["id", "fleet", "name", "address", "transport", "runtime_dir", "config_dir", "bind_address",
                   "haproxy_bin", "ssh_host", "ssh_port", "ssh_user", "ssh_private_key", "has_ssh_key",
-                  "ssh_known_hosts", "enabled", "vrrp_interface", "drained", "applied_revision", "desired_revision",
-                  "applied_sha256",
+                  "ssh_known_hosts", "enabled", "vrrp_interface", "drained", "vrrp_process_events",
+                  "applied_revision", "desired_revision", "applied_sha256",
                   "worker_pid", "status", "status_detail", "last_seen", "created_at", "updated_at"]
         read_only_fields = ["applied_sha256", "worker_pid", "status", "status_detail", "last_seen",
                             "created_at", "updated_at"]

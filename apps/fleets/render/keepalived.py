@@ -19,7 +19,9 @@ What it guarantees, and why:
   (whole-second polls: keepalived 2.2 refuses a shorter `interval`): both must pass. So an unrelated
   HAProxy on the host (or process events that never arrive) only slows the detection back to the poll.
   The connector exists only in the initial network namespace: keepalived must run there (a host's own,
-  or started there and moved by `net_namespace`, as tests/netns.py does).
+  or started there and moved by `net_namespace`, as tests/netns.py does). Elsewhere keepalived cannot
+  subscribe and holds every instance in FAULT, so such a node turns `vrrp_process_events` off and keeps
+  only the poll.
 - **Not starved on a loaded node**: the VRRP process runs at nice -20 and escalates itself to realtime
   scheduling when a timer fires 100 ms late (`max_auto_priority`), so a busy HAProxy box does not miss
   its 200 ms adverts and hand its VIPs away.
@@ -99,8 +101,9 @@ def check_vrrp(vrrp: VrrpSpec) -> VrrpSpec:
     if version == 2 and (not isinstance(auth_pass, str) or not _AUTH_PASS_RE.match(auth_pass)):
         raise UnsafeValue("node.vrrp.auth_pass", "invalid_secret",
                           "VRRPv2 needs the fleet's VRRP secret: 1 to 8 letters or digits.")
-    if not isinstance(vrrp.drained, bool):
-        raise UnsafeValue("node.vrrp.drained", "invalid_type", "expected a boolean.")
+    for name in ("drained", "process_events"):
+        if not isinstance(getattr(vrrp, name), bool):
+            raise UnsafeValue(f"node.vrrp.{name}", "invalid_type", "expected a boolean.")
     if (not isinstance(vrrp.haproxy_bin, str) or len(vrrp.haproxy_bin) > 255 or vrrp.haproxy_bin.startswith("-")
             or not _BIN_RE.match(vrrp.haproxy_bin)):
         raise UnsafeValue("node.vrrp.haproxy_bin", "invalid_path",
@@ -110,7 +113,7 @@ def check_vrrp(vrrp: VrrpSpec) -> VrrpSpec:
         interface=vrrp.interface, address=address,
         priority=_int("node.vrrp.priority", vrrp.priority, 1, PRIORITY_TOP), peers=tuple(sorted(peers)),
         version=version, advert_ms=advert_ms, auth_pass=auth_pass if version == 2 else "",
-        drained=vrrp.drained, haproxy_bin=vrrp.haproxy_bin,
+        drained=vrrp.drained, haproxy_bin=vrrp.haproxy_bin, process_events=vrrp.process_events,
     )
 
 
@@ -178,15 +181,20 @@ def render_keepalived(snapshot: FleetSnapshot, node: NodeSpec) -> str | None:
         f"{INDENT}min_auto_priority_delay 100000",
         # Every process start and exit on the host is an event; a burst must not overflow the socket
         # (keepalived would then re-scan /proc a second later, a second in which a death goes unseen).
-        f"{INDENT}process_monitor_rcv_bufs 1048576",
-        f"{INDENT}process_monitor_rcv_bufs_force true",
+        *([f"{INDENT}process_monitor_rcv_bufs 1048576", f"{INDENT}process_monitor_rcv_bufs_force true"]
+          if vrrp.process_events else []),
         "}",
         "",
-        "vrrp_track_process spillway_haproxy_master {",
-        f'{INDENT}process "{haproxy_comm(vrrp.haproxy_bin)}"',
-        f"{INDENT}quorum 1",
-        "}",
-        "",
+    ]
+    if vrrp.process_events:
+        lines += [
+            "vrrp_track_process spillway_haproxy_master {",
+            f'{INDENT}process "{haproxy_comm(vrrp.haproxy_bin)}"',
+            f"{INDENT}quorum 1",
+            "}",
+            "",
+        ]
+    lines += [
         "vrrp_script spillway_haproxy {",
         # A killed master leaves its socket file behind, so test for the process that serves it.
         f'{INDENT}script "/usr/bin/pgrep -f -- {master_socket}"',
@@ -222,9 +230,8 @@ def render_keepalived(snapshot: FleetSnapshot, node: NodeSpec) -> str | None:
             f"{INDENT}virtual_ipaddress {{",
             f"{INDENT * 2}{address}/{prefix} dev {vrrp.interface}",
             f"{INDENT}}}",
-            f"{INDENT}track_process {{",
-            f"{INDENT * 2}spillway_haproxy_master",
-            f"{INDENT}}}",
+            *([f"{INDENT}track_process {{", f"{INDENT * 2}spillway_haproxy_master", f"{INDENT}}}"]
+              if vrrp.process_events else []),
             f"{INDENT}track_script {{",
             f"{INDENT * 2}spillway_haproxy",
             *([f"{INDENT * 2}spillway_drained"] if vrrp.drained else []),
