@@ -1,6 +1,251 @@
-import os
+"""The web server's application: what `make run` and production serve (`gunicorn -k asgi`, see
+apps/core/webserver.py).
 
-from django.core.asgi import get_asgi_application
+Why not Django's ASGI handler: our API is synchronous, and under that handler every sync view runs on
+one thread per process (thread_sensitive), so one slow request would stall the process. Here every
+request runs the ordinary WSGI application (controlplane.wsgi) on a pool of WEB_THREADS threads, each
+with its own database connection — exactly as gunicorn's gthread worker did — and the one thing that
+changes is *waiting*:
+
+A view that would block (the `applied` long-poll) is told by ``environ["spillway.park"] == "ok"`` that
+it may park instead; it then answers at once with ``X-Spillway-Park: <seconds>``. We keep the client's
+connection open in a coroutine (no thread), woken by a Redis message (apps.core.wakeups) or every
+LONGPOLL_RECHECK_S, and run the same request again with ``"spillway.park" == "recheck"`` (no throttle
+charge; the view answers with X-Spillway-Park again while it is not done) until it is done or its time
+is up, then send the last answer. Each re-check goes through the whole middleware
+and DRF stack again, so authentication, tenancy (a foreign or deleted object is a 404) and a revoked
+token end a wait exactly as they answer any request. A client cannot set these environ keys: request
+headers only ever become ``HTTP_*`` keys, and the X-Spillway-Park* headers never leave this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import logging
+import os
+import random
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
-application = get_asgi_application()
+
+from django.conf import settings
+
+from controlplane.wsgi import application as wsgi_application
+
+log = logging.getLogger(__name__)
+
+PARK_HEADER = "x-spillway-park"  # seconds the view allows the request to wait
+RELEASE_HEADER = "x-spillway-park-release"  # cache key of the principal's waiting count
+MAX_BODY = 16 * 1024 * 1024
+
+_pool = ThreadPoolExecutor(max_workers=settings.WEB_THREADS, thread_name_prefix="web")
+# Re-checks of parked requests run on their own thread, so a crowd of them woken together waits its
+# turn there instead of queueing ahead of everyone else's requests in `_pool`.
+_recheck_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recheck")
+_parked = 0
+
+
+async def application(scope: dict[str, Any], receive, send) -> None:
+    if scope["type"] == "lifespan":
+        await _lifespan(receive, send)
+    elif scope["type"] == "http":
+        await _http(scope, receive, send)
+    # websocket: unsupported; returning closes the connection.
+
+
+async def _lifespan(receive, send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def _http(scope: dict[str, Any], receive, send) -> None:
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        body += message.get("body", b"")
+        if len(body) > MAX_BODY:
+            await _send(send, 413, [(b"content-type", b"application/json")],
+                        b'{"code":"too_large","detail":"Request body too large."}')
+            return
+        if not message.get("more_body"):
+            break
+    loop = asyncio.get_running_loop()
+    status, headers, content = await loop.run_in_executor(_pool, _run_wsgi, scope, bytes(body), "ok")
+    park = _header(headers, PARK_HEADER)
+    release = _header(headers, RELEASE_HEADER)
+    if park is None:
+        await _send(send, status, headers, content)
+        return
+    global _parked
+    try:
+        if _parked >= settings.LONGPOLL_PARKED_PER_PROCESS:
+            # Full: the answer already in hand is the "timeout passed" state; come back in a second.
+            await _send(send, status, [*headers, (b"retry-after", b"1")], content)
+            return
+        _parked += 1
+        try:
+            answer = await _park(scope, bytes(body), float(park), receive)
+        finally:
+            _parked -= 1
+        if answer is not None:
+            await _send(send, *answer)
+    finally:
+        if release:
+            await loop.run_in_executor(None, _release, release)
+
+
+async def _park(scope: dict[str, Any], body: bytes, seconds: float, receive):
+    """Wait up to `seconds`, re-asking the view on every wake-up; None if the client went away."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    disconnect = asyncio.ensure_future(_disconnected(receive))
+    try:
+        while True:
+            remaining = deadline - loop.time()
+            if remaining > 0:
+                # Spread the periodic re-checks so a crowd parked together does not re-check together.
+                recheck = settings.LONGPOLL_RECHECK_S * random.uniform(0.8, 1.2)
+                wake = asyncio.ensure_future(_wakeups.wait())
+                done, _ = await asyncio.wait({wake, disconnect}, timeout=min(remaining, recheck),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                wake.cancel()
+                if disconnect in done:
+                    return None
+            answer = await loop.run_in_executor(_recheck_pool, _run_wsgi, scope, body, "recheck")
+            if _header(answer[1], PARK_HEADER) is None or loop.time() >= deadline:
+                return answer
+    finally:
+        disconnect.cancel()
+
+
+async def _disconnected(receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _release(key: str) -> None:
+    from django.core.cache import cache
+
+    with contextlib.suppress(ValueError):  # expired meanwhile
+        cache.decr(key)
+
+
+class _Wakeups:
+    """One Redis subscription per process; `wait()` returns at the next "applied" message."""
+
+    def __init__(self) -> None:
+        self._event: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+
+    async def wait(self) -> None:
+        if not settings.REDIS_URL:
+            await asyncio.Event().wait()  # never: the periodic re-check is all there is
+        if self._event is None:
+            self._event = asyncio.Event()
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._listen())
+        await self._event.wait()
+
+    def _wake_all(self) -> None:
+        event, self._event = self._event, asyncio.Event()
+        if event is not None:
+            event.set()
+
+    async def _listen(self) -> None:
+        import redis.asyncio as aioredis
+
+        from apps.core.wakeups import channel
+
+        while True:
+            try:
+                client = aioredis.Redis.from_url(settings.REDIS_URL)
+                async with client.pubsub() as pubsub:
+                    await pubsub.subscribe(channel("applied"))
+                    self._wake_all()  # a message may have been missed while we were not subscribed
+                    async for message in pubsub.listen():
+                        if message["type"] == "message":
+                            self._wake_all()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # parked requests still re-check periodically meanwhile
+                log.warning("wake-up subscription lost; retrying", exc_info=True)
+                await asyncio.sleep(1)
+
+
+_wakeups = _Wakeups()
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: str) -> str | None:
+    for key, value in headers:
+        if key == name.encode():
+            return value.decode("latin1")
+    return None
+
+
+async def _send(send, status: int, headers: list[tuple[bytes, bytes]], content: bytes) -> None:
+    headers = [(k, v) for k, v in headers if k not in (PARK_HEADER.encode(), RELEASE_HEADER.encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": content})
+
+
+def _run_wsgi(scope: dict[str, Any], body: bytes, park: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """Run the WSGI application for one request on this (pool) thread; buffer its answer."""
+    environ = _environ(scope, body)
+    environ["spillway.park"] = park
+    started: dict[str, Any] = {}
+    chunks: list[bytes] = []
+
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info=None):
+        started["status"] = int(status.split(" ", 1)[0])
+        started["headers"] = [(k.lower().encode("latin1"), v.encode("latin1")) for k, v in headers]
+        return chunks.append
+
+    result = wsgi_application(environ, start_response)
+    try:
+        chunks.extend(result)
+    finally:
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()  # Django's request_finished: closes or recycles this thread's DB connection
+    return started["status"], started["headers"], b"".join(chunks)
+
+
+def _environ(scope: dict[str, Any], body: bytes) -> dict[str, Any]:
+    server = scope.get("server") or ("127.0.0.1", 80)
+    client = scope.get("client") or ("", 0)
+    environ: dict[str, Any] = {
+        "REQUEST_METHOD": scope["method"],
+        "SCRIPT_NAME": scope.get("root_path", "").encode().decode("latin1"),
+        "PATH_INFO": scope["path"].encode().decode("latin1"),
+        "QUERY_STRING": scope.get("query_string", b"").decode("latin1"),
+        "SERVER_NAME": str(server[0]), "SERVER_PORT": str(server[1] or 80),
+        "REMOTE_ADDR": str(client[0]), "REMOTE_PORT": str(client[1]),
+        "SERVER_PROTOCOL": f"HTTP/{scope.get('http_version', '1.1')}",
+        "CONTENT_LENGTH": str(len(body)),
+        "wsgi.version": (1, 0), "wsgi.url_scheme": scope.get("scheme", "http"),
+        "wsgi.input": io.BytesIO(body), "wsgi.errors": sys.stderr,
+        "wsgi.multithread": True, "wsgi.multiprocess": True, "wsgi.run_once": False,
+    }
+    for raw_name, raw_value in scope["headers"]:
+        name = raw_name.decode("latin1")
+        if "_" in name:  # as gunicorn's WSGI workers: X_Forwarded_For must not pose as X-Forwarded-For
+            continue
+        key = name.upper().replace("-", "_")
+        value = raw_value.decode("latin1")
+        if key in ("CONTENT_LENGTH",):
+            continue
+        if key != "CONTENT_TYPE":
+            key = "HTTP_" + key
+        environ[key] = f"{environ[key]},{value}" if key in environ else value
+    return environ

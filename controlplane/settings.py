@@ -164,8 +164,17 @@ CONTENT_SECURITY_POLICY = {
         "base-uri": ["'self'"],
     }
 }
-# Long-polls (GET .../applied/?timeout=) that may block a web thread at once: per web process (of its
-# 4 threads) and per principal across processes; the rest answer the current state without waiting.
+# Web server (controlplane/asgi.py under `gunicorn -k asgi`): request threads per process.
+WEB_THREADS = envint("WEB_THREADS", 4, minimum=1)
+# Long-polls (GET .../applied/?timeout=) served by controlplane.asgi park in a coroutine, holding no thread:
+# at most LONGPOLL_WAITS_PER_PRINCIPAL wait at once per principal (across processes) and
+# LONGPOLL_PARKED_PER_PROCESS per web process; beyond that they answer the current state at once
+# (202 + Retry-After). A parked one re-checks on each Redis wake-up and every LONGPOLL_RECHECK_S.
+LONGPOLL_WAITS_PER_PRINCIPAL = envint("LONGPOLL_WAITS_PER_PRINCIPAL", 256, minimum=0)
+LONGPOLL_PARKED_PER_PROCESS = envint("LONGPOLL_PARKED_PER_PROCESS", 2000, minimum=0)
+LONGPOLL_RECHECK_S = envint("LONGPOLL_RECHECK_S", 30 if envstr("REDIS_URL") else 2, minimum=1)
+# Under a plain WSGI server (the suite's live_server, `manage.py runserver`) a long-poll blocks a thread:
+# at most this many per process and per principal across processes; the rest answer at once.
 LONGPOLL_SLOTS_PER_PROCESS = envint("LONGPOLL_SLOTS_PER_PROCESS", 2, minimum=0)
 LONGPOLL_SLOTS_PER_PRINCIPAL = envint("LONGPOLL_SLOTS_PER_PRINCIPAL", 2, minimum=0)
 # The suite logs in from loopback hundreds of times across parallel workers and live servers; the throttle's own
@@ -237,7 +246,7 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "apps.core.api.errors.exception_handler",
     # preview runs `haproxy -c`; longpoll may hold a web thread (apps/core/api/throttles.py).
     "DEFAULT_THROTTLE_RATES": {"login": "10/min", "preview": envstr("THROTTLE_PREVIEW", "20/min"),
-                               "longpoll": envstr("THROTTLE_LONGPOLL", "120/min")},
+                               "longpoll": envstr("THROTTLE_LONGPOLL", "600/min")},
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     # JSON only: form encodings cannot carry the bodies (lists of targets, nested objects). The
     # parser refuses NUL characters and deep nesting at the edge (apps/core/api/parsers.py).

@@ -34,6 +34,7 @@ from django.db.models import Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from apps.core import wakeups
 from apps.fleets import emit, selectors
 from apps.fleets.delivery import (
     NodeOutcome,
@@ -282,6 +283,8 @@ def _record(result: NodeResult, outcome: NodeOutcome, rollout: Rollout) -> None:
         node_update.update(status=Node.Status.DRIFTED, status_detail=outcome.error[:5000])
     node = Node.objects.filter(pk=result.node_id).only("pk", "name", "fleet_id", "status").first()
     Node.objects.filter(pk=result.node_id).update(**node_update)
+    if outcome.ok:
+        wakeups.notify("applied")  # parked `applied` long-polls re-check now (controlplane/asgi.py)
     if node is not None and "status" in node_update:
         emit.node_status_changed(node, node.status, node_update["status"], node_update.get("status_detail", ""))
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,10 +36,11 @@ def free_port() -> int:
 
 @contextmanager
 def gunicorn() -> Iterator[str]:
-    """Yield the base URL of a gunicorn with runall's web settings (2 workers x 4 threads)."""
+    """Yield the base URL of the web server exactly as runall starts it (apps.core.webserver)."""
     port = free_port()
-    cmd = [sys.executable, "-m", "gunicorn", "controlplane.wsgi:application", "--bind", f"127.0.0.1:{port}",
-           "--workers", "2", "--threads", "4", "--timeout", "120"]
+    from apps.core.webserver import gunicorn_command
+
+    cmd = gunicorn_command(f"127.0.0.1:{port}")
     proc = subprocess.Popen(cmd, cwd=REPO, env=os.environ.copy(), stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30

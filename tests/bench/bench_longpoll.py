@@ -1,13 +1,15 @@
 """200 concurrent long-polls from one read-only token must not stall the API for anyone else.
 
-    python tests/bench/bench_longpoll.py [--longpolls 200] [--seconds 20]
+    python tests/bench/bench_longpoll.py [--longpolls 200] [--seconds 30] [--warmup 5]
 
-A gunicorn with `make run`'s web settings (2 workers x 4 threads, DEBUG=0, PostgreSQL, Redis).
+The web server exactly as `make run` starts it (apps.core.webserver: gunicorn -k asgi, 2 processes,
+controlplane.asgi; DEBUG=0, PostgreSQL, Redis).
 One read-only token runs N clients, each looping `GET /load-balancers/{id}/applied/?revision=<never
 applied>&timeout=60` (honouring Retry-After, as a client should) for the whole run; another principal
 meanwhile does sequential unrelated GETs (`/api/v1/regions/`) and we take their latency. Prints the
-long-poll answers by status and ``RESULT longpolls=N unrelated_p99_ms=... unrelated_p50_ms=...``.
-Goal: p99 <= 200 ms (exit 1 otherwise). Database: DATABASE_URL (default spw_bench_longpoll, re-created).
+long-poll answers by status and ``RESULT longpolls=N waiting=W unrelated_p99_ms=... unrelated_p50_ms=...``
+(W: long-polls still waiting when measuring ended). Goal: p99 <= 200 ms while >= 95% of the long-polls
+wait (exit 1 otherwise). Database: DATABASE_URL (default spw_bench_longpoll, re-created).
 """
 
 from __future__ import annotations
@@ -43,6 +45,12 @@ def seed() -> tuple[str, str, str]:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    import redis
+
+    # An earlier run's server, stopped with long-polls parked, leaves their per-principal counts for 2 min.
+    client = redis.Redis.from_url(os.environ["REDIS_URL"])
+    for key in client.scan_iter(match="*longpoll-parked:*"):
+        client.delete(key)
     from apps.accounts.models import Organization, Role
     from apps.accounts.services import org_create, token_create, user_create_with_membership
     from apps.balancers.models import LoadBalancer, Region
@@ -75,41 +83,55 @@ def _get(url: str, token: str, timeout: float = 90) -> tuple[int, dict]:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--longpolls", type=int, default=200)
-    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--seconds", type=float, default=30.0, help="measuring time")
+    parser.add_argument("--warmup", type=float, default=5.0, help="after starting the long-polls")
     args = parser.parse_args()
     from tests.bench._server import fresh_database, gunicorn
 
     fresh_database(os.environ["DATABASE_URL"])
     attacker, bystander, path = seed()
     answers: collections.Counter[int] = collections.Counter()
+    waiting = [0]  # long-polls sent and not yet answered
+    lock = threading.Lock()
     latencies: list[float] = []
     with gunicorn() as base:
-        stop = time.monotonic() + args.seconds
+        stop = time.monotonic() + args.warmup + args.seconds
 
         def poller() -> None:
             while time.monotonic() < stop:
+                with lock:
+                    waiting[0] += 1
                 status, headers = _get(base + path, attacker)
-                answers[status] += 1
+                with lock:
+                    waiting[0] -= 1
+                    answers[status] += 1
                 wait = float(headers.get("Retry-After") or 0)
                 time.sleep(min(wait, max(0.0, stop - time.monotonic())))
 
         threads = [threading.Thread(target=poller, daemon=True) for _ in range(args.longpolls)]
         for thread in threads:
             thread.start()
-        time.sleep(2)  # every long-poll is in flight
+        time.sleep(args.warmup)  # every long-poll has been sent and taken in (or answered)
+        in_flight_at_start = waiting[0]
         while time.monotonic() < stop:
             started = time.monotonic()
             status, _ = _get(base + "/api/v1/regions/", bystander, timeout=30)
             latencies.append((time.monotonic() - started) * 1000)
             assert status == 200, status
             time.sleep(0.05)
+        in_flight_at_end = waiting[0]
         load = os.getloadavg()
     latencies.sort()
-    p99 = latencies[int(len(latencies) * 0.99) - 1] if latencies else float("inf")
+    p99 = latencies[max(0, int(len(latencies) * 0.99) - 1)] if latencies else float("inf")
     p50 = statistics.median(latencies) if latencies else float("inf")
-    print(f"long-poll answers by status: {dict(answers)}; unrelated GETs: {len(latencies)}; load {load}")
-    print(f"RESULT longpolls={args.longpolls} unrelated_p99_ms={p99:.0f} unrelated_p50_ms={p50:.0f}")
-    return 0 if p99 <= GOAL_P99_MS else 1
+    print(f"long-polls waiting when measuring began: {in_flight_at_start}, when it ended: {in_flight_at_end}; "
+          f"long-poll answers by status: {dict(answers)}")
+    print(f"unrelated GETs: {len(latencies)}, slowest {[round(x) for x in latencies[-5:]]} ms; "
+          f"load {tuple(round(x, 2) for x in load)}")
+    print(f"RESULT longpolls={args.longpolls} waiting={in_flight_at_end} unrelated_p99_ms={p99:.0f} "
+          f"unrelated_p50_ms={p50:.0f}")
+    # The goal holds only while the long-polls really wait (not while they are answered at once).
+    return 0 if p99 <= GOAL_P99_MS and in_flight_at_end >= args.longpolls * 0.95 else 1
 
 
 if __name__ == "__main__":

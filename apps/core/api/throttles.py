@@ -4,14 +4,17 @@
   tenant's many tokens are each limited and the limit follows the caller, not its IP. A view opts in
   with `throttle_scope` (rates in REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]): `preview` runs
   `haproxy -c`, `longpoll` can hold a request thread.
-- `wait_slot`: a long-poll holds a web thread while it waits. At most LONGPOLL_SLOTS_PER_PROCESS waits
-  run per web process and LONGPOLL_SLOTS_PER_PRINCIPAL per principal across processes (a Redis
-  counter); a request that gets no slot does not wait — it answers the current state at once, as
-  when its timeout passes — so ~8 slow long-polls can no longer take every web thread.
+- `park_slot`: under controlplane.asgi (the production server) a long-poll parks in a coroutine and
+  holds no thread; LONGPOLL_WAITS_PER_PRINCIPAL bounds how many wait at once per principal.
+- `wait_slot`: under a plain WSGI server a long-poll holds a web thread while it waits. At most
+  LONGPOLL_SLOTS_PER_PROCESS waits run per web process and LONGPOLL_SLOTS_PER_PRINCIPAL per principal
+  across processes (a Redis counter); a request that gets no slot does not wait — it answers the
+  current state at once, as when its timeout passes — so slow long-polls cannot take every thread.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,3 +51,20 @@ def wait_slot(principal) -> Iterator[bool]:
             cache.decr(key)
     finally:
         _process_slots.release()
+
+
+# Headers between a parking view and controlplane.asgi (which strips them from every answer).
+PARK_HEADER = "X-Spillway-Park"
+RELEASE_HEADER = "X-Spillway-Park-Release"
+
+
+def park_slot(principal) -> str | None:
+    """Count one parked long-poll for `principal` (across processes); the counter's cache key, which
+    controlplane.asgi decrements when the wait ends, or None when the principal has its share."""
+    # A digest: the key travels in a header to controlplane.asgi, and an actor may hold any character.
+    key = "longpoll-parked:" + hashlib.sha256(principal.actor.encode()).hexdigest()[:24]
+    cache.add(key, 0, _SLOT_TTL_S)
+    if cache.incr(key) > settings.LONGPOLL_WAITS_PER_PRINCIPAL:
+        cache.decr(key)
+        return None
+    return key

@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 
 from apps.balancers.models import LoadBalancer
 from apps.core.api.serializers import EmptySerializer, QueuedSerializer
-from apps.core.api.throttles import PrincipalRateThrottle, wait_slot
+from apps.core.api.throttles import PARK_HEADER, RELEASE_HEADER, PrincipalRateThrottle, park_slot, wait_slot
 from apps.core.api.viewsets import TenantViewSet, etag_for
 from apps.core.errors import DomainError, NotFoundError
 from apps.fleets import certs, engine, preview, route_tester, selectors, services
@@ -239,6 +239,10 @@ class LoadBalancerAppliedView(APIView):
     throttle_classes = [PrincipalRateThrottle]
     throttle_scope = "longpoll"
 
+    def get_throttles(self):
+        # A parked long-poll's re-checks (controlplane.asgi) are one client request, charged once.
+        return [] if self.request.META.get("spillway.park") == "recheck" else super().get_throttles()
+
     @extend_schema(parameters=[s.AppliedQuerySerializer],
                    responses={200: s.AppliedSerializer, 202: s.AppliedSerializer})
     def get(self, request, pk: int):
@@ -247,6 +251,10 @@ class LoadBalancerAppliedView(APIView):
         timeout_s = min(query["timeout"], APPLIED_MAX_TIMEOUT_S)
         if not selectors.lb_fleets(lb).exists():
             raise DomainError("no_fleet", "This load balancer is not served by any HAProxy fleet.", status=409)
+        # Set by controlplane.asgi (never by a client: headers only become HTTP_* keys).
+        park = request.META.get("spillway.park")
+        if park is not None:
+            return self._answer_or_park(request, lb, wanted, timeout_s)
         with wait_slot(request.principal) as may_wait:
             # Without a slot the caller gets the state now, as if its timeout had passed.
             deadline = time.monotonic() + (timeout_s if may_wait else 0.0)
@@ -255,9 +263,27 @@ class LoadBalancerAppliedView(APIView):
                 if done or time.monotonic() >= deadline:
                     break
                 time.sleep(APPLIED_POLL_S)
+        return self._answer(lb, wanted, done, nodes, {} if may_wait else {"Retry-After": "1"})
+
+    def _answer_or_park(self, request, lb: LoadBalancer, wanted: int, timeout_s: float) -> Response:
+        """Under controlplane.asgi: answer now, or ask to park (no thread waits; see that module)."""
+        done, nodes = selectors.lb_applied_state(lb, wanted)
+        if done:
+            return self._answer(lb, wanted, done, nodes, {})
+        if request.META["spillway.park"] == "recheck":  # still parked: keep waiting, its slot is held
+            return self._answer(lb, wanted, done, nodes, {PARK_HEADER: "0"})
+        if timeout_s <= 0:
+            return self._answer(lb, wanted, done, nodes, {})
+        key = park_slot(request.principal)
+        if key is None:  # this principal already has its share of waiting long-polls
+            return self._answer(lb, wanted, done, nodes, {"Retry-After": "1"})
+        return self._answer(lb, wanted, done, nodes, {PARK_HEADER: f"{timeout_s:g}", RELEASE_HEADER: key})
+
+    @staticmethod
+    def _answer(lb: LoadBalancer, wanted: int, done: bool, nodes: list, headers: dict[str, str]) -> Response:
         body = {"load_balancer": lb.pk, "revision": wanted, "current_revision": lb.revision,
                 "applied": done, "nodes": nodes}
         if done:
             return Response(body)
-        # Told not to wait (no slot free): a polite client comes back a second later.
-        return Response(body, status=status.HTTP_202_ACCEPTED, headers={} if may_wait else {"Retry-After": "1"})
+        # Retry-After: told not to wait (no slot free), a polite client comes back a second later.
+        return Response(body, status=status.HTTP_202_ACCEPTED, headers=headers)

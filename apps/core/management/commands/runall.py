@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.core import ports
+from apps.core import ports, webserver
 from apps.core.discovery import app_modules
 
 
@@ -53,8 +53,7 @@ class Command(BaseCommand):
             message = start_demo()
             if message:
                 self.stdout.write(message)
-        spawn("web", [py, "-m", "gunicorn", "controlplane.wsgi:application", "--bind", opts["bind"],
-                      "--workers", "2", "--threads", "4", "--timeout", "120"])
+        spawn("web", webserver.gunicorn_command(opts["bind"]))
         self.stdout.write(self.style.SUCCESS(f"Spillway on http://{opts['bind']}/  (API docs: /api/v1/docs/)"))
         self.stdout.write(f"logs: {log_dir}/{{web,worker,beat}}.log (the console shows warnings, errors and events)")
         self.stdout.write(f"database: {settings.DATABASES['default']['ENGINE']}, broker: {settings.CELERY_BROKER_URL}")

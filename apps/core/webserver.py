@@ -1,0 +1,13 @@
+"""The one web server command line: `make run` (manage.py runall), the benchmarks and the README's
+production command all serve controlplane.asgi this way."""
+
+from __future__ import annotations
+
+import sys
+
+
+def gunicorn_command(bind: str, workers: int = 2) -> list[str]:
+    """gunicorn's native asyncio worker running controlplane.asgi: WEB_THREADS request threads per
+    process (settings) and long-polls parked without a thread (see controlplane/asgi.py)."""
+    return [sys.executable, "-m", "gunicorn", "controlplane.asgi:application", "-k", "asgi", "--bind", bind,
+            "--workers", str(workers), "--timeout", "120", "--graceful-timeout", "5"]

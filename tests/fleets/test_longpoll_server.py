@@ -1,0 +1,141 @@
+"""Long-polls under the real web server (`gunicorn -k asgi` + controlplane.asgi, as `make run` serves):
+many of them wait without holding a request thread, an unrelated request still answers, a node that
+records the wanted config ends every wait at once, and each answer is the one the caller deserves *now*
+(another tenant's LB is a 404, a token revoked during the wait gets a 401).
+
+A real server process on a free port, with one process and 2 request threads, so that anything holding
+a thread per long-poll would starve at the third one."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import pytest
+
+from apps.accounts.services import token_authenticate, token_revoke
+from apps.balancers.models import LoadBalancer
+from apps.core import wakeups
+from apps.core.webserver import gunicorn_command
+from apps.fleets.models import ConfigRevision, Fleet, Node
+from tests.conftest import REPO, process_env, stop_process
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PARKED = 12  # > the server's 2 request threads
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server(transactional_db) -> str:
+    port = _free_port()
+    env = process_env(DEBUG="0", WEB_THREADS="2", LONGPOLL_WAITS_PER_PRINCIPAL=str(PARKED + 2),
+                      LONGPOLL_RECHECK_S="60")
+    proc = subprocess.Popen(gunicorn_command(f"127.0.0.1:{port}", workers=1), cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while _get(f"http://127.0.0.1:{port}/healthz", None, timeout=2)[0] != 200:
+            assert proc.poll() is None and time.monotonic() < deadline, "web server did not start"
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(proc)
+
+
+@pytest.fixture
+def lb(acme) -> LoadBalancer:
+    from apps.balancers.models import Region
+
+    region = Region.objects.create(slug="us-east", name="US East")
+    fleet = Fleet.objects.create(name="edge", region=region)
+    Node.objects.create(fleet=fleet, name="n1", address="127.0.0.1", runtime_dir="/run/spw/n1",
+                        config_dir="/etc/spw/n1")
+    return LoadBalancer.objects.create(org=acme, name="web", fleet=fleet)
+
+
+def _get(url: str, token: str | None, timeout: float = 60) -> tuple[int, dict, dict]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url, headers=headers)  # noqa: S310  (our own server)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            return response.status, {k.lower(): v for k, v in response.headers.items()}, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        body = exc.read()
+        return exc.code, {k.lower(): v for k, v in exc.headers.items()}, json.loads(body) if body else {}
+    except OSError:
+        return 0, {}, {}
+
+
+def _applied_url(server: str, lb: LoadBalancer, timeout: int) -> str:
+    return f"{server}/api/v1/load-balancers/{lb.pk}/applied/?revision={lb.revision + 1}&timeout={timeout}"
+
+
+def _apply(lb: LoadBalancer) -> None:
+    """What the rollout engine records when the node verified a config covering the LB's next revision."""
+    node = Node.objects.get(fleet=lb.fleet)
+    revision = ConfigRevision.objects.create(fleet=lb.fleet, number=1, text="", sha256="0" * 64,
+                                             validation_ok=True, lb_revisions={str(lb.pk): lb.revision + 1})
+    Node.objects.filter(pk=node.pk).update(applied_revision=revision)
+    wakeups.notify("applied")
+
+
+def test_many_long_polls_wait_without_threads_and_a_node_applying_ends_them(server, lb, vera, otto) -> None:
+    url = _applied_url(server, lb, timeout=40)
+    with ThreadPoolExecutor(PARKED) as pool:
+        polls: list[Future] = [pool.submit(_get, url, vera.token) for _ in range(PARKED)]
+        time.sleep(3)  # all sent and parked
+        assert not any(p.done() for p in polls), [p.result()[0] for p in polls if p.done()]
+        # Every long-poll is waiting, yet the server's 2 request threads still serve others.
+        status, _, body = _get(f"{server}/api/v1/regions/", otto.token, timeout=15)
+        assert status == 200 and body["results"][0]["slug"] == "us-east"
+        assert not any(p.done() for p in polls)
+        started = time.monotonic()
+        _apply(lb)
+        answers = [p.result(timeout=30) for p in polls]
+    assert time.monotonic() - started < 20  # woken, not timed out (40 s)
+    assert {a[0] for a in answers} == {200} and all(a[2]["applied"] for a in answers)
+    assert not any(k.startswith("x-spillway") for a in answers for k in a[1])  # internal headers stay inside
+
+
+def test_a_wait_ends_with_the_answer_its_caller_deserves_then(server, lb, alice, vera, charlie, anon) -> None:
+    # Another tenant's LB is a 404 and an anonymous caller a 401, at once, as for any request.
+    assert _get(_applied_url(server, lb, timeout=30), charlie.token, timeout=10)[0] == 404
+    assert _get(_applied_url(server, lb, timeout=30), None, timeout=10)[0] == 401
+    # A token revoked while its long-poll waits: the answer at the end of the wait is a 401, not the state.
+    with ThreadPoolExecutor(1) as pool:
+        poll = pool.submit(_get, _applied_url(server, lb, timeout=4), vera.token)
+        time.sleep(1.5)
+        assert not poll.done()
+        token_revoke(token=token_authenticate(vera.token), principal=None)
+        status, _, body = poll.result(timeout=30)
+    assert status == 401, body
+    # The owner's own wait that times out answers 202 with the per-node state.
+    status, _, body = _get(_applied_url(server, lb, timeout=1), alice.token, timeout=20)
+    assert status == 202 and body["applied"] is False and body["nodes"][0]["node"] == "n1"
+
+
+def test_a_principal_beyond_its_share_of_waits_gets_the_state_at_once(server, lb, vera, alice) -> None:
+    url = _applied_url(server, lb, timeout=30)
+    with ThreadPoolExecutor(PARKED + 4) as pool:
+        polls = [pool.submit(_get, url, vera.token) for _ in range(PARKED + 4)]
+        time.sleep(4)
+        quick = [p.result() for p in polls if p.done()]
+        # Exactly the two beyond vera's share (PARKED + 2) answered, politely, without waiting.
+        assert len(quick) == 2 and all(a[0] == 202 and a[1]["retry-after"] == "1" for a in quick), quick
+        # Vera's share is hers: alice (same org, another token) still waits.
+        other = pool.submit(_get, url, alice.token)
+        time.sleep(1.5)
+        assert not other.done()
+        _apply(lb)
+        assert other.result(timeout=30)[0] == 200
