@@ -269,6 +269,10 @@ SPECTACULAR_SETTINGS = {
 # SQLite file so `make run` needs no server.
 CELERY_BROKER_URL = REDIS_URL or f"sqla+sqlite:///{VAR_DIR / 'broker.sqlite3'}"
 CELERY_RESULT_BACKEND = None
+# Event webhook deliveries have their own queue, so they never wait behind a rollout or a capacity run, and
+# their own worker (`celery worker -Q events --pool threads`, started by runall): a delivery mostly waits on
+# the network and the database, so threads give concurrency cheaply (tests/bench/bench_events.py).
+CELERY_TASK_ROUTES = {"events.*": {"queue": "events"}}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_SERIALIZER = "json"

@@ -149,8 +149,8 @@ def celery_worker_factory(tmp_path) -> Iterator[Callable[..., subprocess.Popen]]
         cmd = [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--pool", "prefork",
                "--concurrency", str(concurrency), "--hostname", f"{name}@%h", "--without-gossip",
                "--without-mingle", "--loglevel", "INFO"]
-        if queues:
-            cmd += ["--queues", queues]
+        # Default: every queue (the default one and the event deliveries'), as one worker of `make run` would.
+        cmd += ["--queues", queues or "celery,events"]
         log = open(tmp_path / f"celery-{name}.log", "wb")  # noqa: SIM115 (closed by the OS at exit)
         proc = subprocess.Popen(cmd, cwd=REPO, env=process_env(**env), stdout=log, stderr=subprocess.STDOUT)
         procs.append(proc)

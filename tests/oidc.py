@@ -60,6 +60,10 @@ def start_op(log_dir: Path, *, clients: list[dict[str, Any]], accounts: dict[str
     node = shutil.which("node")
     if node is None:
         deps.missing("node (apt-get install nodejs) for the test OpenID provider")
+    if not (OP_DIR / "node_modules" / "oidc-provider").is_dir() and shutil.which("npm"):
+        # A checkout that skipped scripts/setup-system (another worktree): install from the lockfile once.
+        subprocess.run(["npm", "ci", "--prefix", str(OP_DIR), "--no-audit", "--no-fund", "--loglevel=error"],
+                       check=False, capture_output=True, timeout=300)
     if not (OP_DIR / "node_modules" / "oidc-provider").is_dir():
         deps.missing("tests/oidc_op/node_modules (run: npm ci --prefix tests/oidc_op; scripts/setup-system does)")
     port = pick_free_port()

@@ -1,16 +1,18 @@
 """Event delivery latency: from the change being recorded as applied to the webhook arriving.
 
-Real parts: PostgreSQL, Redis, a real Celery worker (prefork), a loopback HTTP receiver in this
-process. The benchmark emits `change.applied` events for a tenant's load balancer at a steady rate
-(default 50/s) the way the fleet engine does when the last node verified a revision (`event_emit`
-inside a transaction; delivery enqueued on commit), and the receiver timestamps each signed webhook.
-Latency = receive time - time just before `event_emit` (one clock: same process).
+Real parts: PostgreSQL, Redis, a real Celery worker started the way `runall` starts the event worker
+(`-Q events --pool threads`), a loopback HTTP receiver in this process. The benchmark emits `change.applied`
+events for a tenant's load balancer at a steady rate (default 50/s, from --emitters threads on one schedule)
+the way the fleet engine does when the last node verified a revision (`event_emit` inside a transaction;
+delivery enqueued on commit), and the receiver timestamps each signed webhook.
+Latency = receive time - time just before `event_emit` (one clock: same process). The rate actually offered
+(events / time from the first to the last emit) is printed and is in the RESULT line (`rate=`).
 
-    python tests/bench/bench_events.py [--rate 50] [--seconds 20] [--concurrency 2]
+    python tests/bench/bench_events.py [--rate 50] [--seconds 20] [--concurrency 8] [--emitters 4]
 
 Needs DATABASE_URL (PostgreSQL; default postgres://postgres@127.0.0.1:5432/spw_bench_events, created
 and migrated if missing) and REDIS_URL (default redis://127.0.0.1:6379/11).
-Last line: ``RESULT event_p99_ms=... event_p50_ms=... delivered=... sent=... duplicates=...``.
+Last line: ``RESULT event_p99_ms=... event_p50_ms=... rate=... delivered=... sent=... duplicates=...``.
 Goal: p99 <= 1000 ms at 50 events/s, every event delivered once.
 """
 
@@ -47,6 +49,12 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(pct / 100.0 * (len(ordered) - 1))))]
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and its reaped children (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def receiver() -> tuple[ThreadingHTTPServer, dict[int, list[float]]]:
     arrivals: dict[int, list[float]] = {}
     lock = threading.Lock()
@@ -72,7 +80,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rate", type=float, default=50.0, help="events per second")
     parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--concurrency", type=int, default=2, help="worker processes")
+    parser.add_argument("--concurrency", type=int, default=8, help="worker threads (runall starts 8)")
+    parser.add_argument("--emitters", type=int, default=4, help="threads emitting events, one schedule")
     args = parser.parse_args()
 
     ensure_database(os.environ["DATABASE_URL"], "the suite's real parts")
@@ -80,7 +89,7 @@ def main() -> None:
 
     django.setup()
     from django.core.management import call_command
-    from django.db import connection, transaction
+    from django.db import connection, connections, transaction
 
     from apps.accounts.models import Organization
     from apps.balancers.models import LoadBalancer
@@ -103,9 +112,9 @@ def main() -> None:
     logs = Path(tempfile.mkdtemp(prefix="bench-events-"))
     log_path = logs / "worker.log"
     log = open(log_path, "wb")  # noqa: SIM115 (closed when the process ends)
-    cmd = [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--pool", "prefork", "--concurrency",
-           str(args.concurrency), "--hostname", "benchevents@%h", "--without-gossip", "--without-mingle",
-           "--without-heartbeat", "--loglevel", "INFO"]
+    cmd = [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--queues", "events", "--pool", "threads",
+           "--concurrency", str(args.concurrency), "--hostname", "benchevents@%h", "--without-gossip",
+           "--without-mingle", "--without-heartbeat", "--loglevel", "INFO"]
     worker = subprocess.Popen(cmd, cwd=REPO, env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
@@ -115,36 +124,58 @@ def main() -> None:
             time.sleep(0.2)
         emitted: dict[int, float] = {}
         total = int(args.rate * args.seconds)
-        start = time.monotonic()
-        for n in range(total):
-            due = start + n / args.rate
-            pause = due - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
-            lb.revision = n + 1
-            before = time.monotonic()
-            with transaction.atomic():
-                event = event_emit("change.applied", org=org, obj=lb, data={"revision": n + 1, "fleet": "bench"})
-            emitted[event.pk] = before
-        sent_s = time.monotonic() - start
+        start = time.monotonic() + 0.2
+        last_emit = [start]
+        max_behind_s = [0.0]
+
+        def emit(first: int) -> None:
+            # Slots first, first + emitters, ...: together the threads follow one schedule at --rate.
+            try:
+                for n in range(first, total, args.emitters):
+                    due = start + n / args.rate
+                    pause = due - time.monotonic()
+                    if pause > 0:
+                        time.sleep(pause)
+                    before = time.monotonic()
+                    max_behind_s[0] = max(max_behind_s[0], before - due)
+                    with transaction.atomic():
+                        event = event_emit("change.applied", org=org, obj=lb,
+                                           data={"revision": n + 1, "fleet": "bench"})
+                    emitted[event.pk] = before
+                    last_emit[0] = max(last_emit[0], time.monotonic())
+            finally:
+                connections.close_all()
+
+        threads = [threading.Thread(target=emit, args=(i,)) for i in range(args.emitters)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        sent_s = max(last_emit[0] - start, 1e-9)
         wait_until = time.monotonic() + 30
         while len(arrivals) < total and time.monotonic() < wait_until:
             time.sleep(0.2)
+        worker_cpu_s = _cpu_s(worker.pid)
+        own_cpu_s = sum(os.times()[:2])
     finally:
         worker.terminate()
         worker.wait(30)
         server.shutdown()
     latencies = [(arrivals[pk][0] - t) * 1000.0 for pk, t in emitted.items() if pk in arrivals]
     duplicates = sum(len(v) - 1 for v in arrivals.values())
-    print(f"sent {total} change.applied events in {sent_s:.1f} s ({total / sent_s:.1f}/s), "
-          f"{args.concurrency} worker process(es); delivered {len(latencies)}; load {os.getloadavg()}")
+    rate = total / sent_s
+    print(f"sent {total} change.applied events in {sent_s:.1f} s: {rate:.1f}/s offered (goal {args.rate:g}/s, "
+          f"{args.emitters} emitter threads, at most {max_behind_s[0] * 1000:.0f} ms behind schedule); "
+          f"event worker: {args.concurrency} threads; delivered {len(latencies)}; load {os.getloadavg()}")
+    print(f"CPU per event: event worker {worker_cpu_s / total * 1000:.1f} ms, this process (emit + receive) "
+          f"{own_cpu_s / total * 1000:.1f} ms (incl. start-up)")
     if latencies:
         print(f"latency ms: p50 {percentile(latencies, 50):.0f}  p90 {percentile(latencies, 90):.0f}  "
               f"p99 {percentile(latencies, 99):.0f}  max {max(latencies):.0f}")
     p99 = percentile(latencies, 99) if latencies else float("nan")
     p50 = percentile(latencies, 50) if latencies else float("nan")
-    print(f"RESULT event_p99_ms={p99:.0f} event_p50_ms={p50:.0f} delivered={len(latencies)} sent={total} "
-          f"duplicates={duplicates}")
+    print(f"RESULT event_p99_ms={p99:.0f} event_p50_ms={p50:.0f} rate={rate:.1f} delivered={len(latencies)} "
+          f"sent={total} duplicates={duplicates}")
 
 
 if __name__ == "__main__":

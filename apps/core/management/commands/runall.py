@@ -45,8 +45,14 @@ class Command(BaseCommand):
         # One worker first, then beat: two processes creating the embedded broker's
         # tables in the same instant can race (measured), so stagger them.
         spawn("worker", [py, "-m", "celery", "-A", "controlplane", "worker", "--loglevel", "INFO",
-                         "--concurrency", "2"])
+                         "--concurrency", "2", "--queues", "celery"])
         time.sleep(3)
+        # Event webhook deliveries (the "events" queue): threads, as a delivery mostly waits on I/O. SQLite
+        # takes one writer at a time, so few threads there.
+        sqlite = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
+        spawn("events-worker", [py, "-m", "celery", "-A", "controlplane", "worker", "--loglevel", "INFO",
+                                "--queues", "events", "--pool", "threads", "--concurrency", "2" if sqlite else "8",
+                                "--hostname", "events@%h"])
         spawn("beat", [py, "-m", "celery", "-A", "controlplane", "beat", "--loglevel", "INFO"])
         start_demo = _demo_hook("start_demo_processes")
         if start_demo is not None:
