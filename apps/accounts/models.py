@@ -80,6 +80,9 @@ class Membership(models.Model):
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    # What the audit log keeps (apps.audit.services.audit_snapshot): who, where, which role, by name.
+    audit_fields = ("role",)
+
     objects = MembershipQuerySet.as_manager()
 
     class Meta:
@@ -88,6 +91,9 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id}@{self.org_id}:{self.role}"
+
+    def audit_extra(self) -> dict:
+        return {"user": self.user.get_username(), "org": self.org.slug}
 
 
 class Scope(models.TextChoices):

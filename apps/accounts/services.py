@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from apps.accounts.models import ApiToken, Membership, Organization, Role, Scope, SsoIdentity
 from apps.accounts.principal import Principal
-from apps.audit.services import audit_record, audited_delete, audited_save
+from apps.audit.services import AuditAction, audit_record, audited_delete, audited_save
 from apps.core.errors import DomainError
 
 TOKEN_PREFIX = "spw"  # noqa: S105  (a public marker, not a secret)
@@ -162,10 +162,6 @@ def user_create_with_membership(*, username: str, password: str, org: Organizati
 # --- memberships ----------------------------------------------------------------------------------------
 
 
-def _membership_dict(m: Membership) -> dict[str, object]:
-    return {"user": m.user.get_username(), "org": m.org.slug, "role": m.role}
-
-
 def _check_role_change(principal: Principal, *, old: str | None, new: str | None) -> None:
     """Admins manage editors and viewers (and other admins); only owners grant, change or remove owner."""
     if Role.OWNER in (old, new) and not (principal.is_operator or principal.role_at_least(Role.OWNER)):
@@ -188,8 +184,8 @@ def membership_add(*, principal: Principal, org: Organization, username: str, ro
     if Membership.objects.filter(org=org, user=user).exists():
         raise DomainError("already_member", f"{username} is already a member of {org.slug}.", field="username",
                           status=409)
-    return audited_save(principal=principal, obj=Membership(org=org, user=user), action="create",
-                        data={"role": role}, snapshot=_membership_dict)
+    return audited_save(principal=principal, obj=Membership(org=org, user=user), action=AuditAction.CREATE,
+                        data={"role": role})
 
 
 def membership_set_role(*, principal: Principal, membership: Membership, role: str) -> Membership:
@@ -199,8 +195,7 @@ def membership_set_role(*, principal: Principal, membership: Membership, role: s
             return membership
         _check_role_change(principal, old=membership.role, new=role)
         _check_not_last_owner(membership)
-        return audited_save(principal=principal, obj=membership, action="update", data={"role": role},
-                            snapshot=_membership_dict)
+        return audited_save(principal=principal, obj=membership, action=AuditAction.UPDATE, data={"role": role})
 
 
 def membership_remove(*, principal: Principal, membership: Membership) -> None:
@@ -208,7 +203,7 @@ def membership_remove(*, principal: Principal, membership: Membership) -> None:
         membership = Membership.objects.select_for_update().select_related("user", "org").get(pk=membership.pk)
         _check_role_change(principal, old=membership.role, new=None)
         _check_not_last_owner(membership)
-        audited_delete(principal=principal, obj=membership, snapshot=_membership_dict)
+        audited_delete(principal=principal, obj=membership)
 
 
 def memberships_of(user) -> list[Membership]:

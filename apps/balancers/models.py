@@ -289,6 +289,10 @@ class Route(models.Model):
     def __str__(self) -> str:
         return f"{self.lb.name}#{self.priority}"
 
+    def audit_extra(self) -> dict:
+        """The audit log keeps every editable field (apps.audit.services.audit_snapshot) and the targets."""
+        return {"targets": [{"pool": t.pool_id, "weight": t.weight} for t in self.targets.all()]}
+
 
 class RouteTarget(models.Model):
     route = models.ForeignKey(Route, on_delete=models.CASCADE, related_name="targets")

@@ -10,11 +10,10 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
-from django.forms.models import model_to_dict
 from django.utils import timezone
 
 from apps.accounts.principal import Principal
-from apps.audit.services import audit_record, audited_delete, audited_save
+from apps.audit.services import AuditAction, audit_record, audit_snapshot, audited_delete, audited_save
 from apps.balancers import hostnames, routing
 from apps.balancers.models import (
     HostnameClaim,
@@ -34,13 +33,6 @@ from apps.core.errors import Conflict, DoesNotExist, DomainError
 from apps.core.locks import xact_lock
 
 
-def snapshot(obj) -> dict[str, Any]:
-    data = model_to_dict(obj)
-    if isinstance(obj, Route):
-        data["targets"] = [{"pool": t.pool_id, "weight": t.weight} for t in obj.targets.all()]
-    return data
-
-
 def lb_touch(lb_id: int) -> None:
     """Bump the LB's revision and tell listeners (fleets, cloud) once the transaction commits."""
     LoadBalancer.objects.filter(pk=lb_id).update(revision=F("revision") + 1, updated_at=timezone.now())
@@ -58,7 +50,8 @@ def _lb_of(obj) -> int | None:
     return None
 
 
-def object_save(*, principal: Principal | None, obj, action: str, data: dict[str, Any] | None = None):
+def object_save(*, principal: Principal | None, obj, action: AuditAction | str | None = None,
+                data: dict[str, Any] | None = None):
     """Create or update one balancers object (audited) and bump its LB's revision.
 
     For plain objects whose rules the serializer and database constraints already enforce; objects
@@ -69,12 +62,12 @@ def object_save(*, principal: Principal | None, obj, action: str, data: dict[str
         if lb_id is not None:
             lb_touch(lb_id)
 
-    return audited_save(principal=principal, obj=obj, action=action, data=data, snapshot=snapshot, after_save=bump)
+    return audited_save(principal=principal, obj=obj, action=action, data=data, after_save=bump)
 
 
 def object_delete(*, principal: Principal | None, obj) -> None:
     lb_id = _lb_of(obj)
-    audited_delete(principal=principal, obj=obj, snapshot=snapshot,
+    audited_delete(principal=principal, obj=obj,
                    after_delete=(lambda: lb_touch(lb_id)) if lb_id is not None else None)
 
 
@@ -122,7 +115,7 @@ def hostname_claim_create(*, principal: Principal, org, hostname: str) -> Hostna
         status = HostnameClaim.Status.APPROVED if principal.is_operator else HostnameClaim.Status.PENDING
         claim = HostnameClaim(org=org, hostname=hostname, status=status,
                               decided_at=timezone.now() if principal.is_operator else None)
-        return object_save(principal=principal, obj=claim, action="create")
+        return object_save(principal=principal, obj=claim, action=AuditAction.CREATE)
 
 
 def hostname_claim_decide(*, principal: Principal, claim: HostnameClaim, approve: bool) -> HostnameClaim:
@@ -254,7 +247,7 @@ def route_save(*, principal: Principal, route: Route, data: dict[str, Any]) -> R
         # One writer per LB at a time: the uniqueness rules span rows.
         lb_id = data["lb"].pk if "lb" in data else route.lb_id
         list(LoadBalancer.objects.select_for_update().filter(pk=lb_id))
-        before = snapshot(route) if route.pk else None
+        before = audit_snapshot(route) if route.pk else None
         for field, value in data.items():
             setattr(route, field, value)
         route.hosts = sorted({hostnames.normalize(h) for h in route.hosts})
@@ -277,7 +270,7 @@ def route_save(*, principal: Principal, route: Route, data: dict[str, Any]) -> R
         RouteTarget.objects.bulk_create(
             [RouteTarget(route=route, pool=t["pool"], weight=t["weight"]) for t in targets])
         audit_record(principal=principal, org=route.org, action="route.create" if before is None else "route.update",
-                     obj=route, before=before, after=snapshot(route))
+                     obj=route, before=before, after=audit_snapshot(route))
         lb_touch(route.lb_id)
     return route
 
@@ -308,7 +301,7 @@ def static_ip_allocate(*, principal: Principal, pool: IpPool, org, address: str 
             address=chosen,
             defaults={"pool": pool, "org": org, "state": StaticIP.State.RESERVED, "allocated_at": timezone.now()},
         )
-        audit_record(principal=principal, org=org, action="static_ip.allocate", obj=ip, after=snapshot(ip))
+        audit_record(principal=principal, org=org, action="static_ip.allocate", obj=ip, after=audit_snapshot(ip))
     return ip
 
 
@@ -317,19 +310,18 @@ def static_ip_release(*, principal: Principal, ip: StaticIP) -> StaticIP:
         ip = StaticIP.objects.select_for_update().get(pk=ip.pk)
         if ip.listeners.exists():
             raise Conflict("in_use", f"{ip.address} is still bound by a listener; move the listener first.")
-        before, org = snapshot(ip), ip.org
+        before, org = audit_snapshot(ip), ip.org
         ip.state, ip.org, ip.allocated_at = StaticIP.State.FREE, None, None
         ip.save()
         audit_record(principal=principal, org=org, action="static_ip.release", obj=ip, before=before,
-                     after=snapshot(ip))
+                     after=audit_snapshot(ip))
     return ip
 
 
 def listener_save(*, principal: Principal, listener: Listener, data: dict[str, Any]) -> Listener:
     with transaction.atomic():
         old_ip_id = listener.static_ip_id
-        object_save(principal=principal, obj=listener, action="create" if listener.pk is None else "update",
-                    data=data)
+        object_save(principal=principal, obj=listener, data=data)  # create or update
         _check_port_free(listener, principal)
         _check_vip_floats(listener)
         ip = listener.static_ip

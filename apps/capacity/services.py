@@ -6,12 +6,11 @@ import math
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.forms.models import model_to_dict
 from django.utils import timezone
 
 from apps.accounts.models import Organization
 from apps.accounts.principal import Principal
-from apps.audit.services import audit_record
+from apps.audit.services import audit_record, audit_snapshot
 from apps.balancers.models import Pool, PoolRegion
 from apps.balancers.services import object_save
 from apps.capacity import engine, safety
@@ -109,16 +108,12 @@ def plan_for(test: CapacityTest, target: safety.ResolvedTarget) -> engine.LoadPl
         raise DomainError("invalid_plan", f"The load engine refuses this test: {exc}.") from exc
 
 
-def _snapshot(obj) -> dict[str, Any]:
-    return model_to_dict(obj)
-
-
 # --- tests -----------------------------------------------------------------------------------
 
 
 def capacity_test_save(*, principal: Principal, test: CapacityTest, data: dict[str, Any]) -> CapacityTest:
     with transaction.atomic():
-        before = _snapshot(test) if test.pk else None
+        before = audit_snapshot(test) if test.pk else None
         for field, value in data.items():
             setattr(test, field, value)
         if before is None and "max_connections" not in data:
@@ -136,7 +131,7 @@ def capacity_test_save(*, principal: Principal, test: CapacityTest, data: dict[s
                            field="name") from exc
         audit_record(principal=principal, org=test.org,
                      action="capacitytest.create" if before is None else "capacitytest.update",
-                     obj=test, before=before, after=_snapshot(test))
+                     obj=test, before=before, after=audit_snapshot(test))
     return test
 
 
@@ -145,7 +140,7 @@ def capacity_test_delete(*, principal: Principal, test: CapacityTest) -> None:
         if test.runs.filter(status__in=CapacityRun.ACTIVE).exists():
             raise Conflict("run_active", "A run of this test is still active; cancel it first.")
         audit_record(principal=principal, org=test.org, action="capacitytest.delete", obj=test,
-                     before=_snapshot(test))
+                     before=audit_snapshot(test))
         test.delete()
 
 
@@ -223,7 +218,7 @@ def allowlist_save(*, principal: Principal, entry: TargetAllowlist, data: dict[s
     if not principal.is_operator:
         raise DomainError("operator_only", "Only operators manage the capacity target allowlist.", status=403)
     with transaction.atomic():
-        before = _snapshot(entry) if entry.pk else None
+        before = audit_snapshot(entry) if entry.pk else None
         for field, value in data.items():
             setattr(entry, field, value)
         if bool(entry.cidr) == bool(entry.hostname):
@@ -235,7 +230,7 @@ def allowlist_save(*, principal: Principal, entry: TargetAllowlist, data: dict[s
         entry.created_by = entry.created_by or principal.actor
         entry.save()
         audit_record(principal=principal, org=entry.org, action="capacityallowlist.save", obj=entry,
-                     before=before, after=_snapshot(entry))
+                     before=before, after=audit_snapshot(entry))
     return entry
 
 
@@ -244,5 +239,5 @@ def allowlist_delete(*, principal: Principal, entry: TargetAllowlist) -> None:
         raise DomainError("operator_only", "Only operators manage the capacity target allowlist.", status=403)
     with transaction.atomic():
         audit_record(principal=principal, org=entry.org, action="capacityallowlist.delete", obj=entry,
-                     before=_snapshot(entry))
+                     before=audit_snapshot(entry))
         entry.delete()

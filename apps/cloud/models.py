@@ -34,6 +34,9 @@ class CloudCredential(models.Model):
     for_all_orgs = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    # What the audit log keeps (apps.audit.services.audit_snapshot): never the reference itself.
+    audit_fields = ("name", "provider", "for_all_orgs", "state_backend")
+
     objects = CloudCredentialQuerySet.as_manager()
 
     class Meta:
@@ -41,6 +44,9 @@ class CloudCredential(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def audit_extra(self) -> dict:
+        return {"orgs": sorted(self.orgs.values_list("slug", flat=True)) if self.pk else []}
 
 
 class CloudTarget(models.Model):
@@ -71,6 +77,9 @@ class CloudTarget(models.Model):
     certificate_refs = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    # The audit log keeps everything but the credentials reference (apps.audit.services.audit_snapshot).
+    audit_exclude = ("credentials_ref",)
+
     objects = TenantQuerySet.as_manager()
 
     class Meta:
@@ -78,6 +87,9 @@ class CloudTarget(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def audit_extra(self) -> dict:
+        return {"has_credentials": bool(self.effective_credentials_ref)}
 
     @property
     def effective_credentials_ref(self) -> str:

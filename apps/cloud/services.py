@@ -12,11 +12,10 @@ import logging
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.forms.models import model_to_dict
 from django.utils import timezone
 
 from apps.accounts.principal import Principal
-from apps.audit.services import audit_record
+from apps.audit.services import audit_record, audit_snapshot
 from apps.balancers.models import LoadBalancer
 from apps.cloud import runner
 from apps.cloud.models import CloudApply, CloudCredential, CloudTarget
@@ -36,17 +35,10 @@ APPROVABLE = {S.AWAITING_APPROVAL}
 
 # --- targets --------------------------------------------------------------------------------------------
 
-def target_snapshot(target: CloudTarget) -> dict[str, Any]:
-    """What the audit log keeps of a target: everything but the credentials reference."""
-    data = model_to_dict(target, exclude=["credentials_ref"])
-    data["has_credentials"] = bool(target.effective_credentials_ref)
-    return data
-
-
 def save_target(*, principal: Principal, target: CloudTarget, data: dict[str, Any]) -> CloudTarget:
     with transaction.atomic():
         creating = target.pk is None
-        before = None if creating else target_snapshot(target)
+        before = None if creating else audit_snapshot(target)
         if creating and not principal.is_operator:
             data = {**data, "org": principal.org}
         elif creating:
@@ -59,21 +51,15 @@ def save_target(*, principal: Principal, target: CloudTarget, data: dict[str, An
         except IntegrityError as exc:
             raise Conflict("conflict", "A cloud target with this name already exists.", field="name") from exc
         audit_record(principal=principal, org=target.org, action=f"cloudtarget.{'create' if creating else 'update'}",
-                     obj=target, before=before, after=target_snapshot(target))
+                     obj=target, before=before, after=audit_snapshot(target))
     return target
 
 
 def delete_target(*, principal: Principal, target: CloudTarget) -> None:
     with transaction.atomic():
         audit_record(principal=principal, org=target.org, action="cloudtarget.delete", obj=target,
-                     before=target_snapshot(target))
+                     before=audit_snapshot(target))
         target.delete()
-
-
-def _credential_snapshot(credential: CloudCredential) -> dict[str, Any]:
-    return {"name": credential.name, "provider": credential.provider, "for_all_orgs": credential.for_all_orgs,
-            "orgs": sorted(credential.orgs.values_list("slug", flat=True)) if credential.pk else [],
-            "state_backend": credential.state_backend}
 
 
 def save_credential(*, principal: Principal, credential: CloudCredential, data: dict[str, Any]) -> CloudCredential:
@@ -81,7 +67,7 @@ def save_credential(*, principal: Principal, credential: CloudCredential, data: 
     orgs = data.pop("orgs", None)
     with transaction.atomic():
         creating = credential.pk is None
-        before = None if creating else _credential_snapshot(credential)
+        before = None if creating else audit_snapshot(credential)
         for field, value in data.items():
             setattr(credential, field, value)
         try:
@@ -93,7 +79,7 @@ def save_credential(*, principal: Principal, credential: CloudCredential, data: 
             credential.orgs.set(orgs)
         audit_record(principal=principal, org=None,
                      action=f"cloudcredential.{'create' if creating else 'update'}", obj=credential,
-                     before=before, after=_credential_snapshot(credential))
+                     before=before, after=audit_snapshot(credential))
     return credential
 
 
@@ -102,7 +88,7 @@ def delete_credential(*, principal: Principal, credential: CloudCredential) -> N
         if credential.targets.exists():
             raise Conflict("in_use", "Cloud targets still use this credential; move them first.")
         audit_record(principal=principal, org=None, action="cloudcredential.delete", obj=credential,
-                     before=_credential_snapshot(credential))
+                     before=audit_snapshot(credential))
         credential.delete()
 
 

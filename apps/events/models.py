@@ -50,6 +50,9 @@ class Subscription(models.Model):
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    # What the audit log keeps (apps.audit.services.audit_snapshot): whether a secret is set, not the secret.
+    audit_fields = ("name", "url", "format", "types", "enabled")
+
     objects = TenantQuerySet.as_manager()
 
     class Meta:
@@ -58,6 +61,9 @@ class Subscription(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def audit_extra(self) -> dict:
+        return {"secret_set": bool(self.secret_encrypted)}
 
     def wants(self, event_type: str) -> bool:
         return event_type == "test" or not self.types or event_type in self.types

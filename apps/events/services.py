@@ -85,11 +85,6 @@ def _enqueue(delivery_ids: list[int], countdown_s: float = 0.0) -> None:
 # --- subscriptions ------------------------------------------------------------------------------------
 
 
-def _subscription_dict(sub: Subscription) -> dict[str, Any]:
-    return {"name": sub.name, "url": sub.url, "format": sub.format, "types": sub.types, "enabled": sub.enabled,
-            "secret_set": bool(sub.secret_encrypted)}
-
-
 def subscription_save(*, principal: Any, subscription: Subscription, data: dict[str, Any],
                       secret: str | None = None) -> Subscription:
     if subscription.pk is None:
@@ -114,13 +109,11 @@ def subscription_save(*, principal: Any, subscription: Subscription, data: dict[
     elif not subscription.secret_encrypted:
         raise DomainError("secret_required", "A signing secret is required (receivers verify the signature with it).",
                           field="secret")
-    return audited_save(principal=principal, obj=subscription, data=data,
-                        action="subscription.create" if subscription.pk is None else "subscription.update",
-                        snapshot=_subscription_dict)
+    return audited_save(principal=principal, obj=subscription, data=data)
 
 
 def subscription_delete(*, principal: Any, subscription: Subscription) -> None:
-    audited_delete(principal=principal, obj=subscription, snapshot=_subscription_dict)
+    audited_delete(principal=principal, obj=subscription)
 
 
 def subscription_send_test(*, principal: Any, subscription: Subscription) -> Event | None:

@@ -44,6 +44,9 @@ class Fleet(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    # What the audit log keeps (apps.audit.services.audit_snapshot).
+    audit_fields = ("name", "region", "canary", "batch_size", "auto_rollout", "vrrp_version", "vrrp_advert_ms")
+
     objects = OperatorQuerySet.as_manager()
 
     class Meta:
@@ -51,6 +54,9 @@ class Fleet(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def audit_extra(self) -> dict:
+        return {"serves": sorted(self.serves.values_list("pk", flat=True))}
 
 
 class Node(models.Model):
@@ -100,6 +106,10 @@ class Node(models.Model):
     last_seen = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    # What the audit log keeps (apps.audit.services.audit_snapshot): never the SSH key.
+    audit_fields = ("name", "address", "transport", "runtime_dir", "config_dir", "bind_address", "haproxy_bin",
+                    "ssh_host", "ssh_port", "ssh_user", "enabled", "vrrp_interface", "drained", "vrrp_process_events")
 
     objects = OperatorQuerySet.as_manager()
 

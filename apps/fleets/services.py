@@ -19,7 +19,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from apps.accounts.principal import Principal
-from apps.audit.services import audit_record
+from apps.audit.services import audit_record, audit_snapshot
 from apps.balancers.models import LoadBalancer, Member
 from apps.core import crypto
 from apps.core.errors import Conflict, DomainError, NotFoundError
@@ -348,20 +348,13 @@ def new_vrrp_secret() -> str:
     return "".join(secrets.choice(alphabet) for _ in range(8))
 
 
-def _fleet_dict(fleet: Fleet) -> dict[str, Any]:
-    return {"name": fleet.name, "region": fleet.region_id, "canary": fleet.canary,
-            "batch_size": fleet.batch_size, "auto_rollout": fleet.auto_rollout,
-            "vrrp_version": fleet.vrrp_version, "vrrp_advert_ms": fleet.vrrp_advert_ms,
-            "serves": sorted(fleet.serves.values_list("pk", flat=True))}
-
-
 def fleet_save(*, principal: Principal, fleet: Fleet, data: dict[str, Any]) -> Fleet:
     data = dict(data)
     serves = data.pop("serves", None)
     with transaction.atomic():
         # Fleets that shared an LB before the change count its nodes too (the share rule).
         sharing_before = fleets_sharing({fleet.pk}) if fleet.pk else set()
-        before = _fleet_dict(fleet) if fleet.pk else None
+        before = audit_snapshot(fleet) if fleet.pk else None
         for key, value in data.items():
             setattr(fleet, key, value)
         if not fleet.vrrp_secret_encrypted:
@@ -372,7 +365,7 @@ def fleet_save(*, principal: Principal, fleet: Fleet, data: dict[str, Any]) -> F
         if serves is not None:
             fleet.serves.set(serves)
         audit_record(principal=principal, org=principal.org, action="fleet.save", obj=fleet, before=before,
-                     after=_fleet_dict(fleet))
+                     after=audit_snapshot(fleet))
         _restart_after_commit({fleet.pk} | sharing_before)
     return fleet
 
@@ -381,14 +374,12 @@ def fleet_delete(*, principal: Principal, fleet: Fleet) -> None:
     with transaction.atomic():
         sharing = fleets_sharing({fleet.pk}) - {fleet.pk}
         audit_record(principal=principal, org=principal.org, action="fleet.delete", obj=fleet,
-                     before=_fleet_dict(fleet))
+                     before=audit_snapshot(fleet))
         fleet.delete()
         if sharing:
             _restart_after_commit(sharing)
 
 
-NODE_AUDIT_FIELDS = ("name", "address", "transport", "runtime_dir", "config_dir", "bind_address", "haproxy_bin",
-                     "ssh_host", "ssh_port", "ssh_user", "enabled", "vrrp_interface", "drained", "vrrp_process_events")
 # What changes a node's keepalived.conf (its own or its peers') without changing the fleet's revision
 # (haproxy_bin: keepalived follows the HAProxy processes by that file's name).
 VRRP_NODE_FIELDS = ("address", "bind_address", "enabled", "vrrp_interface", "drained", "name", "haproxy_bin",
@@ -405,7 +396,7 @@ def node_save(*, principal: Principal, node: Node, data: dict[str, Any]) -> Node
     data = dict(data)
     key = data.pop("ssh_private_key", None)
     with transaction.atomic():
-        before = {f: getattr(node, f) for f in NODE_AUDIT_FIELDS} if node.pk else None
+        before = audit_snapshot(node) if node.pk else None
         for field_name, value in data.items():
             setattr(node, field_name, value)
         if key is not None:
@@ -417,7 +408,7 @@ def node_save(*, principal: Principal, node: Node, data: dict[str, Any]) -> Node
             node.status, node.applied_sha256 = Node.Status.DRIFTED, ""
             node.status_detail = "address, port or transport changed: re-rendering and re-verifying"
         node.save()
-        after = {f: getattr(node, f) for f in NODE_AUDIT_FIELDS}
+        after = audit_snapshot(node)
         after["ssh_key_changed"] = key is not None
         if before is None or any(before[f] != after[f] for f in VRRP_NODE_FIELDS if f in before):
             transaction.on_commit(lambda: vrrp_refresh(fleet_id=node.fleet_id))
@@ -433,7 +424,7 @@ def node_save(*, principal: Principal, node: Node, data: dict[str, Any]) -> Node
 def node_delete(*, principal: Principal, node: Node) -> None:
     with transaction.atomic():
         audit_record(principal=principal, org=principal.org, action="node.delete", obj=node,
-                     before={f: getattr(node, f) for f in NODE_AUDIT_FIELDS})
+                     before=audit_snapshot(node))
         fleet_id = node.fleet_id
         node.delete()
         _restart_after_commit({fleet_id})

@@ -18,6 +18,7 @@ from typing import Any
 
 from apps.accounts.models import Role
 from apps.accounts.principal import Principal
+from apps.audit.services import AuditAction
 from apps.core import webhooks
 from apps.core.errors import DomainError
 
@@ -297,7 +298,7 @@ def _scaler_execute(ctx: RunContext, params: Params) -> dict[str, Any]:
 
     pool_region = _resolve_at_run(PoolRegion, ctx, params["pool_region"], "pool region")
     before = pool_region.capacity_scaler
-    object_save(principal=ctx.principal, obj=pool_region, action="update",
+    object_save(principal=ctx.principal, obj=pool_region, action=AuditAction.UPDATE,
                 data={"capacity_scaler": params["capacity_scaler"]})
     return {"pool_region": pool_region.pk, "name": str(pool_region), "before": before,
             "after": pool_region.capacity_scaler}

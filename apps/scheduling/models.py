@@ -71,6 +71,11 @@ class Job(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    # What the audit log keeps (apps.audit.services.audit_snapshot): everything but the webhook secret.
+    audit_fields = ("name", "kind", "params", "schedule_type", "cron", "timezone", "interval_s", "start_at",
+                    "run_at", "end_at", "misfire_policy", "misfire_grace_s", "concurrency_policy", "max_retries",
+                    "retry_backoff_s", "timeout_s", "enabled", "webhook_url", "org")
+
     objects = TenantQuerySet.as_manager()
 
     class Meta:
@@ -91,6 +96,9 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def audit_extra(self) -> dict:
+        return {"webhook_secret_set": bool(self.webhook_secret_encrypted)}
 
     def description(self) -> str:
         """The schedule in words, for people: "At 02:30 AM, Europe/Berlin (paused)"."""

@@ -9,7 +9,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.accounts.principal import Principal
-from apps.audit.services import audit_record
+from apps.audit.services import audit_record, audit_snapshot
 from apps.core import crypto, webhooks
 from apps.core.errors import Conflict, DomainError
 from apps.scheduling import cron, kinds, planning
@@ -19,16 +19,6 @@ from apps.scheduling.runner import Ticket, enqueue_on_commit
 RUN_RETENTION_DAYS = 30  # finished runs older than this are pruned (an every-second job writes 86,400 a day)
 SCHEDULE_FIELDS = ("schedule_type", "cron", "timezone", "interval_s", "start_at", "run_at", "end_at")
 MIN_WEBHOOK_SECRET_LEN = 16
-
-
-def job_snapshot(job: Job) -> dict[str, Any]:
-    """What the audit log keeps of a job: everything but the webhook secret."""
-    data = {f: getattr(job, f) for f in (
-        "name", "kind", "params", *SCHEDULE_FIELDS, "misfire_policy", "misfire_grace_s", "concurrency_policy",
-        "max_retries", "retry_backoff_s", "timeout_s", "enabled", "webhook_url")}
-    data["org"] = job.org_id
-    data["webhook_secret_set"] = bool(job.webhook_secret_encrypted)
-    return data
 
 
 def schedule_error(exc: cron.ScheduleError) -> DomainError:
@@ -71,7 +61,7 @@ def job_save(*, principal: Principal | None, job: Job, data: dict[str, Any],
         if not creating:
             # Lock against the dispatcher so next_fire_at is not advanced under the new schedule.
             Job.objects.select_for_update().filter(pk=job.pk).values_list("pk").first()
-        before = None if creating else job_snapshot(Job.objects.get(pk=job.pk))
+        before = None if creating else audit_snapshot(Job.objects.get(pk=job.pk))
         old_schedule = None if creating else {f: getattr(job, f) for f in (*SCHEDULE_FIELDS, "enabled")}
         for field, value in data.items():
             setattr(job, field, value)
@@ -97,7 +87,7 @@ def job_save(*, principal: Principal | None, job: Job, data: dict[str, Any],
             raise Conflict("name_taken", f"A job named '{job.name}' already exists in this organization.",
                            field="name") from exc
         audit_record(principal=principal, org=job.org, action="job.create" if creating else "job.update",
-                     obj=job, before=before, after=job_snapshot(job))
+                     obj=job, before=before, after=audit_snapshot(job))
     return job
 
 
@@ -149,7 +139,7 @@ def job_resume(*, principal: Principal | None, job: Job) -> Job:
 
 def job_delete(*, principal: Principal | None, job: Job) -> None:
     with transaction.atomic():
-        audit_record(principal=principal, org=job.org, action="job.delete", obj=job, before=job_snapshot(job))
+        audit_record(principal=principal, org=job.org, action="job.delete", obj=job, before=audit_snapshot(job))
         # Running runs go with the job; their late outcome updates nothing (conditional writes).
         job.delete()
 

@@ -7,7 +7,7 @@ from rest_framework.response import Response
 from apps.accounts import services
 from apps.accounts.api.serializers import ApiTokenSerializer, MembershipSerializer, OrganizationSerializer
 from apps.accounts.models import ApiToken, Membership, Organization, Role
-from apps.audit.services import audited_delete, audited_save
+from apps.audit.services import AuditAction, audited_delete, audited_save
 from apps.core.api.serializers import EmptySerializer
 from apps.core.api.viewsets import TenantViewSet
 
@@ -26,7 +26,7 @@ class OrganizationViewSet(TenantViewSet):
                                                   principal=self.principal)
 
     def perform_update(self, serializer):
-        audited_save(principal=self.principal, obj=serializer.instance, action="update",
+        audited_save(principal=self.principal, obj=serializer.instance, action=AuditAction.UPDATE,
                      data=serializer.validated_data)
 
     def perform_destroy(self, instance):

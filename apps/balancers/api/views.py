@@ -9,6 +9,7 @@ from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from apps.audit.services import AuditAction
 from apps.balancers import services
 from apps.balancers.api import serializers as s
 from apps.balancers.models import (
@@ -40,10 +41,10 @@ class ServiceWritesMixin:
 
     def perform_create(self, serializer):
         serializer.instance = services.object_save(principal=self.principal, obj=self.model(),
-                                                   action="create", data=serializer.validated_data)
+                                                   action=AuditAction.CREATE, data=serializer.validated_data)
 
     def perform_update(self, serializer):
-        services.object_save(principal=self.principal, obj=serializer.instance, action="update",
+        services.object_save(principal=self.principal, obj=serializer.instance, action=AuditAction.UPDATE,
                              data=serializer.validated_data)
 
     def perform_destroy(self, instance):
@@ -118,7 +119,7 @@ class MemberViewSet(ServiceWritesMixin, TenantViewSet):
         if not pool.regions.filter(region=region).exists():
             # A member needs its pool's capacity row for the region; create it on first use.
             services.object_save(principal=self.principal, obj=PoolRegion(pool=pool, region=region),
-                                 action="create")
+                                 action=AuditAction.CREATE)
         super().perform_create(serializer)
 
     @action(detail=True, methods=["post"], serializer_class=s.MemberStateSerializer)
