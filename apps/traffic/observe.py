@@ -1,6 +1,6 @@
 """Observed overflow: where each region's nodes actually sent a pool's traffic, from `show stat`.
 
-Pure: plain data in, plain data out, no Django. `services.samples_record` feeds it each node's
+Pure: plain data in, plain data out, no Django. `services.readings_record` feeds it each node's
 backend rows; the API and the dashboard read what it computes.
 
 A node's backends for pool P are named ``p<P>_<region>`` (HTTP) and ``p<P>_<region>_tcp`` (TCP),
