@@ -156,6 +156,65 @@ class CapacityRunListSerializer(CapacityRunSerializer):
         fields = [f for f in CapacityRunSerializer.Meta.fields if f != "steps"]
 
 
+class ShardProgressSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=CapacityShard.Status.choices)
+    percent = serializers.FloatField()
+    current_step = serializers.IntegerField()
+    achieved_rate = serializers.FloatField()
+    sent = serializers.IntegerField()
+    ok = serializers.IntegerField()
+    errors = serializers.IntegerField()
+    worker = serializers.CharField(allow_blank=True)
+    stopped_reason = serializers.CharField(allow_blank=True)
+    start_skew_s = serializers.FloatField(allow_null=True)
+
+
+class RunProgressSerializer(serializers.Serializer):
+    """GET /capacity-runs/{id}/progress/ (selectors.run_progress)."""
+
+    id = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=CapacityRun.Status.choices)
+    progress_percent = serializers.FloatField()
+    current_step = serializers.IntegerField()
+    step_count = serializers.IntegerField()
+    achieved_rate = serializers.FloatField(help_text="req/s")
+    sent = serializers.IntegerField()
+    ok = serializers.IntegerField()
+    errors = serializers.IntegerField()
+    stopped_reason = serializers.CharField(allow_blank=True)
+    error_code = serializers.CharField(allow_blank=True)
+    error = serializers.CharField(allow_blank=True)
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    shards = ShardProgressSerializer(many=True)
+
+
+class RunResultsSerializer(serializers.Serializer):
+    """GET /capacity-runs/{id}/results/: steps carry `histogram` too with ?histograms=1."""
+
+    run = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=CapacityRun.Status.choices)
+    steps = StepResultSerializer(many=True)
+    shards = CapacityShardSerializer(many=True)
+
+
+class RunChartSerializer(serializers.Serializer):
+    """GET /capacity-runs/{id}/chart/ (selectors.run_chart): one array entry per step."""
+
+    run = serializers.IntegerField()
+    label = serializers.CharField()
+    offered_rate = serializers.ListField(child=serializers.FloatField())
+    achieved_rate = serializers.ListField(child=serializers.FloatField())
+    p50_ms = serializers.ListField(child=serializers.FloatField(allow_null=True))
+    p99_ms = serializers.ListField(child=serializers.FloatField(allow_null=True))
+    errors = serializers.ListField(child=serializers.IntegerField())
+    ok = serializers.ListField(child=serializers.IntegerField())
+    knee_index = serializers.IntegerField(allow_null=True)
+    knee_capacity_rps = serializers.FloatField(allow_null=True)
+    slo_p99_ms = serializers.FloatField()
+
+
 class TargetAllowlistSerializer(TenantModelSerializer):
     org = ScopedSlugRelatedField(Organization, required=False, allow_null=True)
     cidr = serializers.CharField(max_length=64, required=False, allow_blank=True)

@@ -76,11 +76,13 @@ class CapacityRunViewSet(TenantViewSet):
     def create(self, request, *args, **kwargs):
         raise MethodNotAllowed("POST", detail="Start a run with POST /api/v1/capacity-tests/{id}/start/.")
 
+    @extend_schema(responses={200: s.RunProgressSerializer})
     @action(detail=True, methods=["get"])
     def progress(self, request, pk=None):
         """Live progress: percent, current step, achieved rate (req/s), per-shard rows."""
-        return Response(selectors.run_progress(self.get_object()))
+        return Response(s.RunProgressSerializer(selectors.run_progress(self.get_object())).data)
 
+    @extend_schema(responses={200: s.RunResultsSerializer})
     @action(detail=True, methods=["get"])
     def results(self, request, pk=None):
         """Step results: merged, or per shard with ?shards=1; encoded HdrHistograms with ?histograms=1."""
@@ -91,10 +93,11 @@ class CapacityRunViewSet(TenantViewSet):
         return Response({"run": run.pk, "status": run.status, "steps": cls(rows, many=True).data,
                          "shards": s.CapacityShardSerializer(run.shard_rows.all(), many=True).data})
 
+    @extend_schema(responses={200: s.RunChartSerializer})
     @action(detail=True, methods=["get"])
     def chart(self, request, pk=None):
         """Latency against offered rate (p50/p99), errors per step and the knee, for the UI chart."""
-        return Response(selectors.run_chart(self.get_object()))
+        return Response(s.RunChartSerializer(selectors.run_chart(self.get_object())).data)
 
     @action(detail=True, methods=["post"], serializer_class=EmptySerializer)
     def cancel(self, request, pk=None):

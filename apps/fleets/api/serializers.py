@@ -282,6 +282,28 @@ class AppliedNodeSerializer(serializers.Serializer):
     done = serializers.BooleanField()
 
 
+class HealthServerSerializer(serializers.Serializer):
+    backend = serializers.CharField()
+    server = serializers.CharField()
+    status = serializers.CharField(help_text="HAProxy's status: UP, DOWN, MAINT, 'UP 1/3'…")
+    check = serializers.CharField(allow_blank=True, help_text="last check_status")
+    weight = serializers.IntegerField(allow_null=True)
+    rate = serializers.IntegerField(allow_null=True, help_text="sessions/s")
+
+
+class NodeHealthSummarySerializer(serializers.Serializer):
+    reachable = serializers.BooleanField()
+    error = serializers.CharField(required=False, help_text="why the node could not be read (unreachable only)")
+    servers = HealthServerSerializer(many=True, required=False)
+
+
+class FleetHealthSerializer(serializers.Serializer):
+    """GET /fleets/{id}/health/: the hot copy of `show stat` per node, keyed by node name."""
+
+    collected_at = serializers.DateTimeField(allow_null=True, help_text="null: read from the database rows")
+    nodes = serializers.DictField(child=NodeHealthSummarySerializer())
+
+
 class AppliedSerializer(serializers.Serializer):
     """Answer of GET /load-balancers/{id}/applied/: 200 when applied everywhere, 202 with node state otherwise."""
 

@@ -67,6 +67,7 @@ class FleetViewSet(TenantViewSet):
                 if rollout else None}
         return Response(data, status=status.HTTP_202_ACCEPTED if rollout else status.HTTP_200_OK)
 
+    @extend_schema(responses={200: s.FleetHealthSerializer})
     @action(detail=True, methods=["get"])
     def health(self, request, pk=None):
         """The hot copy of `show stat` per node (cache first, database rows otherwise)."""
@@ -81,7 +82,7 @@ class FleetViewSet(TenantViewSet):
                     entry["servers"].append({"backend": row.proxy, "server": row.server, "status": row.status,
                                              "check": row.check_status, "weight": row.weight,
                                              "rate": row.rate_per_s})
-        return Response(summary)
+        return Response(s.FleetHealthSerializer(summary).data)
 
 
 class NodeViewSet(TenantViewSet):
