@@ -169,10 +169,12 @@ WEB_THREADS = envint("WEB_THREADS", 4, minimum=1)
 # Long-polls (GET .../applied/?timeout=) served by controlplane.asgi park in a coroutine, holding no thread:
 # at most LONGPOLL_WAITS_PER_PRINCIPAL wait at once per principal (across processes) and
 # LONGPOLL_PARKED_PER_PROCESS per web process; beyond that they answer the current state at once
-# (202 + Retry-After). A parked one re-checks on each Redis wake-up and every LONGPOLL_RECHECK_S.
+# (202 + Retry-After). A parked one re-checks on each Redis wake-up (and when the subscription is re-made),
+# and every LONGPOLL_RECHECK_S: with Redis only a fallback for a lost message (then the wait ends at the
+# client's timeout, <= 60 s, with the state), without Redis the only way to notice.
 LONGPOLL_WAITS_PER_PRINCIPAL = envint("LONGPOLL_WAITS_PER_PRINCIPAL", 256, minimum=0)
 LONGPOLL_PARKED_PER_PROCESS = envint("LONGPOLL_PARKED_PER_PROCESS", 2000, minimum=0)
-LONGPOLL_RECHECK_S = envint("LONGPOLL_RECHECK_S", 30 if envstr("REDIS_URL") else 2, minimum=1)
+LONGPOLL_RECHECK_S = envint("LONGPOLL_RECHECK_S", 60 if envstr("REDIS_URL") else 2, minimum=1)
 # Under a plain WSGI server (the suite's live_server, `manage.py runserver`) a long-poll blocks a thread:
 # at most this many per process and per principal across processes; the rest answer at once.
 LONGPOLL_SLOTS_PER_PROCESS = envint("LONGPOLL_SLOTS_PER_PROCESS", 2, minimum=0)
