@@ -67,7 +67,7 @@ def normalize_steps(raw: Any, *, step_duration_s: float, mode: str) -> list[list
     return out
 
 
-def test_check(test: CapacityTest) -> safety.ResolvedTarget:
+def capacity_test_check(test: CapacityTest) -> safety.ResolvedTarget:
     """Everything a test must satisfy, whoever wrote it: shape, pool, caps, target. Returns the target."""
     if not 0 < test.slo_p99_ms <= 60_000:
         raise DomainError("invalid_slo", "slo_p99_ms must be in (0, 60000].", field="slo_p99_ms")
@@ -122,7 +122,7 @@ def capacity_test_save(*, principal: Principal, test: CapacityTest, data: dict[s
         test.steps = normalize_steps(test.steps, step_duration_s=test.step_duration_s, mode=test.mode)
         if not test.created_by:
             test.created_by = principal.actor
-        test_check(test)
+        capacity_test_check(test)
         try:
             with transaction.atomic():
                 test.save()
@@ -156,7 +156,7 @@ def capacity_run_start(*, principal: Principal | None, test: CapacityTest) -> Ca
         # One starter per org at a time, so two starts cannot both fit in the same budget.
         org = Organization.objects.select_for_update().get(pk=test.org_id)
         test.org = org
-        test_check(test)
+        capacity_test_check(test)
         load = load_of(test)
         safety.check_budget(load, org_active_load(org_id=org.pk), caps_of(org))
         run = CapacityRun.objects.create(

@@ -25,12 +25,11 @@ from deploy.limits import check_limits
 
 log = logging.getLogger(__name__)
 
-S = CloudApply.Status
 PLAN_FILE = "plan.tfplan"
 MAIN_FILE = "main.tf.json"
 # Only these may be (re)planned: a running or applied run keeps its plan.
-PLANNABLE = {S.PENDING, S.SYNTHESIZED}
-APPROVABLE = {S.AWAITING_APPROVAL}
+PLANNABLE = {CloudApply.Status.PENDING, CloudApply.Status.SYNTHESIZED}
+APPROVABLE = {CloudApply.Status.AWAITING_APPROVAL}
 
 
 # --- targets --------------------------------------------------------------------------------------------
@@ -161,7 +160,8 @@ def approve(*, principal: Principal, apply: CloudApply) -> CloudApply:
         reason = apply_unavailable_reason(locked.target)
         if reason:
             raise Conflict("apply_unavailable", reason)
-        locked.status, locked.approved_by, locked.approved_at = S.APPLYING, principal.actor, timezone.now()
+        locked.status = CloudApply.Status.APPLYING
+        locked.approved_by, locked.approved_at = principal.actor, timezone.now()
         locked.save(update_fields=["status", "approved_by", "approved_at", "updated_at"])
         audit_record(principal=principal, org=locked.target.org, action="cloudapply.approve", obj=locked)
         transaction.on_commit(lambda: _enqueue("cloud.apply_task", locked.pk))
@@ -174,7 +174,7 @@ def run_plan(apply_id: int) -> str:
         apply = CloudApply.objects.select_for_update().select_related("target", "lb").filter(pk=apply_id).first()
         if apply is None or apply.status not in PLANNABLE:
             return apply.status if apply else "missing"
-        apply.status = S.PLANNING
+        apply.status = CloudApply.Status.PLANNING
         apply.save(update_fields=["status", "updated_at"])
     target = apply.target
     try:
@@ -203,8 +203,8 @@ def run_plan(apply_id: int) -> str:
     if plan.returncode not in (0, 2):
         return _fail(apply, f"terraform plan failed (exit {plan.returncode}): {_last_error(plan.output)}")
     apply.diff = runner.plan_diff(plan.output)
-    apply.status = S.AWAITING_APPROVAL if plan.returncode == 2 else S.PLANNED
-    apply.finished_at = timezone.now() if apply.status == S.PLANNED else None
+    apply.status = CloudApply.Status.AWAITING_APPROVAL if plan.returncode == 2 else CloudApply.Status.PLANNED
+    apply.finished_at = timezone.now() if apply.status == CloudApply.Status.PLANNED else None
     apply.save(update_fields=["plan_output", "diff", "status", "finished_at", "updated_at"])
     return apply.status
 
@@ -212,7 +212,7 @@ def run_plan(apply_id: int) -> str:
 def run_apply(apply_id: int) -> str:
     """Apply the approved saved plan of one run. Idempotent: only a run in `applying` is worked on."""
     apply = CloudApply.objects.select_related("target", "lb").filter(pk=apply_id).first()
-    if apply is None or apply.status != S.APPLYING or not apply.approved_by:
+    if apply is None or apply.status != CloudApply.Status.APPLYING or not apply.approved_by:
         return apply.status if apply else "missing"
     target = apply.target
     reason = apply_unavailable_reason(target)
@@ -229,13 +229,13 @@ def run_apply(apply_id: int) -> str:
     apply.apply_output = _section(result)
     if result.returncode != 0:
         return _fail(apply, f"terraform apply failed (exit {result.returncode}): {_last_error(result.output)}")
-    apply.status, apply.finished_at = S.APPLIED, timezone.now()
+    apply.status, apply.finished_at = CloudApply.Status.APPLIED, timezone.now()
     apply.save(update_fields=["apply_output", "status", "finished_at", "updated_at"])
     return apply.status
 
 
 def _fail(apply: CloudApply, error: str) -> str:
-    apply.status, apply.error, apply.finished_at = S.FAILED, error[:10_000], timezone.now()
+    apply.status, apply.error, apply.finished_at = CloudApply.Status.FAILED, error[:10_000], timezone.now()
     apply.save()
     return apply.status
 
@@ -270,7 +270,7 @@ def plan_drift() -> int:
     for apply in CloudApply.objects.select_related("target", "lb").order_by("created_at", "pk"):
         latest[(apply.target_id, apply.lb_id)] = apply
     for apply in latest.values():
-        if apply.status != S.APPLIED or apply_unavailable_reason(apply.target):
+        if apply.status != CloudApply.Status.APPLIED or apply_unavailable_reason(apply.target):
             continue
         try:
             create_apply(principal=None, target=apply.target, lb=apply.lb, drift_check=True)  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ from apps.audit.services import audit_record
 from apps.balancers.models import Member
 from apps.fleets import emit, selectors
 from apps.fleets.delivery import NODE_ERRORS, read_state
-from apps.fleets.engine import _parallel, _Renderer, lease_claim, lease_release, new_owner
+from apps.fleets.engine import _BundleCache, _parallel, lease_claim, lease_release, new_owner
 from apps.fleets.livedrift import LiveDrift, ServerWanted, read_live_drift, repair_live_drift
 from apps.fleets.models import ConfigRevision, Fleet, Node, NodeResult, Rollout
 from apps.fleets.render import UnsafeValue, backend_name
@@ -77,7 +77,7 @@ def fleet_drift_report(*, fleet: Fleet) -> DriftReport:
         nodes = list(selectors.enabled_nodes(fleet))
         report.checked = len(nodes)
         states = _parallel(lambda n: read_state(selectors.node_conn(n)), nodes) if nodes else []
-        renderer = _Renderer()
+        renderer = _BundleCache()
         servers = _wanted_servers(fleet)
         now = timezone.now()
         live_jobs = []

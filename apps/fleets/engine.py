@@ -175,7 +175,7 @@ _BUNDLE_CACHE: OrderedDict[tuple, ConfigBundle] = OrderedDict()
 _BUNDLE_CACHE_SIZE = 512
 
 
-class _Renderer:
+class _BundleCache:
     """Renders each (revision, node) once: a revision never changes, so a worker keeps recent
     bundles (the next rollout's rollback target is this rollout's bundle)."""
 
@@ -199,7 +199,7 @@ class _Renderer:
         return bundle
 
 
-def _plan(renderer: _Renderer, rollout: Rollout, node: Node) -> NodePlan:
+def _plan(renderer: _BundleCache, rollout: Rollout, node: Node) -> NodePlan:
     last_good = None
     if node.applied_revision is not None and node.applied_revision.validation_ok:
         with contextlib.suppress(UnsafeValue):
@@ -301,7 +301,7 @@ def _execute(rollout: Rollout, owner: str) -> Rollout:
         if not r.node.enabled and r.status == NodeResult.Status.PENDING:
             NodeResult.objects.filter(pk=r.pk).update(status=NodeResult.Status.SKIPPED, error="node disabled")
 
-    renderer = _Renderer()
+    renderer = _BundleCache()
     plans: dict[int, NodePlan] = {}
     for r in todo:
         try:

@@ -61,8 +61,6 @@ CHUNK_BUDGET_S = 1.0  # a chunk releases its unstarted runs after this long
 FLUSH_EVERY_S = 0.25  # outcomes wait at most this long (or the end of the chunk) to be written
 MAX_ERROR_CHARS = 4000
 
-S = JobRun.Status
-
 
 @dataclass(frozen=True)
 class Ticket:
@@ -167,7 +165,7 @@ class _Heartbeat:
         alive = Q()
         for run_id, (attempt, _ctx, _deadline) in runs.items():
             alive |= Q(pk=run_id, attempt=attempt)
-        live = JobRun.objects.filter(alive, status=S.RUNNING)
+        live = JobRun.objects.filter(alive, status=JobRun.Status.RUNNING)
         live.update(heartbeat_at=timezone.now())
         still_running = set(live.values_list("pk", flat=True))
         for run_id, (_attempt, ctx, _deadline) in runs.items():
@@ -219,7 +217,7 @@ def _claim_careful(run_ids: list[int], *, worker: str, now: datetime,
         # of the live-runs index say, and no ORDER BY to sort for.
         runs = [run for run in JobRun.objects.select_for_update(skip_locked=True, of=("self",))
                 .select_related("job", "job__org").filter(pk__in=run_ids).order_by()
-                if run.status == S.PENDING]
+                if run.status == JobRun.Status.PENDING]
         order = {run_id: index for index, run_id in enumerate(run_ids)}
         runs.sort(key=lambda r: order[r.pk])
         guarded = sorted({r.job_id for r in runs if r.job.concurrency_policy != Job.ConcurrencyPolicy.ALLOW})
@@ -228,7 +226,7 @@ def _claim_careful(run_ids: list[int], *, worker: str, now: datetime,
             # The job rows serialise claims of one job (in id order: no deadlock between workers).
             list(Job.objects.select_for_update().filter(pk__in=guarded).order_by("pk").values_list("pk"))
             fresh = now - timedelta(seconds=STALE_AFTER_S)
-            running = JobRun.objects.filter(job_id__in=guarded, status=S.RUNNING, heartbeat_at__gte=fresh)
+            running = JobRun.objects.filter(job_id__in=guarded, status=JobRun.Status.RUNNING, heartbeat_at__gte=fresh)
             busy.update(dict(running.values_list("job_id", "pk")))
         skipped: list[tuple[JobRun, int]] = []
         replaced: list[int] = []  # runs that replace whatever of their job is running
@@ -254,25 +252,25 @@ def _claim_careful(run_ids: list[int], *, worker: str, now: datetime,
             claimed.append(run)
         for run, other in skipped:
             JobRun.objects.filter(pk=run.pk).update(
-                status=S.SKIPPED, finished_at=now,
+                status=JobRun.Status.SKIPPED, finished_at=now,
                 error=f"skipped: run {other} of this job was still running (policy forbid)")
-            _set_last_status([run.job_id], S.SKIPPED, now)
+            _set_last_status([run.job_id], JobRun.Status.SKIPPED, now)
         for run_id in replaced:
             run = next(r for r in claimed if r.pk == run_id)
-            JobRun.objects.filter(job_id=run.job_id, status=S.RUNNING).update(
-                status=S.CANCELLED, finished_at=now, error=f"replaced by run {run.pk} (policy replace)")
+            JobRun.objects.filter(job_id=run.job_id, status=JobRun.Status.RUNNING).update(
+                status=JobRun.Status.CANCELLED, finished_at=now, error=f"replaced by run {run.pk} (policy replace)")
         for run, by in superseded:
-            JobRun.objects.filter(pk=run.pk).update(status=S.CANCELLED, finished_at=now,
+            JobRun.objects.filter(pk=run.pk).update(status=JobRun.Status.CANCELLED, finished_at=now,
                                                     error=f"replaced by run {by} (policy replace)")
         by_timeout: dict[int, list[int]] = {}
         for run in claimed:
             by_timeout.setdefault(run.job.timeout_s, []).append(run.pk)
         for timeout_s, run_pks in by_timeout.items():  # usually one or two distinct timeouts
             JobRun.objects.filter(pk__in=run_pks).update(
-                status=S.RUNNING, started_at=now, heartbeat_at=now, worker=worker[:200], finished_at=None,
+                status=JobRun.Status.RUNNING, started_at=now, heartbeat_at=now, worker=worker[:200], finished_at=None,
                 deadline_at=now + timedelta(seconds=timeout_s))
         for run in claimed:
-            run.status, run.started_at, run.heartbeat_at, run.worker = S.RUNNING, now, now, worker[:200]
+            run.status, run.started_at, run.heartbeat_at, run.worker = JobRun.Status.RUNNING, now, now, worker[:200]
             run.deadline_at = now + timedelta(seconds=run.job.timeout_s)
     if early:
         (send or enqueue)(early)
@@ -300,23 +298,23 @@ def execute(run: JobRun) -> Outcome:
                            principal=kinds.job_principal(job))
     started = time.monotonic()
     HEARTBEAT.add(run.pk, run.attempt, ctx, started + job.timeout_s)
-    status, output, error = S.SUCCEEDED, None, ""
+    status, output, error = JobRun.Status.SUCCEEDED, None, ""
     try:
         output = kinds.get_kind(job.kind).execute(ctx, job.params)
     except SoftTimeLimitExceeded:
-        status, error = S.TIMED_OUT, f"timed out after {job.timeout_s} s"
+        status, error = JobRun.Status.TIMED_OUT, f"timed out after {job.timeout_s} s"
     except kinds.RunCancelled:
         if ctx.cancel_reason == "timeout":
-            status, error = S.TIMED_OUT, f"timed out after {job.timeout_s} s"
+            status, error = JobRun.Status.TIMED_OUT, f"timed out after {job.timeout_s} s"
         else:
-            status, error = S.CANCELLED, "cancelled while running"
+            status, error = JobRun.Status.CANCELLED, "cancelled while running"
     except kinds.JobFailed as exc:
-        status, error = S.FAILED, str(exc)
+        status, error = JobRun.Status.FAILED, str(exc)
     except DomainError as exc:
-        status, error = S.FAILED, f"{exc.code}: {exc.detail}"
+        status, error = JobRun.Status.FAILED, f"{exc.code}: {exc.detail}"
     except Exception as exc:
         log.exception("job %s run %s crashed", job.pk, run.pk)
-        status, error = S.FAILED, f"{type(exc).__name__}: {exc}"
+        status, error = JobRun.Status.FAILED, f"{type(exc).__name__}: {exc}"
     return Outcome(run, status, _plain(output), error, int((time.monotonic() - started) * 1000), started_at)
 
 
@@ -367,8 +365,8 @@ def release(runs: list[JobRun], *, send: Callable[[list[Ticket]], Any] | None = 
     tickets: list[Ticket] = []
     for run in runs:
         HEARTBEAT.discard(run.pk)
-        if JobRun.objects.filter(pk=run.pk, status=S.RUNNING, attempt=run.attempt, worker=run.worker).update(
-                status=S.PENDING, started_at=None, heartbeat_at=None, enqueued_at=timezone.now()):
+        mine = JobRun.objects.filter(pk=run.pk, status=JobRun.Status.RUNNING, attempt=run.attempt, worker=run.worker)
+        if mine.update(status=JobRun.Status.PENDING, started_at=None, heartbeat_at=None, enqueued_at=timezone.now()):
             tickets.append(Ticket(run.pk, run.job.timeout_s))
     if tickets:
         (send or enqueue)(tickets)
@@ -416,11 +414,11 @@ def record(outcomes: list[Outcome], *, now: datetime | None = None,
 
 def _after_record(outcomes: list[Outcome], results: list[str]) -> None:
     for outcome, result in zip(outcomes, results, strict=True):
-        if result in (S.FAILED, S.TIMED_OUT):
+        if result in (JobRun.Status.FAILED, JobRun.Status.TIMED_OUT):
             job = outcome.run.job
             event_emit("job.failed", org=job.org, obj=job, object_repr=job.name,
                        data={"status": result, "run": outcome.run.pk, "error": (outcome.error or "")[:300]})
-        if result in (S.FAILED, S.TIMED_OUT) and outcome.run.job.webhook_url:
+        if result in (JobRun.Status.FAILED, JobRun.Status.TIMED_OUT) and outcome.run.job.webhook_url:
             transaction.on_commit(lambda run_id=outcome.run.pk: _send_webhook_later(run_id))
         HEARTBEAT.discard(outcome.run.pk)
 
@@ -434,7 +432,8 @@ def _entry(outcome: Outcome, now: datetime) -> dict[str, Any]:
 
 
 def _is_final(outcome: Outcome) -> bool:
-    retry = outcome.status in (S.FAILED, S.TIMED_OUT) and outcome.run.attempt < outcome.run.max_attempts
+    failed = outcome.status in (JobRun.Status.FAILED, JobRun.Status.TIMED_OUT)
+    retry = failed and outcome.run.attempt < outcome.run.max_attempts
     return not retry
 
 
@@ -444,10 +443,10 @@ def _record_one(outcome: Outcome, now: datetime, retries: list[Ticket]) -> str:
     error = outcome.error[:MAX_ERROR_CHARS]
     started_at = outcome.started_at or run.started_at
     entry = _entry(outcome, now)
-    mine = JobRun.objects.filter(pk=run.pk, status=S.RUNNING, attempt=run.attempt)
-    if status in (S.FAILED, S.TIMED_OUT) and run.attempt < run.max_attempts:
+    mine = JobRun.objects.filter(pk=run.pk, status=JobRun.Status.RUNNING, attempt=run.attempt)
+    if status in (JobRun.Status.FAILED, JobRun.Status.TIMED_OUT) and run.attempt < run.max_attempts:
         delay_s = planning.retry_delay_s(backoff_s=job.retry_backoff_s, failed_attempt=run.attempt)
-        if not mine.update(status=S.PENDING, attempt=run.attempt + 1, attempts=[*run.attempts, entry],
+        if not mine.update(status=JobRun.Status.PENDING, attempt=run.attempt + 1, attempts=[*run.attempts, entry],
                            not_before=now + timedelta(seconds=delay_s), enqueued_at=now, error=error,
                            output=outcome.output, duration_ms=outcome.duration_ms, started_at=started_at,
                            heartbeat_at=None):
@@ -498,7 +497,7 @@ def reap(*, now: datetime | None = None, stale_after_s: float = STALE_AFTER_S,
     hard_limit_passed = now - timedelta(seconds=HARD_LIMIT_MARGIN_S)
     with transaction.atomic():
         dead = list(JobRun.objects.select_for_update(skip_locked=True, of=("self",)).select_related("job")
-                    .filter(status=S.RUNNING)
+                    .filter(status=JobRun.Status.RUNNING)
                     .filter(Q(heartbeat_at__lt=now - timedelta(seconds=stale_after_s))
                             | Q(heartbeat_at__isnull=True) | Q(deadline_at__lt=hard_limit_passed))
                     .order_by("heartbeat_at")[:limit])
@@ -506,23 +505,23 @@ def reap(*, now: datetime | None = None, stale_after_s: float = STALE_AFTER_S,
         for run in dead:
             if run.deadline_at is not None and run.deadline_at < hard_limit_passed:
                 error = f"timed out after {run.job.timeout_s} s (worker stopped responding)"
-                outcomes.append(Outcome(run, S.TIMED_OUT, None, error))
+                outcomes.append(Outcome(run, JobRun.Status.TIMED_OUT, None, error))
                 result.timed_out += 1
             else:
                 seen = run.heartbeat_at.isoformat() if run.heartbeat_at else "never"
                 error = f"worker lost: {run.worker or 'unknown'} stopped heartbeating (last {seen})"
-                outcomes.append(Outcome(run, S.FAILED, None, error))
+                outcomes.append(Outcome(run, JobRun.Status.FAILED, None, error))
                 result.lost += 1
             if run.started_at is not None:
                 outcomes[-1].duration_ms = int((now - run.started_at).total_seconds() * 1000)
         result.retried = record(outcomes, now=now, send=send).count("retry")
     due = Q(not_before__isnull=True) | Q(not_before__lte=now)
-    lost_messages = list(JobRun.objects.filter(due, status=S.PENDING,
+    lost_messages = list(JobRun.objects.filter(due, status=JobRun.Status.PENDING,
                                                enqueued_at__lt=now - timedelta(seconds=reenqueue_after_s))
                          .values_list("pk", "job__timeout_s")[:limit])
     if lost_messages:
         resend_ids = [pk for pk, _ in lost_messages]
-        JobRun.objects.filter(pk__in=resend_ids, status=S.PENDING).update(enqueued_at=now)
+        JobRun.objects.filter(pk__in=resend_ids, status=JobRun.Status.PENDING).update(enqueued_at=now)
         (send or enqueue)([Ticket(pk, timeout_s) for pk, timeout_s in lost_messages])
         result.resent = len(lost_messages)
     return result

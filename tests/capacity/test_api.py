@@ -27,7 +27,7 @@ def listener(world):
 
 
 @pytest.fixture
-def test_id(alice, listener, world) -> int:
+def capacity_test_pk(alice, listener, world) -> int:
     response = alice.client.post(TESTS, {"name": "web-knee", "listener": listener.pk, "steps": [50, 100, 200],
                                          "step_duration_s": 2, "slo_p99_ms": 50, "pool": world.pool.pk,
                                          "region": "us-east"}, format="json")
@@ -56,9 +56,9 @@ def finished_run(test: CapacityTest, shards: list[list[engine.StepResult]]) -> C
     return run
 
 
-def knee_run(test_id: int) -> CapacityRun:
+def knee_run(capacity_test_pk: int) -> CapacityRun:
     """Two shards: fine at 50 and 100 req/s in total, falling over at 200 (p99 400 ms)."""
-    test = CapacityTest.objects.get(pk=test_id)
+    test = CapacityTest.objects.get(pk=capacity_test_pk)
     half = [_step(25, 25, 5, 50), _step(50, 49.6, 8, 100), _step(100, 60, 400, 120, errors=10)]
     return finished_run(test, [half, half])
 
@@ -66,21 +66,21 @@ def knee_run(test_id: int) -> CapacityRun:
 # --- tenancy ---------------------------------------------------------------------------------
 
 
-def test_anonymous_callers_get_401(anon, test_id):
-    for url in [TESTS, f"{TESTS}{test_id}/", RUNS]:
+def test_anonymous_callers_get_401(anon, capacity_test_pk):
+    for url in [TESTS, f"{TESTS}{capacity_test_pk}/", RUNS]:
         response = anon.get(url)
         assert response.status_code == 401
         assert response.json()["code"] == "not_authenticated"
 
 
-def test_a_viewer_reads_but_cannot_define_start_cancel_or_apply(vera, test_id, listener):
-    run = knee_run(test_id)
-    assert vera.client.get(f"{TESTS}{test_id}/").status_code == 200
+def test_a_viewer_reads_but_cannot_define_start_cancel_or_apply(vera, capacity_test_pk, listener):
+    run = knee_run(capacity_test_pk)
+    assert vera.client.get(f"{TESTS}{capacity_test_pk}/").status_code == 200
     assert vera.client.get(f"{RUNS}{run.pk}/progress/").status_code == 200
     for method, url, body in [("post", TESTS, {"name": "v", "listener": listener.pk, "steps": [10]}),
-                              ("patch", f"{TESTS}{test_id}/", {"slo_p99_ms": 10}),
-                              ("delete", f"{TESTS}{test_id}/", None),
-                              ("post", f"{TESTS}{test_id}/start/", None),
+                              ("patch", f"{TESTS}{capacity_test_pk}/", {"slo_p99_ms": 10}),
+                              ("delete", f"{TESTS}{capacity_test_pk}/", None),
+                              ("post", f"{TESTS}{capacity_test_pk}/start/", None),
                               ("post", f"{RUNS}{run.pk}/cancel/", None),
                               ("post", f"{RUNS}{run.pk}/apply/", None)]:
         response = getattr(vera.client, method)(url, body, format="json")
@@ -89,10 +89,10 @@ def test_a_viewer_reads_but_cannot_define_start_cancel_or_apply(vera, test_id, l
     assert not CapacityRun.objects.exclude(pk=run.pk).exists()
 
 
-def test_an_outsider_gets_404_for_everything_of_acmes(charlie, test_id):
-    run = knee_run(test_id)
-    for method, url in [("get", f"{TESTS}{test_id}/"), ("patch", f"{TESTS}{test_id}/"),
-                        ("delete", f"{TESTS}{test_id}/"), ("post", f"{TESTS}{test_id}/start/"),
+def test_an_outsider_gets_404_for_everything_of_acmes(charlie, capacity_test_pk):
+    run = knee_run(capacity_test_pk)
+    for method, url in [("get", f"{TESTS}{capacity_test_pk}/"), ("patch", f"{TESTS}{capacity_test_pk}/"),
+                        ("delete", f"{TESTS}{capacity_test_pk}/"), ("post", f"{TESTS}{capacity_test_pk}/start/"),
                         ("get", f"{RUNS}{run.pk}/"), ("get", f"{RUNS}{run.pk}/progress/"),
                         ("get", f"{RUNS}{run.pk}/results/"), ("get", f"{RUNS}{run.pk}/chart/"),
                         ("post", f"{RUNS}{run.pk}/cancel/"), ("post", f"{RUNS}{run.pk}/apply/")]:
@@ -103,34 +103,34 @@ def test_an_outsider_gets_404_for_everything_of_acmes(charlie, test_id):
     assert charlie.client.get(RUNS).json()["count"] == 0
 
 
-def test_an_operator_sees_every_orgs_tests_and_runs(otto, test_id):
-    run = knee_run(test_id)
-    assert test_id in [t["id"] for t in otto.client.get(TESTS).json()["results"]]
+def test_an_operator_sees_every_orgs_tests_and_runs(otto, capacity_test_pk):
+    run = knee_run(capacity_test_pk)
+    assert capacity_test_pk in [t["id"] for t in otto.client.get(TESTS).json()["results"]]
     assert run.pk in [r["id"] for r in otto.client.get(RUNS).json()["results"]]
 
 
 # --- tests CRUD --------------------------------------------------------------------------------
 
 
-def test_the_owner_defines_reads_updates_and_deletes_a_test(alice, test_id):
-    fetched = alice.client.get(f"{TESTS}{test_id}/")
+def test_the_owner_defines_reads_updates_and_deletes_a_test(alice, capacity_test_pk):
+    fetched = alice.client.get(f"{TESTS}{capacity_test_pk}/")
     assert fetched.status_code == 200 and fetched["ETag"]
     body = fetched.json()
     assert body["org"] == "acme"
     assert body["steps"] == [[50.0, 2.0], [100.0, 2.0], [200.0, 2.0]]  # bare numbers take step_duration_s
     assert body["mode"] == "open" and body["shards"] == 1 and body["created_by"].startswith("token:")
-    stale = alice.client.patch(f"{TESTS}{test_id}/", {"shards": 2}, format="json", HTTP_IF_MATCH='"stale"')
+    stale = alice.client.patch(f"{TESTS}{capacity_test_pk}/", {"shards": 2}, format="json", HTTP_IF_MATCH='"stale"')
     assert stale.status_code == 412
-    patched = alice.client.patch(f"{TESTS}{test_id}/", {"steps": [[20, 1], [40, 1]], "shards": 2},
+    patched = alice.client.patch(f"{TESTS}{capacity_test_pk}/", {"steps": [[20, 1], [40, 1]], "shards": 2},
                                  format="json", HTTP_IF_MATCH=fetched["ETag"])
     assert patched.status_code == 200, patched.content
     assert patched.json()["steps"] == [[20.0, 1.0], [40.0, 1.0]] and patched.json()["shards"] == 2
-    assert AuditEvent.objects.filter(action="capacitytest.update", object_id=str(test_id)).exists()
-    assert alice.client.delete(f"{TESTS}{test_id}/").status_code == 204
-    assert alice.client.get(f"{TESTS}{test_id}/").status_code == 404
+    assert AuditEvent.objects.filter(action="capacitytest.update", object_id=str(capacity_test_pk)).exists()
+    assert alice.client.delete(f"{TESTS}{capacity_test_pk}/").status_code == 204
+    assert alice.client.get(f"{TESTS}{capacity_test_pk}/").status_code == 404
 
 
-def test_test_names_are_unique_per_org(alice, listener, test_id):
+def test_test_names_are_unique_per_org(alice, listener, capacity_test_pk):
     response = alice.client.post(TESTS, {"name": "web-knee", "listener": listener.pk, "steps": [10]}, format="json")
     assert response.status_code == 409
     assert response.json()["code"] == "name_taken"
@@ -168,26 +168,26 @@ def test_a_foreign_pool_cannot_receive_the_recommendation(alice, charlie, globex
 # --- runs --------------------------------------------------------------------------------------
 
 
-def test_start_creates_a_pending_run_and_an_idempotency_key_replays_it(alice, test_id):
-    first = alice.client.post(f"{TESTS}{test_id}/start/", HTTP_IDEMPOTENCY_KEY="start-1")
+def test_start_creates_a_pending_run_and_an_idempotency_key_replays_it(alice, capacity_test_pk):
+    first = alice.client.post(f"{TESTS}{capacity_test_pk}/start/", HTTP_IDEMPOTENCY_KEY="start-1")
     assert first.status_code == 201, first.content
     run = first.json()
-    assert run["status"] == "pending" and run["test"] == test_id and run["step_count"] == 3
+    assert run["status"] == "pending" and run["test"] == capacity_test_pk and run["step_count"] == 3
     assert first["Location"] == f"{RUNS}{run['id']}/"
-    again = alice.client.post(f"{TESTS}{test_id}/start/", HTTP_IDEMPOTENCY_KEY="start-1")
+    again = alice.client.post(f"{TESTS}{capacity_test_pk}/start/", HTTP_IDEMPOTENCY_KEY="start-1")
     assert again.status_code == 201 and again.json()["id"] == run["id"]
     assert again["Idempotent-Replayed"] == "true"
     assert CapacityRun.objects.count() == 1
     assert AuditEvent.objects.filter(action="capacityrun.start").count() == 1
 
 
-def test_runs_are_not_created_directly(alice, test_id):
-    response = alice.client.post(RUNS, {"test": test_id}, format="json")
+def test_runs_are_not_created_directly(alice, capacity_test_pk):
+    response = alice.client.post(RUNS, {"test": capacity_test_pk}, format="json")
     assert response.status_code == 405
 
 
-def test_cancel_a_pending_run_then_cancelling_again_conflicts(alice, test_id):
-    run_id = alice.client.post(f"{TESTS}{test_id}/start/").json()["id"]
+def test_cancel_a_pending_run_then_cancelling_again_conflicts(alice, capacity_test_pk):
+    run_id = alice.client.post(f"{TESTS}{capacity_test_pk}/start/").json()["id"]
     cancelled = alice.client.post(f"{RUNS}{run_id}/cancel/")
     assert cancelled.status_code == 200
     assert cancelled.json()["status"] == "cancelled"
@@ -197,14 +197,14 @@ def test_cancel_a_pending_run_then_cancelling_again_conflicts(alice, test_id):
     assert execution.run_prepare(run_id, lambda *a: pytest.fail("no shard may be enqueued")) == "skipped"
 
 
-def test_a_test_with_an_active_run_cannot_be_deleted(alice, test_id):
-    alice.client.post(f"{TESTS}{test_id}/start/")
-    response = alice.client.delete(f"{TESTS}{test_id}/")
+def test_a_test_with_an_active_run_cannot_be_deleted(alice, capacity_test_pk):
+    alice.client.post(f"{TESTS}{capacity_test_pk}/start/")
+    response = alice.client.delete(f"{TESTS}{capacity_test_pk}/")
     assert response.status_code == 409 and response.json()["code"] == "run_active"
 
 
-def test_progress_reports_percent_step_and_rate(alice, test_id):
-    run_id = alice.client.post(f"{TESTS}{test_id}/start/").json()["id"]
+def test_progress_reports_percent_step_and_rate(alice, capacity_test_pk):
+    run_id = alice.client.post(f"{TESTS}{capacity_test_pk}/start/").json()["id"]
     CapacityRun.objects.filter(pk=run_id).update(status="running", progress_percent=42.0, current_step=1,
                                                  achieved_rate=99.5, sent=300, ok=299, errors=1)
     body = alice.client.get(f"{RUNS}{run_id}/progress/").json()
@@ -213,8 +213,8 @@ def test_progress_reports_percent_step_and_rate(alice, test_id):
     assert body["achieved_rate"] == 99.5 and body["sent"] == 300 and body["errors"] == 1
 
 
-def test_a_finished_run_shows_merged_steps_knee_and_recommendation(alice, test_id):
-    run = knee_run(test_id)
+def test_a_finished_run_shows_merged_steps_knee_and_recommendation(alice, capacity_test_pk):
+    run = knee_run(capacity_test_pk)
     assert run.status == "succeeded"
     body = alice.client.get(f"{RUNS}{run.pk}/").json()
     assert [s["offered_rate"] for s in body["steps"]] == [50, 100, 200]
@@ -233,8 +233,8 @@ def test_a_finished_run_shows_merged_steps_knee_and_recommendation(alice, test_i
     assert chart["errors"] == [0, 0, 20] and len(chart["p50_ms"]) == len(chart["p99_ms"]) == 3
 
 
-def test_apply_writes_max_rate_per_member_audits_and_bumps_the_revision(alice, test_id, world):
-    run = knee_run(test_id)
+def test_apply_writes_max_rate_per_member_audits_and_bumps_the_revision(alice, capacity_test_pk, world):
+    run = knee_run(capacity_test_pk)
     revision = LoadBalancer.objects.get(pk=world.acme_lb.pk).revision
     response = alice.client.post(f"{RUNS}{run.pk}/apply/")
     assert response.status_code == 200, response.content
@@ -246,8 +246,8 @@ def test_apply_writes_max_rate_per_member_audits_and_bumps_the_revision(alice, t
     assert AuditEvent.objects.filter(action="capacityrun.apply", object_id=str(run.pk)).exists()
 
 
-def test_a_run_without_a_knee_has_nothing_to_apply(alice, test_id):
-    test = CapacityTest.objects.get(pk=test_id)
+def test_a_run_without_a_knee_has_nothing_to_apply(alice, capacity_test_pk):
+    test = CapacityTest.objects.get(pk=capacity_test_pk)
     run = finished_run(test, [[_step(50, 50, 900, 100)]])
     assert run.status == "failed" and run.knee_code == "first_step_failed"
     assert run.error_code == "first_step_failed" and "already misses the SLO" in run.error
@@ -256,8 +256,8 @@ def test_a_run_without_a_knee_has_nothing_to_apply(alice, test_id):
     assert response.status_code == 409 and response.json()["code"] == "no_recommendation"
 
 
-def test_a_failed_shard_fails_the_run_and_keeps_what_was_measured(test_id):
-    test = CapacityTest.objects.get(pk=test_id)
+def test_a_failed_shard_fails_the_run_and_keeps_what_was_measured(capacity_test_pk):
+    test = CapacityTest.objects.get(pk=capacity_test_pk)
     run = CapacityRun.objects.create(test=test, status="running", shards_total=2, step_count=1)
     CapacityShard.objects.create(run=run, index=0, status="done", stopped_reason="completed")
     CapacityShard.objects.create(run=run, index=1, status="failed", stopped_reason="error", error="boom")
@@ -298,10 +298,10 @@ def test_only_operators_write_the_allowlist_and_tenants_see_what_applies_to_them
 # --- housekeeping -----------------------------------------------------------------------------------
 
 
-def test_a_redelivered_shard_is_recorded_as_lost_instead_of_offering_its_load_again(test_id):
+def test_a_redelivered_shard_is_recorded_as_lost_instead_of_offering_its_load_again(capacity_test_pk):
     """GIVEN a shard whose worker died mid-run (its row still says running), WHEN the broker redelivers
     its message, THEN the shard is marked lost and the run fails, instead of loading the target late."""
-    test = CapacityTest.objects.get(pk=test_id)
+    test = CapacityTest.objects.get(pk=capacity_test_pk)
     run = CapacityRun.objects.create(test=test, status="running", shards_total=1, step_count=3)
     CapacityShard.objects.create(run=run, index=0, status="running")
     assert execution.shard_execute(run.pk, 0, worker="w2") == "finalized"
@@ -310,12 +310,12 @@ def test_a_redelivered_shard_is_recorded_as_lost_instead_of_offering_its_load_ag
     assert run.status == "failed" and run.error_code == "shard_failed"
 
 
-def test_runs_whose_shards_never_report_are_reaped(test_id):
+def test_runs_whose_shards_never_report_are_reaped(capacity_test_pk):
     from datetime import timedelta
 
     from django.utils import timezone
 
-    test = CapacityTest.objects.get(pk=test_id)
+    test = CapacityTest.objects.get(pk=capacity_test_pk)
     stale = CapacityRun.objects.create(test=test, status="running", plan={"max_duration_s": 10.0},
                                        start_at=timezone.now() - timedelta(seconds=300))
     fresh = CapacityRun.objects.create(test=test, status="running", plan={"max_duration_s": 10.0},
@@ -327,11 +327,11 @@ def test_runs_whose_shards_never_report_are_reaped(test_id):
     assert fresh.status == "running"
 
 
-def test_a_listener_and_an_address_together_are_refused_not_silently_ignored(alice, listener, test_id):
+def test_a_listener_and_an_address_together_are_refused_not_silently_ignored(alice, listener, capacity_test_pk):
     response = alice.client.post(TESTS, {"name": "both", "listener": listener.pk, "address": "127.0.0.1",
                                          "port": 8080, "steps": [50]}, format="json")
     assert response.status_code == 422, response.content
     assert response.json()["code"] == "ambiguous_target"
     assert "address" in response.json()["fields"]
-    patched = alice.client.patch(f"{TESTS}{test_id}/", {"address": "127.0.0.1", "port": 8080}, format="json")
+    patched = alice.client.patch(f"{TESTS}{capacity_test_pk}/", {"address": "127.0.0.1", "port": 8080}, format="json")
     assert patched.status_code == 422 and patched.json()["code"] == "ambiguous_target"
