@@ -34,6 +34,26 @@ def endpoints(cert: Certificate) -> list[Endpoint]:
     return sorted(out, key=lambda e: e.key)
 
 
+def endpoints_of(certificates: list[Certificate]) -> dict[int, list[Endpoint]]:
+    """endpoints() of many certificates with two queries: {certificate id: endpoints}."""
+    listeners = list(Listener.objects.filter(certificate__in=certificates, protocol=Listener.Protocol.HTTPS)
+                     .select_related("lb", "static_ip"))
+    lbs = {ln.lb_id: ln.lb for ln in listeners}
+    fleets_of = {lb_id: [f.pk for f in lb_fleets(lb)] for lb_id, lb in lbs.items()}
+    wanted = {f for ids in fleets_of.values() for f in ids}
+    nodes: dict[int, list[Node]] = {}
+    for node in Node.objects.filter(fleet__in=wanted, enabled=True).select_related("fleet"):
+        nodes.setdefault(node.fleet_id, []).append(node)
+    out: dict[int, list[Endpoint]] = {}
+    for ln in listeners:
+        for fleet_id in fleets_of[ln.lb_id]:
+            for node in nodes.get(fleet_id, []):
+                address = node.bind_address or (ln.static_ip.address if ln.static_ip else node.address)
+                out.setdefault(ln.certificate_id, []).append(
+                    Endpoint(f"{node.fleet.name}/{node.name} {ln.lb.name}.{ln.name}", address, ln.port))
+    return {cert_id: sorted(eps, key=lambda e: e.key) for cert_id, eps in out.items()}
+
+
 def where_used(cert: Certificate) -> list[str]:
     return sorted({f"{ln.lb.name}.{ln.name}" for ln in cert.listeners.select_related("lb")})
 
@@ -49,26 +69,51 @@ def handshake_serial(address: str, port: int, server_name: str, timeout_s: float
     return x509.load_der_x509_certificate(der).serial_number
 
 
-def verify_serial(cert: Certificate, serial: int, server_name: str, timeout_s: float = 30.0) -> dict[str, str]:
-    """{endpoint: "ok" | what it served instead}, waiting up to timeout_s for every node to serve `serial`."""
-    targets = endpoints(cert)
-    seen: dict[str, str] = {}
+@dataclass(frozen=True)
+class Check:
+    """Every endpoint where a certificate serves, the serial it must show, the name to ask for (SNI)."""
+
+    endpoints: list[Endpoint]
+    serial: int
+    server_name: str
+
+
+def verify_serials(checks: list[Check], timeout_s: float = 30.0,
+                   verified_at: list[float | None] | None = None) -> list[dict[str, str]]:
+    """For each check {endpoint: "ok" | what it served instead}, waiting up to timeout_s for every node
+    to serve the serial. All handshakes of all checks run together (network only, no database).
+    `verified_at`, when given, receives per check the time.time() its last endpoint showed the serial
+    (None: not everywhere in time)."""
+    probes = [(i, ep, check.serial, check.server_name) for i, check in enumerate(checks) for ep in check.endpoints]
+    seen: list[dict[str, str]] = [{} for _ in checks]
+    done_at: list[float | None] = [None if check.endpoints else time.time() for check in checks]
     deadline = time.monotonic() + timeout_s
 
-    def probe(ep: Endpoint) -> str:
+    def probe(item: tuple[int, Endpoint, int, str]) -> str:
+        _, ep, serial, server_name = item
         try:
             got = handshake_serial(ep.address, ep.port, server_name)
         except (OSError, ssl.SSLError) as exc:
             return f"handshake failed: {exc}"
         return "ok" if got == serial else f"still serves serial {got:X}"
 
-    pending = targets
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(targets)))) as pool:
+    pending = probes
+    with ThreadPoolExecutor(max_workers=max(1, min(32, len(probes)))) as pool:
         while pending:
-            results = dict(zip((ep.key for ep in pending), pool.map(probe, pending), strict=True))
-            seen.update(results)
-            pending = [ep for ep in pending if results[ep.key] != "ok"]
+            results = list(pool.map(probe, pending))
+            for (i, ep, _, _), result in zip(pending, results, strict=True):
+                seen[i][ep.key] = result
+            pending = [item for item, result in zip(pending, results, strict=True) if result != "ok"]
+            now, waiting = time.time(), {i for i, _, _, _ in pending}
+            done_at = [at if at is not None or i in waiting else now for i, at in enumerate(done_at)]
             if not pending or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
+    if verified_at is not None:
+        verified_at[:] = done_at
     return seen
+
+
+def verify_serial(cert: Certificate, serial: int, server_name: str, timeout_s: float = 30.0) -> dict[str, str]:
+    """{endpoint: "ok" | what it served instead} for one certificate (see verify_serials)."""
+    return verify_serials([Check(endpoints(cert), serial, server_name)], timeout_s)[0]

@@ -117,11 +117,12 @@ def parse_certificate(cert_pem: str, key_pem: str, chain_pem: str = "",
 
 
 def certificate_save(*, principal: Principal, cert: Certificate, org, name: str, cert_pem: str | None,
-                     key_pem: str | None, chain_pem: str = "") -> Certificate:
+                     key_pem: str | None, chain_pem: str = "", touch_lbs: bool = True) -> Certificate:
     """Create or replace a certificate; LBs whose listeners use it roll out the new one.
 
     A PEM left out (None) keeps the stored one: a PATCH may rename only, or renew the leaf with the
-    same key. A new certificate needs both.
+    same key. A new certificate needs both. `touch_lbs=False`: the caller bumps the LBs itself (ACME
+    stores a batch of certificates and bumps each LB once for all of them).
     """
     if cert.pk is None and (cert_pem is None or key_pem is None):
         raise DomainError("required", "A new certificate needs cert_pem and key_pem.",
@@ -148,7 +149,7 @@ def certificate_save(*, principal: Principal, cert: Certificate, org, name: str,
         audit_record(principal=principal, org=org, action="certificate.save", obj=cert, before=before,
                      after={"fingerprint": cert.fingerprint_sha256, "not_after": cert.not_after,
                             "subject": cert.subject})
-        for lb_id in sorted(set(cert.listeners.values_list("lb_id", flat=True))):
+        for lb_id in sorted(set(cert.listeners.values_list("lb_id", flat=True))) if touch_lbs else []:
             lb_touch(lb_id)
     return cert
 

@@ -187,7 +187,8 @@ class _BundleCache:
         key = (revision.pk, revision.number, revision.snapshot.get("fleet"), revision.sha256, spec)
         cached = _BUNDLE_CACHE.get(key)
         if cached is not None:
-            _BUNDLE_CACHE.move_to_end(key)
+            with contextlib.suppress(KeyError):  # evicted meanwhile by a reconcile in another thread
+                _BUNDLE_CACHE.move_to_end(key)
             return cached
         snap = self._snaps.get(revision.pk)
         if snap is None:

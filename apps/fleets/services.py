@@ -24,7 +24,7 @@ from apps.balancers.models import LoadBalancer, Member
 from apps.core import crypto
 from apps.core.errors import Conflict, DomainError, NotFoundError
 from apps.fleets import selectors
-from apps.fleets.codec import content_sha256, display_text, revision_diff, snapshot_to_json
+from apps.fleets.codec import content_sha256, display_text, revision_diff, snapshot_to_json, strip_header
 from apps.fleets.delivery import set_map_entries, set_server
 from apps.fleets.enforce import sync_usable
 from apps.fleets.models import ConfigRevision, Fleet, Node, NodeResult, Rollout
@@ -54,6 +54,23 @@ def _org(principal: Principal | None):
 
 
 AUTO_RENDER_REASON = "desired state changed"
+
+
+CERTIFICATES_ONLY_NOTE = ("Only certificate contents changed since the previous revision, which passed "
+                          "`haproxy -c -dW`; each certificate was checked when stored (PEM, key matches, chain, "
+                          "validity), so the check was not run again.")
+
+
+def _certificates_only(latest: ConfigRevision | None, text: str) -> bool:
+    """The new render differs from the latest validated revision only in certs/*.pem contents.
+
+    The display text is haproxy.cfg (which names every certificate file) plus every other file, so an
+    equal text below the header leaves only the certificates' contents. Those passed
+    apps.fleets.certs' checks when stored, and the nodes take them through `set ssl cert`, which
+    refuses a PEM HAProxy cannot load; re-running `haproxy -c` on an unchanged configuration costs
+    seconds per renewal on a fleet with many certificates and finds nothing new.
+    """
+    return latest is not None and latest.validation_ok and strip_header(latest.text) == strip_header(text)
 
 
 def fleet_render(*, fleet: Fleet, reason: str = "") -> ConfigRevision:
@@ -90,7 +107,9 @@ def fleet_render(*, fleet: Fleet, reason: str = "") -> ConfigRevision:
                 latest.lb_revisions = merged
                 latest.save(update_fields=["lb_revisions"])
             return latest
-        if text:
+        if text and _certificates_only(latest, text):
+            ok, output, took_ms = True, CERTIFICATES_ONLY_NOTE, 0.0
+        elif text:
             result = validate_bundle(bundle, settings.HAPROXY_BIN)
             ok, output, took_ms = result.ok, result.output, result.duration_ms
         diff = revision_diff(latest.text if latest else "", text,

@@ -17,11 +17,13 @@ Goals: p99 <= 10 s per certificate against pebble, 0 handshake or request errors
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -37,10 +39,85 @@ from tests.acme.pebblekit import Pebble  # noqa: E402
 from tests.netutil import free_port_on  # noqa: E402
 
 
+class HandshakeProber(threading.Thread):
+    """New TLS handshakes, one after another, round the given (address, port, SNI) targets: a handshake
+    that fails while certificates rotate is a rotation error wrk's keep-alive connections would miss."""
+
+    def __init__(self, targets: list[tuple[str, int, str]]) -> None:
+        super().__init__(daemon=True)
+        self.targets, self.done, self.failed, self.errors = targets, 0, 0, []
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        from apps.acme.deploy import handshake_serial
+
+        while not self._stop_event.is_set():
+            for address, port, name in self.targets:
+                try:
+                    handshake_serial(address, port, name, timeout_s=5.0)
+                except Exception as exc:  # every failure counts, whatever it is
+                    self.failed += 1
+                    self.errors.append(f"{address}:{port} {exc}")
+                self.done += 1
+                if self._stop_event.wait(0.02):
+                    return
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(10)
+
+
+def request_all(managed: list, rate: float, requested: dict[int, float]) -> None:
+    """The requests: each certificate marked due (what the API and the renewal sweep do), `rate` per
+    second, or all at once."""
+    from django.db import connections
+    from django.utils import timezone
+
+    from apps.acme.models import ManagedCertificate
+
+    try:
+        for group in ([managed] if not rate else [[m] for m in managed]):
+            at = time.time()
+            ManagedCertificate.objects.filter(pk__in=[m.pk for m in group]).update(next_attempt_at=timezone.now())
+            requested.update({m.pk: at for m in group})
+            if rate:
+                time.sleep(1.0 / rate)
+    finally:
+        connections.close_all()
+
+
+def worker(total: int, batch: int, orders: list, steps: dict[str, float]) -> None:
+    """What an issuing Celery task does, in a loop: take the due certificates (up to `batch`), order and
+    deploy them together. Stops when every certificate has an order."""
+    from django.db import connections
+
+    from apps.acme import services
+
+    try:
+        while len(orders) < total:
+            due = services.due()[:batch]
+            mine: dict[str, float] = {}
+            done = services.managed_certificates_issue(managed_ids=due, timings=mine) if due else []
+            if not done:
+                time.sleep(0.05)
+                continue
+            orders.extend(done)
+            for key, value in mine.items():
+                steps[key] = steps.get(key, 0.0) + value
+            steps["rounds"] = steps.get("rounds", 0) + 1
+    finally:
+        connections.close_all()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--hostnames", type=int, default=100)
     parser.add_argument("--nodes", type=int, default=3, help="nodes per region (2 regions)")
+    parser.add_argument("--rate", type=float, default=2.0,
+                        help="certificates requested per second (0: all at once)")
+    parser.add_argument("--workers", type=int, default=2, help="issuing workers (like Celery's concurrency)")
+    parser.add_argument("--batch", type=int, default=100, help="most due certificates a worker takes per round")
+    parser.add_argument("--timeout", type=float, default=600.0)
     args = parser.parse_args()
     wrk = shutil.which("wrk")
     if wrk is None:
@@ -61,13 +138,12 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     from apps.accounts.models import Organization
-    from apps.acme import services
     from apps.acme.models import ManagedCertificate
     from apps.balancers.models import HostnameClaim, Listener, LoadBalancer, Member, Pool, PoolRegion, Region
     from apps.core import crypto
     from apps.fleets import services as fleet_services
     from apps.fleets.localnodes import start_local_node, stop_local_node
-    from apps.fleets.models import Certificate, Fleet, Node, NodeResult
+    from apps.fleets.models import Certificate, Fleet, Node, NodeResult, Rollout
     from tests.fleets.fleetkit import self_signed
 
     addresses = {"us-east": [f"127.19.1.{i}" for i in range(1, args.nodes + 1)],
@@ -120,21 +196,42 @@ def main() -> None:
                                            config_dir=f"{base}/{fleet.name}{i}/etc")
                 masters.append(start_local_node(node))
             fleet_services.fleet_reconcile_now(fleet_id=fleet.pk)
-        first_tls = Listener.objects.get(lb=lb, name="tls0")
+        tls = list(Listener.objects.filter(lb=lb, protocol="https").order_by("port"))
+        pids_before = dict(Node.objects.values_list("pk", "worker_pid"))
         mark = time.time()
         wrks = [subprocess.Popen([wrk, "-t1", "-c4", "-d3600s", "--timeout", "5s",
-                                  f"https://{a}:{first_tls.port}/"], stdout=subprocess.PIPE, text=True)
+                                  f"https://{a}:{tls[0].port}/"], stdout=subprocess.PIPE, text=True)
                 for a in every]
         procs.extend(wrks)
-        durations, failures = [], []
-        print(f"{len(names)} hostnames, {len(every)} nodes, load {os.getloadavg()[0]:.1f}", flush=True)
-        for m in managed:
-            started = time.monotonic()
-            order = services.managed_certificate_issue(managed_id=m.pk, force=True)
-            took = time.monotonic() - started
-            if order is None or order.status != "valid" or set(order.deployed.values()) != {"ok"}:
-                failures.append(f"{m.name}: {order and (order.error or order.deployed)}")
-            durations.append(took)
+        prober = HandshakeProber([(a, ln.port, names[i]) for a in every for i, ln in enumerate(tls[:10])])
+        prober.start()
+        time.sleep(1.0)
+        print(f"{len(names)} hostnames, {len(every)} nodes ({len(tls)} https listeners on each); requests "
+              + (f"{args.rate:g}/s" if args.rate else "all at once")
+              + f"; {args.workers} workers taking up to {args.batch} due certificates per round; "
+              f"load {os.getloadavg()[0]:.1f}", flush=True)
+        steps: dict[str, float] = {}
+        requested: dict[int, float] = {}
+        orders: list = []
+        started = time.monotonic()
+        arrivals = threading.Thread(target=request_all, args=(managed, args.rate, requested), daemon=True)
+        arrivals.start()
+        workers = [threading.Thread(target=worker, args=(len(managed), args.batch, orders, steps), daemon=True)
+                   for _ in range(args.workers)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(args.timeout)
+        total = time.monotonic() - started
+        per_cert, failures = [], []
+        for order in orders:
+            if order.status != "valid" or set(order.deployed.values()) != {"ok"}:
+                failures.append(f"{order.managed.name}: {order.error or order.deployed}")
+            per_cert.append(order.started_at.timestamp() + order.duration_s - requested[order.managed_id])
+        if len(orders) != len(managed):
+            failures.append(f"{len(managed) - len(orders)} certificates were not issued within {args.timeout} s")
+        time.sleep(1.0)
+        prober.stop()
         for proc in wrks:
             proc.send_signal(2)  # SIGINT: wrk prints its report
         requests = errors = 0
@@ -142,17 +239,27 @@ def main() -> None:
             out, _ = proc.communicate(timeout=30)
             r, socket_errors, non_2xx = parse_wrk(out)
             requests, errors = requests + r, errors + socket_errors + non_2xx
-        import datetime as dt
-
         since = dt.datetime.fromtimestamp(mark, dt.UTC)
         reloads = NodeResult.objects.filter(started_at__gte=since, reload_ms__isnull=False).count()
-        print(f"issued+deployed {len(durations) - len(failures)}/{len(durations)}; failures: {failures[:3]}")
-        print(f"per certificate (order -> all {len(every)} nodes serve it, by handshake): "
-              f"p50 {percentile(durations, 50):.2f} s, p99 {percentile(durations, 99):.2f} s, "
-              f"max {max(durations):.2f} s; wrk over TLS: {requests} requests, {errors} errors; load "
-              f"{os.getloadavg()[0]:.1f}")
-        print(f"RESULT issue_deploy_s_p50={percentile(durations, 50):.2f} issue_deploy_s_p99="
-              f"{percentile(durations, 99):.2f} rotation_errors={errors + len(failures)} reloads={reloads}")
+        pids_after = dict(Node.objects.values_list("pk", "worker_pid"))
+        changed_pids = sum(1 for pk, pid in pids_before.items() if pids_after.get(pk) != pid)
+        rollouts = Rollout.objects.filter(created_at__gte=since)
+        rounds = steps.pop("rounds", 0)
+        print(f"issued+deployed {len(per_cert) - len(failures)}/{len(managed)} in {total:.1f} s "
+              f"({rounds:.0f} rounds by {args.workers} workers); failures: {failures[:3]}")
+        print("where the time goes, mean per round: "
+              + ", ".join(f"{k[:-2]} {v / max(rounds, 1):.2f} s" for k, v in steps.items()))
+        print(f"rollouts: {rollouts.count()} ({', '.join(sorted({r.fleet.name for r in rollouts}))}); "
+              f"reloads {reloads}; worker PIDs changed on {changed_pids}/{len(pids_before)} nodes")
+        print(f"issue_deploy_s = per certificate, from its request (marked due, the task takes it) to its new "
+              f"serial seen by a TLS handshake on every node ({len(every)}) and https listener that uses it")
+        print(f"per certificate: p50 {percentile(per_cert, 50):.2f} s, p99 {percentile(per_cert, 99):.2f} s, "
+              f"max {max(per_cert):.2f} s; wrk over TLS (keep-alive): {requests} requests, {errors} errors; "
+              f"new TLS handshakes: {prober.done} made, {prober.failed} failed {prober.errors[:2]}; "
+              f"load {os.getloadavg()[0]:.1f}")
+        rotation_errors = errors + prober.failed + len(failures)
+        print(f"RESULT issue_deploy_s_p50={percentile(per_cert, 50):.2f} issue_deploy_s_p99="
+              f"{percentile(per_cert, 99):.2f} rotation_errors={rotation_errors} reloads={reloads + changed_pids}")
     finally:
         for proc in procs:
             if proc.poll() is None:

@@ -87,6 +87,34 @@ def test_push_and_activate_serve_the_new_config_and_retire_the_old_worker(
     assert Path(node.previous_dir).resolve() != current.resolve()
 
 
+def test_a_push_links_the_files_the_current_set_already_has_and_writes_the_changed_ones(
+    haproxy_node: HAProxyNodeFactory, free_port
+) -> None:
+    """GIVEN a set with many certificate files, WHEN a push changes one of them, THEN the new set shares
+    the unchanged files with the current one (same inode: nothing written again), holds the new
+    content of the changed one, the old set keeps its own content (rollback target), modes stay."""
+    port = free_port()
+    node, _proc = haproxy_node(text_config(port, "v1"))
+    transport = LocalTransport(node)
+    files = {f"certs/c{i}.pem": f"cert {i}\n".encode() for i in range(20)}
+    first = transport.push(bundle_for(node, text_config(port, "v1"), files))
+    assert first.ok, first.validation_output
+    old_set = Path(node.current_dir).resolve()
+
+    second = transport.push(bundle_for(node, text_config(port, "v1"), {**files, "certs/c7.pem": b"renewed\n"}))
+
+    assert second.ok, second.validation_output
+    new_set = Path(node.current_dir).resolve()
+    assert new_set != old_set and Path(node.previous_dir).resolve() == old_set
+    for i in range(20):
+        name = f"certs/c{i}.pem"
+        assert ((new_set / name).stat().st_ino == (old_set / name).stat().st_ino) == (i != 7)
+        assert stat.S_IMODE((new_set / name).stat().st_mode) == 0o600
+    assert (new_set / "certs/c7.pem").read_bytes() == b"renewed\n"
+    assert (old_set / "certs/c7.pem").read_bytes() == b"cert 7\n"
+    assert transport.config_sha256() == second.sha256
+
+
 def test_a_broken_config_is_refused_by_push_and_the_old_one_keeps_serving(
     haproxy_node: HAProxyNodeFactory, free_port
 ) -> None:

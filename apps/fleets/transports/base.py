@@ -275,8 +275,17 @@ class FileSetTransport(ABC):
         Subclasses may override to batch round trips."""
         for parent in sorted({posixpath.dirname(name) for name in files} - {""}):
             self._makedirs(posixpath.join(set_dir, parent), 0o700 if parent.startswith("certs") else 0o755)
+        reused = self._link_unchanged(set_dir, files)
+        self._write_files(set_dir, {name: data for name, data in files.items() if name not in reused})
+
+    def _write_files(self, set_dir: str, files: Mapping[str, bytes]) -> None:
         for name in sorted(files):
             self._write_file(posixpath.join(set_dir, name), files[name], file_mode(name))
+
+    def _link_unchanged(self, set_dir: str, files: Mapping[str, bytes]) -> set[str]:
+        """Put files whose content the current set already has into ``set_dir`` without writing them
+        again; the names done. None by default (every file is written)."""
+        return set()
 
     def close(self) -> None:  # noqa: B027 -- optional hook, nothing to release by default
         pass
