@@ -11,6 +11,7 @@ from typing import Any
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils.html import escape
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseClientRefresh
 
@@ -67,7 +68,7 @@ class CapacityIndexView(PrincipalView):
             try:
                 test = services.capacity_test_save(principal=self.principal, test=CapacityTest(),
                                                    data=dict(serializer.validated_data))
-                return HttpResponseClientRedirect(f"/capacity/tests/{test.pk}/")
+                return HttpResponseClientRedirect(reverse("capacity-test", args=[test.pk]))
             except DomainError as exc:
                 errors = errors_of(exc)
         else:
@@ -94,7 +95,7 @@ class CapacityTestStartView(PrincipalView):
         except DomainError as exc:
             return HttpResponse(f'<p class="error" role="alert">{escape(exc.detail)} <code>{exc.code}</code></p>',
                                 status=422)
-        return HttpResponseClientRedirect(f"/capacity/runs/{run.pk}/")
+        return HttpResponseClientRedirect(reverse("capacity-run", args=[run.pk]))
 
 
 class CapacityRunDetailView(PrincipalView):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.core.cache import cache
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
 from django.utils.html import escape
 from django_htmx.http import HttpResponseClientRedirect
 
@@ -121,7 +122,7 @@ class FleetActionView(FleetAccessMixin, PrincipalView):
         if verb == "push":
             rollout = services.fleet_push(fleet=fleet, principal=self.principal)
             if rollout is not None:
-                return HttpResponseClientRedirect(f"/fleets/rollouts/{rollout.pk}/")
+                return HttpResponseClientRedirect(reverse("rollout-detail", args=[rollout.pk]))
             fleet.refresh_from_db()
             latest = selectors.latest_revision(fleet)
             if latest is not None and not latest.validation_ok:
@@ -131,13 +132,13 @@ class FleetActionView(FleetAccessMixin, PrincipalView):
             report = services.fleet_drift_report(fleet=fleet)
             rollout = services.fleet_converge(fleet=fleet, check_drift=False)
             if rollout is not None:
-                return HttpResponseClientRedirect(f"/fleets/rollouts/{rollout.pk}/")
+                return HttpResponseClientRedirect(reverse("rollout-detail", args=[rollout.pk]))
             return _said(report.summary() + ("" if report.skipped else " Nothing to converge."))
         elif verb in ("hold", "auto"):
             services.fleet_save(principal=self.principal, fleet=fleet, data={"auto_rollout": verb == "auto"})
         else:
             raise Http404("Unknown action.")
-        return HttpResponseClientRedirect(f"/fleets/{fleet.pk}/")
+        return HttpResponseClientRedirect(reverse("fleet-detail", args=[fleet.pk]))
 
 
 class RevisionDetailView(FleetAccessMixin, PrincipalView):
@@ -163,7 +164,7 @@ class RevisionRolloutView(FleetAccessMixin, PrincipalView):
             rollout = services.fleet_rollback(fleet=fleet, number=number, principal=self.principal)
         except DomainError as exc:
             return HttpResponse(exc.detail, status=exc.status)
-        return HttpResponseClientRedirect(f"/fleets/rollouts/{rollout.pk}/")
+        return HttpResponseClientRedirect(reverse("rollout-detail", args=[rollout.pk]))
 
 
 class RolloutMixin(FleetAccessMixin):
@@ -201,7 +202,7 @@ class RolloutRollbackView(RolloutMixin, PrincipalView):
             new = services.rollout_rollback(rollout=rollout, principal=self.principal)
         except DomainError as exc:
             return HttpResponse(exc.detail, status=exc.status)
-        return HttpResponseClientRedirect(f"/fleets/rollouts/{new.pk}/")
+        return HttpResponseClientRedirect(reverse("rollout-detail", args=[new.pk]))
 
 
 class LbPreviewView(PrincipalView):
@@ -239,7 +240,7 @@ class LbPushView(LbPreviewView):
         started = [r for r in (services.fleet_push(fleet=f, principal=self.principal)
                                for f in selectors.lb_fleets(lb)) if r is not None]
         if request.POST.get("next") == "workspace":
-            return HttpResponseClientRedirect(f"/load-balancers/{lb.pk}/")
+            return HttpResponseClientRedirect(reverse("lb-detail", args=[lb.pk]))
         if len(started) == 1:
-            return HttpResponseClientRedirect(f"/fleets/rollouts/{started[0].pk}/")
-        return HttpResponseClientRedirect(f"/fleets/lb/{lb.pk}/preview/")
+            return HttpResponseClientRedirect(reverse("rollout-detail", args=[started[0].pk]))
+        return HttpResponseClientRedirect(reverse("lb-preview-page", args=[lb.pk]))

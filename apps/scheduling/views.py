@@ -13,6 +13,7 @@ from typing import Any
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django_htmx.http import HttpResponseClientRedirect
 
 from apps.core.errors import DomainError
@@ -95,7 +96,7 @@ class JobFormView(_JobsView):
             try:
                 saved = services.job_save(principal=self.principal, job=job or Job(), data=validated,
                                           webhook_secret=secret)
-                return HttpResponseClientRedirect(f"/jobs/{saved.pk}/")
+                return HttpResponseClientRedirect(reverse("job", args=[saved.pk]))
             except DomainError as exc:
                 errors = errors_of(exc)
         elif not errors:
@@ -163,13 +164,13 @@ class JobActionView(_JobsView):
                 job = services.job_resume(principal=self.principal, job=job)
             elif self.action == "delete":
                 services.job_delete(principal=self.principal, job=job)
-                return HttpResponseClientRedirect("/jobs/")
+                return HttpResponseClientRedirect(reverse("jobs"))
         except DomainError as exc:
             return HttpResponse(f"{exc.detail}", status=exc.status)
         if request.POST.get("from") == "list":
             job.refresh_from_db()
             return render(request, "scheduling/_row.html", {"job": job, "can_write": True})
-        return HttpResponseClientRedirect(f"/jobs/{job.pk}/")
+        return HttpResponseClientRedirect(reverse("job", args=[job.pk]))
 
 
 class RunCancelView(_JobsView):
@@ -179,4 +180,4 @@ class RunCancelView(_JobsView):
             return self.refuse("cancel runs")
         with contextlib.suppress(DomainError):  # finished meanwhile: the refreshed history shows how
             services.run_cancel(principal=self.principal, run=run)
-        return HttpResponseClientRedirect(f"/jobs/{run.job_id}/")
+        return HttpResponseClientRedirect(reverse("job", args=[run.job_id]))
