@@ -2,13 +2,18 @@
 
 Each hostname has its own registered domain (so the 50-per-domain budget is not what is measured), its
 own approved claim and its own https listener. Every listener starts on an uploaded self-signed
-placeholder that the managed certificate then replaces in place: the measured path is order (HTTP-01
-answered by whichever node pebble's DNS names, alternating regions) -> store -> render -> hot
-`set/commit ssl cert` on all 6 nodes -> TLS handshake on every node showing the new serial. `wrk` runs
-over TLS against one listener on every node for the whole run: its errors are rotation errors. Reloads
-are counted from the rollouts' node results (a reload has a reload time) after the listeners exist.
+placeholder that the managed certificate then replaces in place. Requests arrive at `--rate` per second
+(each certificate marked due, as the API and the renewal sweep do); `--workers` loops stand for Celery
+tasks: each takes the due certificates and runs `managed_certificates_issue` on them as one batch
+(orders concurrent, HTTP-01 answered by whichever node pebble's DNS names, alternating regions; one
+render + hot `set/commit ssl cert` push per fleet; TLS handshake on every node showing each new serial).
 
-    python tests/bench/bench_acme.py [--hostnames 100] [--nodes 3]
+issue_deploy_s of a certificate = from its request to its new serial seen by a handshake on every node
+and listener using it. `wrk` runs over TLS (keep-alive) against one listener on every node, and a
+prober makes new TLS handshakes round 10 listeners x 6 nodes, for the whole run: their errors are
+rotation errors. Reloads = rollout node results with a reload time plus nodes whose worker PID changed.
+
+    python tests/bench/bench_acme.py [--hostnames 100] [--nodes 3] [--rate 1] [--workers 1] [--batch 100]
 
 Last line: ``RESULT issue_deploy_s_p50=... issue_deploy_s_p99=... rotation_errors=... reloads=...``.
 Goals: p99 <= 10 s per certificate against pebble, 0 handshake or request errors, 0 reloads.
@@ -113,9 +118,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--hostnames", type=int, default=100)
     parser.add_argument("--nodes", type=int, default=3, help="nodes per region (2 regions)")
-    parser.add_argument("--rate", type=float, default=2.0,
+    parser.add_argument("--rate", type=float, default=1.0,
                         help="certificates requested per second (0: all at once)")
-    parser.add_argument("--workers", type=int, default=2, help="issuing workers (like Celery's concurrency)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="issuing workers (like Celery's concurrency; more than one wait on each other's "
+                             "fleet lease)")
     parser.add_argument("--batch", type=int, default=100, help="most due certificates a worker takes per round")
     parser.add_argument("--timeout", type=float, default=600.0)
     args = parser.parse_args()
