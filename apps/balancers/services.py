@@ -392,8 +392,8 @@ def _check_port_free(listener: Listener, principal: Principal | None) -> None:
     """A listener must bind what no other listener on the same fleets binds (the fleet's render would leave
     one of them out), and a customer only ports the operator opened to tenants (not the node's sshd).
     Refused without naming the other listener: it may be another tenant's."""
-    if principal is not None and not principal.is_operator and not any(
-            lo <= listener.port <= hi for lo, hi in _port_ranges(settings.TENANT_LISTENER_PORTS)):
+    if principal is not None and not principal.is_operator and not netpolicy.port_allowed(
+            listener.port, settings.TENANT_LISTENER_PORTS):
         raise DomainError("port_not_allowed", f"Port {listener.port} is not open to tenants' listeners here; "
                           f"use one of {settings.TENANT_LISTENER_PORTS}.", field="port")
     lb = listener.lb
@@ -416,15 +416,6 @@ def _check_port_free(listener: Listener, principal: Principal | None) -> None:
         if one_address or mine is None or theirs is None or mine == theirs:
             raise Conflict("port_in_use", f"Port {listener.port} is already bound on a fleet that serves this "
                            "load balancer; choose another port or a static IP of your own.", field="port")
-
-
-def _port_ranges(spec: str) -> list[tuple[int, int]]:
-    ranges = []
-    for part in spec.replace(" ", "").split(","):
-        if part:
-            low, _, high = part.partition("-")
-            ranges.append((int(low), int(high or low)))
-    return ranges
 
 
 def member_address_check(*, principal: Principal | None, pool: Pool, address: str) -> None:

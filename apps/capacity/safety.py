@@ -7,7 +7,6 @@ never ask DNS again, so a name cannot be re-pointed at something else mid-run (D
 
 from __future__ import annotations
 
-import re
 import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from apps.core.netpolicy import (  # noqa: F401  (re-exported: callers read the 
     address_class,
     parse_ip,
     parse_networks,
+    port_allowed,
 )
 
 TARGET_NOT_OWNED = "target_not_owned"
@@ -115,32 +115,12 @@ class AllowEntry:
     ports: str = ""
 
 
-_PORTS_RE = re.compile(r"^\d{1,5}(-\d{1,5})?(,\d{1,5}(-\d{1,5})?)*$")
-
-
-def parse_ports(spec: str) -> list[tuple[int, int]]:
-    """"80,443,8000-8099" -> [(80, 80), (443, 443), (8000, 8099)]; ValueError on anything else."""
-    spec = spec.replace(" ", "")
-    if not spec:
-        return []
-    if not _PORTS_RE.match(spec):
-        raise ValueError(f"{spec!r} is not a list of ports and ranges like 80,443,8000-8099")
-    ranges = []
-    for part in spec.split(","):
-        low, _, high = part.partition("-")
-        lo, hi = int(low), int(high or low)
-        if not 1 <= lo <= hi <= 65535:
-            raise ValueError(f"{part!r} is not a port range within 1-65535")
-        ranges.append((lo, hi))
-    return ranges
-
-
 def external_allowed(host: str, entries: Iterable[AllowEntry], port: int | None = None) -> bool:
     """May an external (non-listener) host be targeted on `port`? A hostname entry or, for IPs, a CIDR
     entry, whose ports include `port` (None: only the host is asked about, e.g. a Host header)."""
     ip = parse_ip(host)
     for entry in entries:
-        if port is not None and not any(lo <= port <= hi for lo, hi in parse_ports(entry.ports)):
+        if port is not None and not port_allowed(port, entry.ports):
             continue
         if ip is None and entry.hostname and hostnames.covers(entry.hostname, host):
             return True

@@ -9,6 +9,7 @@ Pure: no Django.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterable
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -85,3 +86,31 @@ def member_address_refusal(text: str, *, may_use_private: bool, allowed: Iterabl
         return None
     return (f"{ip} is a {kind} address; an operator must allow that network for your organization "
             f"before members may use it.")
+
+
+# --- ports: one parser for every port list (tenant listener ports, capacity allowlist entries) ----------
+
+# ASCII digits only and the whole string (not \d, which takes full-width digits, nor $, which allows a final newline).
+_PORTS_RE = re.compile(r"[0-9]{1,5}(-[0-9]{1,5})?(,[0-9]{1,5}(-[0-9]{1,5})?)*")
+
+
+def parse_ports(spec: str) -> list[tuple[int, int]]:
+    """"80,443,8000-8099" -> [(80, 80), (443, 443), (8000, 8099)]; ValueError on anything else."""
+    spec = spec.replace(" ", "")
+    if not spec:
+        return []
+    if not _PORTS_RE.fullmatch(spec):
+        raise ValueError(f"{spec!r} is not a list of ports and ranges like 80,443,8000-8099")
+    ranges = []
+    for part in spec.split(","):
+        low, _, high = part.partition("-")
+        lo, hi = int(low), int(high or low)
+        if not 1 <= lo <= hi <= 65535:
+            raise ValueError(f"{part!r} is not a port range within 1-65535")
+        ranges.append((lo, hi))
+    return ranges
+
+
+def port_allowed(port: int, spec: str) -> bool:
+    """Is `port` in the port list `spec` ("80,443,1024-65535"; empty: none)?"""
+    return any(lo <= port <= hi for lo, hi in parse_ports(spec))

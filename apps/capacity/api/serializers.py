@@ -10,7 +10,7 @@ from apps.accounts.models import Organization
 from apps.balancers.models import Pool, Region
 from apps.capacity import safety
 from apps.capacity.models import CapacityRun, CapacityShard, CapacityTest, StepResult, TargetAllowlist
-from apps.core import validators
+from apps.core import netpolicy, validators
 from apps.core.api.fields import (
     HostnameField,
     PathField,
@@ -231,7 +231,7 @@ class TargetAllowlistSerializer(TenantModelSerializer):
 
     def validate_ports(self, value: str) -> str:
         try:
-            safety.parse_ports(value)
+            netpolicy.parse_ports(value)
         except ValueError as exc:
             raise serializers.ValidationError(str(exc), code="invalid_ports") from exc
         return value.replace(" ", "")
