@@ -60,7 +60,9 @@ def main() -> int:
                                   max_time_s=args.max_time)
         elapsed = time.monotonic() - started
     for failure in result.failures[:60]:
-        print(failure.replace("\n", " | ")[:400])
+        # Conformance failures (ST1xx) in full: they are what must be fixed; the rest in brief.
+        conformance = any(f"- ST1{d}" in failure for d in "0123456789")
+        print(failure.replace("\n", " | ")[:1500 if conformance else 400])
     print("\n".join(result.output.splitlines()[-25:]))  # schemathesis' own summary (test cases per phase)
     print(f"load: {os.getloadavg()}, elapsed {elapsed:.0f} s, max_examples={args.max_examples}")
     print(result.line())

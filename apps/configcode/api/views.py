@@ -53,11 +53,15 @@ class ExportView(APIView):
     """
 
     @extend_schema(parameters=[OpenApiParameter("org", str), OpenApiParameter("output", str, enum=["json", "yaml"])],
-                   responses={200: OpenApiTypes.OBJECT})
+                   responses={(200, "application/json"): OpenApiTypes.OBJECT,
+                              (200, "application/yaml"): OpenApiTypes.STR})
     def get(self, request):
+        output = request.query_params.get("output", "json")
+        if output not in ("json", "yaml"):
+            raise ApiError("invalid", "output must be json or yaml.", fields={"output": ["Not json or yaml."]})
         doc = org_export(_org(request))
         headers = {"ETag": f'"{doc["etag"]}"'}
-        if request.query_params.get("output") == "yaml":
+        if output == "yaml":
             return HttpResponse(dump_yaml(doc), content_type="application/yaml", headers=headers)
         return Response(doc, headers=headers)
 
@@ -66,6 +70,7 @@ class ApplyView(APIView):
     """Plan (`dry_run: true`) or apply a document, all-or-nothing, guarded by If-Match (the export's etag)."""
 
     serializer_class = ApplyRequest
+    error_statuses = (412, 428)  # If-Match stale, or missing on a real apply
 
     @extend_schema(parameters=[OpenApiParameter("org", str)], request=ApplyRequest,
                    responses={200: OpenApiTypes.OBJECT})

@@ -55,6 +55,9 @@ class AutoSchema(openapi.AutoSchema):
         for code in self._error_codes():
             if str(code) not in responses:
                 responses[str(code)] = self._get_response_for_code(ErrorSerializer, str(code), direction=direction)
+        # Refused by the web server before the application sees the request, so not the JSON error body.
+        responses.setdefault("414", {"description": "Request line (path and query) too long; plain text from "
+                                                    "the web server."})
         return responses
 
     def _error_codes(self) -> list[int]:
@@ -68,6 +71,7 @@ class AutoSchema(openapi.AutoSchema):
             codes.append(422)  # a stale/reused Idempotency-Key, or a rule refusing the values
         if getattr(self.view, "throttle_scope", None):
             codes.append(429)
+        codes += getattr(self.view, "error_statuses", ())  # a view's own preconditions (If-Match: 412, 428)
         return sorted(codes)
 
     def _get_serializer_field_meta(self, field, direction):

@@ -1,4 +1,14 @@
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+
+
+@extend_schema_field({"anyOf": [{"type": "array", "items": {}}, {"type": "object"}]})
+class FieldErrorsField(serializers.Field):
+    """A field's messages (a list of strings), or a nested field's: per item (a list of objects, or an
+    object keyed by index) or per sub-field (an object)."""
+
+    def to_representation(self, value):
+        return value
 
 
 class EmptySerializer(serializers.Serializer):
@@ -10,8 +20,9 @@ class ErrorSerializer(serializers.Serializer):
 
     code = serializers.CharField(help_text="Stable machine code, e.g. `invalid`, `conflict`, `not_found`.")
     detail = serializers.CharField()
-    fields = serializers.DictField(child=serializers.ListField(child=serializers.CharField()),
-                                   help_text="Messages per request field; empty when the error is not a field's.")
+    fields = serializers.DictField(child=FieldErrorsField(),
+                                   help_text="Messages per request field (nested fields: per item or sub-field); "
+                                             "empty when the error is not a field's.")
 
 
 class QueuedSerializer(serializers.Serializer):
