@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from apps.accounts.models import Role
 from apps.accounts.services import token_create
 from tests.api_contract import TenancyContract
+from tests.factories import MembershipFactory, UserFactory
 
 
 class TestTokens(TenancyContract):
@@ -28,3 +30,14 @@ class TestOrganizations(TenancyContract):
 
     def payload(self, request):
         return {"slug": "newco", "name": "NewCo", "kind": "customer"}
+
+
+class TestMemberships(TenancyContract):
+    url = "/api/v1/memberships/"
+    update = {"role": "editor"}
+
+    def make(self, request):
+        return MembershipFactory(user=UserFactory(), org=request.getfixturevalue("acme"), role=Role.VIEWER)
+
+    def payload(self, request):
+        return {"username": UserFactory().username, "role": "viewer"}

@@ -1,4 +1,5 @@
-"""Memberships: the API (tenancy contract, owner/admin rules, last owner) and the UI page and org switcher."""
+"""Memberships: the API's owner/admin rules and last owner, and the UI page and org switcher (the tenancy
+contract is in test_api_tenancy.py with every accounts endpoint's)."""
 
 from __future__ import annotations
 
@@ -6,22 +7,10 @@ import pytest
 from django.test import Client
 
 from apps.accounts.models import Membership, Role
-from tests.api_contract import TenancyContract
 from tests.conftest import _persona
 from tests.factories import MembershipFactory, UserFactory
 
 URL = "/api/v1/memberships/"
-
-
-class TestMemberships(TenancyContract):
-    url = URL
-    update = {"role": "editor"}
-
-    def make(self, request):
-        return MembershipFactory(user=UserFactory(), org=request.getfixturevalue("acme"), role=Role.VIEWER)
-
-    def payload(self, request):
-        return {"username": UserFactory().username, "role": "viewer"}
 
 
 @pytest.mark.django_db
