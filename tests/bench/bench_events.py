@@ -8,7 +8,7 @@ delivery enqueued on commit), and the receiver timestamps each signed webhook.
 Latency = receive time - time just before `event_emit` (one clock: same process). The rate actually offered
 (events / time from the first to the last emit) is printed and is in the RESULT line (`rate=`).
 
-    python tests/bench/bench_events.py [--rate 50] [--seconds 20] [--concurrency 8] [--emitters 4]
+    python tests/bench/bench_events.py [--rate 50] [--seconds 20] [--concurrency 8] [--pool threads] [--emitters 4]
 
 Needs DATABASE_URL (PostgreSQL; default postgres://postgres@127.0.0.1:5432/spw_bench_events, created
 and migrated if missing) and REDIS_URL (default redis://127.0.0.1:6379/11).
@@ -81,6 +81,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=50.0, help="events per second")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--concurrency", type=int, default=8, help="worker threads (runall starts 8)")
+    parser.add_argument("--pool", default="threads", choices=["threads", "prefork"],
+                        help="the event worker's pool (runall: threads)")
     parser.add_argument("--emitters", type=int, default=4, help="threads emitting events, one schedule")
     args = parser.parse_args()
 
@@ -112,7 +114,7 @@ def main() -> None:
     logs = Path(tempfile.mkdtemp(prefix="bench-events-"))
     log_path = logs / "worker.log"
     log = open(log_path, "wb")  # noqa: SIM115 (closed when the process ends)
-    cmd = [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--queues", "events", "--pool", "threads",
+    cmd = [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--queues", "events", "--pool", args.pool,
            "--concurrency", str(args.concurrency), "--hostname", "benchevents@%h", "--without-gossip",
            "--without-mingle", "--without-heartbeat", "--loglevel", "INFO"]
     worker = subprocess.Popen(cmd, cwd=REPO, env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT)
