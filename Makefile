@@ -50,7 +50,7 @@ run: install
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py runall
 
 # Benchmarks: each prints its figures and a last line `RESULT key=value ...`.
-bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui bench-vip-failover bench-events bench-dataplane bench-acme bench-scale bench-fuzz bench-longpoll
+bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-overflow-fleet bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui bench-vip-failover bench-events bench-dataplane bench-acme bench-scale bench-fuzz bench-longpoll
 
 # --- benchmark targets (one per line pair; keep this section at the end) ---
 bench-runtime: install-dev
@@ -64,6 +64,8 @@ bench-render: install-dev
 	$(BIN)/python tests/bench/bench_render.py
 bench-overflow: install-dev
 	$(BIN)/python tests/bench/bench_overflow.py
+bench-overflow-fleet: install-dev
+	$(BIN)/python tests/bench/bench_overflow_fleet.py
 bench-propagation: install-dev
 	$(BIN)/python tests/bench/bench_propagation.py
 bench-hitless: install-dev
