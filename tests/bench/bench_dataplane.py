@@ -5,10 +5,19 @@ One HAProxy 2.6 node runs a config rendered by `apps.fleets.render` for one list
 then us) with one member; a second, plain HAProxy has one frontend and one backend. Both proxy to
 the same origin (a third HAProxy answering 200 itself, so the origin costs the same for all).
 `wrk` (one connection, keep-alive) measures the p50 latency of requests routed to the first pool,
-to the last pool, and through the plain proxy, interleaved for --rounds rounds; each target's
-least disturbed round (lowest p50) is compared, medians printed beside. overhead_us_X = p50(X) - p50(plain).
+to the last pool, and through the plain proxy, in --rounds rounds, each round in a shuffled order.
+The machine is shared and loaded, so the figures are *paired*: per round overhead_X = p50(X) -
+p50(plain) and ratio = p50(last) / p50(first) from the same few seconds, and the RESULT is the
+median over rounds (a disturbed round moves one sample, not the answer). With two or more CPUs the
+HAProxies run on CPU 0 (one thread each) and wrk on CPU 1, so the load generator does not steal
+the proxy's CPU. The load average is printed before and after.
 
-    python tests/bench/bench_dataplane.py [--routes 100000] [--seconds 4] [--rounds 3]
+Before measuring, the rendered frontend is checked to be O(1) per request: its rules (http-request,
+use_backend, acl lines) are the same at 1,000 routes as at --routes — the route decision is a host
+map lookup (map_str, a tree), a path lookup (map_beg: HAProxy indexes `beg` patterns in a prefix
+tree and returns the longest match) and the pool's chain from maps; no rule per route or pool.
+
+    python tests/bench/bench_dataplane.py [--routes 100000] [--seconds 2] [--rounds 7]
 
 Last line: ``RESULT overhead_us_first=... overhead_us_last=... last_first_ratio=...``
 Goal (issue 14): last_first_ratio <= 1.2 and overhead <= 50 us.
@@ -18,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import re
 import shutil
 import statistics
@@ -106,8 +116,34 @@ def _wait_port(port: int, timeout_s: float = 120.0) -> None:
 _P50_RE = re.compile(r"^\s*50%\s+([\d.]+)(us|ms|s)\s*$", re.M)
 
 
+def frontend_rules(cfg: str) -> list[str]:
+    """The frontend's per-request rules (comments stripped): what HAProxy evaluates for every request."""
+    rules, inside = [], False
+    for line in cfg.splitlines():
+        if line and not line[0].isspace():
+            inside = line.startswith("frontend ")
+            continue
+        word = line.split(maxsplit=1)[0] if line.strip() else ""
+        if inside and word in ("http-request", "use_backend", "acl", "tcp-request"):
+            rules.append(line.strip())
+    return rules
+
+
+def check_o1(n_routes: int, big_cfg: str, port: int, origin_port: int, runtime_dir: str) -> int:
+    small = render(build_snapshot(1000, port, origin_port), NodeSpec(name="big", runtime_dir=runtime_dir)).main
+    small_rules, big_rules = frontend_rules(small), frontend_rules(big_cfg)
+    print(f"frontend rules per request: {len(small_rules)} at 1000 routes, {len(big_rules)} at {n_routes} routes")
+    if small_rules != big_rules or any(rule.startswith("acl") for rule in big_rules):
+        raise SystemExit("the frontend grows with the routes: the per-request decision is not O(1)")
+    return len(big_rules)
+
+
+_WRK_CPU: list[str] = []  # ["taskset", "-c", "1"] when wrk gets its own CPU
+
+
 def wrk_p50_us(url: str, host: str, seconds: float) -> float:
-    command = ["wrk", "-t1", "-c1", f"-d{int(max(1, round(seconds)))}s", "--latency", "-H", f"Host: {host}", url]
+    command = [*_WRK_CPU, "wrk", "-t1", "-c1", f"-d{int(max(1, round(seconds)))}s", "--latency",
+               "-H", f"Host: {host}", url]
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     match = _P50_RE.search(out)
     if not match or "Non-2xx" in out:
@@ -119,9 +155,15 @@ def wrk_p50_us(url: str, host: str, seconds: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--routes", type=int, default=100_000)
-    parser.add_argument("--seconds", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
+    load_before = os.getloadavg()
+    if len(os.sched_getaffinity(0)) >= 2 and shutil.which("taskset"):
+        # The HAProxies started below inherit CPU 0 (and so start one thread); wrk runs on CPU 1.
+        os.sched_setaffinity(0, {0})
+        _WRK_CPU[:] = ["taskset", "-c", "1"]
+        print("CPU pinning: haproxy on CPU 0, wrk on CPU 1")
     base = Path(tempfile.mkdtemp(prefix="spw-dp-"))
     procs = []
     try:
@@ -141,6 +183,7 @@ def main() -> None:
         n_pools = len(snap.pools)
         print(f"rendered {args.routes} routes / {n_pools} pools in {render_s:.1f} s "
               f"({len(bundle.main.splitlines())} config lines)")
+        n_rules = check_o1(args.routes, bundle.main, big_port, origin_port, str(base / "run" / "big"))
         started = time.monotonic()
         procs.append(_start(base, "big", bundle.main, {k: v for k, v in bundle.files.items() if k != "haproxy.cfg"}))
         _wait_port(big_port)
@@ -155,21 +198,33 @@ def main() -> None:
         for url, host in targets.values():  # warm-up
             wrk_p50_us(url, host, 1)
         samples: dict[str, list[float]] = {k: [] for k in targets}
+        order = list(targets)
+        shuffle = random.Random(14).shuffle
         for r in range(args.rounds):
-            for name, (url, host) in targets.items():
+            shuffle(order)
+            for name in order:
+                url, host = targets[name]
                 samples[name].append(wrk_p50_us(url, host, args.seconds))
-            print(f"round {r + 1}: " + "  ".join(f"{k} p50={v[-1]:.0f}us" for k, v in samples.items()))
-        # On a shared, loaded machine a round's p50 mostly measures who else ran meanwhile; the least
-        # disturbed round (the minimum) estimates the proxy's own cost. Medians are printed beside it.
+            print(f"round {r + 1} ({' '.join(order)}): "
+                  + "  ".join(f"{k} p50={v[-1]:.0f}us" for k, v in samples.items()))
+        # Paired per round: each overhead and ratio comes from the same few seconds of machine load.
+        d_first = [f - p for f, p in zip(samples["first"], samples["plain"], strict=True)]
+        d_last = [la - p for la, p in zip(samples["last"], samples["plain"], strict=True)]
+        ratios = [la / f for la, f in zip(samples["last"], samples["first"], strict=True)]
         med = {k: statistics.median(v) for k, v in samples.items()}
-        p50 = {k: min(v) for k, v in samples.items()}
-        first, last = p50["first"] - p50["plain"], p50["last"] - p50["plain"]
-        ratio = p50["last"] / p50["first"]
         print(f"median of rounds' p50: plain {med['plain']:.0f} us, first {med['first']:.0f} us, "
-              f"last {med['last']:.0f} us")
-        print(f"best round's p50: plain {p50['plain']:.0f} us, first pool {p50['first']:.0f} us, "
-              f"last pool {p50['last']:.0f} us; load {os.getloadavg()[0]:.2f}")
-        print(f"RESULT overhead_us_first={first:.0f} overhead_us_last={last:.0f} last_first_ratio={ratio:.2f}")
+              f"last {med['last']:.0f} us; least disturbed round: "
+              + ", ".join(f"{k} {min(v):.0f} us" for k, v in samples.items()))
+        print("per-round overhead first: " + " ".join(f"{d:.0f}" for d in d_first)
+              + " | last: " + " ".join(f"{d:.0f}" for d in d_last)
+              + " | last/first: " + " ".join(f"{x:.2f}" for x in ratios))
+        load_after = os.getloadavg()
+        print(f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
+              f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
+        print(f"RESULT overhead_us_first={statistics.median(d_first):.0f} "
+              f"overhead_us_last={statistics.median(d_last):.0f} "
+              f"last_first_ratio={statistics.median(ratios):.2f} frontend_rules={n_rules} "
+              f"routes={args.routes} pools={n_pools} load1={load_after[0]:.2f}")
     finally:
         for proc in reversed(procs):
             stop_master(proc, soft_timeout_s=1.0, term_timeout_s=2.0)
