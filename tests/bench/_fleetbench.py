@@ -205,8 +205,8 @@ class FleetBench:
         raise RuntimeError(f"{what} did not start within {timeout_s:.0f}s")
 
     # --- API and nodes ----------------------------------------------------------------------------
-    def api(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.web_port, timeout=30)
+    def api(self, method: str, path: str, body: dict | None = None, timeout_s: float = 30.0) -> tuple[int, dict]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.web_port, timeout=timeout_s)
         try:
             conn.request(method, path, body=json.dumps(body) if body is not None else None,
                          headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
@@ -231,7 +231,8 @@ class FleetBench:
         """Block until every node serves the LB's current revision (the pipelines' long-poll API)."""
         _, lb = self.api("GET", f"/api/v1/load-balancers/{self.lb.pk}/")
         status, body = self.api("GET", f"/api/v1/load-balancers/{self.lb.pk}/applied/"
-                                       f"?revision={lb['revision']}&timeout={timeout_s}")
+                                       f"?revision={lb['revision']}&timeout={timeout_s}",
+                                timeout_s=timeout_s + 15)  # the long-poll answers first
         if status != 200:
             raise RuntimeError(f"revision {lb['revision']} not applied within {timeout_s}s: {status} {body}")
 
