@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from apps.accounts.models import ROLE_RANK, Organization, Role, Scope
 
@@ -39,3 +40,24 @@ class Principal:
         if self.token_id is not None:
             return f"token:{self.token_id}"
         return f"user:{self.user_id}"
+
+    @cached_property
+    def name(self) -> str:
+        """Who, in words: the username, or "token <name>" for an API token (one query, cached)."""
+        if self.token_id is not None:
+            from apps.accounts.models import ApiToken
+
+            token_name = ApiToken.objects.filter(pk=self.token_id).values_list("name", flat=True).first()
+            return f"token {token_name}" if token_name else f"token {self.token_id}"
+        if self.user_id is not None:
+            from django.contrib.auth import get_user_model
+
+            username = get_user_model().objects.filter(pk=self.user_id).values_list("username", flat=True).first()
+            if username:
+                return username
+        return self.actor
+
+    @property
+    def label(self) -> str:
+        """How the audit log and rollouts name this actor: "alice (acme)", "token ci-deploy (acme)"."""
+        return f"{self.name} ({self.org.slug})"

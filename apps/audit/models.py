@@ -20,6 +20,9 @@ class AuditEventQuerySet(RestrictedQuerySet):
 class AuditEvent(models.Model):
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     actor = models.CharField(max_length=64)  # "user:3", "token:7", "system"
+    # The actor in words at the time of the write ("alice (acme)", "token ci-deploy (acme)"): a user renamed
+    # or a token deleted later does not rewrite history, and reading the log needs no joins.
+    actor_label = models.CharField(max_length=200, blank=True, default="")
     org = models.ForeignKey("accounts.Organization", null=True, on_delete=models.SET_NULL, related_name="+")
     action = models.CharField(max_length=64, db_index=True)  # "route.create"
     object_type = models.CharField(max_length=64)
@@ -45,3 +48,16 @@ class AuditEvent(models.Model):
 
     def delete(self, *args, **kwargs):
         raise RuntimeError("AuditEvent is append-only")
+
+    @property
+    def who(self) -> str:
+        return self.actor_label or self.actor
+
+    @property
+    def object_label(self) -> str:
+        """ "rollout 5", not "rollout rollout 5": the type only when the object's own text does not start with it."""
+        text = self.object_repr or self.object_id
+        kind = self.object_type
+        if not kind or text.lower().startswith(kind.lower()):
+            return text
+        return f"{kind} {text}".strip()

@@ -56,6 +56,7 @@ def audit_record(*, principal, org, action: str, obj, before: dict | None = None
                  after: dict | None = None) -> AuditEvent:
     return AuditEvent.objects.create(
         actor=principal.actor if principal is not None else "system",
+        actor_label=(principal.label if principal is not None else "system")[:200],
         org=org,
         action=action,
         object_type=obj._meta.model_name if obj is not None else "",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.core.paginator import Paginator
+from django.db.models import Q
 from django.shortcuts import render
 
 from apps.audit.models import AuditEvent
@@ -20,7 +21,8 @@ class AuditListView(PrincipalView):
         if object_type:
             events = events.filter(object_type=object_type)
         if actor:
-            events = events.filter(actor=actor)
+            # "user:3" as stored, or a name as people read it ("alice", "ci-deploy", "acme").
+            events = events.filter(Q(actor=actor) | Q(actor_label__icontains=actor))
         page = Paginator(events, 50).get_page(request.GET.get("page"))
         context = {"page": page, "action": action, "object_type": object_type, "actor": actor}
         return render(request, self.template_for("audit/list.html", "audit/table.html"), context)

@@ -71,6 +71,24 @@ def object_delete(*, principal: Principal | None, obj) -> None:
                    after_delete=(lambda: lb_touch(lb_id)) if lb_id is not None else None)
 
 
+# --- pools ------------------------------------------------------------------------
+
+
+def pool_create(*, principal: Principal | None, data: dict[str, Any]) -> Pool:
+    """A pool and its per-region capacity rows in one transaction (each audited): all or nothing.
+
+    `data["regions"]` is a list of {region, max_rate_per_member?, capacity_scaler?}; a region named twice
+    is refused by the database's unique (pool, region) as a 409 with nothing created.
+    """
+    data = dict(data)
+    regions = data.pop("regions", None) or []
+    with transaction.atomic():
+        pool = object_save(principal=principal, obj=Pool(), action="create", data=data)
+        for row in regions:
+            object_save(principal=principal, obj=PoolRegion(pool=pool), action="create", data=row)
+    return pool
+
+
 # --- members ---------------------------------------------------------------------
 
 

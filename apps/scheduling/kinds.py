@@ -43,6 +43,10 @@ class JobPrincipal(Principal):
     def actor(self) -> str:
         return f"job:{self.job_id}"
 
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return f"job {self.job_id}"
+
 
 def job_principal(job) -> JobPrincipal:
     return JobPrincipal(org=job.org, role=Role.EDITOR, job_id=job.pk)

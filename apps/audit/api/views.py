@@ -13,8 +13,8 @@ class AuditEventSerializer(TenantModelSerializer):
 
     class Meta:
         model = AuditEvent
-        fields = ["id", "at", "actor", "org", "action", "object_type", "object_id", "object_repr", "before",
-                  "after", "request_id"]
+        fields = ["id", "at", "actor", "actor_label", "org", "action", "object_type", "object_id", "object_repr",
+                  "before", "after", "request_id"]
         read_only_fields = fields
 
 

@@ -32,6 +32,7 @@ from apps.core.api.fields import (
     TenantModelSerializer,
     allowlisted,
 )
+from apps.core.api.serializers import StrictSerializer
 
 
 class OrgOwnedSerializer(TenantModelSerializer):
@@ -134,8 +135,9 @@ class ListenerSerializer(LbChildSerializer):
         return attrs
 
 
-class PoolRegionSerializer(TenantModelSerializer):
-    pool = ScopedRelatedField(Pool)
+class PoolRegionInlineSerializer(TenantModelSerializer):
+    """A pool's capacity in one region, as nested in a pool (the pool is the one it is nested in)."""
+
     region = ScopedSlugRelatedField(Region)
     max_rate_per_member = serializers.FloatField(min_value=0.001, max_value=1_000_000, allow_null=True,
                                                  required=False)
@@ -144,7 +146,7 @@ class PoolRegionSerializer(TenantModelSerializer):
     class Meta:
         model = PoolRegion
         fields = ["id", "pool", "region", "max_rate_per_member", "capacity_scaler"]
-        create_only_fields = ("pool",)
+        read_only_fields = ["pool"]
 
     def validate_capacity_scaler(self, value: float) -> float:
         # GCP semantics: 0 drains the region; otherwise 0.1..1.0.
@@ -152,6 +154,14 @@ class PoolRegionSerializer(TenantModelSerializer):
             raise serializers.ValidationError("capacity_scaler must be 0 or between 0.1 and 1.0.",
                                               code="invalid_capacity_scaler")
         return value
+
+
+class PoolRegionSerializer(PoolRegionInlineSerializer):
+    pool = ScopedRelatedField(Pool)
+
+    class Meta(PoolRegionInlineSerializer.Meta):
+        read_only_fields: list[str] = []
+        create_only_fields = ("pool",)
 
 
 class PoolSerializer(OrgOwnedSerializer):
@@ -162,7 +172,8 @@ class PoolSerializer(OrgOwnedSerializer):
     health_rise = serializers.IntegerField(min_value=1, max_value=100, required=False)
     health_fall = serializers.IntegerField(min_value=1, max_value=100, required=False)
     health_expected_status = serializers.IntegerField(min_value=100, max_value=599, required=False)
-    regions = PoolRegionSerializer(many=True, read_only=True)
+    # Capacity per region, created with the pool (services.pool_create); changed later through /pool-regions/.
+    regions = PoolRegionInlineSerializer(many=True, required=False, max_length=100)
 
     class Meta:
         model = Pool
@@ -171,6 +182,24 @@ class PoolSerializer(OrgOwnedSerializer):
                   "health_rise", "health_fall", "health_expected_status", "regions", "created_at", "updated_at"]
         read_only_fields = ["created_at", "updated_at"]
         create_only_fields = ("lb", "org")
+
+    def to_internal_value(self, data):
+        if self.instance is not None and isinstance(data, dict) and "regions" in data:
+            current = PoolRegionInlineSerializer(self.instance.regions.all(), many=True, context=self.context).data
+            if data["regions"] != current:
+                raise serializers.ValidationError({"regions": [serializers.ErrorDetail(
+                    "A pool's regions change through /pool-regions/ (create, update or delete one there).",
+                    code="regions_via_pool_regions")]})
+            data = {k: v for k, v in data.items() if k != "regions"}  # sent back as read: nothing to change
+        return super().to_internal_value(data)
+
+    def validate_regions(self, regions: list[dict]) -> list[dict]:
+        slugs = [r["region"].slug for r in regions]
+        duplicated = sorted({slug for slug in slugs if slugs.count(slug) > 1})
+        if duplicated:
+            raise serializers.ValidationError(f"Each region at most once; repeated: {', '.join(duplicated)}.",
+                                              code="duplicate_region")
+        return regions
 
 
 class MemberSerializer(TenantModelSerializer):
@@ -200,7 +229,7 @@ class MemberSerializer(TenantModelSerializer):
         return attrs
 
 
-class MemberStateSerializer(serializers.Serializer):
+class MemberStateSerializer(StrictSerializer):
     admin_state = serializers.ChoiceField(choices=Member.AdminState.choices, required=False)
     weight = serializers.IntegerField(min_value=0, max_value=256, required=False)
 
@@ -210,7 +239,7 @@ class MemberStateSerializer(serializers.Serializer):
         return attrs
 
 
-class RouteTargetSerializer(serializers.Serializer):
+class RouteTargetSerializer(StrictSerializer):
     pool = ScopedRelatedField(Pool)
     weight = serializers.IntegerField(min_value=0, max_value=256, default=100)
 
@@ -288,7 +317,7 @@ class StaticIPSerializer(TenantModelSerializer):
         read_only_fields = fields
 
 
-class StaticIPAllocateSerializer(serializers.Serializer):
+class StaticIPAllocateSerializer(StrictSerializer):
     pool = ScopedSlugRelatedField(IpPool, slug_field="name")
     address = serializers.IPAddressField(required=False)
     org = ScopedSlugRelatedField(Organization, required=False)

@@ -99,6 +99,9 @@ class PoolViewSet(ServiceWritesMixin, TenantViewSet):
     prefetch_related = ("regions__region",)
     filterset_fields = ["lb", "name", "algorithm", "overflow_policy"]
 
+    def perform_create(self, serializer):
+        serializer.instance = services.pool_create(principal=self.principal, data=serializer.validated_data)
+
 
 class PoolRegionViewSet(ServiceWritesMixin, TenantViewSet):
     model = PoolRegion

@@ -16,6 +16,7 @@ from apps.accounts.models import Organization
 from apps.configcode import document, services
 from apps.configcode.selectors import org_export
 from apps.core.api.errors import ApiError
+from apps.core.api.serializers import StrictSerializer
 from apps.core.tenancy import Action, restricted
 
 
@@ -40,7 +41,7 @@ def dump_yaml(doc: dict[str, Any]) -> str:
     return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
-class ApplyRequest(serializers.Serializer):
+class ApplyRequest(StrictSerializer):
     document = serializers.JSONField(help_text="The document (as exported), or its YAML text.")
     dry_run = serializers.BooleanField(default=False)
 

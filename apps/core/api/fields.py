@@ -12,6 +12,7 @@ from typing import Any
 from rest_framework import serializers
 
 from apps.core import validators as v
+from apps.core.api.strict import StrictFieldsMixin
 from apps.core.tenancy import Action, restricted
 
 
@@ -101,12 +102,13 @@ class ScopedSlugRelatedField(serializers.SlugRelatedField):
         return restricted(self.model, _principal(self), self.scope_action)
 
 
-class TenantModelSerializer(serializers.ModelSerializer):
+class TenantModelSerializer(StrictFieldsMixin, serializers.ModelSerializer):
     """Base of every model serializer of the API: relation fields it builds are scoped by default.
 
     A ModelSerializer builds a PrimaryKeyRelatedField over *every* row for each foreign key it
     is not told about; here it builds a ScopedRelatedField, so a relation field added to `fields`
     later is safe without anyone remembering (tests/core/test_relation_scoping.py enforces it).
+    Unknown and read-only fields in a write are refused by name (apps.core.api.strict).
     """
 
     serializer_related_field = ScopedRelatedField
@@ -142,8 +144,8 @@ class TenantModelSerializer(serializers.ModelSerializer):
                 # to resolve the value (an operator's fleet).
                 data = {k: v for k, v in data.items() if k not in unchanged}
         if errors:
-            raise serializers.ValidationError(
-                {k: [serializers.ErrorDetail(m, code=codes[k]) for m in v] for k, v in errors.items()})
+            named = {k: [serializers.ErrorDetail(m, code=codes[k]) for m in v] for k, v in errors.items()}
+            raise serializers.ValidationError({**self.strict_field_errors(data), **named})
         return super().to_internal_value(data)
 
     def _unchanged(self, name: str, value: Any) -> bool:

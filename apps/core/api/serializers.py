@@ -1,6 +1,12 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from apps.core.api.strict import StrictFieldsMixin
+
+
+class StrictSerializer(StrictFieldsMixin, serializers.Serializer):
+    """Base of request bodies that are not a model's (actions): unknown fields answer 400 by name."""
+
 
 @extend_schema_field({"anyOf": [{"type": "array", "items": {}}, {"type": "object"}]})
 class FieldErrorsField(serializers.Field):

@@ -32,6 +32,10 @@ class CommandPrincipal(Principal):
     def actor(self) -> str:
         return "cli:spillway"
 
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return "spillway command"
+
 
 class Command(BaseCommand):
     help = "Export, plan or apply an organization's configuration as one YAML/JSON document."
