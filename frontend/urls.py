@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from apps.core.discovery import app_modules
-from frontend import dashboard, hostnames, listeners, route_tester, views, workspace
+from frontend import dashboard, forms, hostnames, infrastructure, listeners, route_tester, views, workspace
 from frontend.auth import ThrottledLoginView
 
 urlpatterns = [
@@ -28,6 +28,22 @@ urlpatterns = [
     path("hostnames/", hostnames.HostnamesView.as_view(), name="hostnames"),
     path("hostnames/<int:pk>/", hostnames.HostnameDetailView.as_view(), name="hostname-detail"),
     path("hostnames/<int:pk>/<slug:verb>/", hostnames.HostnameDecideView.as_view(), name="hostname-decide"),
+    # Forms over the API's serializers and services (apps.core.service_forms.ServiceFormView).
+    path("load-balancers/<int:lb>/pools/new/", forms.PoolCreateView.as_view(), name="pool-new"),
+    path("pools/<int:pk>/edit/", forms.PoolEditView.as_view(), name="pool-edit"),
+    path("pools/<int:pool>/regions/new/", forms.PoolRegionCreateView.as_view(), name="pool-region-new"),
+    path("pool-regions/<int:pk>/edit/", forms.PoolRegionEditView.as_view(), name="pool-region-edit"),
+    path("pools/<int:pool>/members/new/", forms.MemberCreateView.as_view(), name="member-new"),
+    path("members/<int:pk>/edit/", forms.MemberEditView.as_view(), name="member-edit"),
+    path("load-balancers/<int:lb>/listeners/new/", forms.ListenerCreateView.as_view(), name="listener-new"),
+    path("listeners/<int:pk>/edit/", forms.ListenerEditView.as_view(), name="listener-edit"),
+    path("infrastructure/", infrastructure.InfrastructureView.as_view(), name="infrastructure"),
+    path("infrastructure/regions/new/", forms.RegionFormView.as_view(), name="region-new"),
+    path("infrastructure/regions/<int:pk>/", forms.RegionFormView.as_view(), name="region-edit"),
+    path("infrastructure/distances/new/", forms.RegionDistanceFormView.as_view(), name="distance-new"),
+    path("infrastructure/distances/<int:pk>/", forms.RegionDistanceFormView.as_view(), name="distance-edit"),
+    path("infrastructure/ip-pools/new/", forms.IpPoolFormView.as_view(), name="ip-pool-new"),
+    path("infrastructure/ip-pools/<int:pk>/", forms.IpPoolFormView.as_view(), name="ip-pool-edit"),
 ]
 
 # Each domain app may contribute UI pages in apps/<app>/urls.py (a `urlpatterns` list).

@@ -97,7 +97,7 @@ class WorkspaceMixin:
                      if self.can_manage(lb) else [])
         attachable = (self.scoped(StaticIP, "use").filter(org_id=lb.org_id).exclude(state=StaticIP.State.FREE)
                       .order_by("address"))
-        return {"lb": lb, "listeners": listeners, "attachable": list(attachable),
+        return {"lb": lb, "listeners": listeners, "attachable": list(attachable), "can_manage": self.can_manage(lb),
                 "can_write": self.principal.can_write, "listener_errors": errors or {}}
 
     def cloud_context(self, lb: LoadBalancer) -> dict | None:

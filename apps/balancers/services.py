@@ -92,6 +92,15 @@ def pool_create(*, principal: Principal | None, data: dict[str, Any]) -> Pool:
 # --- members ---------------------------------------------------------------------
 
 
+def member_create(*, principal: Principal | None, data: dict[str, Any]) -> Member:
+    """A member, and its pool's capacity row for the member's region on first use (both audited)."""
+    with transaction.atomic():
+        pool, region = data["pool"], data["region"]
+        if not pool.regions.filter(region=region).exists():
+            object_save(principal=principal, obj=PoolRegion(pool=pool, region=region), action="create")
+        return object_save(principal=principal, obj=Member(), action="create", data=data)
+
+
 def member_set_state(*, principal: Principal | None, member: Member, admin_state: str | None = None,
                      weight: int | None = None) -> Member:
     """Drain/maint/ready and weight: desired state now, runtime API on every node right after commit."""

@@ -117,13 +117,7 @@ class MemberViewSet(ServiceWritesMixin, TenantViewSet):
     filterset_fields = ["pool", "region", "admin_state"]
 
     def perform_create(self, serializer):
-        region = serializer.validated_data["region"]
-        pool = serializer.validated_data["pool"]
-        if not pool.regions.filter(region=region).exists():
-            # A member needs its pool's capacity row for the region; create it on first use.
-            services.object_save(principal=self.principal, obj=PoolRegion(pool=pool, region=region),
-                                 action=AuditAction.CREATE)
-        super().perform_create(serializer)
+        serializer.instance = services.member_create(principal=self.principal, data=serializer.validated_data)
 
     @action(detail=True, methods=["post"], serializer_class=s.MemberStateSerializer)
     def state(self, request, pk=None):
