@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from apps.core.discovery import app_modules
-from frontend import dashboard, forms, hostnames, infrastructure, listeners, route_tester, views, workspace
+from frontend import dashboard, forms, forms_ops, hostnames, infrastructure, listeners, route_tester, views, workspace
 from frontend.auth import ThrottledLoginView
 
 urlpatterns = [
@@ -37,6 +37,13 @@ urlpatterns = [
     path("members/<int:pk>/edit/", forms.MemberEditView.as_view(), name="member-edit"),
     path("load-balancers/<int:lb>/listeners/new/", forms.ListenerCreateView.as_view(), name="listener-new"),
     path("listeners/<int:pk>/edit/", forms.ListenerEditView.as_view(), name="listener-edit"),
+    path("nodes/new/", forms_ops.NodeFormView.as_view(), name="node-new"),
+    path("nodes/<int:pk>/edit/", forms_ops.NodeFormView.as_view(), name="node-edit"),
+    path("nodes/<int:pk>/decommission/", forms_ops.NodeDecommissionView.as_view(), name="node-decommission"),
+    path("certificates/upload/", forms_ops.CertificateUploadView.as_view(), name="certificate-upload"),
+    path("certificates/<int:pk>/replace/", forms_ops.CertificateUploadView.as_view(), name="certificate-replace"),
+    path("cloud/targets/new/", forms_ops.CloudTargetFormView.as_view(), name="cloud-target-new"),
+    path("cloud/targets/<int:pk>/edit/", forms_ops.CloudTargetFormView.as_view(), name="cloud-target-edit"),
     path("infrastructure/", infrastructure.InfrastructureView.as_view(), name="infrastructure"),
     path("infrastructure/regions/new/", forms.RegionFormView.as_view(), name="region-new"),
     path("infrastructure/regions/<int:pk>/", forms.RegionFormView.as_view(), name="region-edit"),

@@ -1,0 +1,157 @@
+"""Forms for fleets' nodes (add, move, decommission), certificates (upload) and cloud targets, each a
+ServiceFormView over the API's serializer and service (see frontend/forms.py for the balancers' ones)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import QueryDict
+from django.shortcuts import redirect
+from django.urls import reverse
+
+from apps.cloud import services as cloud_services
+from apps.cloud.api.serializers import CloudTargetSerializer
+from apps.cloud.models import CloudTarget
+from apps.core.service_forms import FormField, ServiceFormView
+from apps.core.ui import PrincipalView
+from apps.fleets import certs
+from apps.fleets import services as fleet_services
+from apps.fleets.api.serializers import CertificateSerializer, NodeSerializer
+from apps.fleets.models import Certificate, Fleet, Node
+
+
+def _fleets(view) -> list[tuple[str, str]]:
+    return [(f.name, f.name) for f in view.scoped(Fleet).order_by("name")]
+
+
+NODE_FIELDS = (
+    FormField("fleet", "Fleet", "select", choices=_fleets, help="Moving a node to another fleet re-renders both."),
+    FormField("name", "Name", placeholder="edge-3"),
+    FormField("address", "Address", placeholder="127.0.0.1", help="Where the node's HAProxy is reached."),
+    FormField("bind_address", "Bind address", nullable=True, help="Blank: the address above."),
+    FormField("transport", "Transport", "select", choices=lambda v: Node.Transport.choices),
+    FormField("runtime_dir", "Runtime directory", placeholder="/run/spillway/edge-3"),
+    FormField("config_dir", "Config directory", placeholder="/etc/spillway/edge-3"),
+    FormField("ssh_host", "SSH host"),
+    FormField("ssh_port", "SSH port", "number", placeholder="22"),
+    FormField("ssh_user", "SSH user", placeholder="root"),
+    FormField("ssh_private_key", "SSH private key", "textarea", help="Stored encrypted; never shown again."),
+    FormField("ssh_known_hosts", "SSH known hosts", "textarea", help="The node's pinned host key line."),
+    FormField("enabled", "Enabled (takes rollouts)", "checkbox"),
+)
+
+
+class NodeFormView(ServiceFormView):
+    """Add a node to a fleet, or move one (another fleet, address or transport): the operator's."""
+
+    operator_only = True
+    serializer_class = NodeSerializer
+    model = Node
+    fields = NODE_FIELDS
+
+    @property
+    def title(self) -> str:  # type: ignore[override]
+        return "Edit node" if self.kwargs.get("pk") else "Add a node"
+
+    def initial(self, obj):
+        if obj is None:
+            fleet = self.request.GET.get("fleet", "")
+            return {"enabled": True, "transport": "local", "fleet": fleet}
+        values = super().initial(obj)
+        values.pop("ssh_private_key", None)
+        return values
+
+    def form_data(self, post: QueryDict, obj) -> dict[str, Any]:
+        data = super().form_data(post, obj)
+        if obj is not None and not post.get("ssh_private_key", "").strip():
+            data.pop("ssh_private_key", None)  # blank on edit: keep the stored key
+        return data
+
+    def save(self, obj, data):
+        return fleet_services.node_save(principal=self.principal, node=obj or Node(), data=data)
+
+    def success_url(self, obj) -> str:
+        return reverse("fleet-detail", args=[obj.fleet_id]) + f"#node-{obj.pk}"
+
+
+class NodeDecommissionView(PrincipalView):
+    """Remove a node from its fleet (the fleet's remaining nodes keep serving; its processes are stopped)."""
+
+    http_method_names = ["post"]
+
+    def post(self, request, pk: int):
+        if not self.principal.is_operator or not self.principal.can_write:
+            raise PermissionDenied("Only the operator decommissions nodes.")
+        node = self.get_changeable(Node, pk=pk)
+        fleet_id = node.fleet_id
+        fleet_services.node_delete(principal=self.principal, node=node)
+        return redirect(reverse("fleet-detail", args=[fleet_id]))
+
+
+class CertificateUploadView(ServiceFormView):
+    """Upload (or replace) a certificate and its key; its expiry and users show on the certificates page."""
+
+    serializer_class = CertificateSerializer
+    model = Certificate
+    fields = (
+        FormField("name", "Name", placeholder="shop-example-com", create_only=True),
+        FormField("cert_pem", "Certificate (PEM, leaf first, chain may follow)", "textarea"),
+        FormField("key_pem", "Private key (PEM)", "textarea", help="Stored encrypted; never shown again."),
+        FormField("chain_pem", "Chain (PEM, optional)", "textarea"),
+    )
+
+    @property
+    def title(self) -> str:  # type: ignore[override]
+        return "Replace certificate" if self.kwargs.get("pk") else "Upload a certificate"
+
+    def initial(self, obj):
+        return {"name": obj.name} if obj is not None else {}
+
+    def save(self, obj, data):
+        cert = obj or Certificate()
+        return certs.certificate_save(
+            principal=self.principal, cert=cert, org=data.get("org") or (cert.org if cert.pk else self.principal.org),
+            name=data.get("name", cert.name), cert_pem=data.get("cert_pem"), key_pem=data.get("key_pem"),
+            chain_pem=data.get("chain_pem", ""))
+
+    def success_url(self, obj) -> str:
+        return reverse("certificates")
+
+
+class CloudTargetFormView(ServiceFormView):
+    """A cloud account the operator deploys LBs into (credentials by reference, never the secret itself)."""
+
+    operator_only = True
+    serializer_class = CloudTargetSerializer
+    model = CloudTarget
+    fields = (
+        FormField("name", "Name", placeholder="gcp-prod"),
+        FormField("provider", "Provider", "select", choices=lambda v: CloudTarget.Provider.choices),
+        FormField("project_or_account", "Project or account", placeholder="my-project"),
+        FormField("credentials_ref", "Credentials reference", placeholder="env:GOOGLE_CREDENTIALS",
+                  help="Where the worker reads the credentials; the secret never enters Spillway."),
+    )
+    extra_error_fields = ("regions", "region_map")
+
+    @property
+    def title(self) -> str:  # type: ignore[override]
+        return "Edit cloud target" if self.kwargs.get("pk") else "New cloud target"
+
+    def initial(self, obj):
+        values = super().initial(obj)
+        if obj is not None:
+            values["regions_text"] = ", ".join(obj.regions)
+        return values
+
+    def extra_data(self, post: QueryDict, errors) -> dict[str, Any]:
+        return {"regions": [r.strip() for r in post.get("regions_text", "").split(",") if r.strip()]}
+
+    def extra_context(self) -> dict[str, Any]:
+        return {"extra_template": "core/_cloud_regions.html"}
+
+    def save(self, obj, data):
+        return cloud_services.save_target(principal=self.principal, target=obj or CloudTarget(), data=data)
+
+    def success_url(self, obj) -> str:
+        return reverse("cloud")
