@@ -16,9 +16,10 @@ from django.http import Http404
 from django.shortcuts import render
 
 from apps.audit.models import AuditEvent
-from apps.balancers.models import LoadBalancer, Route
+from apps.balancers.models import LoadBalancer, Member, Route
 from apps.core.ui import PrincipalView
 from apps.fleets import selectors as fleet_selectors
+from apps.fleets.member_health import member_health
 from apps.traffic import selectors as traffic_selectors
 from apps.traffic.views import bar_scale
 
@@ -30,6 +31,8 @@ LB_LIMIT: Final = 20
 ROLLOUT_LIMIT: Final = 8
 AUDIT_LIMIT: Final = 8
 CHECK_LIMIT: Final = 10
+MEMBER_SCAN: Final = 500  # members whose health the panel reads (their states summed; the rest counted)
+MEMBER_LIMIT: Final = 10
 POLL: Final = "every 5s"
 
 
@@ -46,6 +49,23 @@ class DashboardMixin:
     def checks_panel(self) -> dict[str, Any]:
         return {"checks": fleet_selectors.failing_checks(self.principal, limit=CHECK_LIMIT),
                 "reporting": fleet_selectors.nodes_reporting(self.principal)}
+
+    def members_panel(self) -> dict[str, Any]:
+        """Members by live state (up, down, draining with the sessions still open), problems listed first."""
+        members = list(self.scoped(Member).select_related("region", "pool__lb").order_by("pk")[:MEMBER_SCAN])
+        health = member_health(members)
+        counts = {"up": 0, "down": 0, "drain": 0, "maint": 0, "unknown": 0}
+        attention = []
+        for m in members:
+            m.health = health.get(m.pk)
+            state = m.health.state if m.health else "unknown"
+            counts[state] += 1
+            if state in ("down", "drain") or (m.health and m.health.check):
+                attention.append(m)
+        rank = {"down": 0, "drain": 1}
+        attention.sort(key=lambda m: (rank.get(m.health.state, 2), -m.health.sessions, m.name))
+        return {"member_counts": counts, "member_total": len(members),
+                "member_attention": attention[:MEMBER_LIMIT], "member_more": len(attention) > MEMBER_LIMIT}
 
     def overflow_panel(self) -> dict[str, Any]:
         window, window_s = self.window()
@@ -72,7 +92,8 @@ class DashboardMixin:
         }
 
     def panels(self) -> dict[str, Callable[[], dict[str, Any]]]:
-        return {"fleets": self.fleets_panel, "checks": self.checks_panel, "overflow": self.overflow_panel,
+        return {"fleets": self.fleets_panel, "checks": self.checks_panel, "members": self.members_panel,
+                "overflow": self.overflow_panel,
                 "rollouts": self.rollouts_panel, "audit": self.audit_panel, "lbs": self.lbs_panel}
 
     def common(self) -> dict[str, Any]:

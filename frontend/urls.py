@@ -24,6 +24,7 @@ urlpatterns = [
     path("listeners/<int:pk>/vip/", listeners.ListenerVipView.as_view(), name="listener-vip"),
     path("routes/<int:pk>/", workspace.RouteView.as_view(), name="route-detail"),
     path("routes/<int:pk>/edit/", workspace.RouteEditView.as_view(), name="route-edit"),
+    path("pools/<int:pk>/health/", workspace.PoolHealthPartial.as_view(), name="pool-health"),
     path("members/<int:pk>/state/", workspace.MemberStateView.as_view(), name="member-state"),
     path("hostnames/", hostnames.HostnamesView.as_view(), name="hostnames"),
     path("hostnames/<int:pk>/", hostnames.HostnameDetailView.as_view(), name="hostname-detail"),

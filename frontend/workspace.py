@@ -22,6 +22,7 @@ from apps.cloud.models import CloudApply
 from apps.core.errors import DomainError
 from apps.core.ui import PrincipalView, errors_of
 from apps.fleets import selectors as fleet_selectors
+from apps.fleets.member_health import member_health
 from apps.fleets.models import Fleet
 from apps.fleets.preview import lb_preview_change
 from apps.fleets.views import diff_lines
@@ -116,6 +117,15 @@ class WorkspaceMixin:
         return fleet_selectors.can_push(self.principal, lb)
 
 
+def with_health(pools: list[Pool]) -> list[Pool]:
+    """Each member of these (prefetched) pools gets `.health` (apps.fleets.member_health), in one query."""
+    members = [m for p in pools for m in p.members.all()]
+    health = member_health(members)
+    for m in members:
+        m.health = health.get(m.pk)
+    return pools
+
+
 def order_of(request) -> str:
     order = request.GET.get("order", "asc")
     return order if order in ROUTE_ORDERS else "asc"
@@ -126,7 +136,7 @@ class LoadBalancerDetailView(WorkspaceMixin, PrincipalView):
         lb = get_object_or_404(self.scoped(LoadBalancer).select_related("org"), pk=pk)
         order = order_of(request)
         # Inside a shared LB a customer still sees only its own routes and pools.
-        pools = list(self.pools(lb))
+        pools = with_health(list(self.pools(lb)))
         fleets = list(fleet_selectors.lb_fleets(lb).select_related("region")) if lb.kind == "haproxy" else []
         context = {
             **self.listeners_context(lb),
@@ -274,6 +284,7 @@ class MemberStateView(PrincipalView):
             data["admin_state"] = request.POST["admin_state"]
         if request.POST.get("weight", "").strip() not in ("", str(member.weight)):
             data["weight"] = request.POST["weight"].strip()
+        member.health = member_health([member]).get(member.pk)
         context: dict[str, Any] = {"m": member, "can_write": True, "errors": {}}
         if data:
             serializer = MemberStateSerializer(data=data)
@@ -330,3 +341,13 @@ class DeployStatusPartial(PrincipalView):
         fleets = list(fleet_selectors.lb_fleets(lb).select_related("region"))
         return render(request, "partials/deploy_status.html",
                       {"lb": lb, "deploy": fleet_selectors.deploy_state(lb, fleets, self.principal)})
+
+
+class PoolHealthPartial(WorkspaceMixin, PrincipalView):
+    """The health cells of one pool's members, swapped in place (out of band) every few seconds, so a
+    drain counts its open sessions down to zero while the person watches."""
+
+    def get(self, request, pk: int):
+        pool = get_object_or_404(self.scoped(Pool).prefetch_related(
+            Prefetch("members", queryset=Member.objects.select_related("region"))), pk=pk)
+        return render(request, "partials/pool_health.html", {"pool": with_health([pool])[0]})

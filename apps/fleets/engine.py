@@ -370,6 +370,12 @@ def _execute(rollout: Rollout, owner: str) -> Rollout:
 # --- health (drift and converge live in apps.fleets.drift) ---------------------------------------------
 
 
+def _changed_at(stat, now):
+    """`lastchg` (seconds since the server's last state change) as a time; None where HAProxy leaves it empty."""
+    seconds = (stat.raw or {}).get("lastchg", "")
+    return now - timedelta(seconds=int(seconds)) if seconds.isdigit() else None
+
+
 def fleet_health_collect(*, fleet: Fleet) -> int:
     """Read `show stat` from every node into NodeHealth (hot copy) and the cache; returns rows written."""
     nodes = list(selectors.enabled_nodes(fleet))
@@ -395,7 +401,7 @@ def fleet_health_collect(*, fleet: Fleet) -> int:
             rows.append(NodeHealth(node=node, proxy=s.pxname[:128], server=s.svname[:128],
                                    status=s.status[:32], check_status=s.check_status[:32],
                                    weight=s.weight, sessions=s.scur, rate_per_s=s.rate,
-                                   requests_total=s.req_tot, updated_at=now))
+                                   requests_total=s.req_tot, changed_at=_changed_at(s, now), updated_at=now))
             if s.is_server:
                 servers.append({"backend": s.pxname, "server": s.svname, "status": s.status,
                                 "check": s.check_status, "weight": s.weight, "rate": s.rate})
@@ -406,7 +412,7 @@ def fleet_health_collect(*, fleet: Fleet) -> int:
         NodeHealth.objects.bulk_create(
             rows, update_conflicts=True, unique_fields=["node", "proxy", "server"],
             update_fields=["status", "check_status", "weight", "sessions", "rate_per_s", "requests_total",
-                           "updated_at"],
+                           "changed_at", "updated_at"],
         )
         # Proxies and servers a node no longer has (a route or member went away).
         NodeHealth.objects.filter(node__in=seen).exclude(updated_at=now).delete()

@@ -256,6 +256,8 @@ class NodeHealth(models.Model):
     sessions = models.IntegerField(null=True, blank=True)
     rate_per_s = models.IntegerField(null=True, blank=True)
     requests_total = models.BigIntegerField(null=True, blank=True)
+    # When HAProxy last changed this server's state (now - `lastchg`): "down for 5 min", "up since 10:02".
+    changed_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField()
 
     class Meta:
