@@ -10,6 +10,10 @@ from django.http import QueryDict
 from django.shortcuts import redirect
 from django.urls import reverse
 
+from apps.accounts.models import Organization
+from apps.balancers import services as balancer_services
+from apps.balancers.api.serializers import LoadBalancerSerializer
+from apps.balancers.models import LoadBalancer, Region
 from apps.cloud import services as cloud_services
 from apps.cloud.api.serializers import CloudTargetSerializer
 from apps.cloud.models import CloudTarget
@@ -17,7 +21,7 @@ from apps.core.service_forms import FormField, ServiceFormView
 from apps.core.ui import PrincipalView
 from apps.fleets import certs
 from apps.fleets import services as fleet_services
-from apps.fleets.api.serializers import CertificateSerializer, NodeSerializer
+from apps.fleets.api.serializers import CertificateSerializer, FleetSerializer, NodeSerializer
 from apps.fleets.models import Certificate, Fleet, Node
 
 
@@ -155,3 +159,70 @@ class CloudTargetFormView(ServiceFormView):
 
     def success_url(self, obj) -> str:
         return reverse("cloud")
+
+
+def _regions(view) -> list[tuple[str, str]]:
+    return [(r.slug, r.slug) for r in Region.objects.order_by("slug")]
+
+
+class FleetFormView(ServiceFormView):
+    """A fleet: the HAProxy nodes of one region that serve LBs (nodes are added on its page)."""
+
+    operator_only = True
+    serializer_class = FleetSerializer
+    model = Fleet
+    fields = (
+        FormField("name", "Name", placeholder="edge-us"),
+        FormField("region", "Region", "select", choices=_regions),
+        FormField("auto_rollout", "Roll changes out automatically", "checkbox"),
+    )
+
+    @property
+    def title(self) -> str:  # type: ignore[override]
+        return "Edit fleet" if self.kwargs.get("pk") else "New fleet"
+
+    def initial(self, obj):
+        return super().initial(obj) if obj is not None else {"auto_rollout": True}
+
+    def save(self, obj, data):
+        return fleet_services.fleet_save(principal=self.principal, fleet=obj or Fleet(), data=data)
+
+    def success_url(self, obj) -> str:
+        return reverse("fleet-detail", args=[obj.pk])
+
+
+class LoadBalancerFormView(ServiceFormView):
+    """A load balancer. Customers create their own (the operator places it on a fleet); the operator
+    names its organization, its fleet and whether it is shared."""
+
+    serializer_class = LoadBalancerSerializer
+    model = LoadBalancer
+    submit = "Save load balancer"
+
+    @property
+    def title(self) -> str:  # type: ignore[override]
+        return "Edit load balancer" if self.kwargs.get("pk") else "New load balancer"
+
+    def visible_fields(self, obj):
+        fields = [FormField("name", "Name", placeholder="shop")]
+        if self.principal.is_operator:
+            fields += [
+                FormField("org", "Organization", "select", create_only=True,
+                          choices=lambda v: [(o.slug, o.slug) for o in v.scoped(Organization).order_by("slug")]),
+                FormField("fleet", "Fleet", "select", blank_choice="none yet", nullable=True,
+                          choices=lambda v: [(f.pk, f.name) for f in v.scoped(Fleet).order_by("name")]),
+                FormField("shared", "Shared (customers may add their own routes and pools)", "checkbox"),
+            ]
+        return [f for f in fields if obj is None or not f.create_only]
+
+    def initial(self, obj):
+        if obj is None:
+            return {"org": self.principal.org.slug}
+        return super().initial(obj)
+
+    def save(self, obj, data):
+        return balancer_services.object_save(principal=self.principal, obj=obj or LoadBalancer(),
+                                             action="update" if obj is not None else "create", data=data)
+
+    def success_url(self, obj) -> str:
+        return reverse("lb-detail", args=[obj.pk])

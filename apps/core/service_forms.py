@@ -137,7 +137,7 @@ class ServiceFormView(PrincipalView):
         data: dict[str, Any] = {}
         for spec in self.visible_fields(obj):
             if spec.kind == "checkbox":
-                data[spec.name] = spec.name in post
+                data[spec.name] = post.get(spec.name, "") not in ("", "off", "false", "0")  # unchecked: absent
                 continue
             raw = post.get(spec.name, "")
             raw = raw if spec.kind == "textarea" else raw.strip()

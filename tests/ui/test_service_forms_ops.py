@@ -101,3 +101,26 @@ def test_operator_creates_a_cloud_target(otto, alice):
     assert ok.status_code == 302, ok.content.decode()[:400]
     target = CloudTarget.objects.get(name="gcp-prod")
     assert target.regions == ["us-east"] and target.region_map.get("us-east")
+
+
+def test_operator_creates_a_fleet_and_places_an_lb_customer_creates_its_own_lb(otto, alice, charlie):
+    Region.objects.create(slug="us-east", name="US East")
+    client = web(otto)
+    assert web(alice).get(reverse("fleet-new")).status_code == 403
+    assert client.post(reverse("fleet-new"), {"name": "edge-us", "region": "us-east",
+                                              "auto_rollout": "on"}).status_code == 302
+    fleet = Fleet.objects.get(name="edge-us")
+    assert fleet.auto_rollout and fleet.vrrp_secret_encrypted  # the service's defaults, not the form's
+    placed = client.post(reverse("lb-new"), {"name": "shop", "org": "acme", "fleet": str(fleet.pk), "shared": ""})
+    assert placed.status_code == 302
+    from apps.balancers.models import LoadBalancer
+
+    lb = LoadBalancer.objects.get(name="shop")
+    assert (lb.org.slug, lb.fleet_id, lb.shared) == ("acme", fleet.pk, False)
+    # A customer's form has no fleet, org or shared inputs, and a forged one is refused by the serializer.
+    form = web(alice).get(reverse("lb-new")).content.decode()
+    assert 'name="fleet"' not in form and 'name="shared"' not in form
+    assert web(alice).post(reverse("lb-new"), {"name": "own"}).status_code == 302
+    own = LoadBalancer.objects.get(name="own")
+    assert own.org == alice.org and own.fleet_id is None
+    assert web(charlie).get(reverse("lb-edit", args=[own.pk])).status_code == 404
