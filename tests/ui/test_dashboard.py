@@ -23,7 +23,7 @@ from apps.traffic.selectors import region_overflow
 
 pytestmark = pytest.mark.django_db
 
-PANELS = ("fleets", "checks", "overflow", "rollouts", "audit", "lbs")
+PANELS = ("fleets", "checks", "members", "overflow", "rollouts", "audit", "lbs")
 _seq = count(1)
 
 
@@ -117,9 +117,9 @@ def test_operator_sees_every_panel_with_its_data(world, otto) -> None:
     running = Rollout.objects.get(status="running")
     assert f'href="/fleets/rollouts/{running.pk}/"' in page and "1/2" in page
     assert "route.create" in page and "pool.secretive" in page
-    for panel in ("fleets", "checks", "overflow", "rollouts", "audit"):
+    for panel in ("fleets", "checks", "members", "overflow", "rollouts", "audit"):
         assert f'hx-get="/dashboard/{panel}/' in page
-    assert page.count('hx-trigger="every 5s"') == 5
+    assert page.count('hx-trigger="every 5s"') == 6
 
 
 def test_failing_checks_are_listed_worst_first(world, otto) -> None:
