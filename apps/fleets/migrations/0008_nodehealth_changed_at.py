@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fleets', '0006_fleet_vrrp'),
+        ('fleets', '0007_node_vrrp_process_events'),
     ]
 
     operations = [
