@@ -69,11 +69,7 @@ def save_credential(*, principal: Principal, credential: CloudCredential, data: 
         before = None if creating else audit_snapshot(credential)
         for field, value in data.items():
             setattr(credential, field, value)
-        try:
-            with transaction.atomic():
-                credential.save()
-        except IntegrityError as exc:
-            raise Conflict("conflict", "A cloud credential with this name already exists.", field="name") from exc
+        credential.save()  # a duplicate name: the API's exception handler answers 409 naming `name`
         if orgs is not None:
             credential.orgs.set(orgs)
         audit_record(principal=principal, org=None,

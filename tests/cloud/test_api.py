@@ -216,3 +216,17 @@ def test_a_tenant_can_use_only_credentials_offered_to_it(alice, charlie, otto) -
     own = alice.client.post("/api/v1/cloud-credentials/", {"name": "x", "provider": "gcp", "credentials_ref": "HOME"},
                             format="json")
     assert own.status_code == 403
+
+
+def test_a_duplicate_credential_name_is_a_409_naming_the_field(otto, alice) -> None:
+    body = {"name": "shared-gcp", "provider": "gcp", "credentials_ref": "SHARED_GCP", "for_all_orgs": True}
+    assert otto.client.post("/api/v1/cloud-credentials/", body, format="json").status_code == 201
+    again = otto.client.post("/api/v1/cloud-credentials/", {**body, "credentials_ref": "OTHER"}, format="json")
+    assert again.status_code == 409, again.content
+    assert again.json()["code"] == "conflict" and list(again.json()["fields"]) == ["name"]
+    assert "SHARED_GCP" not in again.content.decode() and "OTHER" not in again.content.decode()
+    other = otto.client.post("/api/v1/cloud-credentials/", {**body, "name": "other-gcp"}, format="json").json()
+    renamed = otto.client.patch(f"/api/v1/cloud-credentials/{other['id']}/", {"name": "shared-gcp"}, format="json")
+    assert renamed.status_code == 409 and list(renamed.json()["fields"]) == ["name"]
+    # A customer never gets as far as the database: credentials are the operator's.
+    assert alice.client.post("/api/v1/cloud-credentials/", {**body, "name": "x"}, format="json").status_code == 403
