@@ -52,6 +52,37 @@ def job_principal(job) -> JobPrincipal:
     return JobPrincipal(org=job.org, role=Role.EDITOR, job_id=job.pk)
 
 
+def creator_authority_lapsed(job) -> str | None:
+    """Why the job's creator (`created_by`, a token or a user) could no longer make it, or None.
+
+    A job acts with editor rights long after the request that made it; it must not outlive that
+    authority: a revoked or expired token (a short-lived CI token, say), or a user who left the org,
+    was deactivated or is no longer an editor there, ends its runs. Jobs from before `created_by` was
+    kept (blank) are not judged."""
+    from django.contrib.auth import get_user_model
+    from django.db.models import Q
+
+    from apps.accounts.models import ROLE_RANK, ApiToken, Membership, Organization
+
+    kind, _, ident = job.created_by.partition(":")
+    if not ident.isdigit():
+        return None
+    user_id = int(ident) if kind == "user" else None
+    if kind == "token":
+        token = ApiToken.objects.filter(pk=int(ident)).first()
+        if token is None or not ApiToken.objects.filter(pk=token.pk).usable().exists():
+            return "the API token that created this job was revoked or has expired"
+        user_id = token.user_id
+    if user_id is not None:  # the user behind the token too: still active, still an editor of the org
+        user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
+        # Its own org's editor, or an operator's (operators act on every org).
+        roles = Membership.objects.filter(
+            Q(org_id=job.org_id) | Q(org__kind=Organization.Kind.OPERATOR), user=user).values_list("role", flat=True)
+        if user is None or not any(ROLE_RANK[Role(r)] >= ROLE_RANK[Role.EDITOR] for r in roles):
+            return "the user who created this job is no longer an editor of its organization"
+    return None
+
+
 url_policy = webhooks.org_policy  # one rule for every outbound URL a tenant types (jobs, events)
 
 

@@ -300,6 +300,12 @@ def execute(run: JobRun) -> Outcome:
     HEARTBEAT.add(run.pk, run.attempt, ctx, started + job.timeout_s)
     status, output, error = JobRun.Status.SUCCEEDED, None, ""
     try:
+        lapsed = kinds.creator_authority_lapsed(job)
+        if lapsed:
+            # The job must not outlive its creator's authority: this run fails and the job is paused until
+            # someone who may (an editor) looks at it and enables it again, which makes it theirs.
+            Job.objects.filter(pk=job.pk).update(enabled=False, next_fire_at=None)
+            raise kinds.JobFailed(f"creator_revoked: {lapsed}; the job is paused")
         output = kinds.get_kind(job.kind).execute(ctx, job.params)
     except SoftTimeLimitExceeded:
         status, error = JobRun.Status.TIMED_OUT, f"timed out after {job.timeout_s} s"

@@ -78,7 +78,9 @@ def job_save(*, principal: Principal | None, job: Job, data: dict[str, Any],
         new_schedule = {f: getattr(job, f) for f in (*SCHEDULE_FIELDS, "enabled")}
         if creating or new_schedule != old_schedule:
             job.next_fire_at = _first_fire(job, schedule, now) if job.enabled else None
-        if creating and principal is not None:
+        # The job acts on its creator's authority (kinds.creator_authority_lapsed): whoever enables a paused
+        # job takes it over, so a job paused because its creator's token lapsed runs again on theirs.
+        if principal is not None and (creating or (job.enabled and not old_schedule["enabled"])):
             job.created_by = principal.actor
         try:
             with transaction.atomic():
@@ -131,7 +133,11 @@ def job_resume(*, principal: Principal | None, job: Job) -> Job:
             raise schedule_error(exc) from None
         job.enabled = True
         job.next_fire_at = _first_fire(job, schedule, now)
-        job.save(update_fields=["enabled", "next_fire_at", "updated_at"])
+        fields = ["enabled", "next_fire_at", "updated_at"]
+        if principal is not None:  # whoever resumes it takes it over (kinds.creator_authority_lapsed)
+            job.created_by = principal.actor
+            fields.append("created_by")
+        job.save(update_fields=fields)
         audit_record(principal=principal, org=job.org, action="job.resume", obj=job,
                      after={"enabled": True, "next_fire_at": job.next_fire_at})
     return job

@@ -55,7 +55,7 @@ class ExportView(APIView):
 
     @extend_schema(parameters=[OpenApiParameter("org", str), OpenApiParameter("output", str, enum=["json", "yaml"])],
                    responses={(200, "application/json"): OpenApiTypes.OBJECT,
-                              (200, "application/yaml"): OpenApiTypes.STR})
+                              (200, "application/yaml"): OpenApiTypes.OBJECT})  # the same document
     def get(self, request):
         output = request.query_params.get("output", "json")
         if output not in ("json", "yaml"):
