@@ -53,9 +53,13 @@ class FleetAccessMixin:
     def fleet_context(self, fleet: Fleet) -> dict:
         nodes = list(Node.objects.filter(fleet=fleet).select_related("applied_revision").order_by("name"))
         health = cache.get(engine.health_cache_key(fleet.pk)) or {}
-        for node in nodes:
+        operator = self.principal.is_operator
+        for index, node in enumerate(nodes, start=1):
             entry = health.get("nodes", {}).get(node.name, {})
-            servers = entry.get("servers", [])
+            # A customer on a shared fleet sees how its nodes fare, not the operator's node names nor how
+            # many servers other tenants run there.
+            servers = entry.get("servers", []) if operator else []
+            node.label = node.name if operator else f"node {index}"
             node.servers_up = sum(1 for s in servers if s.get("status") in ("UP", "no check"))
             node.servers_total = len(servers)
             node.on_desired = node.applied_revision is not None and node.applied_revision.number == (
@@ -67,6 +71,8 @@ class FleetAccessMixin:
 class FleetListView(FleetAccessMixin, PrincipalView):
     def get(self, request):
         fleets = list(self.visible_fleets().select_related("region").order_by("name"))
+        # Only the LBs the viewer may see: a shared fleet also serves other tenants' LBs.
+        visible_lbs = set(LoadBalancer.objects.visible_to(self.principal).values_list("pk", flat=True))
         for fleet in fleets:
             nodes = list(fleet.nodes.filter(enabled=True).values_list("status", "applied_revision__number"))
             fleet.node_total = len(nodes)
@@ -74,7 +80,7 @@ class FleetListView(FleetAccessMixin, PrincipalView):
             fleet.node_on_desired = sum(1 for _, number in nodes if number == fleet.desired_revision)
             fleet.problem_nodes = sum(1 for status, _ in nodes if status in (Node.Status.DOWN, Node.Status.DRIFTED))
             fleet.last_rollout = fleet.rollouts.order_by("-id").first()
-            fleet.lbs = [lb.name for lb in selectors.fleet_lbs(fleet)]
+            fleet.lbs = [lb.name for lb in selectors.fleet_lbs(fleet) if lb.pk in visible_lbs]
         return render(request, "fleets/list.html", {"fleets": fleets})
 
 
@@ -175,6 +181,8 @@ class RolloutMixin(FleetAccessMixin):
 
     def rollout_context(self, rollout: Rollout) -> dict:
         results = list(rollout.results.select_related("node").order_by("node__name"))
+        for index, result in enumerate(results, start=1):  # customers: positions, not the node names
+            result.label = result.node.name if self.principal.is_operator else f"node {index}"
         done = sum(1 for r in results if r.status not in ("pending", "running"))
         return {"rollout": rollout, "results": results, "done": done, "total": len(results),
                 "active": rollout.status in Rollout.ACTIVE, "is_operator": self.principal.is_operator}

@@ -159,8 +159,8 @@ def test_applied_answers_202_with_node_state_then_200_once_every_node_serves_it(
     started = time.monotonic()
     waiting = alice.client.get(f"/api/v1/load-balancers/{lb.pk}/applied/?revision={wanted}&timeout=0.3")
     assert waiting.status_code == 202 and time.monotonic() - started >= 0.3
-    states = {n["node"]: n for n in waiting.json()["nodes"]}
-    assert states["n1"]["done"] and not states["n2"]["done"] and states["n2"]["applied_revision"] is None
+    states = {n["node"]: n for n in waiting.json()["nodes"]}  # a customer: positions, not the node names
+    assert states["node 1"]["done"] and not states["node 2"]["done"] and states["node 2"]["applied_revision"] is None
 
     _apply(nodes[1], revision)
     done = alice.client.get(f"/api/v1/load-balancers/{lb.pk}/applied/?revision={wanted}&timeout=1000")

@@ -122,7 +122,7 @@ def test_a_wait_ends_with_the_answer_its_caller_deserves_then(server, lb, alice,
     assert status == 401, body
     # The owner's own wait that times out answers 202 with the per-node state.
     status, _, body = _get(_applied_url(server, lb, timeout=1), alice.token, timeout=20)
-    assert status == 202 and body["applied"] is False and body["nodes"][0]["node"] == "n1"
+    assert status == 202 and body["applied"] is False and body["nodes"][0]["node"] == "node 1"
 
 
 def test_a_principal_beyond_its_share_of_waits_gets_the_state_at_once(server, lb, vera, alice) -> None:

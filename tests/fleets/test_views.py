@@ -68,7 +68,7 @@ def test_rollout_page_polls_while_active_and_offers_rollback_when_done(edge, ott
 def test_customer_sees_the_fleet_of_a_shared_lb_but_no_config_or_errors(edge, alice, charlie) -> None:
     client = browser(alice)
     page = client.get(f"/fleets/{edge['fleet'].pk}/").content.decode()
-    assert "n1" in page and "Config revisions" not in page and "127.0.0.1" not in page
+    assert "node 1" in page and "Config revisions" not in page and "127.0.0.1" not in page
     assert client.get(f"/fleets/{edge['fleet'].pk}/revisions/1/").status_code == 404
     progress = client.get(f"/fleets/rollouts/{edge['rollout'].pk}/").content.decode()
     assert "secret detail" not in progress and "acme.example.com" not in progress

@@ -280,8 +280,10 @@ class LoadBalancerAppliedView(APIView):
             return self._answer(lb, wanted, done, nodes, {"Retry-After": "1"})
         return self._answer(lb, wanted, done, nodes, {PARK_HEADER: f"{timeout_s:g}", RELEASE_HEADER: key})
 
-    @staticmethod
-    def _answer(lb: LoadBalancer, wanted: int, done: bool, nodes: list, headers: dict[str, str]) -> Response:
+    def _answer(self, lb: LoadBalancer, wanted: int, done: bool, nodes: list, headers: dict[str, str]) -> Response:
+        if not self.request.principal.is_operator:
+            # A customer learns how far each node got, not the operator's node names.
+            nodes = [{**n, "node": f"node {i}"} for i, n in enumerate(nodes, start=1)]
         body = {"load_balancer": lb.pk, "revision": wanted, "current_revision": lb.revision,
                 "applied": done, "nodes": nodes}
         if done:
