@@ -35,6 +35,15 @@ def test_skew_80_20_splits_each_region_in_proportion_to_its_nodes_demand() -> No
     assert limits["b1"]["b"] == 50 and limits["b2"]["b"] == 0
 
 
+def test_flooring_each_node_does_not_lose_the_region_capacity() -> None:
+    """GIVEN region a's 38.7 req/s and 3 of its nodes each offered 15.5 req/s (more than a third)
+    THEN a's nodes together get 38 (not 12+12+12 = 36: 7% of the region left idle)."""
+    caps = [RegionCapacity(region="a", healthy_members=3, max_rate_per_member=12.9), cap("b", 50)]
+    limits = dynamic_limits(caps, NODES, {"a1": 15.5, "a2": 15.5, "a3": 15.5}, DIST, "waterfall")
+    assert region_totals(limits)["a"] == 38
+    assert sorted(limits[n]["a"] for n in ("a1", "a2", "a3")) == [12, 13, 13]
+
+
 def test_a_small_overflow_gets_headroom_from_the_neighbours_spare() -> None:
     limits = dynamic_limits(CAPS, NODES, {"a1": 110.0}, DIST, "waterfall")
     assert limits["a1"]["b"] == 11  # 10 planned + 10% headroom
