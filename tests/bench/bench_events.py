@@ -168,7 +168,8 @@ def main() -> None:
     rate = total / sent_s
     print(f"sent {total} change.applied events in {sent_s:.1f} s: {rate:.1f}/s offered (goal {args.rate:g}/s, "
           f"{args.emitters} emitter threads, at most {max_behind_s[0] * 1000:.0f} ms behind schedule); "
-          f"event worker: {args.concurrency} threads; delivered {len(latencies)}; load {os.getloadavg()}")
+          f"event worker: {args.pool} pool, concurrency {args.concurrency}; delivered {len(latencies)}; "
+          f"load {os.getloadavg()}")
     print(f"CPU per event: event worker {worker_cpu_s / total * 1000:.1f} ms, this process (emit + receive) "
           f"{own_cpu_s / total * 1000:.1f} ms (incl. start-up)")
     if latencies:
