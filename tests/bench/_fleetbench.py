@@ -228,13 +228,21 @@ class FleetBench:
         return int(body["id"])
 
     def wait_applied(self, timeout_s: int = 30) -> None:
-        """Block until every node serves the LB's current revision (the pipelines' long-poll API)."""
+        """Block until every node serves the LB's current revision (the pipelines' long-poll API).
+
+        The server caps one long-poll at APPLIED_MAX_TIMEOUT_S (60 s) and then answers 202, so a
+        longer wait (the first rollout of 100k routes) asks again until `timeout_s` has passed."""
         _, lb = self.api("GET", f"/api/v1/load-balancers/{self.lb.pk}/")
-        status, body = self.api("GET", f"/api/v1/load-balancers/{self.lb.pk}/applied/"
-                                       f"?revision={lb['revision']}&timeout={timeout_s}",
-                                timeout_s=timeout_s + 15)  # the long-poll answers first
-        if status != 200:
-            raise RuntimeError(f"revision {lb['revision']} not applied within {timeout_s}s: {status} {body}")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = max(1, min(60, int(deadline - time.monotonic())))
+            status, body = self.api("GET", f"/api/v1/load-balancers/{self.lb.pk}/applied/"
+                                           f"?revision={lb['revision']}&timeout={left}",
+                                    timeout_s=left + 15)  # the long-poll answers first
+            if status == 200:
+                return
+            if status != 202 or time.monotonic() >= deadline:
+                raise RuntimeError(f"revision {lb['revision']} not applied within {timeout_s}s: {status} {body}")
 
     def wait_served(self, path: str, want: str | int, timeout_s: float = 30.0, interval_s: float = 0.005,
                     not_before: float = 0.0) -> float:
