@@ -26,12 +26,21 @@ RUN_BY = {
     "make test": "test_make_targets_exist_as_shown (dry run: this is that run)",
     ".venv/bin/python manage.py mktoken": "test_mktoken_works_as_shown_after_make_run",
     "curl -H 'Host: acme.example.com' http://127.0.40.1:8080/": "tests/fleets/test_demo.py (the real demo fleet)",
+    "gunicorn controlplane.asgi:application": "test_the_production_command_is_the_one_make_run_serves "
+                                              "(tests/fleets/test_longpoll_server.py runs that command)",
 }
 
 
 def test_every_readme_command_is_run_by_a_test() -> None:
     unchecked = [c for c in readme.commands() if not any(c.startswith(prefix) for prefix in RUN_BY)]
     assert unchecked == [], f"README commands no test runs: {unchecked}"
+
+
+def test_the_production_command_is_the_one_make_run_serves() -> None:
+    from apps.core.webserver import gunicorn_command
+
+    shown = shlex.split(readme.command("gunicorn controlplane.asgi:application"))
+    assert shown[1:] == gunicorn_command("0.0.0.0:8000")[3:]  # built: <python> -m gunicorn ...
 
 
 def test_make_targets_exist_as_shown() -> None:
