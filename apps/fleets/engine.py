@@ -173,6 +173,19 @@ def _next_rollout(fleet: Fleet) -> Rollout | None:
 
 _BUNDLE_CACHE: OrderedDict[tuple, ConfigBundle] = OrderedDict()
 _BUNDLE_CACHE_SIZE = 512
+# Also bounded by map entries held: a 100k-route bundle holds ~400k (tens of MB), and a sustained run of
+# route changes renders a revision per change for every node.
+_BUNDLE_CACHE_ENTRIES = 3_000_000
+
+
+def _weight(bundle: ConfigBundle) -> int:
+    return 1 + sum(len(entries) for entries in bundle.facts.maps.values())
+
+
+def _evict() -> None:
+    held = sum(_weight(b) for b in _BUNDLE_CACHE.values())
+    while _BUNDLE_CACHE and (len(_BUNDLE_CACHE) > _BUNDLE_CACHE_SIZE or held > _BUNDLE_CACHE_ENTRIES):
+        held -= _weight(_BUNDLE_CACHE.popitem(last=False)[1])
 
 
 class _BundleCache:
@@ -195,8 +208,8 @@ class _BundleCache:
             snap = self._snaps[revision.pk] = selectors.revision_snapshot(revision)
         bundle = render(snap, spec)
         _BUNDLE_CACHE[key] = bundle
-        while len(_BUNDLE_CACHE) > _BUNDLE_CACHE_SIZE:
-            _BUNDLE_CACHE.popitem(last=False)
+        with contextlib.suppress(KeyError, RuntimeError):  # another thread changing the cache meanwhile
+            _evict()
         return bundle
 
 

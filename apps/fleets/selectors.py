@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+import threading
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -184,8 +185,33 @@ def fleet_snapshot(fleet: Fleet, revision: int) -> tuple[FleetSnapshot, dict[str
     return snap, lb_revisions
 
 
+# The snapshots of the newest revisions this process rendered or decoded. A revision never changes, so
+# the reconciler that just stored one rolls it out from the very object it rendered: decoding 100k
+# routes again costs ~1 s, and the same object lets every node's render reuse the renderer's
+# node-independent work (render/memo.py). Small: one 100k-route snapshot is tens of MB.
+_SNAPSHOTS: OrderedDict[tuple[int, str], FleetSnapshot] = OrderedDict()
+_SNAPSHOTS_SIZE = 3
+_SNAPSHOTS_LOCK = threading.Lock()
+
+
+def remember_revision_snapshot(revision: ConfigRevision, snap: FleetSnapshot) -> None:
+    """`snap` is what `revision.snapshot` stores (fleet_render stored it from this object)."""
+    with _SNAPSHOTS_LOCK:
+        _SNAPSHOTS[(revision.pk, revision.sha256)] = snap
+        while len(_SNAPSHOTS) > _SNAPSHOTS_SIZE:
+            _SNAPSHOTS.popitem(last=False)
+
+
 def revision_snapshot(revision: ConfigRevision) -> FleetSnapshot:
-    return snapshot_from_json(revision.snapshot, crypto.decrypt)
+    key = (revision.pk, revision.sha256)
+    with _SNAPSHOTS_LOCK:
+        snap = _SNAPSHOTS.get(key)
+        if snap is not None:
+            _SNAPSHOTS.move_to_end(key)
+            return snap
+    snap = snapshot_from_json(revision.snapshot, crypto.decrypt)
+    remember_revision_snapshot(revision, snap)
+    return snap
 
 
 def reference_node(fleet: Fleet) -> NodeSpec:

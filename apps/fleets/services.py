@@ -123,6 +123,7 @@ def fleet_render(*, fleet: Fleet, reason: str = "") -> ConfigRevision:
             snapshot=snapshot_to_json(snap, crypto.encrypt), validation_ok=ok, validation_output=output,
             validation_ms=took_ms, lb_revisions=lb_revisions, reason=reason[:200], problems=problems,
         )
+        selectors.remember_revision_snapshot(revision, snap)
     if not ok:
         logger.warning("fleet %s: revision %s is invalid and will not be pushed:\n%s",
                        fleet.name, number, output)

@@ -30,6 +30,7 @@ from functools import reduce
 # The routing rule itself (match, rank, shadowing) lives in apps.balancers.routing, shared with the
 # route checks and the route tester; this module only lays it out for HAProxy.
 from apps.balancers.routing import prefix_base, resolve_route, route_rank  # noqa: F401 (re-exported)
+from apps.fleets.render.memo import by_identity
 from apps.fleets.snapshot import RouteSpec
 
 ANY_HOST_CLASS = "*"
@@ -101,6 +102,7 @@ def path_keys(route: RouteSpec) -> tuple[str, ...]:
     return (base + "/", base + "?") if base else ("/",)
 
 
+@by_identity  # the same checked listener's routes for every node of a rollout (memo.py)
 def build_route_maps(routes: tuple[RouteSpec, ...]) -> RouteMaps:
     by_pattern: dict[str, list[RouteSpec]] = {}
     any_host: list[RouteSpec] = []

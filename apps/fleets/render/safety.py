@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from apps.core import netpolicy
 from apps.core import validators as v
+from apps.fleets.render.memo import by_identity
 from apps.fleets.snapshot import (
     CertSpec,
     FleetSnapshot,
@@ -248,6 +249,7 @@ def _check_listener(field: str, listener: ListenerSpec, pool_ids: set[int]) -> L
     )
 
 
+@by_identity  # every node of a rollout renders the same snapshot object (memo.py)
 def check_snapshot(snapshot: FleetSnapshot) -> FleetSnapshot:
     """Validated, canonical copy of `snapshot`; raises UnsafeValue naming the first bad field."""
     pools = tuple(_check_pool(pf, p) for pf, p in _items("pools", snapshot.pools, PoolSpec))
