@@ -73,7 +73,9 @@ def test_route_create_update_delete_move_only_their_keys_and_end_as_a_full_rende
 
     # Create: the new keys are added to the live map (appended: HAProxy lists them last), not swapped in.
     created = add_route(fleet3.lb, pool_new, "/hot", 11, hosts=["a.example.com"])
-    rolled_out(fleet3)
+    revision = rolled_out(fleet3).revision
+    # Same haproxy.cfg as a revision that passed `haproxy -c`: only the maps moved, so no second check.
+    assert revision.validation_ok and revision.validation_output.startswith("Only map contents changed")
     live = live_maps_equal_a_full_render(fleet3)
     assert {k for k, _ in live[ROUTES_MAP][-2:]} == {"a.example.com/hot/", "a.example.com/hot?"}
     assert {fleet3.get(n, "/hot/x", host="a.example.com")[1] for n in fleet3.nodes} == {"new"}
@@ -105,6 +107,7 @@ def test_route_create_update_delete_move_only_their_keys_and_end_as_a_full_rende
               hosts=["a.example.com"])
     rollout = rolled_out(fleet3)
     assert all(r.reload_ms is not None for r in rollout.results.all())
+    assert "Configuration file is valid" in rollout.revision.validation_output, "a new haproxy.cfg is checked"
     after = workers(fleet3)
     assert all(after[name] != pid for name, pid in before.items())
     live_maps_equal_a_full_render(fleet3)
