@@ -271,7 +271,9 @@ def node_conn(node: Node) -> NodeConn:
 
 
 def latest_revision(fleet: Fleet) -> ConfigRevision | None:
-    return ConfigRevision.objects.filter(fleet=fleet).order_by("-number").first()
+    # Snapshot and diff load only when read (most callers compare text and hashes; at 100k routes the
+    # snapshot alone is ~15 MB of JSON to decode).
+    return ConfigRevision.objects.filter(fleet=fleet).defer("snapshot", "diff").order_by("-number").first()
 
 
 def fleet_pin(fleet: Fleet) -> dict[str, Any] | None:
