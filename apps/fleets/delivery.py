@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from apps.fleets.hotmaps import map_delta
+from apps.fleets.hotmaps import file_delta
 from apps.fleets.runtime import (
     MasterSocket,
     ProcInfo,
@@ -233,7 +233,8 @@ def _hot_apply(transport: FileSetTransport, plan: NodePlan, changes: HotChanges,
         replaced = {}
         for name, entries in changes.maps.items():
             # The few moved keys where that is exact (hotmaps), else the whole map in one commit.
-            delta = map_delta(name, old_maps[name], entries) if name in old_maps else None
+            delta = (file_delta(name, old_maps[name], entries, plan.last_good.files[name], plan.bundle.files[name])
+                     if plan.last_good is not None and name in old_maps else None)
             if delta is None:
                 stats.replace_map(name, entries)
                 replaced[name] = entries

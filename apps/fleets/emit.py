@@ -12,7 +12,7 @@ from apps.balancers.models import LoadBalancer, Member
 from apps.events.models import Event
 from apps.events.services import event_emit
 from apps.fleets import selectors
-from apps.fleets.models import ConfigRevision, Node, NodeHealth, Rollout
+from apps.fleets.models import REVISION_BULK_FIELDS, ConfigRevision, Node, NodeHealth, Rollout
 
 _POOL_PROXY = re.compile(r"^p(\d+)_")  # a pool's backend per region (apps.fleets.render)
 
@@ -25,7 +25,9 @@ def _changed_lbs(revision: ConfigRevision) -> dict[int, int]:
 
 
 def rollout_finished(rollout: Rollout, status: str, error: str = "") -> None:
-    revision = ConfigRevision.objects.select_related("fleet").filter(pk=rollout.revision_id).first()
+    # Its number and coverage only: the text and snapshot are megabytes at 100k routes.
+    revision = (ConfigRevision.objects.select_related("fleet").defer(*REVISION_BULK_FIELDS)
+                .filter(pk=rollout.revision_id).first())
     if revision is None:
         return
     fleet = revision.fleet

@@ -17,7 +17,9 @@ right before and are right after, which is what `add/del map` gives a running HA
 
 from __future__ import annotations
 
+import hashlib
 import re
+import threading
 from dataclasses import dataclass
 
 # Maps whose lookup is first-match in file order (map_end): only ever replaced whole.
@@ -38,6 +40,28 @@ class MapDelta:
 
     def __len__(self) -> int:
         return len(self.added) + len(self.changed) + len(self.removed)
+
+
+# Every node of a rollout moves the same keys (maps do not depend on the node): computed once per pair of
+# map contents (their sha256), not once per node from two 200k-entry dicts.
+_DELTAS: dict[tuple[str, str, str], MapDelta | None] = {}
+_DELTAS_SIZE = 16
+_DELTAS_LOCK = threading.Lock()
+
+
+def file_delta(name: str, old: list[tuple[str, str]], new: list[tuple[str, str]], old_file: bytes,
+               new_file: bytes) -> MapDelta | None:
+    """map_delta of a map whose files (written from those entries) are `old_file` and `new_file`."""
+    key = (name, hashlib.sha256(old_file).hexdigest(), hashlib.sha256(new_file).hexdigest())
+    with _DELTAS_LOCK:
+        if key in _DELTAS:
+            return _DELTAS[key]
+    delta = map_delta(name, old, new)
+    with _DELTAS_LOCK:
+        _DELTAS[key] = delta
+        while len(_DELTAS) > _DELTAS_SIZE:
+            del _DELTAS[next(iter(_DELTAS))]
+    return delta
 
 
 def map_delta(name: str, old: list[tuple[str, str]], new: list[tuple[str, str]]) -> MapDelta | None:
