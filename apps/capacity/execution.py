@@ -30,7 +30,7 @@ from apps.capacity.models import CapacityRun, CapacityShard, CapacityTest, StepR
 from apps.capacity.selectors import healthy_member_count, org_active_load, pool_region_for
 from apps.core.errors import DomainError
 from apps.events.services import event_emit
-from apps.fleets.enforce import overflow_hold, overflow_release
+from apps.fleets.enforce import enforce, overflow_hold, overflow_release
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,11 @@ def run_prepare(run_id: int, enqueue: Enqueue) -> str:
     pool_region = pool_region_for(test)
     if pool_region is not None:
         overflow_hold(pool_region.pool_id, pool_region.region.slug, START_LEAD_S + plan.max_duration_s + 5.0)
+        # Set the held limits on the nodes now, before the shards start, rather than at the loop's next
+        # run: the shards may take every worker slot (`make run`: 2 slots, the demo test: 2 shards), and
+        # then the beat's enforce_task expires unrun for the whole test, which measured the tested
+        # region plus its overflow.
+        enforce(lb_ids=[pool_region.pool.lb_id])
     return "started"
 
 

@@ -19,7 +19,7 @@ import logging
 import re
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -204,10 +204,13 @@ def sync_usable(conn: NodeConn) -> str | None:
             transport.close()  # type: ignore[attr-defined]
 
 
-def enforce() -> dict[str, object]:
-    """One run over every HAProxy LB's nodes; returns what it did (for the task result and tests)."""
+def enforce(lb_ids: Collection[int] | None = None) -> dict[str, object]:
+    """One run over every HAProxy LB's nodes (or those of `lb_ids`); returns what it did (for the
+    task result and tests)."""
     started = time.monotonic()
     lbs = lb_nodes()
+    if lb_ids is not None:
+        lbs = {lb: nodes for lb, nodes in lbs.items() if lb in lb_ids}
     nodes = {nid: pair for members in lbs.values() for nid, pair in members.items()}
     if not nodes:
         return {"nodes": 0, "sets": 0, "pools": {}}

@@ -17,6 +17,7 @@ import contextlib
 from dataclasses import dataclass, field
 
 from apps.fleets.delivery import _STATE_FOR_ADMIN, NODE_ERRORS, _transport
+from apps.fleets.render.chain import LIMITS_MAP, USABLE_MAP
 from apps.fleets.snapshot import ConfigBundle
 from apps.fleets.transports import NodeConn
 
@@ -24,6 +25,8 @@ from apps.fleets.transports import NodeConn
 _MAINT_BITS = 0x01 | 0x02 | 0x04
 _DRAIN_BITS = 0x08 | 0x10
 MAX_DIFF_LINES = 40
+# Maps whose values change at run time by design (apps.fleets.enforce); their keys are still checked.
+RUNTIME_VALUE_MAPS = frozenset({LIMITS_MAP, USABLE_MAP})
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,14 @@ def read_live_drift(conn: NodeConn, bundle: ConfigBundle, servers: dict[tuple[st
         stats = transport.stats()
         for name, wanted in sorted(bundle.facts.maps.items()):
             live = stats.show_map(name)
+            if name in RUNTIME_VALUE_MAPS:
+                # The enforcement loop sets these values about every second on purpose (each node's share
+                # of each region's capacity): only a missing or extra key is drift. Repairing the values
+                # put every node back to the static shares for a second, every converge (10 s).
+                if sorted(k for k, _ in live) != sorted(k for k, _ in wanted):
+                    drift.maps[name] = wanted
+                    drift.lines += [line for line in _map_lines(name, live, wanted) if "should be" not in line]
+                continue
             if sorted(live) != sorted(wanted):
                 drift.maps[name] = wanted
                 drift.lines += _map_lines(name, live, wanted)

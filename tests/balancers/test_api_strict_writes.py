@@ -104,3 +104,23 @@ def test_regions_on_update_points_to_pool_regions(world, alice):
     assert response.json()["code"] == "regions_via_pool_regions"
     assert "/pool-regions/" in response.json()["fields"]["regions"][0]
     assert not PoolRegion.objects.filter(pool=world.acme_pool).exists()
+
+
+@pytest.mark.django_db
+def test_a_pool_without_health_checks_is_created_through_the_api(world, alice):
+    """An empty health_path means no health check (backends with nothing to probe), as the model and the
+    renderer already allow; the API refused it, so such a pool could only be made in the database."""
+    from apps.fleets.models import Fleet
+    from apps.fleets.selectors import fleet_snapshot
+
+    response = alice.client.post("/api/v1/pools/", {"lb": world.acme_lb.pk, "name": "nocheck", "health_path": ""},
+                                 format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["health_path"] == ""
+    fleet = Fleet.objects.create(name="f-nocheck", region=world.us)
+    fleet.serves.add(world.acme_lb)
+    snap, _ = fleet_snapshot(fleet, 1)
+    assert [p.health for p in snap.pools if p.name == "nocheck"] == [None]
+    bad = alice.client.post("/api/v1/pools/", {"lb": world.acme_lb.pk, "name": "sp", "health_path": " "},
+                            format="json")
+    assert bad.status_code == 400 and "health_path" in bad.json()["fields"]

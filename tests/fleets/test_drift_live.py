@@ -120,3 +120,28 @@ def test_a_node_address_change_re_renders_and_re_verifies_it(fleet2: LocalFleet,
     moved_away = fleet2.get(n2.__class__(bind_address=old_address), "/")
     assert moved_away[0] == 0, moved_away  # nothing listens on the old one any more
     assert services.fleet_drift_check(fleet=fleet2.fleet) == []
+
+
+def test_the_enforcement_loops_live_limits_are_not_drift_but_a_missing_key_is(fleet2: LocalFleet) -> None:
+    """GIVEN the enforcement loop raised a node's share of its region (set map on chain.limits.map, as it
+    does every second) THEN converge's drift check leaves it alone: repairing it put every node back to
+    the static shares for a second at every converge (make bench-overflow-fleet: a region served ~94% of
+    its capacity at 1x). A key missing from that map is still drift and put back."""
+    from apps.fleets.render.chain import LIMITS_MAP
+
+    reconcile(fleet2.fleet)
+    n1 = fleet2.nodes[0]
+    limits = dict(_stats(n1).show_map(LIMITS_MAP))
+    backend = sorted(limits)[0]
+    _stats(n1).command(f"set map {LIMITS_MAP} {backend} 77")
+
+    report = fleet_drift_report(fleet=fleet2.fleet)
+
+    assert not report.repaired and not report.drifted, report.summary()
+    assert dict(_stats(n1).show_map(LIMITS_MAP))[backend] == "77"
+    assert not AuditEvent.objects.filter(action="node.drift").exists()
+
+    _stats(n1).command(f"del map {LIMITS_MAP} {backend}")
+    report = fleet_drift_report(fleet=fleet2.fleet)
+    assert list(report.repaired) == ["n1"] and any(f"missing {backend}" in line for line in report.repaired["n1"])
+    assert backend in dict(_stats(n1).show_map(LIMITS_MAP))

@@ -239,3 +239,38 @@ def test_a_capacity_test_holds_off_overflow_of_the_region_it_measures(two_region
         overflow_release(pool.pk)
     assert cache.get(f"spillway:overflow-hold:{pool.pk}") is None
     assert desired_limits(readings, lbs)[0][ids["ra1"]][ra] == 20
+
+
+def test_starting_a_capacity_run_sets_the_held_limits_on_the_nodes_before_its_shards_start(
+    two_regions, haproxy_node, tiny_backend
+) -> None:
+    """GIVEN ra1 had most of ra's capacity and no enforcement loop runs (the shards can take every
+    worker slot, so the beat's enforce_task expires unrun) WHEN a capacity run of the pool in ra starts
+    THEN ra's nodes already serve ra unlimited and send nothing on, and rb's nodes send nothing to ra:
+    the knee measured is ra's own."""
+    from apps.capacity.execution import run_prepare
+    from apps.capacity.models import CapacityRun, CapacityTest, TargetAllowlist
+    from apps.fleets.enforce import overflow_release
+    from apps.fleets.render.chain import UNLIMITED
+
+    fleet = start(two_regions, haproxy_node, tiny_backend)
+    pool_id = fleet.pool.pk
+    ra, rb = f"p{pool_id}_ra", f"p{pool_id}_rb"
+    load = Load(NODES["ra1"][1], fleet.port, 60.0, duration_s=3.0)
+    enforce_for(2.5)
+    load.finish()
+    assert fleet.limits("ra1")[ra] < UNLIMITED and fleet.limits("ra1")[rb] > 0
+    TargetAllowlist.objects.create(cidr="127.0.0.0/8", org=None)  # the nodes listen on loopback
+    test = CapacityTest.objects.create(
+        org=two_regions.lb.org, name="knee-ra", listener=Listener.objects.get(lb=two_regions.lb), pool=fleet.pool,
+        region=two_regions.a, steps=[[10.0, 1.0]], shards=1, max_connections=10)
+    run = CapacityRun.objects.create(test=test, shards_total=1, step_count=1, peak_rate=10.0, concurrency=10)
+    try:
+        # The shards are enqueued on commit (never, inside this test's transaction): none runs here.
+        assert run_prepare(run.pk, lambda run_id, index, limit_s: None) == "started"
+        for name in ("ra1", "ra2"):
+            assert fleet.limits(name)[ra] == UNLIMITED and fleet.limits(name)[rb] == 0, name
+        for name in ("rb1", "rb2"):
+            assert fleet.limits(name)[ra] == 0, name
+    finally:
+        overflow_release(pool_id)

@@ -167,7 +167,8 @@ class PoolRegionSerializer(PoolRegionInlineSerializer):
 class PoolSerializer(OrgOwnedSerializer):
     lb = ScopedRelatedField(LoadBalancer)
     name = SlugNameField()
-    health_path = PathField(required=False)
+    # Empty: no health check (the members count as up), for backends without an HTTP endpoint to probe.
+    health_path = PathField(required=False, allow_blank=True)
     health_interval_s = serializers.IntegerField(min_value=1, max_value=3600, required=False)
     health_rise = serializers.IntegerField(min_value=1, max_value=100, required=False)
     health_fall = serializers.IntegerField(min_value=1, max_value=100, required=False)
