@@ -30,6 +30,7 @@ from functools import reduce
 # The routing rule itself (match, rank, shadowing) lives in apps.balancers.routing, shared with the
 # route checks and the route tester; this module only lays it out for HAProxy.
 from apps.balancers.routing import prefix_base, resolve_route, route_rank  # noqa: F401 (re-exported)
+from apps.fleets.render.memo import by_identity
 from apps.fleets.snapshot import RouteSpec
 
 ANY_HOST_CLASS = "*"
@@ -64,9 +65,29 @@ def parse_split_key(key: str) -> list[tuple[int, int]]:
 
 def action_key(route: RouteSpec) -> str:
     """What a matched route does: `u<route id>` (redirect) or a split_key over its targets."""
+    return _prepared(route)[2]
+
+
+def _action_key(route: RouteSpec) -> str:
     if route.redirect_url is not None:
         return f"u{route.id}"
     return split_key([(t.pool_id, t.weight) for t in route.targets])
+
+
+# (path key suffixes, rank, action) per route, by value: the next revision's render meets the same 99,999
+# routes again (they are frozen and hashable; the values are pure functions of them).
+_PREPARED: dict[RouteSpec, tuple[tuple[str, ...], tuple[int, int, int], str]] = {}
+_PREPARED_MAX = 500_000
+
+
+def _prepared(route: RouteSpec) -> tuple[tuple[str, ...], tuple[int, int, int], str]:
+    found = _PREPARED.get(route)
+    if found is None:
+        found = (path_keys(route), route_rank(route), _action_key(route))
+        if len(_PREPARED) >= _PREPARED_MAX:
+            _PREPARED.clear()
+        _PREPARED[route] = found
+    return found
 
 
 @dataclass(frozen=True)
@@ -101,6 +122,7 @@ def path_keys(route: RouteSpec) -> tuple[str, ...]:
     return (base + "/", base + "?") if base else ("/",)
 
 
+@by_identity  # the same checked listener's routes for every node of a rollout (memo.py)
 def build_route_maps(routes: tuple[RouteSpec, ...]) -> RouteMaps:
     by_pattern: dict[str, list[RouteSpec]] = {}
     any_host: list[RouteSpec] = []
@@ -114,7 +136,7 @@ def build_route_maps(routes: tuple[RouteSpec, ...]) -> RouteMaps:
 
     best: dict[str, tuple[tuple[int, int], str, str]] = {}
     # (path key suffixes, rank, action) per route, computed once: any-host routes are added to every class.
-    prepared = {id(route): (path_keys(route), route_rank(route), action_key(route)) for route in routes}
+    prepared = {id(route): _prepared(route) for route in routes}
 
     def add(host_class: str, members: list[RouteSpec]) -> None:
         for route in members:
