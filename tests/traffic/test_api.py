@@ -201,7 +201,11 @@ def test_what_if_without_a_pool_plans_the_numbers_given(vera, two_regions) -> No
     assert explicit.json()["plan"]["unserved"] == {"ra": 5.0}
     schema = vera.client.get("/api/v1/schema/", {"format": "json"}).json()
     body_ref = schema["paths"][WHAT_IF]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
-    assert schema["components"]["schemas"][body_ref.rsplit("/", 1)[1]]["properties"]["pool"]["nullable"] is True
+    properties = schema["components"]["schemas"][body_ref.rsplit("/", 1)[1]]["properties"]
+    assert properties["pool"]["nullable"] is True
+    assert vera.client.post(WHAT_IF, {"policy": None, "capacities": [{"region": "ra", "healthy_members": 1}],
+                                      "demand": {"ra": 1}}, format="json").json()["policy"] == "waterfall"
+    assert properties["policy"]["nullable"] is True
 
 
 @pytest.mark.parametrize(("body", "code", "field"), [
