@@ -88,12 +88,19 @@ def _recreate_database(name: str) -> None:
 
 
 class FleetBench:
-    """2 regions (us-east, eu-west) x `nodes_per_region` local nodes serving LB `bench`."""
+    """2 regions (us-east, eu-west) x `nodes_per_region` local nodes serving LB `bench`.
 
-    def __init__(self, db_name: str, nodes_per_region: int = 3, worker_concurrency: int = 2) -> None:
+    With `topology=False` only the operator org, its user and API token exist: the bench builds
+    regions, fleets, nodes, the LB and its pools through the API (`api`) and starts each local
+    node's HAProxy master with `start_node` (what a node's host does, not Spillway). With
+    `beat=True` Celery beat runs too, so periodic tasks (enforcement, health) run as in production."""
+
+    def __init__(self, db_name: str, nodes_per_region: int = 3, worker_concurrency: int = 2, *,
+                 topology: bool = True, beat: bool = False) -> None:
         self.procs: list[subprocess.Popen] = []
         self.masters: list[subprocess.Popen] = []
         self.fleets: list = []
+        self.lb_id: int | None = None
         self.base = tempfile.mkdtemp(prefix="spw-bench-", dir="/tmp")
         self.env = dict(os.environ)
         self.env.update({
@@ -111,17 +118,27 @@ class FleetBench:
 
         call_command("migrate", verbosity=0)
         try:
-            self._build(nodes_per_region)
+            self._bootstrap()
+            if topology:
+                self._build(nodes_per_region)
             self._start_worker(worker_concurrency)
+            if beat:
+                self._start_beat()
             self._start_web()
         except BaseException:
             self.close()  # whatever was started is stopped by PID
             raise
 
     # --- setup -------------------------------------------------------------------------------
-    def _build(self, nodes_per_region: int) -> None:
+    def _bootstrap(self) -> None:
         from apps.accounts.models import Organization, Role
         from apps.accounts.services import token_create, user_create_with_membership
+
+        self.ops = Organization.objects.create(slug="ops", name="Ops", kind="operator")
+        user_create_with_membership(username="bench", password="bench-password-123", org=self.ops, role=Role.ADMIN)
+        self.token = token_create(org=self.ops, name="bench", scopes=["read", "write", "deploy"]).secret
+
+    def _build(self, nodes_per_region: int) -> None:
         from apps.balancers.models import (
             Listener,
             LoadBalancer,
@@ -134,14 +151,13 @@ class FleetBench:
         from apps.fleets.localnodes import start_local_node
         from apps.fleets.models import Fleet, Node
 
-        ops = Organization.objects.create(slug="ops", name="Ops", kind="operator")
-        user_create_with_membership(username="bench", password="bench-password-123", org=ops, role=Role.ADMIN)
-        self.token = token_create(org=ops, name="bench", scopes=["read", "write", "deploy"]).secret
+        ops = self.ops
         regions = {slug: Region.objects.create(slug=slug, name=slug) for slug in ("us-east", "eu-west")}
         RegionDistance.objects.create(src=regions["us-east"], dst=regions["eu-west"], rtt_ms=80)
         fleets = [Fleet.objects.create(name=f"{slug}-fleet", region=region) for slug, region in regions.items()]
         self.lb = LoadBalancer.objects.create(org=ops, name="bench", fleet=fleets[0])
         fleets[1].serves.add(self.lb)
+        self.lb_id = self.lb.pk
         pools = {}
         # One backend per pool and region (a member's endpoint is unique within its pool).
         specs = [(name, f"127.0.90.{1 + n + 2 * r}") for n, name in enumerate(("old", "new")) for r in range(2)]
@@ -177,6 +193,20 @@ class FleetBench:
             cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)
         self._wait(lambda: self._worker_ready(), 60, "celery worker")
+
+    def _start_beat(self) -> None:
+        log = open(f"{self.base}/beat.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "controlplane", "beat", "--loglevel", "WARNING"],
+            cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+
+    def start_node(self, node_id: int) -> None:
+        """Start a local node's HAProxy master on an empty config (its host's job, before the first rollout)."""
+        from apps.fleets.localnodes import start_local_node
+        from apps.fleets.models import Node
+
+        self.masters.append(start_local_node(Node.objects.select_related("fleet__region").get(pk=node_id)))
 
     def _worker_ready(self) -> bool:
         from controlplane.celery import app
@@ -227,16 +257,17 @@ class FleetBench:
             raise RuntimeError(f"route create failed: {status} {body}")
         return int(body["id"])
 
-    def wait_applied(self, timeout_s: int = 30) -> None:
+    def wait_applied(self, timeout_s: int = 30, lb_id: int | None = None) -> None:
         """Block until every node serves the LB's current revision (the pipelines' long-poll API).
 
         The server caps one long-poll at APPLIED_MAX_TIMEOUT_S (60 s) and then answers 202, so a
         longer wait (the first rollout of 100k routes) asks again until `timeout_s` has passed."""
-        _, lb = self.api("GET", f"/api/v1/load-balancers/{self.lb.pk}/")
+        lb_id = lb_id or self.lb_id
+        _, lb = self.api("GET", f"/api/v1/load-balancers/{lb_id}/")
         deadline = time.monotonic() + timeout_s
         while True:
             left = max(1, min(60, int(deadline - time.monotonic())))
-            status, body = self.api("GET", f"/api/v1/load-balancers/{self.lb.pk}/applied/"
+            status, body = self.api("GET", f"/api/v1/load-balancers/{lb_id}/applied/"
                                            f"?revision={lb['revision']}&timeout={left}",
                                     timeout_s=left + 15)  # the long-poll answers first
             if status == 200:

@@ -31,8 +31,21 @@ def test_all_ingress_through_one_node_gets_the_whole_region_and_the_overflow() -
 def test_skew_80_20_splits_each_region_in_proportion_to_its_nodes_demand() -> None:
     limits = dynamic_limits(CAPS, NODES, {"a1": 80.0, "a2": 20.0, "b1": 10.0}, DIST, "waterfall")
     assert limits["a1"]["a"] == 80 and limits["a2"]["a"] == 20
-    # b's spare (40) stays with b's own nodes; its own demand is on b1.
-    assert limits["b1"]["b"] == 50 and limits["b2"]["b"] == 0
+    # a is full, so 10% of its nodes' demand is headroom in b; b's other spare (30) stays with b's own
+    # nodes, whose demand is on b1.
+    assert limits["a1"]["b"] == 8 and limits["a2"]["b"] == 2
+    assert limits["b1"]["b"] == 40 and limits["b2"]["b"] == 0
+
+
+def test_a_region_at_its_capacity_gets_headroom_in_the_next_region_not_503s() -> None:
+    """GIVEN all of a's 100 req/s capacity arriving at a1 (1x) and b idle THEN a1 may send 10% of its
+    demand to b: a rate counter right at its limit jitters over it, and with no share in b those
+    requests were answered 503 (make bench-overflow-fleet: 13 of ~470 at 1x) while b stood idle.
+    Below 90% of a's capacity a1 gets none: b's spare stays with b's own nodes."""
+    limits = dynamic_limits(CAPS, NODES, {"a1": 100.0}, DIST, "waterfall")
+    assert limits["a1"] == {"a": 100, "b": 10}
+    assert region_totals(limits)["b"] == 50
+    assert dynamic_limits(CAPS, NODES, {"a1": 89.0}, DIST, "waterfall")["a1"]["b"] == 0
 
 
 def test_flooring_each_node_does_not_lose_the_region_capacity() -> None:
