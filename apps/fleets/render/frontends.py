@@ -210,6 +210,9 @@ def classify_with_maps(
         f"http-request set-var(txn.hc) var(txn.host),map_end({prefix}.wildcards.map) if !{{ var(txn.hc) -m found }}",
         "http-request set-var(txn.hc) str(*) if !{ var(txn.hc) -m found }",
         f"http-request set-var(txn.rk) var(txn.hc),concat(,txn.path,?),map_beg({prefix}.routes.map)",
+        # No route of the host's own class matched: the any-host routes (routing.py).
+        f"http-request set-var(txn.rk) str(*),concat(,txn.path,?),map_beg({prefix}.routes.map) "
+        "if !{ var(txn.rk) -m found }",
         f"http-request redirect location %[var(txn.rk),map_str({prefix}.redirects.map)] code 302 "
         "if { var(txn.rk) -m beg u }",
     ]

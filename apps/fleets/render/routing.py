@@ -9,8 +9,10 @@ The map layout, and why it gives the same answer (measured on HAProxy 2.6.12):
 - `map_beg` is a longest-prefix lookup (a prefix tree), not first-match-in-file order.
 - `map_end` is first-match in file order; `map_str` is an exact lookup.
 A request is first given a *host class*: its own name if some route names it exactly, else the longest
-matching wildcard (`map_end`, longest suffix first in the file), else `*`. Every class lists all routes
-that can apply to its hosts (exact + matching wildcards + any-host). The routes map is then keyed by
+matching wildcard (`map_end`, longest suffix first in the file), else `*`. Every class lists the routes
+naming its hosts (exact + matching wildcards); any-host routes are listed once, under `*`, which is looked
+up when the request's own class has no match: a route naming a host ranks before every any-host route,
+so no any-host route can beat a class's match. The routes map is then keyed by
 `<class><path>?` for exact routes and `<class><base>?` + `<class><base>/` for prefix routes (see
 `path_keys`), and looked up with `<class><request path>?`: `path` never contains `?` (the query is cut
 off), so a `?` key matches only its own path, a `/` key only paths below it (never `/apix` for `/api`),
@@ -151,7 +153,9 @@ def build_route_maps(routes: tuple[RouteSpec, ...]) -> RouteMaps:
         add(host_class, by_pattern[host_class])
         for parent in _parent_wildcards(host_class, wildcard_set):
             add(host_class, by_pattern[parent])
-        add(host_class, any_host)
+    # Any-host routes only under `*`, looked up when the request's own class has no match (frontends):
+    # every route naming a host ranks before every any-host route, so that second lookup gives the same
+    # answer, and an any-host route costs two entries instead of two per host class (10,000 at 5,000 hosts).
     add(ANY_HOST_CLASS, any_host)
 
     # Drop entries shadowed by a better-ranked shorter prefix. In sorted order every key's prefixes
