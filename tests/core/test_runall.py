@@ -38,3 +38,35 @@ def test_a_taken_demo_address_stops_the_start_naming_it(monkeypatch, settings, t
         with pytest.raises(CommandError, match=rf"demo fleet, its addresses are taken:\n  127.0.0.1:{port} held by "
                                                rf"python\S* \(pid {os.getpid()}\)"):
             call_command("runall", "--bind", f"127.0.0.1:{free_web}")
+
+
+def test_the_console_shows_warnings_errors_and_events_and_the_log_keeps_everything(tmp_path) -> None:
+    """GIVEN a child printing beat's per-second INFO, a client's 404, an event, an error with its traceback
+    WHEN runall pumps its output THEN the console shows only what a person needs, var/log/ all of it."""
+    import io
+    import subprocess
+    import sys
+
+    from django.core.management.base import OutputWrapper
+
+    from apps.core.management.commands.runall import _pump
+
+    lines = [
+        "[2026-11-23 01:02:25,296: INFO/MainProcess] Scheduler: Sending due task fleets-enforce (fleets.enforce_task)",
+        "2026-11-23 01:03:12,624 WARNING django.request request_id=- Not Found: /favicon.ico",
+        "[2026-11-23 01:01:56,946: INFO/ForkPoolWorker-1] event change.applied [ops]: edge is applied on every node",
+        "[2026-11-23 01:01:57,000: INFO/ForkPoolWorker-1] fleet demo-us-east: converging rollout 5",
+        "[2026-11-23 01:01:58,000: ERROR/ForkPoolWorker-1] Task fleets.push_task raised: boom",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in <module>',
+        "[2026-11-23 01:01:59,000: INFO/ForkPoolWorker-1] Task fleets.enforce_task succeeded",
+    ]
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdout.write(sys.stdin.read())"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc.stdin.write(("\n".join(lines) + "\n").encode())
+    proc.stdin.close()
+    out = io.StringIO()
+    _pump(proc, tmp_path / "worker.log", "worker", OutputWrapper(out))
+    proc.wait()
+    assert out.getvalue().splitlines() == [f"worker: {line}" for line in (lines[2], lines[3], *lines[4:7])]
+    assert (tmp_path / "worker.log").read_text().splitlines() == lines

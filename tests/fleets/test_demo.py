@@ -28,9 +28,8 @@ def _free(address: str, port: int) -> bool:
     return True
 
 
-def test_the_demo_fleet_starts_serves_both_regions_and_stops(haproxy_bin, settings, tmp_path) -> None:
-    if not all(_free(a, 8080) for addrs in demo.DEMO_NODES.values() for a in addrs):
-        pytest.skip("a demo fleet is already running on this machine (make run)")
+def test_the_demo_fleet_starts_serves_both_regions_and_stops(haproxy_bin, demo_fleet_addresses, settings,
+                                                             tmp_path) -> None:
     settings.VAR_DIR = tmp_path / "var"
     balancers_demo.load_demo()
     assert "2 regions x 2" in demo.load_demo()

@@ -111,8 +111,11 @@ class Command(BaseCommand):
                                + "\nStop those processes (by pid) and run `make run` again.")
 
 
-# Lines worth a person's attention on the console; everything else stays in var/log/.
-_CONSOLE = re.compile(r"\b(WARNING|ERROR|CRITICAL)\b|Traceback|: converging |Error:")
+# Lines worth a person's attention on the console (warnings, errors, one line per event, a fleet
+# re-converging); everything else stays in var/log/. A client's 4xx is answered to that client (django.request
+# logs it as a WARNING): on the console it would be noise, e.g. a browser's /favicon.ico.
+_CONSOLE = re.compile(r"\b(WARNING|ERROR|CRITICAL)\b|Traceback|: converging |Error:|\bevent [a-z_]+(\.[a-z_]+)* \[")
+_QUIET = re.compile(r"\bWARNING django\.request\b")
 
 
 def _pump(proc: subprocess.Popen, path: Path, name: str, console: Any) -> None:
@@ -124,6 +127,9 @@ def _pump(proc: subprocess.Popen, path: Path, name: str, console: Any) -> None:
             log.flush()
             line = raw.decode(errors="replace").rstrip()
             starts_record = line.startswith("[") or line[:4].isdigit()
+            if _QUIET.search(line):
+                in_traceback = False
+                continue
             if _CONSOLE.search(line) or (in_traceback and not starts_record):
                 console.write(f"{name}: {line}")
                 in_traceback = in_traceback or "Traceback" in line or "ERROR" in line
