@@ -9,6 +9,7 @@ tests/fleets/test_demo.py does, and a running demo fleet skips both.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -97,6 +98,20 @@ def test_make_run_as_shown_serves_the_demo_fleet_and_refuses_a_second_run(haprox
         status, body = http_get(f"http://{bind}/api/v1/load-balancers/", timeout_s=30,
                                 headers={"Authorization": f"Bearer {token.stdout.strip()}"})
         assert status == 200 and [lb["name"] for lb in json.loads(body)["results"]] == ["edge"]
+
+        # A real change: one line on the console when every node applied it (the event), nothing per second.
+        applied = re.compile(r"event change\.applied \[ops\]: edge is applied on every node \(revision (\d+)\)")
+        before = {int(r) for r in applied.findall(console.read_text())}  # the start's own roll-out
+        auth = {"Authorization": f"Bearer {token.stdout.strip()}", "Content-Type": "application/json"}
+        member = json.loads(http_get(f"http://{bind}/api/v1/members/", timeout_s=30, headers=auth)[1])["results"][0]
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("PATCH", f"/api/v1/members/{member['id']}/", body=json.dumps({"weight": 50}), headers=auth)
+        assert conn.getresponse().status == 200
+        conn.close()
+        deadline = time.monotonic() + 120
+        while not {int(r) for r in applied.findall(console.read_text())} - before:
+            assert time.monotonic() < deadline, f"no event line for the change:\n{console.read_text()}"
+            time.sleep(1)
 
         # A second `make run` while this one runs: refused before starting anything, naming the holder.
         second = subprocess.run(run, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
