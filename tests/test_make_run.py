@@ -58,6 +58,10 @@ def _env(var: Path) -> dict[str, str]:
     return env
 
 
+def _children(pid: int) -> set[int]:
+    return {int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+
+
 def _wait_for(path: Path, pattern: re.Pattern[str], proc: subprocess.Popen, timeout_s: float) -> re.Match[str]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -116,7 +120,11 @@ def test_make_run_as_shown_serves_the_demo_fleet_and_refuses_a_second_run(haprox
         # A second `make run` while this one runs: refused before starting anything, naming the holder.
         second = subprocess.run(run, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
         assert second.returncode != 0
-        assert re.search(rf"cannot start: {re.escape(bind)} held by \S+ \(pid \d+\)", second.stdout + second.stderr)
+        refused = re.search(rf"cannot start: {re.escape(bind)} held by gunicorn \(pid \d+\).*, a `make run` "
+                            r"\(manage.py runall, pid (\d+)\) is running\. Stop it first",
+                            second.stdout + second.stderr)
+        assert refused, second.stdout + second.stderr
+        assert int(refused.group(1)) in _children(proc.pid)  # the runall this `make run` started
         curl = subprocess.run(shlex.split(readme.command("curl ")), capture_output=True, text=True, timeout=30)
         assert curl.stdout.startswith("acme-us-east-"), "the second run disturbed the first one's fleet"
 

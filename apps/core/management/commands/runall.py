@@ -97,8 +97,13 @@ class Command(BaseCommand):
         host, _, port = bind.rpartition(":")
         busy = ports.taken([(host or "127.0.0.1", int(port))])
         if busy:
+            runall = ports.runall_holding(int(port))
+            if runall is not None:
+                raise CommandError(f"cannot start: {busy[0]}, a `make run` (manage.py runall, pid {runall}) is "
+                                   f"running. Stop it first: Ctrl-C in its terminal, or kill {runall}.")
             raise CommandError(f"cannot start: {busy[0]}. Is `make run` already running? Stop it first "
-                               "(Ctrl-C in its terminal, or kill that pid).")
+                               "(Ctrl-C in its terminal, or kill that pid), or serve elsewhere: "
+                               "make run RUN_BIND=127.0.0.1:8001.")
         # The web port is free, so no runall is alive: demo processes recorded by an earlier run that
         # was killed hard are leftovers; stop them (by their recorded PIDs) before checking the rest.
         stop_demo = _demo_hook("stop_demo_processes")
