@@ -42,12 +42,14 @@ migrate: install
 	$(BIN)/python manage.py migrate --noinput
 
 # Fresh clone -> demo UI on http://127.0.0.1:8000 with web, worker and beat (SQLite + embedded broker).
+# RUN_BIND moves the web server (tests/test_make_run.py runs the real `make run` beside a developer's).
+RUN_BIND ?= 127.0.0.1:8000
 run: install
 	scripts/setup-system run
 	$(BIN)/python controlplane/localenv.py
-	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py migrate --noinput
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py migrate --noinput --verbosity 0
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py loaddemo
-	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py runall
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py runall --bind $(RUN_BIND)
 
 # Benchmarks: each prints its figures and a last line `RESULT key=value ...`.
 bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-overflow-fleet bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui bench-vip-failover bench-events bench-dataplane bench-acme bench-scale bench-fuzz bench-longpoll

@@ -1,5 +1,5 @@
-"""Forms for fleets' nodes (add, move, decommission), certificates (upload) and cloud targets, each a
-ServiceFormView over the API's serializer and service (see frontend/forms.py for the balancers' ones)."""
+"""Forms for fleets' nodes (add, move, decommission) and certificates (upload), each a ServiceFormView over
+the API's serializer and service (frontend/forms.py: the balancers' ones; frontend/forms_cloud.py: cloud)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,6 @@ from apps.accounts.models import Organization
 from apps.balancers import services as balancer_services
 from apps.balancers.api.serializers import LoadBalancerSerializer
 from apps.balancers.models import LoadBalancer, Region
-from apps.cloud import services as cloud_services
-from apps.cloud.api.serializers import CloudTargetSerializer
-from apps.cloud.models import CloudTarget
 from apps.core.service_forms import FormField, ServiceFormView
 from apps.core.ui import PrincipalView
 from apps.fleets import certs
@@ -121,44 +118,6 @@ class CertificateUploadView(ServiceFormView):
 
     def success_url(self, obj) -> str:
         return reverse("certificates")
-
-
-class CloudTargetFormView(ServiceFormView):
-    """A cloud account the operator deploys LBs into (credentials by reference, never the secret itself)."""
-
-    operator_only = True
-    serializer_class = CloudTargetSerializer
-    model = CloudTarget
-    fields = (
-        FormField("name", "Name", placeholder="gcp-prod"),
-        FormField("provider", "Provider", "select", choices=lambda v: CloudTarget.Provider.choices),
-        FormField("project_or_account", "Project or account", placeholder="my-project"),
-        FormField("credentials_ref", "Credentials reference", placeholder="env:GOOGLE_CREDENTIALS",
-                  help="Where the worker reads the credentials; the secret never enters Spillway."),
-    )
-    extra_error_fields = ("regions", "region_map")
-
-    @property
-    def title(self) -> str:  # type: ignore[override]
-        return "Edit cloud target" if self.kwargs.get("pk") else "New cloud target"
-
-    def initial(self, obj):
-        values = super().initial(obj)
-        if obj is not None:
-            values["regions_text"] = ", ".join(obj.regions)
-        return values
-
-    def extra_data(self, post: QueryDict, errors) -> dict[str, Any]:
-        return {"regions": [r.strip() for r in post.get("regions_text", "").split(",") if r.strip()]}
-
-    def extra_context(self) -> dict[str, Any]:
-        return {"extra_template": "core/_cloud_regions.html"}
-
-    def save(self, obj, data):
-        return cloud_services.save_target(principal=self.principal, target=obj or CloudTarget(), data=data)
-
-    def success_url(self, obj) -> str:
-        return reverse("cloud")
 
 
 def _regions(view) -> list[tuple[str, str]]:

@@ -3,7 +3,18 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from apps.core.discovery import app_modules
-from frontend import dashboard, forms, forms_ops, hostnames, infrastructure, listeners, route_tester, views, workspace
+from frontend import (
+    dashboard,
+    forms,
+    forms_cloud,
+    forms_ops,
+    hostnames,
+    infrastructure,
+    listeners,
+    route_tester,
+    views,
+    workspace,
+)
 from frontend.auth import ThrottledLoginView
 
 urlpatterns = [
@@ -47,8 +58,9 @@ urlpatterns = [
     path("nodes/<int:pk>/decommission/", forms_ops.NodeDecommissionView.as_view(), name="node-decommission"),
     path("certificates/upload/", forms_ops.CertificateUploadView.as_view(), name="certificate-upload"),
     path("certificates/<int:pk>/replace/", forms_ops.CertificateUploadView.as_view(), name="certificate-replace"),
-    path("cloud/targets/new/", forms_ops.CloudTargetFormView.as_view(), name="cloud-target-new"),
-    path("cloud/targets/<int:pk>/edit/", forms_ops.CloudTargetFormView.as_view(), name="cloud-target-edit"),
+    path("cloud/targets/new/", forms_cloud.CloudTargetFormView.as_view(), name="cloud-target-new"),
+    path("cloud/targets/<int:pk>/edit/", forms_cloud.CloudTargetFormView.as_view(), name="cloud-target-edit"),
+    path("cloud/runs/new/", forms_cloud.CloudRunFormView.as_view(), name="cloud-run-new"),
     path("infrastructure/", infrastructure.InfrastructureView.as_view(), name="infrastructure"),
     path("infrastructure/regions/new/", forms.RegionFormView.as_view(), name="region-new"),
     path("infrastructure/regions/<int:pk>/", forms.RegionFormView.as_view(), name="region-edit"),

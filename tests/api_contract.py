@@ -51,7 +51,15 @@ class TenancyContract:
     def test_outsider_gets_404_and_sees_nothing(self, request, charlie):
         obj = self.make(request)
         if not self.tenant_owned:
-            pytest.skip("shared infrastructure is readable by every org")
+            # Shared infrastructure (regions, distances, IP pools): every org reads it, only operators change it.
+            assert charlie.client.get(self.detail(obj)).status_code == 200
+            assert obj.pk in [row["id"] for row in charlie.client.get(self.url).json()["results"]]
+            if self.update:
+                refused = charlie.client.patch(self.detail(obj), self.update, format="json")
+                assert refused.status_code == 403, refused.content
+            if self.deletable:
+                assert charlie.client.delete(self.detail(obj)).status_code == 403
+            return
         response = charlie.client.get(self.detail(obj))
         assert response.status_code == 404
         assert response.json()["code"] == "not_found"

@@ -4,11 +4,16 @@ Each host is a namespace with one veth into the bridge (its `eth0`), an address 
 exists only on this bridge, and its own sshd, HAProxy master (apps.fleets.process), keepalived (started
 outside, moved in by `net_namespace`: see start_keepalived) and a tiny HTTP backend (a plain HAProxy) on
 its own loopback answering with the host's name. Spillway reaches the hosts through the SSH transport
-like any remote node. Every name starts with the caller's prefix (s15...), every process is stopped by
-its PID and every namespace, veth and the bridge are removed by `down()`, which also clears leftovers with
-the same names from an earlier run that died.
+like any remote node. Every process is stopped by its PID and every namespace, veth and the bridge are
+removed by `down()`.
 
-    topo = Topology(prefix="s15t", subnet=1, count=3, base=Path("/tmp/..."))
+Several runs may build topologies at once (the lead's whole suite, an engineer's targeted run of the same
+test module, a benchmark): each Topology claims a free *slot* by an exclusive lock on a file, and its
+names (prefix + slot: s15t0n1, s15t0br, ...) and its /24 (10.215.<subnet + slot>) belong to that slot only.
+A slot whose lock is free belongs to nobody alive, so what is left under its names (a run that died) is
+cleared by `up()` without touching another live run's hosts.
+
+    topo = Topology(prefix="s15t", subnet=10, count=3, base=Path("/tmp/..."))
     topo.up()          # namespaces, bridge, sshd + backend + HAProxy + keepalived on each host
     ...
     topo.down()
@@ -17,6 +22,7 @@ the same names from an earlier run that died.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -36,6 +42,10 @@ KEEPALIVED_BIN = shutil.which("keepalived") or "/usr/sbin/keepalived"
 SSHD_BIN = "/usr/sbin/sshd"
 BACKEND_PORT = 9000
 IFACE = "eth0"
+# Slots per prefix: topologies of one prefix alive at once. Interface names must fit 15 characters and
+# the HAProxy link's comm ("haproxy-s15t0n1") too, hence one digit.
+SLOTS = 8
+LOCK_DIR = Path("/tmp")
 
 
 def available() -> str | None:
@@ -92,12 +102,28 @@ class Host:
                         config_dir=self.config_dir, haproxy_bin=self.haproxy_bin)
 
 
+def claim_slot(prefix: str) -> tuple[int, int]:
+    """The first slot of `prefix` no live process holds: (slot, fd of its lock file, held until closed).
+
+    flock is released by the kernel when its holder dies, so a crashed run never keeps a slot."""
+    for slot in range(SLOTS):
+        fd = os.open(LOCK_DIR / f"spillway-netns-{prefix}{slot}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return slot, fd
+    raise RuntimeError(f"all {SLOTS} network-namespace slots of {prefix!r} are in use")
+
+
 class Topology:
     def __init__(self, *, prefix: str, subnet: int, count: int, base: Path) -> None:
-        assert prefix.startswith("s15") and len(prefix) <= 6 and 1 <= subnet <= 254
-        self.prefix = prefix
+        assert prefix.startswith("s15") and len(prefix) <= 4 and 1 <= subnet <= 254 - SLOTS
+        self.slot, self._lock_fd = claim_slot(prefix)
+        self.prefix = prefix = f"{prefix}{self.slot}"
         self.bridge = f"{prefix}br"
-        self.network = f"10.215.{subnet}"
+        self.network = f"10.215.{subnet + self.slot}"
         self.base = base
         self.hosts = [
             Host(name=f"n{i}", netns=f"{prefix}n{i}", veth=f"{prefix}v{i}", address=f"{self.network}.{10 + i}",
@@ -111,7 +137,7 @@ class Topology:
 
     # --- lifecycle ------------------------------------------------------------------------------
     def up(self) -> None:
-        self.down()  # leftovers of a run that died
+        self._clear()  # leftovers of a run that died holding this slot
         self.base.mkdir(parents=True, exist_ok=True)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         sh("ip", "link", "add", self.bridge, "type", "bridge")
@@ -132,6 +158,16 @@ class Topology:
             self.start_host(host)
 
     def down(self) -> None:
+        """Everything `up()` made is gone; the slot is free again."""
+        try:
+            self._clear()
+        finally:
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
+                self._lock_fd = -1
+
+    def _clear(self) -> None:
+        assert self._lock_fd >= 0, "this topology's slot was released by down()"
         for host in self.hosts:
             self._kill_processes(host)
             sh("ip", "netns", "del", host.netns, check=False)

@@ -22,10 +22,10 @@ from tests.conftest import REPO
 
 # command prefix -> where it is run
 RUN_BY = {
-    "make run": "test_make_targets_exist_as_shown (dry run: the real one serves until Ctrl-C)",
+    "make run": "tests/test_make_run.py (the real one, on a scratch var/, stopped with Ctrl-C)",
     "make test": "test_make_targets_exist_as_shown (dry run: this is that run)",
-    ".venv/bin/python manage.py mktoken": "test_mktoken_works_as_shown_after_make_run",
-    "curl -H 'Host: acme.example.com' http://127.0.40.1:8080/": "tests/fleets/test_demo.py (the real demo fleet)",
+    ".venv/bin/python manage.py mktoken": "test_mktoken_works_as_shown_after_make_run and tests/test_make_run.py",
+    "curl -H 'Host: acme.example.com' http://127.0.40.1:8080/": "tests/fleets/test_demo.py and tests/test_make_run.py",
     "gunicorn controlplane.asgi:application": "test_the_production_command_is_the_one_make_run_serves "
                                               "(tests/fleets/test_longpoll_server.py runs that command)",
 }

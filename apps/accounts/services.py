@@ -10,6 +10,7 @@ from datetime import datetime
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Case, When
 from django.utils import timezone
 
 from apps.accounts.models import ApiToken, Membership, Organization, Role, Scope, SsoIdentity
@@ -132,7 +133,10 @@ def principal_for_token(token: ApiToken) -> Principal:
 def principal_for_user(user, org_slug: str | None = None) -> Principal | None:
     if not user or not user.is_authenticated:
         return None
-    memberships = Membership.objects.filter(user=user).select_related("org").order_by("org__kind", "org__slug")
+    # Without a chosen org: an operator membership first, then the oldest. Never by name: any org's admin can
+    # add a user it names, and that must not move the user's next sign-in into the adder's org.
+    memberships = Membership.objects.filter(user=user).select_related("org").order_by(
+        Case(When(org__kind=Organization.Kind.OPERATOR, then=0), default=1), "created_at", "pk")
     if org_slug:
         memberships = memberships.filter(org__slug=org_slug)
     membership = memberships.first()

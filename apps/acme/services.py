@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from apps.accounts.principal import Principal
 from apps.acme import client, deploy
+from apps.acme.budget import admit, budget
 from apps.acme.client import AcmeFailure, Challenge
 from apps.acme.models import AcmeAccount, AcmeOrder, ManagedCertificate
 from apps.audit.services import audit_record
@@ -50,10 +51,6 @@ RENEW_AT_FRACTION = 2 / 3  # of the lifetime, as Let's Encrypt advises for clien
 JITTER_FRACTION = 1 / 30  # renewals spread over ~3% of the lifetime before the 2/3 mark
 BACKOFF_BASE_S = 60.0
 BACKOFF_MAX_S = 6 * 3600.0
-# Let's Encrypt's limits (https://letsencrypt.org/docs/rate-limits/); Spillway holds itself to them so a
-# loop never locks an org out of its CA for a week.
-ORDERS_PER_3H = 300
-CERTS_PER_DOMAIN_WEEK = 50
 MAX_HOSTNAMES = 100
 RUNNING_ORDER_STALE_S = 600.0
 DEPLOY_VERIFY_TIMEOUT_S = 30.0
@@ -149,47 +146,6 @@ def _enqueue(managed_id: int) -> None:
     from apps.acme.tasks import issue_certificate_task
 
     issue_certificate_task.delay(managed_id)
-
-
-# --- budget ----------------------------------------------------------------------------------------
-
-
-def registered_domain(hostname: str) -> str:
-    """The last two labels: good enough for the budget shown (a public-suffix list would be exact)."""
-    labels = hostname.lstrip("*.").split(".")
-    return ".".join(labels[-2:])
-
-
-def budget(*, org, now: dt.datetime | None = None) -> dict[str, Any]:
-    """What is left of the CA's limits for this org: orders per 3 h, certificates per domain per week."""
-    now = now or timezone.now()
-    orders = AcmeOrder.objects.filter(org=org, started_at__gte=now - dt.timedelta(hours=3)).count()
-    per_domain: dict[str, int] = {}
-    week = AcmeOrder.objects.filter(org=org, status=AcmeOrder.Status.VALID,
-                                    started_at__gte=now - dt.timedelta(days=7))
-    for hostnames in week.values_list("hostnames", flat=True):
-        for domain in {registered_domain(h) for h in hostnames}:
-            per_domain[domain] = per_domain.get(domain, 0) + 1
-    return {"orders_3h_used": orders, "orders_3h_limit": _setting("ACME_ORDERS_PER_3H", ORDERS_PER_3H),
-            "certs_week_per_domain": per_domain,
-            "certs_week_limit": _setting("ACME_CERTS_PER_DOMAIN_WEEK", CERTS_PER_DOMAIN_WEEK)}
-
-
-def _admit(left: dict[str, Any], hostnames: list[str]) -> str | None:
-    """None and the order counted in `left` (a budget()) when it fits the CA's limits, else why not."""
-    if left["orders_3h_used"] >= left["orders_3h_limit"]:
-        return (f"{left['orders_3h_used']} orders in the last 3 hours reach the CA's limit of "
-                f"{left['orders_3h_limit']}; waiting before ordering again.")
-    domains = {registered_domain(h) for h in hostnames}
-    for domain in domains:
-        used = left["certs_week_per_domain"].get(domain, 0)
-        if used >= left["certs_week_limit"]:
-            return (f"{used} certificates for {domain} in the last 7 days reach the CA's limit of "
-                    f"{left['certs_week_limit']}; waiting before ordering again.")
-    left["orders_3h_used"] += 1
-    for domain in domains:  # counted as if it succeeds: a batch must not overshoot the week's limit
-        left["certs_week_per_domain"][domain] = left["certs_week_per_domain"].get(domain, 0) + 1
-    return None
 
 
 # --- schedule --------------------------------------------------------------------------------------
@@ -336,7 +292,7 @@ def _prepare(jobs: list[_Job]) -> None:
                 budgets[org.pk] = budget(org=org)
                 # this batch's orders are already recorded: count them as each is admitted below
                 budgets[org.pk]["orders_3h_used"] -= sum(1 for j in jobs if j.managed.org_id == org.pk)
-            problem = _admit(budgets[org.pk], job.managed.hostnames)
+            problem = admit(budgets[org.pk], job.managed.hostnames)
             if problem:
                 raise AcmeFailure("rate_limit_budget", problem)
             if org.pk not in accounts:

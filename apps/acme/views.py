@@ -3,11 +3,17 @@ the last renewal attempt and its error in plain words, "renew now", and the CA's
 
 from __future__ import annotations
 
+import re
+
 from django.core.exceptions import PermissionDenied
+from django.http import QueryDict
 from django.shortcuts import redirect, render
+from django.urls import reverse
 
 from apps.acme import selectors, services
+from apps.acme.api.serializers import ManagedCertificateSerializer
 from apps.acme.models import ManagedCertificate
+from apps.core.service_forms import FormField, ServiceFormView
 from apps.core.ui import PrincipalView
 from apps.fleets.models import Certificate
 
@@ -30,3 +36,37 @@ class CertificateRenewView(PrincipalView):
             raise PermissionDenied("Viewers cannot renew certificates.")
         services.managed_certificate_renew_now(principal=self.principal, managed=managed)
         return redirect("certificates")
+
+
+class ManagedCertificateRequestView(ServiceFormView):
+    """Ask for a certificate Spillway obtains from the ACME CA and renews by itself: the API's serializer
+    and service (`POST /api/v1/managed-certificates/`), so the same claims rule and errors apply."""
+
+    serializer_class = ManagedCertificateSerializer
+    model = ManagedCertificate
+    title = "Request a managed certificate"
+    submit = "Request"
+    intro = ("Spillway orders it from the ACME CA, deploys it to every node serving these names without a "
+             "reload, and renews it before it expires. Each name needs an approved hostname claim of your "
+             "organization; a wildcard (*.shop.example.com) needs a wildcard claim and dns-01.")
+    fields = (
+        FormField("name", "Name", placeholder="shop-example-com"),
+        FormField("hostnames", "Hostnames", "textarea", placeholder="shop.example.com\nwww.shop.example.com",
+                  help="One per line (or separated by commas or spaces); the first is the certificate's subject."),
+        FormField("challenge", "Challenge", "select", choices=lambda view: ManagedCertificate.Challenge.choices,
+                  help="http-01: the fleet answers the CA on every node. dns-01: a TXT record (needed for wildcards)."),
+    )
+
+    def form_data(self, post: QueryDict, obj):
+        data = super().form_data(post, obj)
+        if "hostnames" in data:  # the API takes a list; a person types lines
+            data["hostnames"] = [h for h in re.split(r"[\s,]+", data["hostnames"]) if h]
+        return data
+
+    def save(self, obj, data):
+        return services.managed_certificate_request(
+            principal=self.principal, name=data["name"], hostnames=data["hostnames"],
+            challenge=data.get("challenge", ManagedCertificate.Challenge.HTTP01), org=data.get("org"))
+
+    def success_url(self, obj) -> str:
+        return reverse("certificates")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 
+from apps.audit.models import AuditEvent
 from apps.cloud import services
 from apps.cloud.api.views import synth_download
 from apps.cloud.models import CloudApply, CloudTarget
@@ -12,17 +13,29 @@ from apps.core.errors import DomainError
 from apps.core.ui import PrincipalView
 
 
+def _label_people(applies: list[CloudApply]) -> list[CloudApply]:
+    """Who started/approved each run as people talk ("alice (acme)", "token ci-deploy (acme)"): the run
+    stores the principal's id ("user:1"), its audit rows the words."""
+    words = {(e.object_id, e.action): e.actor_label for e in AuditEvent.objects.filter(
+        object_type="cloudapply", object_id__in=[str(a.pk) for a in applies],
+        action__in=("cloudapply.create", "cloudapply.approve")).exclude(actor_label="")}
+    for apply in applies:
+        apply.created_by_label = words.get((str(apply.pk), "cloudapply.create"), apply.created_by)
+        apply.approved_by_label = words.get((str(apply.pk), "cloudapply.approve"), apply.approved_by)
+    return applies
+
+
 class CloudListView(PrincipalView):
     def get(self, request):
         targets = list(self.scoped(CloudTarget).order_by("name"))
         rows = [(t, services.apply_unavailable_reason(t)) for t in targets]
-        applies = self.scoped(CloudApply).select_related("target", "lb")[:50]
+        applies = _label_people(list(self.scoped(CloudApply).select_related("target", "lb")[:50]))
         return render(request, "cloud/list.html", {"targets": rows, "applies": applies})
 
 
 class CloudApplyView(PrincipalView):
     def get(self, request, pk: int, refused: str = ""):
-        apply = self.get_scoped(CloudApply, pk=pk)
+        apply = _label_people([self.get_scoped(CloudApply, pk=pk)])[0]
         return render(request, "cloud/apply.html", {
             "apply": apply,
             "progress": apply_progress(apply),

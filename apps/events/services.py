@@ -69,6 +69,10 @@ def event_emit(event_type: str, *, org: Any = None, obj: Any = None, object_type
         return None
     if ids:
         transaction.on_commit(lambda: _enqueue(ids))
+    # One log line per event, once it is real (committed): `make run` shows these on its console.
+    text = types.summary(event.type, object_repr, event.data).replace("\n", " / ")
+    line = f"event {event.type} [{getattr(org, 'slug', None) or 'operator'}]: {text}"
+    transaction.on_commit(lambda: log.info("%s", line))
     return event
 
 

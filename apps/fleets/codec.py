@@ -9,6 +9,7 @@ the caller passes (apps.core.crypto in production).
 from __future__ import annotations
 
 import difflib
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -122,11 +123,82 @@ def strip_header(text: str) -> str:
 
 def revision_diff(old_text: str, new_text: str, old_label: str, new_label: str) -> str:
     """Unified diff of two display texts below their headers (which only name revision and node)."""
-    return "".join(difflib.unified_diff(
-        strip_header(old_text).splitlines(keepends=True),
-        strip_header(new_text).splitlines(keepends=True),
-        fromfile=old_label, tofile=new_label, n=3,
-    ))
+    a = strip_header(old_text).splitlines(keepends=True)
+    b = strip_header(new_text).splitlines(keepends=True)
+    return "".join(_unified_diff(a, b, old_label, new_label, n=3))
+
+
+_SECTION_TITLE = "# ---- "  # display_text's title line before each map file
+
+
+def _opcodes(a: list[str], b: list[str]) -> list[tuple[str, int, int, int, int]]:
+    """difflib opcodes for two nearly equal texts, matched one display section (haproxy.cfg, then each
+    map) at a time and only between the lines each section shares at its start and end.
+
+    A route change at 100k routes moves a few lines of ~200k; matching the whole texts at once took
+    ~0.5 s per revision. Where the two texts do not list the same sections, one section is the whole.
+    """
+    def cuts(lines: list[str]) -> list[int]:
+        return [0, *(i for i, line in enumerate(lines) if line.startswith(_SECTION_TITLE)), len(lines)]
+
+    ca, cb = cuts(a), cuts(b)
+    if [a[i] for i in ca[1:-1]] != [b[i] for i in cb[1:-1]]:
+        ca, cb = [0, len(a)], [0, len(b)]
+    ops: list[tuple[str, int, int, int, int]] = []
+
+    def add(tag: str, i1: int, i2: int, j1: int, j2: int) -> None:
+        if i1 == i2 and j1 == j2:
+            return
+        if tag == "equal" and ops and ops[-1][0] == "equal":
+            ops[-1] = ("equal", ops[-1][1], i2, ops[-1][3], j2)
+        else:
+            ops.append((tag, i1, i2, j1, j2))
+
+    for (a1, a2), (b1, b2) in zip(itertools.pairwise(ca), itertools.pairwise(cb), strict=True):
+        head = 0
+        while a1 + head < a2 and b1 + head < b2 and a[a1 + head] == b[b1 + head]:
+            head += 1
+        tail = 0
+        while a2 - tail > a1 + head and b2 - tail > b1 + head and a[a2 - tail - 1] == b[b2 - tail - 1]:
+            tail += 1
+        add("equal", a1, a1 + head, b1, b1 + head)
+        i0, j0 = a1 + head, b1 + head
+        matcher = difflib.SequenceMatcher(None, a[i0:a2 - tail], b[j0:b2 - tail])
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            add(tag, i0 + i1, i0 + i2, j0 + j1, j0 + j2)
+        add("equal", a2 - tail, a2, b2 - tail, b2)
+    return ops
+
+
+def _range(start: int, stop: int) -> str:
+    """A unified diff hunk's range, as difflib writes it."""
+    beginning, length = start + 1, stop - start
+    if length == 1:
+        return f"{beginning}"
+    if not length:
+        beginning -= 1
+    return f"{beginning},{length}"
+
+
+def _unified_diff(a: list[str], b: list[str], fromfile: str, tofile: str, n: int = 3) -> list[str]:
+    """difflib.unified_diff's format over _opcodes."""
+    matcher = difflib.SequenceMatcher(None, [], [])
+    matcher.opcodes = _opcodes(a, b)  # get_grouped_opcodes groups these with n lines of context
+    out: list[str] = []
+    for group in matcher.get_grouped_opcodes(n):
+        if not out:
+            out += [f"--- {fromfile}\n", f"+++ {tofile}\n"]
+        first, last = group[0], group[-1]
+        out.append(f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@\n")
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                out += [" " + line for line in a[i1:i2]]
+                continue
+            if tag in ("replace", "delete"):
+                out += ["-" + line for line in a[i1:i2]]
+            if tag in ("replace", "insert"):
+                out += ["+" + line for line in b[j1:j2]]
+    return out
 
 
 def content_sha256(bundle: ConfigBundle) -> str:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from apps.fleets.hotmaps import file_delta
 from apps.fleets.runtime import (
     MasterSocket,
     ProcInfo,
@@ -228,9 +229,18 @@ def _hot_apply(transport: FileSetTransport, plan: NodePlan, changes: HotChanges,
         return True
     try:
         stats = transport.stats()
+        old_maps = plan.last_good.facts.maps if plan.last_good is not None else {}
+        replaced = {}
         for name, entries in changes.maps.items():
-            stats.replace_map(name, entries)
-        for name, entries in changes.maps.items():
+            # The few moved keys where that is exact (hotmaps), else the whole map in one commit.
+            delta = (file_delta(name, old_maps[name], entries, plan.last_good.files[name], plan.bundle.files[name])
+                     if plan.last_good is not None and name in old_maps else None)
+            if delta is None:
+                stats.replace_map(name, entries)
+                replaced[name] = entries
+            else:
+                stats.apply_map_delta(name, delta)  # reads every moved key back with `get map`
+        for name, entries in replaced.items():
             live = stats.show_map(name)
             if sorted(live) != sorted(entries):
                 raise RuntimeApiError(f"show map {name}", f"{len(live)} live entries, {len(entries)} expected")

@@ -120,8 +120,16 @@ def start_demo_processes() -> str | None:
                 problems.append(f"{node}: {exc}")
     finally:
         _pid_file().write_text(json.dumps(pids))
+    # The masters just started run whatever config was on disk and hold no worker Spillway verified; the
+    # previous run's record (its PIDs are gone) would have the drift check report every node as "reloaded
+    # outside Spillway" seconds after each restart. Forget it, so the roll-out below delivers to them and
+    # verifies them as on a first run (a converge of the desired revision, run by the reconcile, when there
+    # is one; a new render supersedes it).
+    Node.objects.filter(fleet__in=fleets, transport=Node.Transport.LOCAL).update(
+        applied_revision=None, applied_sha256="", worker_pid=None, status=Node.Status.UNKNOWN, status_detail="")
     for fleet in fleets:
         Fleet.objects.filter(pk=fleet.pk).update(change_seq=F("change_seq") + 1)
+        services.fleet_converge(fleet=fleet, check_drift=False, enqueue=False)
         services.fleet_reconcile(fleet_id=fleet.pk)
     return _serving_message(fleets, problems)
 

@@ -12,9 +12,12 @@ from apps.balancers.models import LoadBalancer, Member
 from apps.events.models import Event
 from apps.events.services import event_emit
 from apps.fleets import selectors
-from apps.fleets.models import ConfigRevision, Node, NodeHealth, Rollout
+from apps.fleets.models import REVISION_BULK_FIELDS, ConfigRevision, Node, NodeHealth, Rollout
 
 _POOL_PROXY = re.compile(r"^p(\d+)_")  # a pool's backend per region (apps.fleets.render)
+# What a customer's LB event says of a failed rollout (the words of its rollout page): the error itself names
+# the operator's nodes and addresses and may quote other tenants' config lines.
+CUSTOMER_ROLLOUT_ERROR = "The rollout failed; an operator can see the details."
 
 
 def _changed_lbs(revision: ConfigRevision) -> dict[int, int]:
@@ -25,7 +28,9 @@ def _changed_lbs(revision: ConfigRevision) -> dict[int, int]:
 
 
 def rollout_finished(rollout: Rollout, status: str, error: str = "") -> None:
-    revision = ConfigRevision.objects.select_related("fleet").filter(pk=rollout.revision_id).first()
+    # Its number and coverage only: the text and snapshot are megabytes at 100k routes.
+    revision = (ConfigRevision.objects.select_related("fleet").defer(*REVISION_BULK_FIELDS)
+                .filter(pk=rollout.revision_id).first())
     if revision is None:
         return
     fleet = revision.fleet
@@ -35,7 +40,9 @@ def rollout_finished(rollout: Rollout, status: str, error: str = "") -> None:
         data = {"rollout": rollout.pk, "revision": revision.number, "error": error[:300], "fleet": fleet.name}
         event_emit("rollout.failed", obj=fleet, data=data)
         for lb in lbs:
-            event_emit("rollout.failed", org=lb.org, obj=lb, data={**data, "revision": changed[lb.pk]})
+            error_for_owner = data["error"] if lb.org.is_operator else CUSTOMER_ROLLOUT_ERROR
+            event_emit("rollout.failed", org=lb.org, obj=lb,
+                       data={**data, "revision": changed[lb.pk], "error": error_for_owner})
     elif status == Rollout.Status.SUCCEEDED:
         if rollout.rollback_of_id:
             event_emit("rollout.rolled_back", obj=fleet, data={"rollout": rollout.rollback_of_id,

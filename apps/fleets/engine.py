@@ -44,7 +44,7 @@ from apps.fleets.delivery import (
     reachable,
     read_state,
 )
-from apps.fleets.models import ConfigRevision, Fleet, Node, NodeHealth, NodeResult, Rollout
+from apps.fleets.models import REVISION_BULK_FIELDS, ConfigRevision, Fleet, Node, NodeHealth, NodeResult, Rollout
 from apps.fleets.render import UnsafeValue, render
 from apps.fleets.snapshot import ConfigBundle, FleetSnapshot
 from apps.traffic.services import NodeReadings, readings_from_stats, readings_record
@@ -173,6 +173,19 @@ def _next_rollout(fleet: Fleet) -> Rollout | None:
 
 _BUNDLE_CACHE: OrderedDict[tuple, ConfigBundle] = OrderedDict()
 _BUNDLE_CACHE_SIZE = 512
+# Also bounded by map entries held: a 100k-route bundle holds ~400k (tens of MB), and a sustained run of
+# route changes renders a revision per change for every node.
+_BUNDLE_CACHE_ENTRIES = 3_000_000
+
+
+def _weight(bundle: ConfigBundle) -> int:
+    return 1 + sum(len(entries) for entries in bundle.facts.maps.values())
+
+
+def _evict() -> None:
+    held = sum(_weight(b) for b in _BUNDLE_CACHE.values())
+    while _BUNDLE_CACHE and (len(_BUNDLE_CACHE) > _BUNDLE_CACHE_SIZE or held > _BUNDLE_CACHE_ENTRIES):
+        held -= _weight(_BUNDLE_CACHE.popitem(last=False)[1])
 
 
 class _BundleCache:
@@ -184,7 +197,7 @@ class _BundleCache:
 
     def bundle(self, revision: ConfigRevision, node: Node) -> ConfigBundle:
         spec = selectors.node_spec(node)
-        key = (revision.pk, revision.number, revision.snapshot.get("fleet"), revision.sha256, spec)
+        key = (revision.pk, revision.number, revision.fleet_id, revision.sha256, spec)  # no bulk field read
         cached = _BUNDLE_CACHE.get(key)
         if cached is not None:
             with contextlib.suppress(KeyError):  # evicted meanwhile by a reconcile in another thread
@@ -195,8 +208,8 @@ class _BundleCache:
             snap = self._snaps[revision.pk] = selectors.revision_snapshot(revision)
         bundle = render(snap, spec)
         _BUNDLE_CACHE[key] = bundle
-        while len(_BUNDLE_CACHE) > _BUNDLE_CACHE_SIZE:
-            _BUNDLE_CACHE.popitem(last=False)
+        with contextlib.suppress(KeyError, RuntimeError):  # another thread changing the cache meanwhile
+            _evict()
         return bundle
 
 
@@ -295,8 +308,10 @@ def _execute(rollout: Rollout, owner: str) -> Rollout:
     fleet_id = rollout.fleet_id
     Rollout.objects.filter(pk=rollout.pk).update(status=Rollout.Status.RUNNING,
                                                  started_at=Coalesce("started_at", Value(timezone.now())))
-    rollout = Rollout.objects.select_related("fleet", "revision").get(pk=rollout.pk)
-    results = list(rollout.results.select_related("node__applied_revision").order_by("node__name"))
+    rollout = (Rollout.objects.select_related("fleet", "revision")
+               .defer(*(f"revision__{f}" for f in REVISION_BULK_FIELDS)).get(pk=rollout.pk))
+    results = list(rollout.results.select_related("node__applied_revision")
+                   .defer(*(f"node__applied_revision__{f}" for f in REVISION_BULK_FIELDS)).order_by("node__name"))
     todo = [r for r in results if r.status != NodeResult.Status.SUCCEEDED and r.node.enabled]
     for r in results:
         if not r.node.enabled and r.status == NodeResult.Status.PENDING:

@@ -121,6 +121,11 @@ class Node(models.Model):
         return f"{self.fleet.name}/{self.name}"
 
 
+# A revision's columns that grow with the routes (megabytes at 100k): left out wherever a node or rollout
+# row only needs the revision's number, hash or coverage; Django loads a deferred field when it is read.
+REVISION_BULK_FIELDS = ("text", "diff", "snapshot", "validation_output")
+
+
 class ConfigRevision(models.Model):
     fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="revisions")
     number = models.PositiveIntegerField()

@@ -29,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
+from apps.fleets.hotmaps import MapDelta, parse_get_map
+
 ServerState = Literal["ready", "drain", "maint"]
 
 # `send(command, timeout_s) -> response text`. Must raise RuntimeUnavailable when the
@@ -276,6 +278,34 @@ class HAProxySocket:
         answer = self.command(f"del map {_check_map(name)} {key}")
         if answer.strip() and "not found" not in answer.lower():
             raise RuntimeApiError(f"del map {name} {key}", answer)
+
+    def map_lookup(self, name: str, key: str) -> tuple[str, str] | None:
+        """The live entry `get map` matches for `key` with the map's own match (longest prefix for
+        map_beg), None when none does."""
+        _map_line(key, "-")  # the key check
+        return parse_get_map(self.command(f"get map {_check_map(name)} {key}"))
+
+    def apply_map_delta(self, name: str, delta: MapDelta) -> None:
+        """Add, change and remove single entries of a live map, then check each moved key with `get map`.
+
+        New keys go in before old ones leave, so a request never falls through to a shorter prefix
+        that neither the old nor the new map would give it. Raises RuntimeApiError when a key does not
+        read back as intended (the caller then replaces or reloads).
+        """
+        _check_map(name)
+        for key, value in delta.added:
+            self._set(f"add map {name} {_map_line(key, value)}")
+        for key, value in delta.changed:
+            self._set(f"set map {name} {_map_line(key, value)}")
+        for key in delta.removed:
+            self.del_map_entry(name, key)
+        for key, value in (*delta.added, *delta.changed):
+            if self.map_lookup(name, key) != (key, value):
+                raise RuntimeApiError(f"get map {name} {key}", f"not {value!r} after the update")
+        for key in delta.removed:
+            found = self.map_lookup(name, key)
+            if found is not None and found[0] == key:
+                raise RuntimeApiError(f"get map {name} {key}", "still present after `del map`")
 
     def set_ssl_cert(self, name: str, pem: bytes) -> str:
         """Replace a loaded certificate (chain + key PEM) in one step, without a reload; its new serial.

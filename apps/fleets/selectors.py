@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+import threading
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -19,10 +20,11 @@ from apps.balancers.models import (
     PoolRegion,
     RegionDistance,
     Route,
+    RouteTarget,
 )
 from apps.core import crypto
 from apps.fleets.codec import snapshot_from_json
-from apps.fleets.models import ConfigRevision, Fleet, Node, NodeHealth, NodeResult, Rollout
+from apps.fleets.models import REVISION_BULK_FIELDS, ConfigRevision, Fleet, Node, NodeHealth, NodeResult, Rollout
 from apps.fleets.render.keepalived import node_priority
 from apps.fleets.snapshot import (
     ANY_ADDRESS,
@@ -72,7 +74,8 @@ def fleet_ids_for_lb(lb_id: int) -> list[int]:
 
 
 def enabled_nodes(fleet: Fleet) -> QuerySet[Node]:
-    return Node.objects.filter(fleet=fleet, enabled=True).select_related("applied_revision").order_by("name")
+    return (Node.objects.filter(fleet=fleet, enabled=True).select_related("applied_revision")
+            .defer(*(f"applied_revision__{f}" for f in REVISION_BULK_FIELDS)).order_by("name"))
 
 
 def _nodes_per_region(lb_ids: list[int]) -> dict[int, dict[str, int]]:
@@ -157,16 +160,19 @@ def fleet_snapshot(fleet: Fleet, revision: int) -> tuple[FleetSnapshot, dict[str
                                     for c in capacities or ())),
         ))
 
+    # Plain rows, not model instances and a prefetch: at 100k routes building 200k model objects (and an
+    # IN list of 100k ids for the targets) was most of a snapshot's time.
+    targets: dict[int, list[RouteTargetSpec]] = defaultdict(list)
+    for route_id, pool_id, weight in (RouteTarget.objects.filter(route__lb_id__in=lb_ids)
+                                      .order_by("route_id", "pool_id").values_list("route_id", "pool_id", "weight")):
+        targets[route_id].append(RouteTargetSpec(pool_id=pool_id, weight=weight))
     routes_by_lb: dict[int, list[RouteSpec]] = defaultdict(list)
-    routes = Route.objects.filter(lb_id__in=lb_ids).prefetch_related("targets").order_by("priority", "pk")
-    for route in routes:
-        routes_by_lb[route.lb_id].append(RouteSpec(
-            id=route.pk, priority=route.priority, hosts=tuple(route.hosts),
-            path_match=route.path_match,  # type: ignore[arg-type]
-            path=route.path,
-            targets=tuple(RouteTargetSpec(pool_id=t.pool_id, weight=t.weight)
-                          for t in sorted(route.targets.all(), key=lambda t: t.pool_id)),
-            redirect_url=route.redirect_url or None,
+    rows = (Route.objects.filter(lb_id__in=lb_ids).order_by("priority", "pk")
+            .values_list("pk", "lb_id", "priority", "hosts", "path_match", "path", "redirect_url"))
+    for pk, lb_id, priority, hosts, path_match, path, redirect_url in rows:
+        routes_by_lb[lb_id].append(RouteSpec(
+            id=pk, priority=priority, hosts=tuple(hosts), path_match=path_match, path=path,
+            targets=tuple(targets.get(pk, ())), redirect_url=redirect_url or None,
         ))
 
     listener_specs = []
@@ -184,8 +190,33 @@ def fleet_snapshot(fleet: Fleet, revision: int) -> tuple[FleetSnapshot, dict[str
     return snap, lb_revisions
 
 
+# The snapshots of the newest revisions this process rendered or decoded. A revision never changes, so
+# the reconciler that just stored one rolls it out from the very object it rendered: decoding 100k
+# routes again costs ~1 s, and the same object lets every node's render reuse the renderer's
+# node-independent work (render/memo.py). Small: one 100k-route snapshot is tens of MB.
+_SNAPSHOTS: OrderedDict[tuple[int, str], FleetSnapshot] = OrderedDict()
+_SNAPSHOTS_SIZE = 3
+_SNAPSHOTS_LOCK = threading.Lock()
+
+
+def remember_revision_snapshot(revision: ConfigRevision, snap: FleetSnapshot) -> None:
+    """`snap` is what `revision.snapshot` stores (fleet_render stored it from this object)."""
+    with _SNAPSHOTS_LOCK:
+        _SNAPSHOTS[(revision.pk, revision.sha256)] = snap
+        while len(_SNAPSHOTS) > _SNAPSHOTS_SIZE:
+            _SNAPSHOTS.popitem(last=False)
+
+
 def revision_snapshot(revision: ConfigRevision) -> FleetSnapshot:
-    return snapshot_from_json(revision.snapshot, crypto.decrypt)
+    key = (revision.pk, revision.sha256)
+    with _SNAPSHOTS_LOCK:
+        snap = _SNAPSHOTS.get(key)
+        if snap is not None:
+            _SNAPSHOTS.move_to_end(key)
+            return snap
+    snap = snapshot_from_json(revision.snapshot, crypto.decrypt)
+    remember_revision_snapshot(revision, snap)
+    return snap
 
 
 def reference_node(fleet: Fleet) -> NodeSpec:
@@ -240,7 +271,9 @@ def node_conn(node: Node) -> NodeConn:
 
 
 def latest_revision(fleet: Fleet) -> ConfigRevision | None:
-    return ConfigRevision.objects.filter(fleet=fleet).order_by("-number").first()
+    # Snapshot and diff load only when read (most callers compare text and hashes; at 100k routes the
+    # snapshot alone is ~15 MB of JSON to decode).
+    return ConfigRevision.objects.filter(fleet=fleet).defer("snapshot", "diff").order_by("-number").first()
 
 
 def fleet_pin(fleet: Fleet) -> dict[str, Any] | None:
@@ -257,16 +290,17 @@ def fleet_pin(fleet: Fleet) -> dict[str, Any] | None:
 
 def lb_applied_state(lb: LoadBalancer, revision: int) -> tuple[bool, list[dict[str, Any]]]:
     """(every enabled node of every fleet serving `lb` serves LB revision >= `revision`, per node)."""
-    nodes = (Node.objects.filter(fleet__in=lb_fleets(lb), enabled=True)
-             .select_related("fleet", "applied_revision").order_by("fleet__name", "name"))
+    # Only the few columns it answers with: a revision row at 100k routes carries megabytes of text and
+    # snapshot, and a long-poll asks this every few hundred milliseconds for every node.
+    nodes = (Node.objects.filter(fleet__in=lb_fleets(lb), enabled=True).order_by("fleet__name", "name")
+             .values_list("fleet__name", "name", "status", "applied_revision__number",
+                          "applied_revision__lb_revisions"))
     states = []
-    for node in nodes:
-        applied = node.applied_revision
-        covered = int(applied.lb_revisions.get(str(lb.pk), 0)) if applied else 0
+    for fleet_name, name, node_status, number, lb_revisions in nodes:
+        covered = int((lb_revisions or {}).get(str(lb.pk), 0)) if number is not None else 0
         states.append({
-            "fleet": node.fleet.name, "node": node.name, "status": node.status,
-            "applied_revision": applied.number if applied else None,
-            "lb_revision": covered, "done": covered >= revision,
+            "fleet": fleet_name, "node": name, "status": node_status,
+            "applied_revision": number, "lb_revision": covered, "done": covered >= revision,
         })
     return bool(states) and all(s["done"] for s in states), states
 

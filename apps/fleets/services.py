@@ -32,6 +32,7 @@ from apps.fleets.reasons import change_reason
 from apps.fleets.render import UnsafeValue, backend_name, render
 from apps.fleets.render.frontends import ACME_CHALLENGE_MAP
 from apps.fleets.render.quarantine import quarantine
+from apps.fleets.snapshot import MAIN_FILE, ConfigBundle
 from apps.fleets.validate import validate_bundle
 from apps.traffic.services import capacity_record
 
@@ -73,6 +74,36 @@ def _certificates_only(latest: ConfigRevision | None, text: str) -> bool:
     return latest is not None and latest.validation_ok and strip_header(latest.text) == strip_header(text)
 
 
+MAPS_ONLY_NOTE = ("Only map contents changed since revision {number}, which passed `haproxy -c -dW` with the "
+                  "same haproxy.cfg and files: map entries are written by the renderer from allowlisted values, "
+                  "and each node reads every moved entry back (`get map`), so the check was not run again.")
+# {fleet id: (revision sha256, digest of everything but map contents)} of the newest revision this process
+# validated. Kept here, not parsed back from the stored text: a worker that did not validate the latest
+# revision itself runs `haproxy -c` once more, which is always safe.
+_VALIDATED_SHAPE: dict[int, tuple[str, str]] = {}
+
+
+def _shape(bundle: ConfigBundle) -> str:
+    """What `haproxy -c` judges besides map contents: haproxy.cfg's body, the file names, non-map files."""
+    digest = hashlib.sha256(bundle.body.encode())
+    for name in sorted(bundle.files):
+        digest.update(b"\0" + name.encode() + b"\0")
+        if name != MAIN_FILE and name not in bundle.facts.maps:
+            digest.update(bundle.files[name])
+    return digest.hexdigest()
+
+
+def _maps_only(fleet_id: int, latest: ConfigRevision | None, bundle: ConfigBundle) -> bool:
+    """The new render differs from the latest validated revision only in map contents.
+
+    A route change at 100k routes moves a few map entries; `haproxy -c` would load ~200k entries again
+    (about a second) to judge a haproxy.cfg it already passed.
+    """
+    seen = _VALIDATED_SHAPE.get(fleet_id)
+    return (latest is not None and latest.validation_ok and seen is not None
+            and seen == (latest.sha256, _shape(bundle)))
+
+
 def fleet_render(*, fleet: Fleet, reason: str = "") -> ConfigRevision:
     """Render the fleet's desired state and validate it: the latest revision if nothing changed.
 
@@ -109,6 +140,8 @@ def fleet_render(*, fleet: Fleet, reason: str = "") -> ConfigRevision:
             return latest
         if text and _certificates_only(latest, text):
             ok, output, took_ms = True, CERTIFICATES_ONLY_NOTE, 0.0
+        elif text and latest is not None and _maps_only(fleet.pk, latest, bundle):
+            ok, output, took_ms = True, MAPS_ONLY_NOTE.format(number=latest.number), 0.0
         elif text:
             result = validate_bundle(bundle, settings.HAPROXY_BIN)
             ok, output, took_ms = result.ok, result.output, result.duration_ms
@@ -123,6 +156,9 @@ def fleet_render(*, fleet: Fleet, reason: str = "") -> ConfigRevision:
             snapshot=snapshot_to_json(snap, crypto.encrypt), validation_ok=ok, validation_output=output,
             validation_ms=took_ms, lb_revisions=lb_revisions, reason=reason[:200], problems=problems,
         )
+        selectors.remember_revision_snapshot(revision, snap)
+        if ok and text:
+            _VALIDATED_SHAPE[fleet.pk] = (content, _shape(bundle))
     if not ok:
         logger.warning("fleet %s: revision %s is invalid and will not be pushed:\n%s",
                        fleet.name, number, output)

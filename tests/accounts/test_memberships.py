@@ -63,3 +63,21 @@ def test_members_page_and_org_switcher(acme, globex, alice, charlie):
     # Not a member: refused; an off-site next is not followed.
     assert client.post("/switch-org/", {"org": "no-such"}).status_code == 404
     assert client.post("/switch-org/", {"org": "acme", "next": "https://evil.example/"})["Location"] == "/"
+
+
+@pytest.mark.django_db
+def test_being_added_to_another_org_does_not_change_where_you_sign_in(acme, globex, alice, charlie, otto):
+    """A hostile admin may add anyone it can name to its org, but that must not move them: charlie keeps
+    landing in globex (or he would upload his certificates into acme unawares), and the operator's admin
+    keeps landing in the operator org. Their own org comes first until they switch."""
+
+    def landing(persona) -> str:
+        client = Client()
+        client.force_login(persona.user)
+        return client.get("/members/").content.decode()
+
+    for username in ("charlie", "otto"):
+        added = alice.client.post(URL, {"username": username, "role": "editor"}, format="json")
+        assert added.status_code == 201, added.content
+    assert "Members of globex" in landing(charlie)
+    assert "Members of ops" in landing(otto)

@@ -11,6 +11,8 @@ from django.utils import timezone
 from apps.acme import services
 from apps.acme.models import ManagedCertificate
 from apps.acme.selectors import expiry_class
+from apps.audit.models import AuditEvent
+from apps.balancers.models import HostnameClaim
 from apps.core import crypto
 from apps.events.models import Event
 from apps.fleets.models import Certificate
@@ -65,3 +67,44 @@ def test_a_certificate_under_14_days_raises_one_event_a_day(alice) -> None:
     event = Event.objects.get(type="certificate.expiring")
     assert event.org == alice.org and event.object_id == str(soon.pk) and event.data["days"] == 2
     assert services.expiring_alerts(now=timezone.now() + dt.timedelta(days=1, minutes=1)) == [soon.pk]
+
+
+def test_a_managed_certificate_is_requested_through_the_form_like_the_api(alice) -> None:
+    """GIVEN approved claims, WHEN alice types the names one per line in the form, THEN the certificate is
+    requested (audited, due at once) and listed as not issued yet."""
+    HostnameClaim.objects.create(org=alice.org, hostname="shop.acme.test", status="approved")
+    HostnameClaim.objects.create(org=alice.org, hostname="*.shop.acme.test", status="approved")
+    web = _web(alice)
+    assert 'id="request-certificate"' in web.get("/certificates/").content.decode()
+    form = web.get("/certificates/request/").content.decode()
+    assert 'name="hostnames"' in form and '<option value="dns-01"' in form
+
+    answer = web.post("/certificates/request/", {"name": "shop", "challenge": "http-01",
+                                                 "hostnames": "shop.acme.test\r\nwww.shop.acme.test, "})
+
+    assert answer.status_code == 302 and answer["Location"] == "/certificates/"
+    managed = ManagedCertificate.objects.get(org=alice.org, name="shop")
+    assert managed.hostnames == ["shop.acme.test", "www.shop.acme.test"] and managed.challenge == "http-01"
+    assert managed.next_attempt_at is not None
+    assert AuditEvent.objects.filter(action="acme.request", org=alice.org).count() == 1
+    page = web.get("/certificates/").content.decode()
+    assert "shop.acme.test, www.shop.acme.test" in page and "not issued yet" in page
+
+
+def test_the_form_refuses_another_orgs_hostname_and_a_wildcard_over_http01_next_to_the_field(
+        alice, charlie, vera) -> None:
+    HostnameClaim.objects.create(org=alice.org, hostname="shop.acme.test", status="approved")
+    HostnameClaim.objects.create(org=alice.org, hostname="*.shop.acme.test", status="approved")
+
+    foreign = _web(charlie).post("/certificates/request/", {"name": "x", "hostnames": "shop.acme.test"})
+    wildcard = _web(alice).post("/certificates/request/", {"name": "w", "challenge": "http-01",
+                                                           "hostnames": "*.shop.acme.test"})
+
+    assert foreign.status_code == 422
+    assert ('id="f-hostnames-err" class="field-error">&#x27;shop.acme.test&#x27; is not covered by an approved '
+            "hostname claim of your organization.") in foreign.content.decode()
+    assert wildcard.status_code == 422
+    assert 'id="f-challenge-err" class="field-error">A wildcard certificate can only be validated with dns-01.' \
+        in wildcard.content.decode()
+    assert _web(vera).post("/certificates/request/", {"name": "v", "hostnames": "shop.acme.test"}).status_code == 403
+    assert not ManagedCertificate.objects.exists()

@@ -323,6 +323,10 @@ class FleetBench:
         for master in self.masters:
             with contextlib.suppress(Exception):
                 stop_local_node(master)
+        # The web and worker logs outlive the run (a 500 from the API is explained only there).
+        for name in ("web.log", "worker.log"):
+            with contextlib.suppress(OSError):
+                shutil.copy(f"{self.base}/{name}", f"/tmp/spillway-bench-{os.getpid()}-{name}")
         shutil.rmtree(self.base, ignore_errors=True)
 
 

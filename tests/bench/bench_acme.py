@@ -130,13 +130,15 @@ def main() -> None:
     if wrk is None:
         raise SystemExit("wrk is not installed (apt-get install wrk)")
     base = tempfile.mkdtemp(prefix="spw-bench-acme-", dir="/tmp")
+    # several engineers bench on one machine: each may name its own database (BENCH_DATABASE)
+    database = os.environ.get("BENCH_DATABASE", "spillway_bench_acme")
     os.environ.update({
-        "DATABASE_URL": f"{DB_URL_BASE}/spillway_bench_acme",
+        "DATABASE_URL": f"{DB_URL_BASE}/{database}",
         "REDIS_URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/8"),
         "SECRET_KEY": "bench-only-secret-key", "FIELD_ENCRYPTION_KEY": "bench-only-field-key",
         "DJANGO_SETTINGS_MODULE": "controlplane.settings", "SPILLWAY_VAR_DIR": f"{base}/var", "LOG_LEVEL": "WARNING",
     })
-    _recreate_database("spillway_bench_acme")
+    _recreate_database(database)
     import django
 
     django.setup()

@@ -1,6 +1,6 @@
 """Schemathesis against a live Spillway (gunicorn, DEBUG=0, PostgreSQL, Redis) with an operator token.
 
-    python tests/bench/bench_fuzz.py [--max-examples 25] [--workers 2] [--max-time 0]
+    python tests/bench/bench_fuzz.py [--max-examples 25] [--workers 2] [--max-time 0] [--seed 1]
 
 Every operation of /api/v1/schema/, all checks. Needs PostgreSQL: DATABASE_URL (default
 postgres://postgres@127.0.0.1:5432/spw_bench_fuzz, created and migrated if missing, emptied of the
@@ -48,6 +48,7 @@ def main() -> int:
     parser.add_argument("--max-examples", type=int, default=25)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--max-time", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=1, help="another seed generates other cases")
     args = parser.parse_args()
     from tests.bench._server import fresh_database, gunicorn
     from tests.fuzz import run_schemathesis
@@ -57,14 +58,14 @@ def main() -> int:
     with gunicorn() as base:
         started = time.monotonic()
         result = run_schemathesis(base, token, max_examples=args.max_examples, workers=args.workers,
-                                  max_time_s=args.max_time)
+                                  max_time_s=args.max_time, seed=args.seed)
         elapsed = time.monotonic() - started
     for failure in result.failures[:60]:
         # Conformance failures (ST1xx) in full: they are what must be fixed; the rest in brief.
         conformance = any(f"- ST1{d}" in failure for d in "0123456789")
         print(failure.replace("\n", " | ")[:1500 if conformance else 400])
     print("\n".join(result.output.splitlines()[-25:]))  # schemathesis' own summary (test cases per phase)
-    print(f"load: {os.getloadavg()}, elapsed {elapsed:.0f} s, max_examples={args.max_examples}")
+    print(f"load: {os.getloadavg()}, elapsed {elapsed:.0f} s, max_examples={args.max_examples}, seed={args.seed}")
     print(result.line())
     return 0 if result.server_errors == 0 and result.conformance_failures == 0 else 1
 

@@ -60,12 +60,13 @@ def seed_routes(fb: FleetBench, count: int) -> None:
 
 def rollout_all(fb: FleetBench, timeout_s: int) -> float:
     started = time.monotonic()
-    from apps.fleets.tasks import reconcile_task
+    from apps.fleets.services import fleet_change_record
 
     for fleet in fb.fleets:
-        # On the worker, not `POST .../reconcile/`: that renders 100k routes inside the request and
-        # ran past the HTTP client's timeout.
-        reconcile_task.delay(fleet.pk)
+        # The routes were bulk-written past the services, so nothing recorded the change: record it, and
+        # the reconcile runs on the worker (`POST .../reconcile/` renders 100k routes inside the request
+        # and ran past the HTTP client's timeout; a bare reconcile task renders nothing unrecorded).
+        fleet_change_record(fleet=fleet)
     fb.wait_applied(timeout_s)
     return time.monotonic() - started
 

@@ -200,7 +200,7 @@ def main() -> None:
     why = netns.available()
     if why:
         raise SystemExit(f"cannot run: {why}")
-    topo = netns.Topology(prefix="s15b", subnet=2, count=3, base=Path(tempfile.mkdtemp(prefix="s15b-")))
+    topo = netns.Topology(prefix="s15b", subnet=20, count=3, base=Path(tempfile.mkdtemp(prefix="s15b-")))
     vip = topo.vip(1)
     hogs: list[subprocess.Popen[bytes]] = []
     try:

@@ -152,3 +152,47 @@ def test_the_command_exports_plans_and_applies_for_pipelines(estate, ops, tmp_pa
     call_command("spillway", "plan", str(path), org="acme")
     with pytest.raises(CommandError, match="stale_revision"):
         call_command("spillway", "apply", str(path), org="acme")  # the file's etag is from before the apply
+
+
+def _foreign_estate(globex) -> None:
+    from apps.core import crypto
+    from apps.fleets.models import Certificate
+    from tests.fleets.fleetkit import self_signed
+
+    lb = LoadBalancerFactory(org=globex, name="globex-lb")
+    pool = PoolFactory(lb=lb, org=globex, name="gweb")
+    Listener.objects.create(lb=lb, name="http", port=8081, default_pool=pool)
+    cert_pem, key_pem = self_signed(days=90, name="globex.example")
+    Certificate.objects.create(org=globex, name="globex-cert", cert_pem=cert_pem, key_encrypted=crypto.encrypt(key_pem))
+
+
+# (section, the row acme adds, the name under attack: globex's, then a missing one)
+FOREIGN_NAMES = [
+    ("listeners", lambda name: {"lb": "web", "name": "https", "protocol": "https", "port": 9443,
+                                "default_pool": None, "certificate": name}, "globex-cert", "no-such-cert"),
+    ("routes", lambda name: {"lb": name, "priority": 99, "hosts": [], "path_match": "prefix", "path": "/g",
+                             "redirect_url": "", "targets": []}, "globex-lb", "no-such-lb"),
+    ("capacity_tests", lambda name: {"name": "probe", "listener": f"{name}/http", "steps": [10]}, "globex-lb",
+     "no-such-lb"),
+]
+
+
+@pytest.mark.parametrize("section,row,foreign,missing", FOREIGN_NAMES,
+                         ids=[f"{s}.{f}" for s, _, f, _ in FOREIGN_NAMES])
+def test_a_file_naming_another_tenants_object_is_answered_like_a_missing_name(estate, alice, globex, section, row,
+                                                                              foreign, missing):
+    """Names in a config file resolve among what the applier may use: another tenant's certificate, pool or LB
+    reads exactly like one that does not exist, and nothing is applied."""
+    _foreign_estate(globex)
+    doc = export(alice).json()
+
+    def attempt(name: str) -> tuple[int, str]:
+        edited = copy.deepcopy(doc)
+        edited[section] = [*edited[section], row(name)]
+        response = apply(alice, edited, if_match=doc["etag"])
+        return response.status_code, response.content.decode().replace(name, "<sent>")
+
+    attacked, absent = attempt(foreign), attempt(missing)
+    assert attacked[0] == 400 and "unknown_reference" in attacked[1], attacked
+    assert attacked == absent
+    assert export(alice).json()["etag"] == doc["etag"]  # nothing applied

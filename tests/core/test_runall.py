@@ -19,7 +19,7 @@ def test_a_taken_port_is_reported_with_the_process_holding_it() -> None:
         port = held.getsockname()[1]
         assert not ports.is_free("127.0.0.1", port)
         assert ports.taken([("127.0.0.1", port)])[0].endswith(f" (pid {os.getpid()})")
-        expected = rf"cannot start: 127.0.0.1:{port} held by python\S* \(pid {os.getpid()}\)\. Is `make run` already"
+        expected = rf"cannot start: 127.0.0.1:{port} held by \S+ \(pid {os.getpid()}\)\. Is `make run` already"
         with pytest.raises(CommandError, match=expected):
             call_command("runall", "--bind", f"127.0.0.1:{port}")
     assert ports.is_free("127.0.0.1", port)
@@ -36,5 +36,71 @@ def test_a_taken_demo_address_stops_the_start_naming_it(monkeypatch, settings, t
             free_web = web.getsockname()[1]
         monkeypatch.setattr(demo, "demo_addresses", lambda: [("127.0.0.1", port)])
         with pytest.raises(CommandError, match=rf"demo fleet, its addresses are taken:\n  127.0.0.1:{port} held by "
-                                               rf"python\S* \(pid {os.getpid()}\)"):
+                                               rf"\S+ \(pid {os.getpid()}\)"):
             call_command("runall", "--bind", f"127.0.0.1:{free_web}")
+
+
+def test_the_console_shows_warnings_errors_and_events_and_the_log_keeps_everything(tmp_path) -> None:
+    """GIVEN a child printing beat's per-second INFO, a client's 404, an event, an error with its traceback
+    WHEN runall pumps its output THEN the console shows only what a person needs, var/log/ all of it."""
+    import io
+    import subprocess
+    import sys
+
+    from django.core.management.base import OutputWrapper
+
+    from apps.core.management.commands.runall import _pump
+
+    lines = [
+        "[2026-11-23 01:02:25,296: INFO/MainProcess] Scheduler: Sending due task fleets-enforce (fleets.enforce_task)",
+        "2026-11-23 01:03:12,624 WARNING django.request request_id=- Not Found: /favicon.ico",
+        "[2026-11-23 01:01:56,946: INFO/ForkPoolWorker-1] event change.applied [ops]: edge is applied on every node",
+        "[2026-11-23 01:01:57,000: INFO/ForkPoolWorker-1] fleet demo-us-east: converging rollout 5",
+        "[2026-11-23 01:01:58,000: ERROR/ForkPoolWorker-1] Task fleets.push_task raised: boom",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in <module>',
+        "[2026-11-23 01:01:59,000: INFO/ForkPoolWorker-1] Task fleets.enforce_task succeeded",
+    ]
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdout.write(sys.stdin.read())"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc.stdin.write(("\n".join(lines) + "\n").encode())
+    proc.stdin.close()
+    out = io.StringIO()
+    _pump(proc, tmp_path / "worker.log", "worker", OutputWrapper(out))
+    proc.wait()
+    assert out.getvalue().splitlines() == [f"worker: {line}" for line in (lines[2], lines[3], *lines[4:7])]
+    assert (tmp_path / "worker.log").read_text().splitlines() == lines
+
+
+def test_a_running_make_run_is_named_with_the_pid_to_stop() -> None:
+    """GIVEN a `manage.py runall` whose child (here `python -m http.server`) holds the web port
+    WHEN a second one starts THEN it names the holder as a person would and the runall pid to stop."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code = ("import subprocess, sys; c = subprocess.Popen([sys.executable, '-m', 'http.server', '--bind', "
+            f"'127.0.0.1', '{port}'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); print(c.pid, flush=True); "
+            "c.wait()")
+    # Its command line reads `python -c ... manage.py runall`, as runall's does: what runall_of looks for.
+    parent = subprocess.Popen([sys.executable, "-c", code, "manage.py", "runall"], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    try:
+        deadline = time.monotonic() + 30
+        while ports.is_free("127.0.0.1", port):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert ports.describe(child) == "http.server"
+        assert ports.runall_of(child) == parent.pid
+        expected = (rf"cannot start: 127.0.0.1:{port} held by http.server \(pid {child}\), a `make run` "
+                    rf"\(manage.py runall, pid {parent.pid}\) is running\. Stop it first: Ctrl-C in its terminal, "
+                    rf"or kill {parent.pid}\.")
+        with pytest.raises(CommandError, match=expected):
+            call_command("runall", "--bind", f"127.0.0.1:{port}")
+    finally:
+        os.kill(child, signal.SIGTERM)
+        parent.wait(timeout=30)

@@ -158,3 +158,14 @@ def test_subscription_needs_a_secret_and_known_types(alice):
 def test_an_event_that_cannot_be_recorded_never_breaks_the_caller(acme):
     assert event_emit("x" * 10, org=acme, object_type="job", object_id="1", data={"bad": object()}) is None
     assert Event.objects.count() == 0
+
+
+def test_a_committed_event_is_one_log_line_and_a_rolled_back_one_none(acme, caplog, django_capture_on_commit_callbacks):
+    caplog.set_level("INFO", logger="apps.events.services")
+    with django_capture_on_commit_callbacks(execute=True):
+        event_emit("rollout.failed", org=acme, object_type="loadbalancer", object_id="1", object_repr="edge",
+                   data={"rollout": 4, "error": "reload failed\nbind conflict"})
+    with django_capture_on_commit_callbacks(execute=False):  # the caller's transaction rolls back
+        event_emit("job.failed", org=acme, object_type="job", object_id="1", object_repr="nightly")
+    lines = [r.getMessage() for r in caplog.records if r.name == "apps.events.services"]
+    assert lines == [f"event rollout.failed [{acme.slug}]: Rollout 4 of edge failed: reload failed / bind conflict"]

@@ -73,3 +73,30 @@ def test_member_health_changed_once_per_member_across_nodes(acme):
     assert events == [("member.health_changed", acme.pk, f"{member.pool.name}/app1", "down"),
                       ("member.health_changed", acme.pk, f"{member.pool.name}/app1", "up")]
 
+
+
+def test_a_failed_rollout_tells_a_customer_it_failed_but_not_the_operators_details(acme, ops):
+    """The rollout's error names the operator's nodes and may quote other tenants' config lines: the
+    customer's LB event (its webhooks and event list) says only that it failed, as its pages do; the
+    operator's fleet event keeps the detail."""
+    from apps.balancers.models import LoadBalancer
+    from apps.fleets.models import ConfigRevision, Rollout
+
+    fleet = Fleet.objects.create(name="edge", region=RegionFactory(slug="us-east"))
+    mine = LoadBalancer.objects.create(org=acme, name="shop", fleet=fleet)
+    shared = LoadBalancer.objects.create(org=ops, name="edge-shared", fleet=fleet, shared=True)
+    revision = ConfigRevision.objects.create(fleet=fleet, number=2, text="", sha256="0" * 64,
+                                             lb_revisions={str(mine.pk): 4, str(shared.pk): 7})
+    rollout = Rollout.objects.create(fleet=fleet, revision=revision)
+    error = "node edge-secret-7 (10.9.8.7): [ALERT] backend p99_globex-shop: server globex-db has no address"
+
+    emit.rollout_finished(rollout, Rollout.Status.FAILED, error)
+
+    by_lb = {e.object_id: e for e in Event.objects.filter(type="rollout.failed", object_type="loadbalancer")}
+    customer = by_lb[str(mine.pk)]
+    assert customer.org == acme and customer.data["revision"] == 4 and customer.data["fleet"] == "edge"
+    text = str(customer.data) + customer.object_repr
+    assert "edge-secret-7" not in text and "10.9.8.7" not in text and "globex" not in text
+    assert "an operator can see the details" in customer.data["error"]
+    assert by_lb[str(shared.pk)].data["error"] == error  # the operator's own LB
+    assert Event.objects.get(type="rollout.failed", org=None).data["error"] == error  # the fleet's

@@ -53,8 +53,32 @@ HAPROXY_BIN = shutil.which("haproxy") or "/usr/sbin/haproxy"
 SSHD_BIN = "/usr/sbin/sshd"
 
 
-def _port_is_free(address: str, port: int) -> bool:
+DEMO_FLEET_LOCK = "/tmp/spillway-demo-fleet.lock"
+
+
+@pytest.fixture
+def demo_fleet_addresses() -> Iterator[None]:
+    """Hold the demo fleet's fixed addresses (127.0.40.x, 127.0.41.x, the demo backends) for one test.
+
+    A file lock, not a port check alone: two xdist workers, or two checkouts' suites on one machine, would
+    both find them free and then both start. A `make run` (which takes no lock) holding them skips the test.
+    """
+    import fcntl
+
+    from apps.fleets.demo import demo_addresses
+
+    with open(DEMO_FLEET_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        busy = [f"{a}:{p}" for a, p in demo_addresses() if not _port_is_free(a, p, reuse=True)]
+        if busy:
+            pytest.skip(f"a demo fleet is already running on this machine (make run): {', '.join(busy)}")
+        yield
+
+
+def _port_is_free(address: str, port: int, *, reuse: bool = False) -> bool:
     with socket.socket() as probe:
+        if reuse:  # TIME_WAIT leftovers of a stopped node do not count
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((address, port))
         except OSError:

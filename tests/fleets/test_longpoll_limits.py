@@ -75,6 +75,22 @@ def test_preview_and_long_polls_are_rate_limited_per_principal(shared, waiting_u
     assert codes[2] == 429 and 429 not in codes[:2], codes
 
 
+def test_back_to_back_long_polls_outlive_the_slot_counts_lifetime(waiting_url, alice, monkeypatch) -> None:
+    """GIVEN a client asking again as each long-poll ends (a 100k-route rollout takes minutes), WHEN the
+    slot count set by the first wait expires during a later one, THEN that long-poll still answers (202),
+    not 500; each wait renews the count's lifetime."""
+    monkeypatch.setattr(throttles, "_SLOT_TTL_S", 1)
+    key = f"longpoll:{_principal(alice).actor}"
+    cache.delete(key)
+    assert alice.client.get(waiting_url.replace("timeout=2", "timeout=0")).status_code == 202
+    with throttles.wait_slot(_principal(alice)) as may_wait:
+        assert may_wait
+        cache.delete(key)  # what its expiry does
+    assert cache.get(key) is None
+    response = alice.client.get(waiting_url)  # holds a slot for 2 s, past the 1 s lifetime set before it
+    assert response.status_code == 202
+
+
 def _principal(persona) -> SimpleNamespace:
     """What wait_slot reads of a principal: its actor, here the persona's token."""
     return SimpleNamespace(actor=f"token:{token_authenticate(persona.token).pk}")

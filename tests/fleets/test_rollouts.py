@@ -121,7 +121,7 @@ def test_a_refused_runtime_map_update_falls_back_to_a_reload(fleet3: LocalFleet,
     """GIVEN node n1's HAProxy refusing the map update, WHEN a route-only change rolls out, THEN n1
     reloads instead (loading the pushed files) and serves the route; the others keep their workers.
 
-    The refusal is injected (HAProxy's own error text, raised from n1's `replace_map`): a healthy
+    The refusal is injected (HAProxy's own error text, raised from n1's `replace_map` / `apply_map_delta`): a healthy
     2.6 worker offers no way to make `prepare/add/commit map` fail on demand. Everything else is real.
     """
     new = tiny_backend("new")
@@ -130,14 +130,18 @@ def test_a_refused_runtime_map_update_falls_back_to_a_reload(fleet3: LocalFleet,
     reconcile(fleet3.fleet)
     workers = running_workers(fleet3)
     n1_socket = f"{fleet3.nodes[0].runtime_dir}/stats.sock"
-    real_replace = HAProxySocket.replace_map
+    real_replace, real_delta = HAProxySocket.replace_map, HAProxySocket.apply_map_delta
 
-    def refuse_on_n1(self, name, entries):
-        if self.path == n1_socket:
-            raise RuntimeApiError(f"prepare map {name}", "Unknown map identifier. Please use #<id> or <file>.")
-        return real_replace(self, name, entries)
+    def refuse_on_n1(real):
+        def call(self, name, entries):
+            if self.path == n1_socket:
+                raise RuntimeApiError(f"add map {name}", "Unknown map identifier. Please use #<id> or <file>.")
+            return real(self, name, entries)
+        return call
 
-    monkeypatch.setattr(HAProxySocket, "replace_map", refuse_on_n1)
+    # Whole-map swaps and key-by-key updates alike (apps.fleets.hotmaps picks one per map).
+    monkeypatch.setattr(HAProxySocket, "replace_map", refuse_on_n1(real_replace))
+    monkeypatch.setattr(HAProxySocket, "apply_map_delta", refuse_on_n1(real_delta))
 
     add_route(fleet3.lb, pool, "/hot", 11)
     result = reconcile(fleet3.fleet)

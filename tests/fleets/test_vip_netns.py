@@ -37,7 +37,7 @@ VIP_PORT = 80
 def topo():
     if why := netns.available():
         missing(why)
-    topology = netns.Topology(prefix="s15t", subnet=1, count=3, base=Path(tempfile.mkdtemp(prefix="s15t-")))
+    topology = netns.Topology(prefix="s15t", subnet=10, count=3, base=Path(tempfile.mkdtemp(prefix="s15t-")))
     try:
         topology.up()
         yield topology

@@ -195,6 +195,17 @@ def test_what_if_without_a_pool_plans_the_numbers_given(vera, two_regions) -> No
     }, format="json")
     assert response.status_code == 200, response.json()
     assert response.json()["plan"]["unserved"] == {"ra": 5.0}
+    # "pool": null means no pool, as the schema says (it said integer only while null was accepted).
+    explicit = vera.client.post(WHAT_IF, {"pool": None, "policy": "isolation", "capacities": [
+        {"region": "ra", "healthy_members": 1, "max_rate_per_member": 10}], "demand": {"ra": 15}}, format="json")
+    assert explicit.json()["plan"]["unserved"] == {"ra": 5.0}
+    schema = vera.client.get("/api/v1/schema/", {"format": "json"}).json()
+    body_ref = schema["paths"][WHAT_IF]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    properties = schema["components"]["schemas"][body_ref.rsplit("/", 1)[1]]["properties"]
+    assert properties["pool"]["nullable"] is True
+    assert vera.client.post(WHAT_IF, {"policy": None, "capacities": [{"region": "ra", "healthy_members": 1}],
+                                      "demand": {"ra": 1}}, format="json").json()["policy"] == "waterfall"
+    assert properties["policy"]["nullable"] is True
 
 
 @pytest.mark.parametrize(("body", "code", "field"), [

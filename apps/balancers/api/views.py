@@ -187,7 +187,10 @@ class IpPoolViewSet(GlobalQuerySetMixin, ServiceWritesMixin, TenantViewSet):
     select_related = ("region",)
 
     def scope_queryset(self, qs):
-        return qs.annotate(used_count=Count("addresses", filter=~Q(addresses__state=StaticIP.State.FREE)))
+        # An aggregate drops Meta.ordering (Django 3.1+), and pages of an unordered list can repeat rows.
+        return qs.annotate(
+            used_count=Count("addresses", filter=~Q(addresses__state=StaticIP.State.FREE))
+        ).order_by("name", "pk")
 
 
 class StaticIPViewSet(TenantViewSet):

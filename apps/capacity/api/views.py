@@ -72,9 +72,12 @@ class CapacityRunViewSet(TenantViewSet):
             return s.CapacityRunListSerializer
         return super().get_serializer_class()
 
-    @extend_schema(exclude=True)  # runs are started from their test; POST here is always a 405
-    def create(self, request, *args, **kwargs):
-        raise MethodNotAllowed("POST", detail="Start a run with POST /api/v1/capacity-tests/{id}/start/.")
+    create = None  # runs are started from their test: no POST route here (controlplane.api.Router)
+
+    def http_method_not_allowed(self, request, *args, **kwargs):
+        if request.method == "POST" and self.action is None:
+            raise MethodNotAllowed("POST", detail="Start a run with POST /api/v1/capacity-tests/{id}/start/.")
+        return super().http_method_not_allowed(request, *args, **kwargs)
 
     @extend_schema(responses={200: s.RunProgressSerializer})
     @action(detail=True, methods=["get"])

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 from collections.abc import Iterator
@@ -45,10 +46,14 @@ def wait_slot(principal) -> Iterator[bool]:
     try:
         cache.add(key, 0, _SLOT_TTL_S)
         held = cache.incr(key)
+        # Every wait renews the count's lifetime: `add` sets it only for the first of back-to-back waits,
+        # and a count expiring during a wait made its `decr` fail (a 500 after two minutes of long-polls).
+        cache.touch(key, _SLOT_TTL_S)
         try:
             yield held <= settings.LONGPOLL_SLOTS_PER_PRINCIPAL
         finally:
-            cache.decr(key)
+            with contextlib.suppress(ValueError):  # expired anyway (a Redis restart): nothing left to give back
+                cache.decr(key)
     finally:
         _process_slots.release()
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from apps.fleets.render.chain import backend_name, chain_lines
 from apps.fleets.render.manifest import ManifestBuilder
+from apps.fleets.render.memo import by_identity
 from apps.fleets.render.routing import action_key, build_route_maps, ordered_routes, parse_split_key, prefix_base
 from apps.fleets.snapshot import Bind, ListenerSpec, Owner, PoolSpec, RoutesMapOwners, RouteSpec
 
@@ -209,6 +210,9 @@ def classify_with_maps(
         f"http-request set-var(txn.hc) var(txn.host),map_end({prefix}.wildcards.map) if !{{ var(txn.hc) -m found }}",
         "http-request set-var(txn.hc) str(*) if !{ var(txn.hc) -m found }",
         f"http-request set-var(txn.rk) var(txn.hc),concat(,txn.path,?),map_beg({prefix}.routes.map)",
+        # No route of the host's own class matched: the any-host routes (routing.py).
+        f"http-request set-var(txn.rk) str(*),concat(,txn.path,?),map_beg({prefix}.routes.map) "
+        "if !{ var(txn.rk) -m found }",
         f"http-request redirect location %[var(txn.rk),map_str({prefix}.redirects.map)] code 302 "
         "if { var(txn.rk) -m beg u }",
     ]
@@ -228,6 +232,7 @@ def no_route_line(listener: ListenerSpec) -> str:
             f'string "{listener.no_route_body}" if !{{ var(txn.rk) -m found }}')
 
 
+@by_identity  # asked twice per render, and for every node of a rollout (memo.py)
 def listener_action_keys(listener: ListenerSpec) -> list[str]:
     keys = {action_key(r) for r in listener.routes if r.redirect_url is None}
     if listener.default_pool_id is not None:

@@ -9,8 +9,10 @@ The map layout, and why it gives the same answer (measured on HAProxy 2.6.12):
 - `map_beg` is a longest-prefix lookup (a prefix tree), not first-match-in-file order.
 - `map_end` is first-match in file order; `map_str` is an exact lookup.
 A request is first given a *host class*: its own name if some route names it exactly, else the longest
-matching wildcard (`map_end`, longest suffix first in the file), else `*`. Every class lists all routes
-that can apply to its hosts (exact + matching wildcards + any-host). The routes map is then keyed by
+matching wildcard (`map_end`, longest suffix first in the file), else `*`. Every class lists the routes
+naming its hosts (exact + matching wildcards); any-host routes are listed once, under `*`, which is looked
+up when the request's own class has no match: a route naming a host ranks before every any-host route,
+so no any-host route can beat a class's match. The routes map is then keyed by
 `<class><path>?` for exact routes and `<class><base>?` + `<class><base>/` for prefix routes (see
 `path_keys`), and looked up with `<class><request path>?`: `path` never contains `?` (the query is cut
 off), so a `?` key matches only its own path, a `/` key only paths below it (never `/apix` for `/api`),
@@ -30,6 +32,7 @@ from functools import reduce
 # The routing rule itself (match, rank, shadowing) lives in apps.balancers.routing, shared with the
 # route checks and the route tester; this module only lays it out for HAProxy.
 from apps.balancers.routing import prefix_base, resolve_route, route_rank  # noqa: F401 (re-exported)
+from apps.fleets.render.memo import by_identity
 from apps.fleets.snapshot import RouteSpec
 
 ANY_HOST_CLASS = "*"
@@ -64,9 +67,29 @@ def parse_split_key(key: str) -> list[tuple[int, int]]:
 
 def action_key(route: RouteSpec) -> str:
     """What a matched route does: `u<route id>` (redirect) or a split_key over its targets."""
+    return _prepared(route)[2]
+
+
+def _action_key(route: RouteSpec) -> str:
     if route.redirect_url is not None:
         return f"u{route.id}"
     return split_key([(t.pool_id, t.weight) for t in route.targets])
+
+
+# (path key suffixes, rank, action) per route, by value: the next revision's render meets the same 99,999
+# routes again (they are frozen and hashable; the values are pure functions of them).
+_PREPARED: dict[RouteSpec, tuple[tuple[str, ...], tuple[int, int, int], str]] = {}
+_PREPARED_MAX = 500_000
+
+
+def _prepared(route: RouteSpec) -> tuple[tuple[str, ...], tuple[int, int, int], str]:
+    found = _PREPARED.get(route)
+    if found is None:
+        found = (path_keys(route), route_rank(route), _action_key(route))
+        if len(_PREPARED) >= _PREPARED_MAX:
+            _PREPARED.clear()
+        _PREPARED[route] = found
+    return found
 
 
 @dataclass(frozen=True)
@@ -101,6 +124,7 @@ def path_keys(route: RouteSpec) -> tuple[str, ...]:
     return (base + "/", base + "?") if base else ("/",)
 
 
+@by_identity  # the same checked listener's routes for every node of a rollout (memo.py)
 def build_route_maps(routes: tuple[RouteSpec, ...]) -> RouteMaps:
     by_pattern: dict[str, list[RouteSpec]] = {}
     any_host: list[RouteSpec] = []
@@ -114,7 +138,7 @@ def build_route_maps(routes: tuple[RouteSpec, ...]) -> RouteMaps:
 
     best: dict[str, tuple[tuple[int, int], str, str]] = {}
     # (path key suffixes, rank, action) per route, computed once: any-host routes are added to every class.
-    prepared = {id(route): (path_keys(route), route_rank(route), action_key(route)) for route in routes}
+    prepared = {id(route): _prepared(route) for route in routes}
 
     def add(host_class: str, members: list[RouteSpec]) -> None:
         for route in members:
@@ -129,7 +153,9 @@ def build_route_maps(routes: tuple[RouteSpec, ...]) -> RouteMaps:
         add(host_class, by_pattern[host_class])
         for parent in _parent_wildcards(host_class, wildcard_set):
             add(host_class, by_pattern[parent])
-        add(host_class, any_host)
+    # Any-host routes only under `*`, looked up when the request's own class has no match (frontends):
+    # every route naming a host ranks before every any-host route, so that second lookup gives the same
+    # answer, and an any-host route costs two entries instead of two per host class (10,000 at 5,000 hosts).
     add(ANY_HOST_CLASS, any_host)
 
     # Drop entries shadowed by a better-ranked shorter prefix. In sorted order every key's prefixes

@@ -6,7 +6,6 @@ from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.decorators import action
-from rest_framework.exceptions import MethodNotAllowed
 from rest_framework.response import Response
 
 from apps.core.api.errors import PreconditionFailed
@@ -124,9 +123,7 @@ class JobRunViewSet(TenantViewSet):
     ordering_fields = ["scheduled_for", "started_at", "duration_ms"]
     http_method_names = ["get", "post", "head", "options"]
 
-    @extend_schema(exclude=True)  # runs come from the schedule or POST /jobs/{id}/run/; always a 405
-    def create(self, request, *args, **kwargs):
-        raise MethodNotAllowed("POST")
+    create = None  # runs come from the schedule or POST /jobs/{id}/run/: no POST route (controlplane.api.Router)
 
     @action(detail=True, methods=["post"], serializer_class=EmptySerializer)
     def cancel(self, request, pk=None):

@@ -30,8 +30,9 @@ class _CapacitySerializer(serializers.Serializer):
 class WhatIfRequestSerializer(serializers.Serializer):
     """Documentation of the body; services.what_if validates it (errors carry stable codes)."""
 
-    pool = serializers.IntegerField(required=False)
-    policy = serializers.ChoiceField(choices=["waterfall", "isolation"], required=False)
+    pool = serializers.IntegerField(required=False, allow_null=True, help_text="Start from this pool (null: none).")
+    policy = serializers.ChoiceField(choices=["waterfall", "isolation"], required=False, allow_null=True,
+                                     help_text="null: the pool's own policy (waterfall without a pool).")
     capacities = _CapacitySerializer(many=True, required=False)
     demand = serializers.DictField(child=serializers.FloatField(min_value=0), required=False)
 

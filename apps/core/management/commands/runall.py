@@ -97,8 +97,13 @@ class Command(BaseCommand):
         host, _, port = bind.rpartition(":")
         busy = ports.taken([(host or "127.0.0.1", int(port))])
         if busy:
+            runall = ports.runall_holding(int(port))
+            if runall is not None:
+                raise CommandError(f"cannot start: {busy[0]}, a `make run` (manage.py runall, pid {runall}) is "
+                                   f"running. Stop it first: Ctrl-C in its terminal, or kill {runall}.")
             raise CommandError(f"cannot start: {busy[0]}. Is `make run` already running? Stop it first "
-                               "(Ctrl-C in its terminal, or kill that pid).")
+                               "(Ctrl-C in its terminal, or kill that pid), or serve elsewhere: "
+                               "make run RUN_BIND=127.0.0.1:8001.")
         # The web port is free, so no runall is alive: demo processes recorded by an earlier run that
         # was killed hard are leftovers; stop them (by their recorded PIDs) before checking the rest.
         stop_demo = _demo_hook("stop_demo_processes")
@@ -111,8 +116,11 @@ class Command(BaseCommand):
                                + "\nStop those processes (by pid) and run `make run` again.")
 
 
-# Lines worth a person's attention on the console; everything else stays in var/log/.
-_CONSOLE = re.compile(r"\b(WARNING|ERROR|CRITICAL)\b|Traceback|: converging |Error:")
+# Lines worth a person's attention on the console (warnings, errors, one line per event, a fleet
+# re-converging); everything else stays in var/log/. A client's 4xx is answered to that client (django.request
+# logs it as a WARNING): on the console it would be noise, e.g. a browser's /favicon.ico.
+_CONSOLE = re.compile(r"\b(WARNING|ERROR|CRITICAL)\b|Traceback|: converging |Error:|\bevent [a-z_]+(\.[a-z_]+)* \[")
+_QUIET = re.compile(r"\bWARNING django\.request\b")
 
 
 def _pump(proc: subprocess.Popen, path: Path, name: str, console: Any) -> None:
@@ -124,6 +132,9 @@ def _pump(proc: subprocess.Popen, path: Path, name: str, console: Any) -> None:
             log.flush()
             line = raw.decode(errors="replace").rstrip()
             starts_record = line.startswith("[") or line[:4].isdigit()
+            if _QUIET.search(line):
+                in_traceback = False
+                continue
             if _CONSOLE.search(line) or (in_traceback and not starts_record):
                 console.write(f"{name}: {line}")
                 in_traceback = in_traceback or "Traceback" in line or "ERROR" in line
