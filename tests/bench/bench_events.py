@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -90,6 +91,8 @@ def main() -> None:
     import django
 
     django.setup()
+    # event_emit logs one line per event (make run's console shows them); 1,000 of them would bury the figures.
+    logging.getLogger("apps.events.services").setLevel(logging.WARNING)
     from django.core.management import call_command
     from django.db import connection, connections, transaction
 
