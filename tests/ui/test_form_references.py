@@ -134,8 +134,39 @@ def _form_views(resolver: URLResolver | None = None) -> list[tuple[str, type[Ser
     return found
 
 
+@pytest.mark.parametrize("field", ["lb", "target"])
+def test_the_cloud_plan_form_offers_no_foreign_lb_or_target_and_refuses_one_like_a_missing_one(acme, globex, alice,
+                                                                                               field):
+    from apps.cloud.models import CloudApply, CloudTarget
+
+    def side(org):
+        lb = LoadBalancerFactory(name=f"{org.slug}-cloud", org=org, kind=LoadBalancer.Kind.GCP)
+        target = CloudTarget.objects.create(org=org, name=f"{org.slug}-gcp", provider="gcp", project_or_account="p")
+        return {"lb": lb, "target": target}
+
+    ours, theirs = side(acme), side(globex)
+    url = reverse("cloud-run-new")
+    client = web(alice)
+    offered = _options(client.get(url).content.decode(), field)
+    assert str(ours[field].pk) in offered
+    assert str(theirs[field].pk) not in offered
+    data = {"lb": str(ours["lb"].pk), "target": str(ours["target"].pk)}
+
+    attacked = client.post(url, {**data, field: str(theirs[field].pk)}, **HTMX)
+    absent = client.post(url, {**data, field: str(MISSING_ID)}, **HTMX)
+
+    assert attacked.status_code == 422, attacked.content.decode()[:400]
+    assert _shape(attacked, field, theirs[field].pk)[1]
+    assert _shape(attacked, field, theirs[field].pk) == _shape(absent, field, MISSING_ID)
+    assert not CloudApply.objects.exists()
+
+
+# Form inputs with an attack case of their own above (not in CASES).
+COVERED_APART = {("cloud-run-new", "lb"), ("cloud-run-new", "target")}
+
+
 def test_the_cases_cover_every_reference_a_customer_form_offers():
-    covered = {(name, field) for name, _, _, field in CASES}
+    covered = {(name, field) for name, _, _, field in CASES} | COVERED_APART
     walked, missing = set(), []
     for name, view in _form_views():
         if view.operator_only or view.serializer_class is None:
