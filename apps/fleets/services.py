@@ -110,55 +110,81 @@ def fleet_render(*, fleet: Fleet, reason: str = "") -> ConfigRevision:
     The same content as the latest revision makes no new revision; the latest then also covers the
     LB revisions just read (it serves them). A config the renderer refuses (a value failing its
     allowlist) or `haproxy -c -dW` rejects is stored with the reason and can never be rolled out.
+
+    The fleet row is locked only to store the result, not while rendering: every route write bumps
+    that row's change_seq, and at 100k routes a render holding the lock kept each write waiting for
+    seconds. A revision stored by someone else meanwhile makes this render start over (its number
+    and diff base are stale); the reconciler's lease makes that rare.
     """
-    with transaction.atomic():
-        fleet = Fleet.objects.select_for_update().select_related("region").get(pk=fleet.pk)
-        latest = selectors.latest_revision(fleet)
-        number = latest.number + 1 if latest else 1
-        snap, lb_revisions = selectors.fleet_snapshot(fleet, number)
-        # One tenant's broken object must not block the others: render what is valid, keep the rest
-        # as problems for their owners.
-        snap, left_out = quarantine(snap, shared_bind=selectors.fleet_binds_one_address(fleet))
-        problems = [p.as_json() for p in left_out]
-        if problems:
-            logger.warning("fleet %s: revision %s leaves out %s", fleet.name, number, problems)
-        try:
-            bundle = render(snap, selectors.reference_node(fleet))
-        except UnsafeValue as exc:
-            # Same refusal twice = same "content": no new revision for it.
-            text, ok, output, took_ms = "", False, f"render refused: {exc}", 0.0
-            content = hashlib.sha256(output.encode()).hexdigest()
-        else:
-            text, content = display_text(bundle), content_sha256(bundle)
-        if latest is not None and latest.sha256 == content:
+    for _ in range(3):
+        revision = _render_once(fleet, reason)
+        if revision is not None:
+            return revision
+    with transaction.atomic():  # still racing: render holding the lock, as before
+        Fleet.objects.select_for_update().get(pk=fleet.pk)
+        revision = _render_once(fleet, reason)
+    assert revision is not None
+    return revision
+
+
+def _render_once(fleet: Fleet, reason: str) -> ConfigRevision | None:
+    fleet = Fleet.objects.select_related("region").get(pk=fleet.pk)
+    latest = selectors.latest_revision(fleet)
+    number = latest.number + 1 if latest else 1
+    snap, lb_revisions = selectors.fleet_snapshot(fleet, number)
+    # One tenant's broken object must not block the others: render what is valid, keep the rest
+    # as problems for their owners.
+    snap, left_out = quarantine(snap, shared_bind=selectors.fleet_binds_one_address(fleet))
+    problems = [p.as_json() for p in left_out]
+    if problems:
+        logger.warning("fleet %s: revision %s leaves out %s", fleet.name, number, problems)
+    try:
+        bundle = render(snap, selectors.reference_node(fleet))
+    except UnsafeValue as exc:
+        # Same refusal twice = same "content": no new revision for it.
+        text, ok, output, took_ms = "", False, f"render refused: {exc}", 0.0
+        content = hashlib.sha256(output.encode()).hexdigest()
+    else:
+        text, content = display_text(bundle), content_sha256(bundle)
+    if latest is not None and latest.sha256 == content:
+        with transaction.atomic():
+            Fleet.objects.select_for_update().get(pk=fleet.pk)
+            if selectors.latest_revision(fleet) != latest:
+                return None
+            latest.refresh_from_db(fields=["lb_revisions"])
             merged = dict(latest.lb_revisions)
             for lb_id, lb_rev in lb_revisions.items():
                 merged[lb_id] = max(int(merged.get(lb_id, 0)), lb_rev)
             if merged != latest.lb_revisions:
                 latest.lb_revisions = merged
                 latest.save(update_fields=["lb_revisions"])
-            return latest
-        if text and _certificates_only(latest, text):
-            ok, output, took_ms = True, CERTIFICATES_ONLY_NOTE, 0.0
-        elif text and latest is not None and _maps_only(fleet.pk, latest, bundle):
-            ok, output, took_ms = True, MAPS_ONLY_NOTE.format(number=latest.number), 0.0
-        elif text:
-            result = validate_bundle(bundle, settings.HAPROXY_BIN)
-            ok, output, took_ms = result.ok, result.output, result.duration_ms
-        diff = revision_diff(latest.text if latest else "", text,
-                             f"revision {latest.number}" if latest else "empty", f"revision {number}")
-        # Name the changes it carries (from the audit log) rather than only how the render was started.
-        changes = change_reason(lb_ids={int(k) for k in lb_revisions}, since=latest.created_at if latest else None)
-        if changes:
-            reason = changes if reason in ("", AUTO_RENDER_REASON) else f"{reason}: {changes}"
+        return latest
+    if text and _certificates_only(latest, text):
+        ok, output, took_ms = True, CERTIFICATES_ONLY_NOTE, 0.0
+    elif text and latest is not None and _maps_only(fleet.pk, latest, bundle):
+        ok, output, took_ms = True, MAPS_ONLY_NOTE.format(number=latest.number), 0.0
+    elif text:
+        result = validate_bundle(bundle, settings.HAPROXY_BIN)
+        ok, output, took_ms = result.ok, result.output, result.duration_ms
+    diff = revision_diff(latest.text if latest else "", text,
+                         f"revision {latest.number}" if latest else "empty", f"revision {number}")
+    # Name the changes it carries (from the audit log) rather than only how the render was started.
+    changes = change_reason(lb_ids={int(k) for k in lb_revisions}, since=latest.created_at if latest else None)
+    if changes:
+        reason = changes if reason in ("", AUTO_RENDER_REASON) else f"{reason}: {changes}"
+    stored = snapshot_to_json(snap, crypto.encrypt)
+    with transaction.atomic():
+        Fleet.objects.select_for_update().get(pk=fleet.pk)
+        if selectors.latest_revision(fleet) != latest:
+            return None
         revision = ConfigRevision.objects.create(
             fleet=fleet, number=number, text=text, sha256=content, diff=diff,
-            snapshot=snapshot_to_json(snap, crypto.encrypt), validation_ok=ok, validation_output=output,
+            snapshot=stored, validation_ok=ok, validation_output=output,
             validation_ms=took_ms, lb_revisions=lb_revisions, reason=reason[:200], problems=problems,
         )
-        selectors.remember_revision_snapshot(revision, snap)
-        if ok and text:
-            _VALIDATED_SHAPE[fleet.pk] = (content, _shape(bundle))
+    selectors.remember_revision_snapshot(revision, snap)
+    if ok and text:
+        _VALIDATED_SHAPE[fleet.pk] = (content, _shape(bundle))
     if not ok:
         logger.warning("fleet %s: revision %s is invalid and will not be pushed:\n%s",
                        fleet.name, number, output)

@@ -151,7 +151,7 @@ def sustained(fb: FleetBench, rate_per_min: int, duration_s: float) -> tuple[int
     wrk = subprocess.Popen(["wrk", "-t1", "-c8", f"-d{int(duration_s) + 5}s", f"http://{node}:{fb.port}/"],
                            stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + duration_s
-    watcher = threading.Thread(target=watch)
+    watcher = threading.Thread(target=watch, daemon=True)  # a failed run must not hang on it
     watcher.start()
     sent = 0
     next_at = time.monotonic()
@@ -159,7 +159,7 @@ def sustained(fb: FleetBench, rate_per_min: int, duration_s: float) -> tuple[int
         try:
             fb.add_route(f"/s{sent}", 1_000 + sent, redirect_url=f"https://s.test/{sent}")
             pending.append((lb_revision(fb), time.monotonic()))
-        except RuntimeError:
+        except (RuntimeError, OSError):  # refused, or no answer within the client's timeout
             errors += 1
         sent += 1
         next_at += interval
