@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import re
 import statistics
@@ -197,6 +198,8 @@ def main() -> None:
     parser.add_argument("--cpu-hogs", type=int, default=0,
                         help="busy-loop processes (nice 0) during the run, to measure on a loaded box")
     args = parser.parse_args()
+    # asyncssh logs every channel of the deploy at INFO (~200 lines) above the figures.
+    logging.getLogger("asyncssh").setLevel(logging.WARNING)
     why = netns.available()
     if why:
         raise SystemExit(f"cannot run: {why}")
