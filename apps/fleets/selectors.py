@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Final
 
 from django.conf import settings
@@ -76,6 +78,21 @@ def fleet_ids_for_lb(lb_id: int) -> list[int]:
 def enabled_nodes(fleet: Fleet) -> QuerySet[Node]:
     return (Node.objects.filter(fleet=fleet, enabled=True).select_related("applied_revision")
             .defer(*(f"applied_revision__{f}" for f in REVISION_BULK_FIELDS)).order_by("name"))
+
+
+def health_rows(since: datetime) -> Iterator[tuple[str, str, str]]:
+    """(backend, server, status) of every server line enabled nodes reported since `since` (traffic.readers)."""
+    return (NodeHealth.objects.filter(updated_at__gte=since, node__enabled=True, proxy__startswith="p")
+            .exclude(server__in=["BACKEND", "FRONTEND"]).values_list("proxy", "server", "status").iterator())
+
+
+def pool_nodes(pool: Pool) -> dict[str, list[str]]:
+    """{region: ["fleet/node", ...]}: enabled nodes of every fleet serving the pool's LB (traffic.readers)."""
+    nodes: dict[str, list[str]] = defaultdict(list)
+    for fleet in lb_fleets(pool.lb).select_related("region"):
+        for node in enabled_nodes(fleet):
+            nodes[fleet.region.slug].append(f"{fleet.name}/{node.name}")
+    return {region: sorted(names) for region, names in sorted(nodes.items())}
 
 
 def _nodes_per_region(lb_ids: list[int]) -> dict[int, dict[str, int]]:
