@@ -83,7 +83,7 @@ def enabled_nodes(fleet: Fleet) -> QuerySet[Node]:
 def health_rows(since: datetime) -> Iterator[tuple[str, str, str]]:
     """(backend, server, status) of every server line enabled nodes reported since `since` (traffic.readers)."""
     return (NodeHealth.objects.filter(updated_at__gte=since, node__enabled=True, proxy__startswith="p")
-            .exclude(server__in=["BACKEND", "FRONTEND"]).values_list("proxy", "server", "status").iterator())
+            .exclude(server__in=SUMMARY_ROWS).values_list("proxy", "server", "status").iterator())
 
 
 def pool_nodes(pool: Pool) -> dict[str, list[str]]:
