@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from apps.accounts.models import Organization
@@ -16,7 +16,7 @@ from apps.balancers.services import object_save
 from apps.capacity import engine, safety
 from apps.capacity.models import CapacityRun, CapacityTest, TargetAllowlist
 from apps.capacity.selectors import org_active_load
-from apps.core.errors import Conflict, DoesNotExist, DomainError, NotFoundError
+from apps.core.errors import Conflict, DoesNotExist, DomainError, NotFoundError, save_or_conflict
 
 MAX_STEPS = 50
 MAX_SHARDS = 16
@@ -123,12 +123,8 @@ def capacity_test_save(*, principal: Principal, test: CapacityTest, data: dict[s
         if not test.created_by:
             test.created_by = principal.actor
         capacity_test_check(test)
-        try:
-            with transaction.atomic():
-                test.save()
-        except IntegrityError as exc:
-            raise Conflict("name_taken", f"Your organization already has a capacity test named '{test.name}'.",
-                           field="name") from exc
+        save_or_conflict(test, Conflict("name_taken", f"Your organization already has a capacity test named "
+                                                      f"'{test.name}'.", field="name"))
         audit_record(principal=principal, org=test.org,
                      action="capacitytest.create" if before is None else "capacitytest.update",
                      obj=test, before=before, after=audit_snapshot(test))

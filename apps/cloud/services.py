@@ -11,7 +11,7 @@ import json
 import logging
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from apps.accounts.principal import Principal
@@ -20,7 +20,7 @@ from apps.balancers.models import LoadBalancer
 from apps.cloud import runner
 from apps.cloud.models import CloudApply, CloudCredential, CloudTarget
 from apps.cloud.selectors import cloud_lb
-from apps.core.errors import Conflict, DomainError
+from apps.core.errors import Conflict, DomainError, save_or_conflict
 from deploy.limits import check_limits
 
 log = logging.getLogger(__name__)
@@ -44,11 +44,7 @@ def save_target(*, principal: Principal, target: CloudTarget, data: dict[str, An
             data = {"org": principal.org, **data}
         for field, value in data.items():
             setattr(target, field, value)
-        try:
-            with transaction.atomic():
-                target.save()
-        except IntegrityError as exc:
-            raise Conflict("conflict", "A cloud target with this name already exists.", field="name") from exc
+        save_or_conflict(target, Conflict("conflict", "A cloud target with this name already exists.", field="name"))
         audit_record(principal=principal, org=target.org, action=f"cloudtarget.{'create' if creating else 'update'}",
                      obj=target, before=before, after=audit_snapshot(target))
     return target

@@ -5,13 +5,13 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from apps.accounts.principal import Principal
 from apps.audit.services import audit_record, audit_snapshot
 from apps.core import crypto, webhooks
-from apps.core.errors import Conflict, DomainError
+from apps.core.errors import Conflict, DomainError, save_or_conflict
 from apps.scheduling import cron, kinds, planning
 from apps.scheduling.models import Job, JobRun
 from apps.scheduling.runner import Ticket, enqueue_on_commit
@@ -82,12 +82,8 @@ def job_save(*, principal: Principal | None, job: Job, data: dict[str, Any],
         # job takes it over, so a job paused because its creator's token lapsed runs again on theirs.
         if principal is not None and (creating or (job.enabled and not old_schedule["enabled"])):
             job.created_by = principal.actor
-        try:
-            with transaction.atomic():
-                job.save()
-        except IntegrityError as exc:
-            raise Conflict("name_taken", f"A job named '{job.name}' already exists in this organization.",
-                           field="name") from exc
+        save_or_conflict(job, Conflict("name_taken", f"A job named '{job.name}' already exists in this organization.",
+                                       field="name"))
         audit_record(principal=principal, org=job.org, action="job.create" if creating else "job.update",
                      obj=job, before=before, after=audit_snapshot(job))
     return job
@@ -157,12 +153,9 @@ def job_run_now(*, principal: Principal | None, job: Job) -> JobRun:
     if now.microsecond == 0:
         now = now.replace(microsecond=1)
     with transaction.atomic():
-        try:
-            with transaction.atomic():
-                run = JobRun.objects.create(job=job, scheduled_for=now, trigger=JobRun.Trigger.MANUAL,
-                                            max_attempts=job.max_retries + 1, enqueued_at=now)
-        except IntegrityError as exc:
-            raise Conflict("run_exists", "A run of this job was just requested; try again.") from exc
+        run = JobRun(job=job, scheduled_for=now, trigger=JobRun.Trigger.MANUAL,
+                     max_attempts=job.max_retries + 1, enqueued_at=now)
+        save_or_conflict(run, Conflict("run_exists", "A run of this job was just requested; try again."))
         audit_record(principal=principal, org=job.org, action="job.run", obj=job,
                      after={"run": run.pk, "scheduled_for": now})
         enqueue_on_commit([Ticket(run.pk, job.timeout_s)])
