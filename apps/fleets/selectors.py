@@ -26,7 +26,16 @@ from apps.balancers.models import (
 )
 from apps.core import crypto
 from apps.fleets.codec import snapshot_from_json
-from apps.fleets.models import REVISION_BULK_FIELDS, ConfigRevision, Fleet, Node, NodeHealth, NodeResult, Rollout
+from apps.fleets.models import (
+    REVISION_BULK_FIELDS,
+    ConfigRevision,
+    Fleet,
+    Node,
+    NodeHealth,
+    NodeResult,
+    Rollout,
+    fleets_visible_to,
+)
 from apps.fleets.render.keepalived import node_priority
 from apps.fleets.snapshot import (
     ANY_ADDRESS,
@@ -333,16 +342,6 @@ FAILED_CHECKS: Final = ("L4TOUT", "L4CON", "L6TOUT", "L6RSP", "L7TOUT", "L7RSP",
 FAILING_Q: Final = (Q(status__startswith="DOWN") | Q(status__startswith="UP ")
                     | Q(check_status__in=FAILED_CHECKS + tuple(f"* {c}" for c in FAILED_CHECKS)))
 UP_Q: Final = Q(status__startswith="UP") | Q(status="no check")
-
-
-def fleets_visible_to(principal: Principal) -> QuerySet[Fleet]:
-    """Operators: every fleet. Customers: the fleets serving a load balancer they can see."""
-    if principal.is_operator:
-        return Fleet.objects.all()
-    lbs = LoadBalancer.objects.visible_to(principal).values("pk")
-    # pk__in rather than a join with distinct(), so callers may annotate counts safely.
-    return Fleet.objects.filter(pk__in=Fleet.objects.filter(Q(load_balancers__in=lbs) | Q(serves__in=lbs))
-                                .values("pk"))
 
 
 def _health_scope(principal: Principal) -> Q:
