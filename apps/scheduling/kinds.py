@@ -96,10 +96,6 @@ class RunContext:
     cancel_event: threading.Event = field(default_factory=threading.Event)
     cancel_reason: str = ""  # "timeout" or "cancelled", set by whoever sets cancel_event
 
-    def check_cancelled(self) -> None:
-        if self.cancel_event.is_set():
-            raise RunCancelled("the run was cancelled")
-
     def sleep(self, seconds: float) -> None:
         """Sleep, but wake up and stop as soon as the run is cancelled."""
         if self.cancel_event.wait(max(0.0, seconds)):

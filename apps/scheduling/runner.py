@@ -465,12 +465,6 @@ def _record_one(outcome: Outcome, now: datetime, retries: list[Ticket]) -> str:
     return status
 
 
-def close_attempt(run: JobRun, *, status: str, error: str = "", duration_ms: int | None = None,
-                  now: datetime | None = None, send: Callable[[list[Ticket]], Any] | None = None) -> str:
-    """Record the end of `run`'s current attempt from outside its worker (the reaper)."""
-    return record([Outcome(run, status, None, error, duration_ms)], now=now, send=send)[0]
-
-
 def _set_last_status(job_ids: list[int], status: str, now: datetime) -> None:
     # A run that finishes late must not hide the outcome of a newer one.
     Job.objects.filter(pk__in=job_ids).filter(Q(last_run_at__isnull=True) | Q(last_run_at__lte=now)).update(
