@@ -331,7 +331,7 @@ class StaticIpReleaseView(WorkspaceMixin, PrincipalView):
         try:
             static_ip_release(principal=self.principal, ip=static_ip)
         except DomainError as exc:
-            errors = {"non_field_errors": [exc.detail]}
+            errors = errors_of(exc)
         return render(request, "partials/static_ips.html", self.static_ip_context(lb, errors),
                       status=409 if errors else 200)
 
