@@ -13,6 +13,7 @@ from typing import Any
 from django.db.models import Prefetch, QuerySet
 from django.http import HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
 from django_htmx.http import HttpResponseClientRedirect
 
 from apps.balancers.api.serializers import MemberStateSerializer, RouteSerializer
@@ -176,7 +177,7 @@ class RoutesView(WorkspaceMixin, PrincipalView):
         if serializer.is_valid():
             try:
                 route_save(principal=self.principal, route=Route(), data=serializer.validated_data)
-                return HttpResponseClientRedirect(f"/load-balancers/{lb.pk}/")
+                return HttpResponseClientRedirect(reverse("lb-detail", kwargs={"pk": lb.pk}))
             except DomainError as exc:
                 errors = errors_of(exc)
         else:
@@ -330,7 +331,7 @@ class StaticIpReleaseView(WorkspaceMixin, PrincipalView):
         try:
             static_ip_release(principal=self.principal, ip=static_ip)
         except DomainError as exc:
-            errors = {"non_field_errors": [exc.detail]}
+            errors = errors_of(exc)
         return render(request, "partials/static_ips.html", self.static_ip_context(lb, errors),
                       status=409 if errors else 200)
 

@@ -112,8 +112,3 @@ def verify_serials(checks: list[Check], timeout_s: float = 30.0,
     if verified_at is not None:
         verified_at[:] = done_at
     return seen
-
-
-def verify_serial(cert: Certificate, serial: int, server_name: str, timeout_s: float = 30.0) -> dict[str, str]:
-    """{endpoint: "ok" | what it served instead} for one certificate (see verify_serials)."""
-    return verify_serials([Check(endpoints(cert), serial, server_name)], timeout_s)[0]

@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 from django.forms.models import model_to_dict
 
 from apps.audit.models import AuditEvent
-from apps.core.errors import Conflict
+from apps.core.errors import Conflict, save_or_conflict
 from apps.core.middleware import current_request_id
 
 
@@ -95,12 +95,8 @@ def audited_save(*, principal, obj, action: AuditAction | str | None = None, dat
         before = audit_snapshot(obj) if obj.pk else None
         for field, value in (data or {}).items():
             setattr(obj, field, value)
-        try:
-            with transaction.atomic():
-                obj.save()
-        except IntegrityError as exc:
-            raise Conflict("conflict", f"This {obj._meta.verbose_name} conflicts with an existing one "
-                                       f"(a unique name, port or address is already taken).") from exc
+        save_or_conflict(obj, Conflict("conflict", f"This {obj._meta.verbose_name} conflicts with an existing one "
+                                                   f"(a unique name, port or address is already taken)."))
         audit_record(principal=principal, org=org_of(obj), action=f"{obj._meta.model_name}.{action}",
                      obj=obj, before=before, after=audit_snapshot(obj))
         if after_save is not None:

@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from apps.capacity import engine, knee, safety
 from apps.capacity.models import CapacityRun, CapacityShard, CapacityTest, StepResult
+from apps.capacity.rules import caps_of, load_of, plan_for
 from apps.capacity.selectors import healthy_member_count, org_active_load, pool_region_for
 from apps.core.errors import DomainError
 from apps.events.services import event_emit
@@ -61,8 +62,6 @@ def _fail_run(run_id: int, code: str, message: str) -> bool:
 
 def run_prepare(run_id: int, enqueue: Enqueue) -> str:
     """Pending -> running: re-check, freeze the plan, create shard rows, enqueue shards."""
-    from apps.capacity.services import caps_of, load_of, plan_for
-
     run = CapacityRun.objects.select_related("test__org").filter(pk=run_id).first()
     if run is None or run.status != CapacityRun.Status.PENDING:
         return "skipped"

@@ -11,16 +11,16 @@ import json
 import logging
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from apps.accounts.principal import Principal
 from apps.audit.services import audit_record, audit_snapshot
 from apps.balancers.models import LoadBalancer
-from apps.cloud import runner
+from apps.cloud import terraform_cli
 from apps.cloud.models import CloudApply, CloudCredential, CloudTarget
 from apps.cloud.selectors import cloud_lb
-from apps.core.errors import Conflict, DomainError
+from apps.core.errors import Conflict, DomainError, save_or_conflict
 from deploy.limits import check_limits
 
 log = logging.getLogger(__name__)
@@ -44,11 +44,7 @@ def save_target(*, principal: Principal, target: CloudTarget, data: dict[str, An
             data = {"org": principal.org, **data}
         for field, value in data.items():
             setattr(target, field, value)
-        try:
-            with transaction.atomic():
-                target.save()
-        except IntegrityError as exc:
-            raise Conflict("conflict", "A cloud target with this name already exists.", field="name") from exc
+        save_or_conflict(target, Conflict("conflict", "A cloud target with this name already exists.", field="name"))
         audit_record(principal=principal, org=target.org, action=f"cloudtarget.{'create' if creating else 'update'}",
                      obj=target, before=before, after=audit_snapshot(target))
     return target
@@ -88,7 +84,7 @@ def delete_credential(*, principal: Principal, credential: CloudCredential) -> N
 
 
 def apply_unavailable_reason(target: CloudTarget) -> str | None:
-    return runner.apply_unavailable_reason(target.effective_credentials_ref)
+    return terraform_cli.apply_unavailable_reason(target.effective_credentials_ref)
 
 
 # --- applies --------------------------------------------------------------------------------------------
@@ -129,7 +125,7 @@ def synthesize_apply(apply: CloudApply) -> dict[str, Any]:
     violations = check_limits(model)
     if violations:
         raise DomainError("provider_limit", " ".join(v.message for v in violations), status=422)
-    work = runner.workdir(target.name, lb.name)
+    work = terraform_cli.workdir(target.name, lb.name)
     try:
         doc = synthesize(model, work / "cdktf.out")
     except LimitError as exc:  # same check inside synthesize; kept for a model changed in between
@@ -140,7 +136,8 @@ def synthesize_apply(apply: CloudApply) -> dict[str, Any]:
     else:
         # cdktf writes a local backend path relative to its own stack dir; state lives next to main.tf.json.
         doc.setdefault("terraform", {})["backend"] = {"local": {"path": "terraform.tfstate"}}
-    text = runner.scrub(json.dumps(doc, indent=2, sort_keys=True), runner.secrets_of(target.effective_credentials_ref))
+    text = terraform_cli.scrub(json.dumps(doc, indent=2, sort_keys=True),
+                               terraform_cli.secrets_of(target.effective_credentials_ref))
     (work / MAIN_FILE).write_text(text)
     return json.loads(text)
 
@@ -179,26 +176,27 @@ def run_plan(apply_id: int) -> str:
         return _fail(apply, exc.detail)
     except Exception as exc:  # cdktf/jsii failures arrive as many types; the run must still end
         log.exception("cloud synthesis failed for apply %s", apply_id)
-        secrets = runner.secrets_of(target.effective_credentials_ref)
-        return _fail(apply, f"Synthesis failed: {runner.scrub(str(exc), secrets)}")
+        secrets = terraform_cli.secrets_of(target.effective_credentials_ref)
+        return _fail(apply, f"Synthesis failed: {terraform_cli.scrub(str(exc), secrets)}")
     apply.save(update_fields=["synth_json", "updated_at"])
     reason = apply_unavailable_reason(target)
     if reason:
         return _fail(apply, f"Plan unavailable: {reason} The synthesized JSON can be downloaded.")
-    binary = runner.terraform_bin()
+    binary = terraform_cli.terraform_bin()
     assert binary is not None
-    work = runner.workdir(target.name, apply.lb.name)
+    work = terraform_cli.workdir(target.name, apply.lb.name)
     common = {"cwd": work, "provider": target.provider, "ref": target.effective_credentials_ref}
-    init = runner.run(binary, ["init", "-input=false", "-no-color"], timeout_s=runner.INIT_TIMEOUT_S, **common)
+    init = terraform_cli.run(binary, ["init", "-input=false", "-no-color"], timeout_s=terraform_cli.INIT_TIMEOUT_S,
+                             **common)
     apply.plan_output = _section(init)
     if init.returncode != 0:
         return _fail(apply, f"terraform init failed (exit {init.returncode}): {_last_error(init.output)}")
-    plan = runner.run(binary, ["plan", "-input=false", "-no-color", "-detailed-exitcode", f"-out={PLAN_FILE}"],
-                      timeout_s=runner.PLAN_TIMEOUT_S, **common)
+    plan = terraform_cli.run(binary, ["plan", "-input=false", "-no-color", "-detailed-exitcode", f"-out={PLAN_FILE}"],
+                             timeout_s=terraform_cli.PLAN_TIMEOUT_S, **common)
     apply.plan_output += _section(plan)
     if plan.returncode not in (0, 2):
         return _fail(apply, f"terraform plan failed (exit {plan.returncode}): {_last_error(plan.output)}")
-    apply.diff = runner.plan_diff(plan.output)
+    apply.diff = terraform_cli.plan_diff(plan.output)
     apply.status = CloudApply.Status.AWAITING_APPROVAL if plan.returncode == 2 else CloudApply.Status.PLANNED
     apply.finished_at = timezone.now() if apply.status == CloudApply.Status.PLANNED else None
     apply.save(update_fields=["plan_output", "diff", "status", "finished_at", "updated_at"])
@@ -214,14 +212,14 @@ def run_apply(apply_id: int) -> str:
     reason = apply_unavailable_reason(target)
     if reason:
         return _fail(apply, f"Apply unavailable: {reason}")
-    work = runner.workdir(target.name, apply.lb.name)
+    work = terraform_cli.workdir(target.name, apply.lb.name)
     if not (work / PLAN_FILE).is_file():
         return _fail(apply, "The saved plan of this run is gone from the working directory; plan again.")
-    binary = runner.terraform_bin()
+    binary = terraform_cli.terraform_bin()
     assert binary is not None
-    result = runner.run(binary, ["apply", "-input=false", "-no-color", "-auto-approve", PLAN_FILE],
-                        cwd=work, provider=target.provider, ref=target.effective_credentials_ref,
-                        timeout_s=runner.APPLY_TIMEOUT_S)
+    result = terraform_cli.run(binary, ["apply", "-input=false", "-no-color", "-auto-approve", PLAN_FILE],
+                               cwd=work, provider=target.provider, ref=target.effective_credentials_ref,
+                               timeout_s=terraform_cli.APPLY_TIMEOUT_S)
     apply.apply_output = _section(result)
     if result.returncode != 0:
         return _fail(apply, f"terraform apply failed (exit {result.returncode}): {_last_error(result.output)}")
@@ -236,7 +234,7 @@ def _fail(apply: CloudApply, error: str) -> str:
     return apply.status
 
 
-def _section(result: runner.RunResult) -> str:
+def _section(result: terraform_cli.RunResult) -> str:
     return f"$ {' '.join(result.argv)}\n{result.output}\n[exit {result.returncode}]\n"
 
 

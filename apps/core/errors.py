@@ -1,6 +1,9 @@
-"""Domain errors with a stable machine code and a sentence a person can act on."""
+"""Domain errors with a stable machine code and a sentence a person can act on, and the savepoint that
+turns a unique violation into one."""
 
 from __future__ import annotations
+
+from django.db import IntegrityError, models, transaction
 
 
 class DomainError(Exception):
@@ -36,3 +39,15 @@ class DoesNotExist(DomainError):
 
     def __init__(self, detail: str, *, field: str) -> None:
         super().__init__("does_not_exist", detail, field=field)
+
+
+def save_or_conflict(obj: models.Model, conflict: Conflict) -> None:
+    """Save `obj` in a savepoint; a unique constraint it hits raises `conflict` (the service's own code and
+    sentence) instead of a 500, and leaves the caller's transaction usable. The one place a service turns
+    IntegrityError into a Conflict; what a service does not catch, the API maps centrally
+    (apps.core.api.errors._database_refused)."""
+    try:
+        with transaction.atomic():
+            obj.save()
+    except IntegrityError as exc:
+        raise conflict from exc

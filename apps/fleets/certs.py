@@ -15,12 +15,12 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.x509.oid import ExtensionOID, NameOID
-from django.db import IntegrityError, transaction
+from django.db import transaction
 
 from apps.accounts.principal import Principal
 from apps.audit.services import audit_record
 from apps.core import crypto
-from apps.core.errors import Conflict, DomainError
+from apps.core.errors import Conflict, DomainError, save_or_conflict
 from apps.fleets.models import Certificate
 
 EXPIRY_WARNING_DAYS = 30
@@ -141,11 +141,7 @@ def certificate_save(*, principal: Principal, cert: Certificate, org, name: str,
         cert.subject, cert.issuer, cert.dns_names = info.subject, info.issuer, info.dns_names
         cert.not_before, cert.not_after = info.not_before, info.not_after
         cert.fingerprint_sha256 = info.fingerprint_sha256
-        try:
-            with transaction.atomic():
-                cert.save()
-        except IntegrityError as exc:
-            raise Conflict("name_taken", f"A certificate named '{name}' already exists.", field="name") from exc
+        save_or_conflict(cert, Conflict("name_taken", f"A certificate named '{name}' already exists.", field="name"))
         audit_record(principal=principal, org=org, action="certificate.save", obj=cert, before=before,
                      after={"fingerprint": cert.fingerprint_sha256, "not_after": cert.not_after,
                             "subject": cert.subject})

@@ -6,15 +6,13 @@ calls `event_emit`, which never raises, so a rollout cannot fail because of an e
 
 from __future__ import annotations
 
-import re
-
 from apps.balancers.models import LoadBalancer, Member
 from apps.events.models import Event
 from apps.events.services import event_emit
 from apps.fleets import selectors
 from apps.fleets.models import REVISION_BULK_FIELDS, ConfigRevision, Node, NodeHealth, Rollout
+from apps.traffic.observe import parse_backend
 
-_POOL_PROXY = re.compile(r"^p(\d+)_")  # a pool's backend per region (apps.fleets.render)
 # What a customer's LB event says of a failed rollout (the words of its rollout page): the error itself names
 # the operator's nodes and addresses and may quote other tenants' config lines.
 CUSTOMER_ROLLOUT_ERROR = "The rollout failed; an operator can see the details."
@@ -87,12 +85,12 @@ def member_health_changed(before: dict[tuple[int, str, str], str], rows: list[No
     """member.health_changed once per member whose up/down state any node saw change (the pool's org)."""
     changed: dict[tuple[int, str], str] = {}
     for row in rows:
-        match = _POOL_PROXY.match(row.proxy)
-        if match is None or row.server in selectors.SUMMARY_ROWS:
+        ref = parse_backend(row.proxy)  # a pool's backend per region (apps.fleets.render.chain)
+        if ref is None or row.server in selectors.SUMMARY_ROWS:
             continue
         old, new = _health_class(before.get((row.node_id, row.proxy, row.server))), _health_class(row.status)
         if old and new and old != new:
-            changed[(int(match.group(1)), row.server)] = new
+            changed[(ref.pool_id, row.server)] = new
     for (pool_id, name), status in sorted(changed.items()):
         member = Member.objects.select_related("pool__org").filter(pool_id=pool_id, name=name).first()
         if member is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from apps.balancers.models import LoadBalancer
 from apps.core.tenancy import OperatorQuerySet, RestrictedQuerySet, TenantQuerySet
 
 
@@ -158,17 +159,23 @@ class ConfigRevision(models.Model):
         return f"{self.fleet.name}@{self.number}"
 
 
+def fleets_visible_to(principal) -> models.QuerySet[Fleet]:
+    """Operators: every fleet. Customers: the fleets serving a load balancer they can see (their pages
+    and rollouts; the fleet API itself is the operator's, OperatorQuerySet)."""
+    if principal.is_operator:
+        return Fleet.objects.all()
+    lbs = LoadBalancer.objects.visible_to(principal).values("pk")
+    # pk__in rather than a join with distinct(), so callers may annotate counts safely.
+    return Fleet.objects.filter(pk__in=Fleet.objects.filter(Q(load_balancers__in=lbs) | Q(serves__in=lbs))
+                                .values("pk"))
+
+
 class RolloutQuerySet(RestrictedQuerySet):
     def visible_to(self, principal) -> RolloutQuerySet:
         """Operators see all; customers the rollouts of fleets serving an LB they can see."""
         if principal.is_operator:
             return self
-        from apps.balancers.models import LoadBalancer
-
-        lbs = LoadBalancer.objects.visible_to(principal)
-        return self.filter(
-            Q(fleet__load_balancers__in=lbs) | Q(fleet__serves__in=lbs)
-        ).distinct()
+        return self.filter(fleet__in=fleets_visible_to(principal))
 
     def writable_by(self, principal) -> RolloutQuerySet:
         # Rolling a fleet back moves every tenant's config: the operator's call.

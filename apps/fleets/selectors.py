@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Final
 
 from django.conf import settings
@@ -24,7 +26,16 @@ from apps.balancers.models import (
 )
 from apps.core import crypto
 from apps.fleets.codec import snapshot_from_json
-from apps.fleets.models import REVISION_BULK_FIELDS, ConfigRevision, Fleet, Node, NodeHealth, NodeResult, Rollout
+from apps.fleets.models import (
+    REVISION_BULK_FIELDS,
+    ConfigRevision,
+    Fleet,
+    Node,
+    NodeHealth,
+    NodeResult,
+    Rollout,
+    fleets_visible_to,
+)
 from apps.fleets.render.keepalived import node_priority
 from apps.fleets.snapshot import (
     ANY_ADDRESS,
@@ -76,6 +87,21 @@ def fleet_ids_for_lb(lb_id: int) -> list[int]:
 def enabled_nodes(fleet: Fleet) -> QuerySet[Node]:
     return (Node.objects.filter(fleet=fleet, enabled=True).select_related("applied_revision")
             .defer(*(f"applied_revision__{f}" for f in REVISION_BULK_FIELDS)).order_by("name"))
+
+
+def health_rows(since: datetime) -> Iterator[tuple[str, str, str]]:
+    """(backend, server, status) of every server line enabled nodes reported since `since` (traffic.readers)."""
+    return (NodeHealth.objects.filter(updated_at__gte=since, node__enabled=True, proxy__startswith="p")
+            .exclude(server__in=SUMMARY_ROWS).values_list("proxy", "server", "status").iterator())
+
+
+def pool_nodes(pool: Pool) -> dict[str, list[str]]:
+    """{region: ["fleet/node", ...]}: enabled nodes of every fleet serving the pool's LB (traffic.readers)."""
+    nodes: dict[str, list[str]] = defaultdict(list)
+    for fleet in lb_fleets(pool.lb).select_related("region"):
+        for node in enabled_nodes(fleet):
+            nodes[fleet.region.slug].append(f"{fleet.name}/{node.name}")
+    return {region: sorted(names) for region, names in sorted(nodes.items())}
 
 
 def _nodes_per_region(lb_ids: list[int]) -> dict[int, dict[str, int]]:
@@ -316,16 +342,6 @@ FAILED_CHECKS: Final = ("L4TOUT", "L4CON", "L6TOUT", "L6RSP", "L7TOUT", "L7RSP",
 FAILING_Q: Final = (Q(status__startswith="DOWN") | Q(status__startswith="UP ")
                     | Q(check_status__in=FAILED_CHECKS + tuple(f"* {c}" for c in FAILED_CHECKS)))
 UP_Q: Final = Q(status__startswith="UP") | Q(status="no check")
-
-
-def fleets_visible_to(principal: Principal) -> QuerySet[Fleet]:
-    """Operators: every fleet. Customers: the fleets serving a load balancer they can see."""
-    if principal.is_operator:
-        return Fleet.objects.all()
-    lbs = LoadBalancer.objects.visible_to(principal).values("pk")
-    # pk__in rather than a join with distinct(), so callers may annotate counts safely.
-    return Fleet.objects.filter(pk__in=Fleet.objects.filter(Q(load_balancers__in=lbs) | Q(serves__in=lbs))
-                                .values("pk"))
 
 
 def _health_scope(principal: Principal) -> Q:

@@ -29,7 +29,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from apps.scheduling import cron, kinds, pgsql, planning
+from apps.scheduling import cron, pgsql, planning, registry
 from apps.scheduling.models import Job, JobRun, schedule_from_fields
 from apps.scheduling.runner import Ticket, enqueue_on_commit
 
@@ -103,7 +103,7 @@ def dispatch_once(*, now: datetime | None = None, batch_size: int = DEFAULT_BATC
             result.runs += 1
             result.catch_up += trigger == JobRun.Trigger.CATCH_UP
             job = by_id[job_id]
-            result.tickets.append(Ticket(run_id, job.timeout_s, quick=kinds.is_quick(job.kind, job.params)))
+            result.tickets.append(Ticket(run_id, job.timeout_s, quick=registry.is_quick(job.kind, job.params)))
         result.conflicts = len(rows) - len(created)
         enqueue_on_commit(result.tickets, send)
     if result.conflicts:

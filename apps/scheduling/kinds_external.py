@@ -18,7 +18,7 @@ from apps.cloud import services as cloud_services
 from apps.cloud.models import CloudTarget
 from apps.fleets import services as fleet_services
 from apps.fleets.models import Fleet
-from apps.scheduling.kinds import (
+from apps.scheduling.registry import (
     JobFailed,
     JobKind,
     Params,

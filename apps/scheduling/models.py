@@ -196,7 +196,3 @@ class JobRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id}@{self.scheduled_for:%Y-%m-%dT%H:%M:%S}"
-
-    @property
-    def is_final(self) -> bool:
-        return self.status in self.FINAL

@@ -9,7 +9,7 @@ from typing import Any
 from django.utils import timezone
 
 from apps.core import crypto, webhooks
-from apps.scheduling import kinds
+from apps.scheduling import registry
 from apps.scheduling.models import JobRun
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ def webhook_send(run_id: int) -> Outcome:
     try:
         secret = crypto.decrypt(job.webhook_secret_encrypted)
         reply = webhooks.deliver(job.webhook_url, secret=secret, event=EVENT, payload=webhook_payload(run),
-                                 timeout_s=WEBHOOK_TIMEOUT_S, policy=kinds.url_policy(job.org))
+                                 timeout_s=WEBHOOK_TIMEOUT_S, policy=registry.url_policy(job.org))
     except webhooks.UnsafeUrl as exc:
         outcome = Outcome(f"refused: {exc.message}")
     except ValueError as exc:  # the secret cannot be decrypted

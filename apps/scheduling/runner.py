@@ -46,7 +46,7 @@ from django.utils import timezone
 
 from apps.core.errors import DomainError
 from apps.events.services import event_emit
-from apps.scheduling import kinds, pgsql, planning
+from apps.scheduling import pgsql, planning, registry
 from apps.scheduling.models import Job, JobRun
 
 log = logging.getLogger(__name__)
@@ -124,11 +124,11 @@ def enqueue_on_commit(tickets: list[Ticket], send: Callable[[list[Ticket]], Any]
 class _Heartbeat:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._runs: dict[int, tuple[int, kinds.RunContext | None, float]] = {}
+        self._runs: dict[int, tuple[int, registry.RunContext | None, float]] = {}
         self._thread: threading.Thread | None = None
         self._pid = 0
 
-    def add(self, run_id: int, attempt: int, ctx: kinds.RunContext | None, deadline_monotonic: float) -> None:
+    def add(self, run_id: int, attempt: int, ctx: registry.RunContext | None, deadline_monotonic: float) -> None:
         with self._lock:
             self._runs[run_id] = (attempt, ctx, deadline_monotonic)
             alive = self._thread is not None and self._thread.is_alive() and self._pid == os.getpid()
@@ -294,27 +294,27 @@ def execute(run: JobRun) -> Outcome:
     """Run one claimed run's kind; never raises (every failure becomes the run's error)."""
     job = run.job
     started_at = timezone.now()
-    ctx = kinds.RunContext(run_id=run.pk, job_id=job.pk, attempt=run.attempt, scheduled_for=run.scheduled_for,
-                           principal=kinds.job_principal(job))
+    ctx = registry.RunContext(run_id=run.pk, job_id=job.pk, attempt=run.attempt, scheduled_for=run.scheduled_for,
+                           principal=registry.job_principal(job))
     started = time.monotonic()
     HEARTBEAT.add(run.pk, run.attempt, ctx, started + job.timeout_s)
     status, output, error = JobRun.Status.SUCCEEDED, None, ""
     try:
-        lapsed = kinds.creator_authority_lapsed(job)
+        lapsed = registry.creator_authority_lapsed(job)
         if lapsed:
             # The job must not outlive its creator's authority: this run fails and the job is paused until
             # someone who may (an editor) looks at it and enables it again, which makes it theirs.
             Job.objects.filter(pk=job.pk).update(enabled=False, next_fire_at=None)
-            raise kinds.JobFailed(f"creator_revoked: {lapsed}; the job is paused")
-        output = kinds.get_kind(job.kind).execute(ctx, job.params)
+            raise registry.JobFailed(f"creator_revoked: {lapsed}; the job is paused")
+        output = registry.get_kind(job.kind).execute(ctx, job.params)
     except SoftTimeLimitExceeded:
         status, error = JobRun.Status.TIMED_OUT, f"timed out after {job.timeout_s} s"
-    except kinds.RunCancelled:
+    except registry.RunCancelled:
         if ctx.cancel_reason == "timeout":
             status, error = JobRun.Status.TIMED_OUT, f"timed out after {job.timeout_s} s"
         else:
             status, error = JobRun.Status.CANCELLED, "cancelled while running"
-    except kinds.JobFailed as exc:
+    except registry.JobFailed as exc:
         status, error = JobRun.Status.FAILED, str(exc)
     except DomainError as exc:
         status, error = JobRun.Status.FAILED, f"{exc.code}: {exc.detail}"
@@ -463,12 +463,6 @@ def _record_one(outcome: Outcome, now: datetime, retries: list[Ticket]) -> str:
                        output=outcome.output, error=error, attempts=[*run.attempts, entry]):
         return "discarded"
     return status
-
-
-def close_attempt(run: JobRun, *, status: str, error: str = "", duration_ms: int | None = None,
-                  now: datetime | None = None, send: Callable[[list[Ticket]], Any] | None = None) -> str:
-    """Record the end of `run`'s current attempt from outside its worker (the reaper)."""
-    return record([Outcome(run, status, None, error, duration_ms)], now=now, send=send)[0]
 
 
 def _set_last_status(job_ids: list[int], status: str, now: datetime) -> None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from apps.accounts.principal import Principal
 from apps.audit.services import audit_record, audit_snapshot
 from apps.core import crypto, webhooks
-from apps.core.errors import Conflict, DomainError
-from apps.scheduling import cron, kinds, planning
+from apps.core.errors import Conflict, DomainError, save_or_conflict
+from apps.scheduling import cron, planning, registry
 from apps.scheduling.models import Job, JobRun
 from apps.scheduling.runner import Ticket, enqueue_on_commit
 
@@ -40,7 +40,7 @@ def _check(job: Job, *, now: datetime, creating: bool) -> cron.Schedule:
         raise DomainError("invalid_schedule", "end_at must be after start_at.", field="end_at")
     if job.webhook_url:
         try:
-            webhooks.parse_url(job.webhook_url, kinds.url_policy(job.org))
+            webhooks.parse_url(job.webhook_url, registry.url_policy(job.org))
         except webhooks.UnsafeUrl as exc:
             raise DomainError(exc.code, exc.message, field="webhook_url") from None
         if not job.webhook_secret_encrypted:
@@ -48,7 +48,7 @@ def _check(job: Job, *, now: datetime, creating: bool) -> cron.Schedule:
                 "webhook_secret_required",
                 f"A webhook needs a signing secret of at least {MIN_WEBHOOK_SECRET_LEN} characters.",
                 field="webhook_secret")
-    job.params = kinds.validate_params(job.kind, job.params, kinds.job_principal(job))
+    job.params = registry.validate_params(job.kind, job.params, registry.job_principal(job))
     return schedule
 
 
@@ -78,16 +78,12 @@ def job_save(*, principal: Principal | None, job: Job, data: dict[str, Any],
         new_schedule = {f: getattr(job, f) for f in (*SCHEDULE_FIELDS, "enabled")}
         if creating or new_schedule != old_schedule:
             job.next_fire_at = _first_fire(job, schedule, now) if job.enabled else None
-        # The job acts on its creator's authority (kinds.creator_authority_lapsed): whoever enables a paused
+        # The job acts on its creator's authority (registry.creator_authority_lapsed): whoever enables a paused
         # job takes it over, so a job paused because its creator's token lapsed runs again on theirs.
         if principal is not None and (creating or (job.enabled and not old_schedule["enabled"])):
             job.created_by = principal.actor
-        try:
-            with transaction.atomic():
-                job.save()
-        except IntegrityError as exc:
-            raise Conflict("name_taken", f"A job named '{job.name}' already exists in this organization.",
-                           field="name") from exc
+        save_or_conflict(job, Conflict("name_taken", f"A job named '{job.name}' already exists in this organization.",
+                                       field="name"))
         audit_record(principal=principal, org=job.org, action="job.create" if creating else "job.update",
                      obj=job, before=before, after=audit_snapshot(job))
     return job
@@ -134,7 +130,7 @@ def job_resume(*, principal: Principal | None, job: Job) -> Job:
         job.enabled = True
         job.next_fire_at = _first_fire(job, schedule, now)
         fields = ["enabled", "next_fire_at", "updated_at"]
-        if principal is not None:  # whoever resumes it takes it over (kinds.creator_authority_lapsed)
+        if principal is not None:  # whoever resumes it takes it over (registry.creator_authority_lapsed)
             job.created_by = principal.actor
             fields.append("created_by")
         job.save(update_fields=fields)
@@ -157,12 +153,9 @@ def job_run_now(*, principal: Principal | None, job: Job) -> JobRun:
     if now.microsecond == 0:
         now = now.replace(microsecond=1)
     with transaction.atomic():
-        try:
-            with transaction.atomic():
-                run = JobRun.objects.create(job=job, scheduled_for=now, trigger=JobRun.Trigger.MANUAL,
-                                            max_attempts=job.max_retries + 1, enqueued_at=now)
-        except IntegrityError as exc:
-            raise Conflict("run_exists", "A run of this job was just requested; try again.") from exc
+        run = JobRun(job=job, scheduled_for=now, trigger=JobRun.Trigger.MANUAL,
+                     max_attempts=job.max_retries + 1, enqueued_at=now)
+        save_or_conflict(run, Conflict("run_exists", "A run of this job was just requested; try again."))
         audit_record(principal=principal, org=job.org, action="job.run", obj=job,
                      after={"run": run.pk, "scheduled_for": now})
         enqueue_on_commit([Ticket(run.pk, job.timeout_s)])

@@ -18,7 +18,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from apps.core.errors import DomainError
 from apps.core.ui import PrincipalView, errors_of
-from apps.scheduling import kinds, selectors, services
+from apps.scheduling import registry, selectors, services
 from apps.scheduling.api.serializers import JobSerializer, SchedulePreviewSerializer, schedule_preview
 from apps.scheduling.models import Job, JobRun
 
@@ -43,7 +43,7 @@ def _job_values(job: Job) -> dict[str, Any]:
 
 class _JobsView(PrincipalView):
     def form_context(self, **extra: Any) -> dict[str, Any]:
-        return {"kinds": sorted(kinds.REGISTRY.values(), key=lambda k: k.name), "zones": COMMON_ZONES,
+        return {"kinds": sorted(registry.REGISTRY.values(), key=lambda k: k.name), "zones": COMMON_ZONES,
                 "schedule_types": Job.ScheduleType.choices, "misfire_policies": Job.MisfirePolicy.choices,
                 "concurrency_policies": Job.ConcurrencyPolicy.choices, "can_write": self.principal.can_write,
                 **extra}

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from apps.accounts.principal import Principal
 from apps.balancers.models import Member, Pool, PoolRegion, RegionDistance
+from apps.traffic import readers
 from apps.traffic.models import CapacityState, OverflowPoint, TrafficSample
 from apps.traffic.observe import (
     NodePoolSample,
@@ -79,22 +80,16 @@ def _healthy_status(status: str) -> bool:
 
 
 def member_health(pool_ids: Iterable[int], *, now: datetime | None = None) -> dict[tuple[int, str, str], bool]:
-    """{(pool id, region, member name): healthy} from the fleets hot copy of `show stat`.
+    """{(pool id, region, member name): healthy} from the nodes' `show stat` (fleets' hot copy, readers).
 
     Every fresh report of every node counts; a member is healthy when at least half of them say
     so (a single node's network trouble must not take capacity away from the whole fleet). A
     member no node reported on recently is absent: the caller falls back to its admin state.
     """
     wanted = set(pool_ids)
-    try:
-        from apps.fleets.models import NodeHealth
-    except ImportError:  # pragma: no cover - fleets is always installed in Spillway
-        return {}
     since = (now or timezone.now()) - timedelta(seconds=HEALTH_FRESH_S)
     votes: dict[tuple[int, str, str], list[int]] = defaultdict(lambda: [0, 0])
-    rows = (NodeHealth.objects.filter(updated_at__gte=since, node__enabled=True, proxy__startswith="p")
-            .exclude(server__in=["BACKEND", "FRONTEND"]).values_list("proxy", "server", "status"))
-    for proxy, server, status in rows.iterator():
+    for proxy, server, status in readers.health_rows(since):
         ref = parse_backend(proxy)
         if ref is None or ref.pool_id not in wanted:
             continue
@@ -161,17 +156,6 @@ def pool_capacities(pool: Pool | int, *, now: datetime | None = None, use_health
 
 
 # --- nodes and chains --------------------------------------------------------------------------------
-
-
-def pool_nodes(pool: Pool) -> dict[str, list[str]]:
-    """{region: ["fleet/node", ...]}: enabled nodes of every fleet serving the pool's LB."""
-    from apps.fleets import selectors as fleet_selectors
-
-    nodes: dict[str, list[str]] = defaultdict(list)
-    for fleet in fleet_selectors.lb_fleets(pool.lb).select_related("region"):
-        for node in fleet_selectors.enabled_nodes(fleet):
-            nodes[fleet.region.slug].append(f"{fleet.name}/{node.name}")
-    return {region: sorted(names) for region, names in sorted(nodes.items())}
 
 
 def node_chains(
@@ -312,7 +296,7 @@ def _expected(pool: Pool, capacities: list[RegionCapacity], dist: Distances, win
     if not samples:
         return None
     node_demand = {s.node: (s.region, s.demand) for s in samples}
-    for region, names in pool_nodes(pool).items():
+    for region, names in readers.pool_nodes(pool).items():
         for name in names:  # idle nodes get their share of their region's spare capacity too
             node_demand.setdefault(name, (region, 0.0))
     chains = node_chains(capacities, dist, pool.overflow_policy, node_demand)
@@ -444,7 +428,6 @@ __all__ = [
     "parse_window",
     "pool_capacities",
     "pool_capacities_many",
-    "pool_nodes",
     "pool_overview",
     "region_overflow",
 ]

@@ -25,7 +25,7 @@ from apps.accounts.principal import Principal
 from apps.balancers.models import Pool, Region
 from apps.core.errors import DomainError, NotFoundError
 from apps.events.services import event_emit
-from apps.traffic import selectors
+from apps.traffic import readers, selectors
 from apps.traffic.models import CapacityState, OverflowPoint, TrafficSample
 from apps.traffic.observe import (
     MAX_COUNTER_GAP_S,
@@ -425,7 +425,7 @@ def what_if(*, principal: Principal, data: Mapping[str, Any]) -> dict[str, Any]:
         "enforced": None,
     }
     if pool is not None:
-        nodes = selectors.pool_nodes(pool)
+        nodes = readers.pool_nodes(pool)
         if nodes:
             node_demand = split_demand(demand, nodes)
             for region, names in nodes.items():

@@ -49,13 +49,6 @@ def _spread(amount: float, weights: Mapping[str, float]) -> dict[str, float]:
     return {key: amount * w / total for key, w in weights.items()}
 
 
-def chains_by_region(
-    capacities: Iterable[RegionCapacity], node_regions: Mapping[str, str], distances: Distances, policy: Policy
-) -> dict[str, list[str]]:
-    caps = capacity_by_region(capacities)
-    return {region: region_chain(region, caps, distances, policy) for region in set(node_regions.values())}
-
-
 def static_limits(
     capacities: Iterable[RegionCapacity], node_regions: Mapping[str, str], distances: Distances, policy: Policy
 ) -> Limits:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from apps.cloud import runner
+from apps.cloud import terraform_cli
 
 
 def _fake(directory: Path, name: str, banner: str) -> str:
@@ -34,14 +34,14 @@ def bindir(tmp_path, monkeypatch, settings) -> Path:
     return directory
 
 
-def _version(binary: str, cwd: Path) -> runner.RunResult:
-    return runner.run(binary, ["version"], cwd=cwd, provider="gcp", ref="", timeout_s=30)
+def _version(binary: str, cwd: Path) -> terraform_cli.RunResult:
+    return terraform_cli.run(binary, ["version"], cwd=cwd, provider="gcp", ref="", timeout_s=30)
 
 
 def test_tofu_alone_on_path_is_used_and_named_as_tofu(bindir, tmp_path) -> None:
     tofu = _fake(bindir, "tofu", "OpenTofu v1.10.6")
-    assert runner.terraform_bin() == tofu
-    assert runner.apply_unavailable_reason("").startswith("No credentials:")  # the binary is not the problem
+    assert terraform_cli.terraform_bin() == tofu
+    assert terraform_cli.apply_unavailable_reason("").startswith("No credentials:")  # the binary is not the problem
     result = _version(tofu, tmp_path)
     assert result.returncode == 0 and "OpenTofu v1.10.6" in result.output
     assert result.argv == ["tofu", "version"]  # what the plan output shows as "$ tofu ..."
@@ -50,7 +50,7 @@ def test_tofu_alone_on_path_is_used_and_named_as_tofu(bindir, tmp_path) -> None:
 def test_terraform_is_preferred_when_both_are_on_path(bindir) -> None:
     _fake(bindir, "tofu", "OpenTofu v1.10.6")
     terraform = _fake(bindir, "terraform", "Terraform v1.11.4")
-    assert runner.terraform_bin() == terraform
+    assert terraform_cli.terraform_bin() == terraform
 
 
 def test_terraform_bin_wins_over_path_either_way(bindir, tmp_path, settings) -> None:
@@ -59,10 +59,10 @@ def test_terraform_bin_wins_over_path_either_way(bindir, tmp_path, settings) -> 
     elsewhere.mkdir()
     tofu = _fake(elsewhere, "tofu", "OpenTofu v1.10.6")
     settings.TERRAFORM_BIN = tofu
-    assert runner.terraform_bin() == tofu
-    assert "OpenTofu" in _version(runner.terraform_bin() or "", tmp_path).output
+    assert terraform_cli.terraform_bin() == tofu
+    assert "OpenTofu" in _version(terraform_cli.terraform_bin() or "", tmp_path).output
     settings.TERRAFORM_BIN = terraform
-    assert runner.terraform_bin() == terraform
+    assert terraform_cli.terraform_bin() == terraform
 
 
 def test_a_terraform_bin_that_cannot_run_is_refused_not_replaced(bindir, tmp_path, settings) -> None:
@@ -72,14 +72,14 @@ def test_a_terraform_bin_that_cannot_run_is_refused_not_replaced(bindir, tmp_pat
     not_executable.write_text("#!/bin/sh\n")
     for configured in (str(tmp_path / "missing" / "tofu"), str(not_executable)):
         settings.TERRAFORM_BIN = configured
-        assert runner.terraform_bin() is None
-        assert runner.apply_unavailable_reason("SPW_ANY") == (
+        assert terraform_cli.terraform_bin() is None
+        assert terraform_cli.apply_unavailable_reason("SPW_ANY") == (
             "TERRAFORM_BIN is set but does not point to an executable file on the worker.")
 
 
 def test_neither_binary_gives_the_reason(bindir) -> None:
-    assert runner.terraform_bin() is None
-    assert runner.apply_unavailable_reason("SPW_ANY") == (
+    assert terraform_cli.terraform_bin() is None
+    assert terraform_cli.apply_unavailable_reason("SPW_ANY") == (
         "No terraform binary: TERRAFORM_BIN is empty and neither terraform nor tofu is on PATH.")
 
 
@@ -91,7 +91,7 @@ def test_the_real_binary_of_this_machine_through_terraform_bin(real, bindir, tmp
     if real is None:
         pytest.skip("neither terraform nor tofu is installed here (the stand-ins above still ran)")
     settings.TERRAFORM_BIN = real
-    assert runner.terraform_bin() == real
+    assert terraform_cli.terraform_bin() == real
     result = _version(real, tmp_path)
     assert result.returncode == 0, result.output
     assert ("Terraform v" if real.endswith("terraform") else "OpenTofu v") in result.output

@@ -7,8 +7,8 @@ is still a dependency, only a hidden one). Layers, lowest first — docs/ARCHITE
     → frontend → controlplane
 
 An app may import its own layer or lower ones; same-layer imports must not form a cycle. Every upward
-edge that still exists is listed in KNOWN_UPWARD with its reason: removing one is progress (the test
-says to drop it from the list), adding one fails.
+edge that would still exist is listed in KNOWN_UPWARD with its reason (none is): removing one is progress
+(the test says to drop it from the list), adding one fails.
 """
 
 from __future__ import annotations
@@ -23,13 +23,10 @@ LAYERS: dict[str, int] = {
     "events": 1, "capacity": 6, "scheduling": 6, "cloud": 6, "certificates": 6, "acme": 6, "configcode": 6,
     "frontend": 8, "controlplane": 9,
 }
-# (from, to): why it is still there. Each is debt with a named way out.
-KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    ("traffic", "fleets"): "traffic's capacity model reads member health from the fleets' hot copy (NodeHealth) "
-                           "and the what-if lists the nodes serving a pool; it no longer re-drives fleets nor "
-                           "re-reads samples (the collector hands them over). Way out: the collector hands member "
-                           "health to a store of traffic's own",
-}
+# (from, to): why it is still there. Each is debt with a named way out; there is none left. When a lower
+# app needs something of a higher one, the higher one hands it in (signals, or a reader it provides from
+# its AppConfig.ready, as fleets does for traffic in apps/traffic/readers.py).
+KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 
 
 def _owner(path: Path) -> str | None:

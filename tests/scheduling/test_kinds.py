@@ -8,7 +8,7 @@ from apps.accounts.principal import Principal
 from apps.cloud.models import CloudTarget
 from apps.core.errors import DomainError
 from apps.fleets.models import Fleet
-from apps.scheduling import kinds, runner, services
+from apps.scheduling import registry, runner, services
 from apps.scheduling.models import Job, JobRun
 from tests.factories import LoadBalancerFactory, PoolRegionFactory, RegionFactory
 
@@ -21,7 +21,7 @@ def as_org(org) -> Principal:
 
 def refused(kind: str, params: object, principal: Principal) -> DomainError:
     with pytest.raises(DomainError) as info:
-        kinds.validate_params(kind, params, principal)
+        registry.validate_params(kind, params, principal)
     return info.value
 
 
@@ -43,7 +43,7 @@ def test_unknown_kinds_are_refused(acme) -> None:
 
 
 def test_defaults_are_filled_in(acme) -> None:
-    assert kinds.validate_params("noop", {}, as_org(acme)) == {"sleep_s": 0.0, "fail": False, "fail_attempts": 0,
+    assert registry.validate_params("noop", {}, as_org(acme)) == {"sleep_s": 0.0, "fail": False, "fail_attempts": 0,
                                                                "message": ""}
 
 
@@ -62,7 +62,7 @@ def test_capacity_scaler_range_matches_the_database_rule(acme) -> None:
         error = refused("pool_capacity_scaler", {"pool_region": pool_region.pk, "capacity_scaler": bad}, as_org(acme))
         assert error.field == "params.capacity_scaler"
     for good in (0, 0.1, 1):
-        kinds.validate_params("pool_capacity_scaler", {"pool_region": pool_region.pk, "capacity_scaler": good},
+        registry.validate_params("pool_capacity_scaler", {"pool_region": pool_region.pk, "capacity_scaler": good},
                               as_org(acme))
 
 
@@ -78,14 +78,14 @@ def test_a_cloud_job_needs_a_target_and_lb_of_the_same_org(acme, globex) -> None
     foreign_target = CloudTarget.objects.create(org=globex, name="globex-gcp", provider="gcp",
                                                 project_or_account="p")
     lb = LoadBalancerFactory(org=acme, kind="gcp")
-    assert kinds.validate_params("cloud_apply", {"target": target.pk, "lb": lb.pk}, as_org(acme))["approve"] is False
+    assert registry.validate_params("cloud_apply", {"target": target.pk, "lb": lb.pk}, as_org(acme))["approve"] is False
     assert refused("cloud_apply", {"target": foreign_target.pk, "lb": lb.pk}, as_org(acme)).field == "params.target"
 
 
 def test_fleet_jobs_are_for_the_operator_org(acme, ops) -> None:
     fleet = Fleet.objects.create(name="eu-fleet", region=RegionFactory(slug="eu-west"))
     assert refused("fleet_resync", {"fleet": fleet.pk}, as_org(acme)).code == "operator_only"
-    assert kinds.validate_params("fleet_resync", {"fleet": fleet.pk}, as_org(ops)) == {"fleet": fleet.pk}
+    assert registry.validate_params("fleet_resync", {"fleet": fleet.pk}, as_org(ops)) == {"fleet": fleet.pk}
     assert refused("fleet_rollout", {"fleet": 424242}, as_org(ops)).field == "params.fleet"
 
 
@@ -99,11 +99,11 @@ def test_a_fleet_resync_job_asks_the_fleet_to_reconcile(ops, make_job) -> None:
 
 
 def test_quick_kinds_share_messages_and_slow_ones_travel_alone() -> None:
-    assert kinds.is_quick("member_set_state", {"member": 1, "admin_state": "drain"})
-    assert kinds.is_quick("noop", {"sleep_s": 0})
-    assert not kinds.is_quick("noop", {"sleep_s": 5})
-    assert not kinds.is_quick("capacity_test", {"test": 1})
-    assert not kinds.is_quick("no_such_kind", {})
+    assert registry.is_quick("member_set_state", {"member": 1, "admin_state": "drain"})
+    assert registry.is_quick("noop", {"sleep_s": 0})
+    assert not registry.is_quick("noop", {"sleep_s": 5})
+    assert not registry.is_quick("capacity_test", {"test": 1})
+    assert not registry.is_quick("no_such_kind", {})
 
 
 def test_a_job_runs_as_its_org_even_when_an_operator_created_it(acme, otto, make_job) -> None:

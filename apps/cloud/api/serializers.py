@@ -8,7 +8,7 @@ from typing import Any
 from rest_framework import serializers
 
 from apps.balancers.models import LoadBalancer
-from apps.cloud import runner, services
+from apps.cloud import services, terraform_cli
 from apps.cloud.models import CloudApply, CloudCredential, CloudTarget
 from apps.cloud.regions import PATTERNS, UnmappedRegion, complete_region_map
 from apps.core.api.fields import ScopedRelatedField, SlugNameField, TenantModelSerializer
@@ -59,7 +59,7 @@ class CloudTargetSerializer(TenantModelSerializer):
 
     def validate_credentials_ref(self, value: str) -> str:
         # Only a name or a path: a pasted secret would end up in the database, which this field forbids.
-        if value and not runner.ENV_REF_RE.fullmatch(value) and not (
+        if value and not terraform_cli.ENV_REF_RE.fullmatch(value) and not (
                 value.startswith("/") and ".." not in PurePosixPath(value).parts and "\n" not in value):
             raise serializers.ValidationError(
                 "Give the NAME of an environment variable (A-Z, 0-9, _) or an absolute file path on the "

@@ -19,7 +19,7 @@ from apps.core.api.fields import (
 from apps.fleets.certs import expiry_warnings
 from apps.fleets.models import Certificate, ConfigRevision, Fleet, Node, NodeResult, Rollout
 from apps.fleets.render import UnsafeValue
-from apps.fleets.render.safety import check_node
+from apps.fleets.render.guard import check_node
 from apps.fleets.snapshot import NodeSpec
 from apps.fleets.transports import NodeConn, TransportError
 

@@ -23,10 +23,10 @@ from apps.fleets.render.frontends import (
     pool_steps,
     tcp_frontend,
 )
+from apps.fleets.render.guard import UnsafeValue, check_node, check_snapshot
 from apps.fleets.render.keepalived import render_keepalived
 from apps.fleets.render.manifest import ManifestBuilder
 from apps.fleets.render.routing import parse_split_key, resolve_route
-from apps.fleets.render.safety import UnsafeValue, check_node, check_snapshot
 from apps.fleets.render.sections import (
     GLOBAL_RUNTIME_LINES,
     backend_sections,

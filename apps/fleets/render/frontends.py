@@ -227,7 +227,7 @@ def _action_owner(lb: str, action: str, written: str) -> Owner:
 
 def no_route_line(listener: ListenerSpec) -> str:
     """No route and no default pool: the listener's own small answer (404 by default), not HAProxy's 503."""
-    # The body passed safety's allowlist (no quotes, backslashes, `$` or `%`), so it is literal here.
+    # The body passed guard's allowlist (no quotes, backslashes, `$` or `%`), so it is literal here.
     return (f'http-request return status {listener.no_route_status} content-type text/plain '
             f'string "{listener.no_route_body}" if !{{ var(txn.rk) -m found }}')
 

@@ -44,7 +44,7 @@ import re
 
 from apps.core import validators as v
 from apps.core.vrrp import vrid_for
-from apps.fleets.render.safety import UnsafeValue
+from apps.fleets.render.guard import UnsafeValue
 from apps.fleets.snapshot import FleetSnapshot, NodeSpec, VrrpSpec
 
 _INTERFACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$")  # IFNAMSIZ is 16 with the NUL
@@ -155,7 +155,7 @@ def _advert_int(vrrp: VrrpSpec) -> str:
 
 def render_keepalived(snapshot: FleetSnapshot, node: NodeSpec) -> str | None:
     """keepalived.conf for `node`, or None when the node runs no VRRP. Node and snapshot values must
-    have been through safety.check_node/check_snapshot (the caller, render(), does that)."""
+    have been through guard.check_node/check_snapshot (the caller, render(), does that)."""
     if node.vrrp is None:
         return None
     vrrp = check_vrrp(node.vrrp)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from apps.fleets.render.safety import UnsafeValue, _check_listener, _check_pool, _check_route
+from apps.fleets.render.guard import UnsafeValue, _check_listener, _check_pool, _check_route
 from apps.fleets.snapshot import ANY_ADDRESS, FleetSnapshot, ListenerSpec
 
 

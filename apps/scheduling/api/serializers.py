@@ -10,7 +10,7 @@ from rest_framework import serializers
 from apps.accounts.models import Organization
 from apps.core.api.fields import ScopedSlugRelatedField, SlugNameField, TenantModelSerializer
 from apps.scheduling import cron as schedules
-from apps.scheduling import kinds, planning, selectors
+from apps.scheduling import planning, registry, selectors
 from apps.scheduling.models import Job, JobRun
 
 # Fields whose value changes without anyone editing the job (the dispatcher moves them on);
@@ -52,7 +52,7 @@ class JobSerializer(TenantModelSerializer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["kind"].choices = kinds.kind_choices()  # kinds register at import time
+        self.fields["kind"].choices = registry.kind_choices()  # kinds register at import time
 
     def validate_org(self, org: Organization) -> Organization:
         principal = self.context["request"].principal

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from apps.cloud import runner, services, tasks
+from apps.cloud import services, tasks, terraform_cli
 from apps.cloud.models import CloudApply
 from tests.cloud.conftest import demo_gcp_lb
 from tests.cloud.dbdemo import build_db_lb
@@ -85,22 +85,22 @@ def test_captured_terraform_output_is_scrubbed_of_the_reference_and_its_value(tm
     # A config with no provider plans offline; its output echoes both strings, as a provider error might.
     (tmp_path / "main.tf.json").write_text(json.dumps(
         {"output": {"leak": {"value": f"ref={REF} value={SECRET}"}}}))
-    result = runner.run(TERRAFORM, ["plan", "-input=false", "-no-color"], cwd=tmp_path, provider="gcp",
+    result = terraform_cli.run(TERRAFORM, ["plan", "-input=false", "-no-color"], cwd=tmp_path, provider="gcp",
                         ref=REF, timeout_s=60)
     assert result.returncode == 0, result.output
     assert "Changes to Outputs" in result.output
-    assert runner.SCRUBBED in result.output
+    assert terraform_cli.SCRUBBED in result.output
     assert REF not in result.output and SECRET not in result.output
 
 
 def test_the_reference_resolves_into_the_providers_standard_variable(tmp_path, monkeypatch) -> None:
     creds = tmp_path / "gcp.json"
     creds.write_text("{}")
-    env = runner.credentials_env("gcp", str(creds))
+    env = terraform_cli.credentials_env("gcp", str(creds))
     assert env == {"GOOGLE_APPLICATION_CREDENTIALS": str(creds)}
     monkeypatch.setenv(REF, SECRET)
-    assert runner.credentials_env("gcp", REF) == {"GOOGLE_CREDENTIALS": SECRET}
-    assert runner.credentials_env("aws", str(creds)) == {"AWS_SHARED_CREDENTIALS_FILE": str(creds)}
+    assert terraform_cli.credentials_env("gcp", REF) == {"GOOGLE_CREDENTIALS": SECRET}
+    assert terraform_cli.credentials_env("aws", str(creds)) == {"AWS_SHARED_CREDENTIALS_FILE": str(creds)}
 
 
 def test_without_a_binary_the_page_says_why_and_offers_the_json(alice, var_dir, monkeypatch) -> None:
