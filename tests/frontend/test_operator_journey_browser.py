@@ -18,7 +18,7 @@ from apps.fleets.process import stop_master
 from tests import deps
 from tests.browser import login, shot
 from tests.fleets.conftest import http_get, tiny_backend  # noqa: F401  (fixture)
-from tests.ui.test_workspace_browser import wait_for
+from tests.frontend.test_workspace_browser import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 NODE = "127.0.81.1"
