@@ -204,6 +204,35 @@ def sync_usable(conn: NodeConn) -> str | None:
             transport.close()  # type: ignore[attr-defined]
 
 
+def _available(status: str) -> bool:
+    """A server `show stat` says takes new requests (checked and up, or unchecked and not in maintenance)."""
+    return status.startswith("UP") or status == "no check"
+
+
+def unusable_before_leaving(conn: NodeConn, backends: Collection[str], server: str) -> str | None:
+    """Before `server` goes into maintenance on a node: a backend it is the last available server of is
+    marked unusable first, so the chain stops choosing that region before HAProxy has no server left for
+    it (marked after, as sync_usable does, a request arriving in between is answered 503)."""
+    transport = transport_for(conn)
+    try:
+        rows = parse_show_stat(transport.runtime("show stat"))
+        live = _parse_map(transport.runtime(f"show map {USABLE_MAP}"))
+        commands = [
+            f"set map {USABLE_MAP} {be} 0" for be in sorted(backends)
+            if live.get(be, "0") != "0"
+            and not any(_available(r.status) for r in rows
+                        if r.pxname == be and r.svname not in ("BACKEND", "FRONTEND", server))
+        ]
+        if commands:
+            transport.runtime(";".join(commands))
+        return None
+    except NODE_ERRORS as exc:
+        return str(exc)
+    finally:
+        with contextlib.suppress(Exception):
+            transport.close()  # type: ignore[attr-defined]
+
+
 def enforce(lb_ids: Collection[int] | None = None) -> dict[str, object]:
     """One run over every HAProxy LB's nodes (or those of `lb_ids`); returns what it did (for the
     task result and tests)."""

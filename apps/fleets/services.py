@@ -26,13 +26,14 @@ from apps.core.errors import Conflict, DomainError, NotFoundError
 from apps.fleets import selectors
 from apps.fleets.codec import content_sha256, display_text, revision_diff, snapshot_to_json, strip_header
 from apps.fleets.delivery import set_map_entries, set_server
-from apps.fleets.enforce import sync_usable
+from apps.fleets.enforce import sync_usable, unusable_before_leaving
 from apps.fleets.models import ConfigRevision, Fleet, Node, NodeResult, Rollout
 from apps.fleets.reasons import change_reason
 from apps.fleets.render import UnsafeValue, backend_name, render
 from apps.fleets.render.frontends import ACME_CHALLENGE_MAP
 from apps.fleets.render.quarantine import quarantine
 from apps.fleets.snapshot import MAIN_FILE, ConfigBundle
+from apps.fleets.transports.base import NodeConn
 from apps.fleets.validate import validate_bundle
 from apps.traffic.services import capacity_record
 
@@ -348,11 +349,14 @@ def member_runtime_apply(*, member_id: int) -> dict[str, str | None]:
     if not nodes:
         return {}
     conns = [(f"{n.fleet.name}/{n.name}", selectors.node_conn(n)) for n in nodes]
+
+    def apply(conn: NodeConn) -> str | None:
+        if member.admin_state == Member.AdminState.MAINT:
+            unusable_before_leaving(conn, backends, member.name)  # a failure here is sync_usable's to mend
+        return set_server(conn, backends, member.name, member.admin_state, member.weight)
+
     with ThreadPoolExecutor(max_workers=min(RUNTIME_THREADS, len(conns))) as pool:
-        futures = {
-            key: pool.submit(set_server, conn, backends, member.name, member.admin_state, member.weight)
-            for key, conn in conns
-        }
+        futures = {key: pool.submit(apply, conn) for key, conn in conns}
         results = {key: future.result() for key, future in futures.items()}
         # A region whose last member left service is skipped by the chain at once (enforce.py).
         list(pool.map(sync_usable, [conn for key, conn in conns if not results[key]]))

@@ -25,8 +25,10 @@ from apps.balancers.services import member_set_state
 from apps.capacity.engine import LoadPlan, RunResult, Target, run_plan
 from apps.fleets import selectors as fleet_selectors
 from apps.fleets import services as fleet_services
+from apps.fleets.enforce import unusable_before_leaving
 from apps.fleets.models import Fleet, Node
 from apps.fleets.render import render
+from apps.fleets.render.chain import USABLE_MAP, backend_name
 from apps.fleets.runtime import HAProxySocket
 from apps.fleets.snapshot import NodeSpec
 from apps.fleets.transports.base import NodeConn
@@ -217,6 +219,33 @@ def test_members_in_maintenance_send_everything_to_b_within_two_seconds(
     assert fleet.hits("ra") == last_a
     assert b_per_s >= 0.8 * 30, f"rb served only {b_per_s}/s"
     assert sum(step.error_count for step in result.steps) == 0
+
+
+def test_a_region_is_skipped_before_its_last_member_enters_maintenance(
+    two_regions, haproxy_node, tiny_backend
+) -> None:
+    """The chain's usable flag drops before HAProxy has no server left for the region, not after (a request
+    arriving in between would be answered 503)."""
+    fleet = start_fleet(two_regions, haproxy_node, tiny_backend)
+    _, conn = fleet.nodes["ra"]
+    backend = backend_name(fleet.pool.pk, "ra", "http")
+    first, last = Member.objects.filter(pool=fleet.pool, region=two_regions.a).order_by("pk")
+
+    def usable() -> str:
+        return _usable_map(HAProxySocket(conn.stats_socket_path).command(f"show map {USABLE_MAP}"))[backend]
+
+    unusable_before_leaving(conn, [backend], first.name)
+    assert usable() == "1"  # another member still serves the region
+    member_set_state(principal=None, member=first, admin_state="maint")
+    fleet_services.member_runtime_apply(member_id=first.pk)
+    unusable_before_leaving(conn, [backend], last.name)
+    assert usable() == "0"  # while `last` is still up: the chain moves on first
+    servers = {r.svname: r.status for r in HAProxySocket(conn.stats_socket_path).show_stat() if r.pxname == backend}
+    assert servers[last.name] != "MAINT"
+
+
+def _usable_map(text: str) -> dict[str, str]:
+    return {parts[1]: parts[2] for parts in (line.split() for line in text.splitlines()) if len(parts) == 3}
 
 
 def test_isolation_keeps_a_s_traffic_in_a(two_regions, haproxy_node, tiny_backend) -> None:
