@@ -184,13 +184,21 @@ def _apply(node: Node, reading: NodeReading, limits: dict[str, int],
     return len(commands)
 
 
-def sync_usable(conn: NodeConn) -> str | None:
+def sync_usable(conn: NodeConn, *, leaving: str | None = None, backends: Collection[str] = ()) -> str | None:
     """Make a node's usable map match its backends' status now (after a runtime server change, so a
-    region put in maintenance is skipped at once rather than at the loop's next run)."""
+    region put in maintenance is skipped at once rather than at the loop's next run).
+
+    With `leaving`, that server of `backends` counts as out of service already: called before it goes into
+    maintenance, the chain stops choosing a region whose last available server it is before HAProxy has
+    none left for it (marked only after, a request arriving in between is answered 503)."""
     transport = transport_for(conn)
     try:
-        usable = {row.pxname: int(row.status == "UP") for row in parse_show_stat(transport.runtime("show stat"))
-                  if row.svname == "BACKEND"}
+        rows = parse_show_stat(transport.runtime("show stat"))
+        usable = {row.pxname: int(row.status == "UP") for row in rows if row.svname == "BACKEND"}
+        for be in backends:
+            if not any(_available(r.status) for r in rows
+                       if r.pxname == be and r.svname not in ("BACKEND", "FRONTEND", leaving)):
+                usable[be] = 0
         live = _parse_map(transport.runtime(f"show map {USABLE_MAP}"))
         commands = [f"set map {USABLE_MAP} {be} {v}" for be, v in sorted(usable.items())
                     if be in live and live[be] != str(v)]
@@ -207,30 +215,6 @@ def sync_usable(conn: NodeConn) -> str | None:
 def _available(status: str) -> bool:
     """A server `show stat` says takes new requests (checked and up, or unchecked and not in maintenance)."""
     return status.startswith("UP") or status == "no check"
-
-
-def unusable_before_leaving(conn: NodeConn, backends: Collection[str], server: str) -> str | None:
-    """Before `server` goes into maintenance on a node: a backend it is the last available server of is
-    marked unusable first, so the chain stops choosing that region before HAProxy has no server left for
-    it (marked after, as sync_usable does, a request arriving in between is answered 503)."""
-    transport = transport_for(conn)
-    try:
-        rows = parse_show_stat(transport.runtime("show stat"))
-        live = _parse_map(transport.runtime(f"show map {USABLE_MAP}"))
-        commands = [
-            f"set map {USABLE_MAP} {be} 0" for be in sorted(backends)
-            if live.get(be, "0") != "0"
-            and not any(_available(r.status) for r in rows
-                        if r.pxname == be and r.svname not in ("BACKEND", "FRONTEND", server))
-        ]
-        if commands:
-            transport.runtime(";".join(commands))
-        return None
-    except NODE_ERRORS as exc:
-        return str(exc)
-    finally:
-        with contextlib.suppress(Exception):
-            transport.close()  # type: ignore[attr-defined]
 
 
 def enforce(lb_ids: Collection[int] | None = None) -> dict[str, object]:

@@ -26,7 +26,7 @@ from apps.core.errors import Conflict, DomainError, NotFoundError
 from apps.fleets import selectors
 from apps.fleets.codec import content_sha256, display_text, revision_diff, snapshot_to_json, strip_header
 from apps.fleets.delivery import set_map_entries, set_server
-from apps.fleets.enforce import sync_usable, unusable_before_leaving
+from apps.fleets.enforce import sync_usable
 from apps.fleets.models import ConfigRevision, Fleet, Node, NodeResult, Rollout
 from apps.fleets.reasons import change_reason
 from apps.fleets.render import UnsafeValue, backend_name, render
@@ -352,7 +352,7 @@ def member_runtime_apply(*, member_id: int) -> dict[str, str | None]:
 
     def apply(conn: NodeConn) -> str | None:
         if member.admin_state == Member.AdminState.MAINT:
-            unusable_before_leaving(conn, backends, member.name)  # a failure here is sync_usable's to mend
+            sync_usable(conn, leaving=member.name, backends=backends)  # a failure is mended by the call after
         return set_server(conn, backends, member.name, member.admin_state, member.weight)
 
     with ThreadPoolExecutor(max_workers=min(RUNTIME_THREADS, len(conns))) as pool:

@@ -25,7 +25,7 @@ from apps.balancers.services import member_set_state
 from apps.capacity.engine import LoadPlan, RunResult, Target, run_plan
 from apps.fleets import selectors as fleet_selectors
 from apps.fleets import services as fleet_services
-from apps.fleets.enforce import unusable_before_leaving
+from apps.fleets.enforce import sync_usable
 from apps.fleets.models import Fleet, Node
 from apps.fleets.render import render
 from apps.fleets.render.chain import USABLE_MAP, backend_name
@@ -234,11 +234,11 @@ def test_a_region_is_skipped_before_its_last_member_enters_maintenance(
     def usable() -> str:
         return _usable_map(HAProxySocket(conn.stats_socket_path).command(f"show map {USABLE_MAP}"))[backend]
 
-    unusable_before_leaving(conn, [backend], first.name)
+    sync_usable(conn, leaving=first.name, backends=[backend])
     assert usable() == "1"  # another member still serves the region
     member_set_state(principal=None, member=first, admin_state="maint")
     fleet_services.member_runtime_apply(member_id=first.pk)
-    unusable_before_leaving(conn, [backend], last.name)
+    sync_usable(conn, leaving=last.name, backends=[backend])
     assert usable() == "0"  # while `last` is still up: the chain moves on first
     servers = {r.svname: r.status for r in HAProxySocket(conn.stats_socket_path).show_stat() if r.pxname == backend}
     assert servers[last.name] != "MAINT"
