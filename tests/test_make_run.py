@@ -15,38 +15,23 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from apps.core import ports
 from apps.fleets import demo
 from tests import readme
 from tests.conftest import REPO
 from tests.fleets.conftest import demo_fleet_addresses, haproxy_bin, http_get  # noqa: F401  (fixtures)
+from tests.netutil import pick_free_port
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.slow]
 
 START_TIMEOUT_S = 300.0  # pip check, migrations on SQLite and the first roll-out, on a loaded 2-core machine
 BANNER = re.compile(r"Spillway on http://(\S+)/")
-
-
-def _free(address: str, port: int) -> bool:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((address, port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(var: Path) -> dict[str, str]:
@@ -77,7 +62,7 @@ def test_make_run_as_shown_serves_the_demo_fleet_and_refuses_a_second_run(haprox
                                                                           tmp_path) -> None:
     addresses = demo.demo_addresses()
     env = _env(tmp_path / "var")
-    port = _free_port()
+    port = pick_free_port()
     bind = f"127.0.0.1:{port}"
     run = [*shlex.split(readme.command("make run")), f"RUN_BIND={bind}"]
     console = tmp_path / "console.log"
@@ -142,5 +127,5 @@ def test_make_run_as_shown_serves_the_demo_fleet_and_refuses_a_second_run(haprox
                 proc.wait()
     # Everything it started is gone: the web port and every demo address are free again.
     time.sleep(1)
-    assert _free("127.0.0.1", port)
-    assert [a for a in addresses if not _free(*a)] == []
+    assert ports.is_free("127.0.0.1", port)
+    assert [a for a in addresses if not ports.is_free(*a)] == []

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import shlex
-import socket
 import subprocess
 
 import pytest
 
 from apps.balancers import demo as balancers_demo
+from apps.core import ports
 from apps.events.models import Event
 from apps.fleets import demo, drift
 from apps.fleets.models import Fleet, Node, Rollout
@@ -17,16 +17,6 @@ from tests import readme
 from .conftest import http_get
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
-
-
-def _free(address: str, port: int) -> bool:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT leftovers do not count
-        try:
-            probe.bind((address, port))
-        except OSError:
-            return False
-    return True
 
 
 def test_the_demo_fleet_starts_serves_both_regions_and_stops(haproxy_bin, demo_fleet_addresses, settings,
@@ -59,7 +49,7 @@ def test_the_demo_fleet_starts_serves_both_regions_and_stops(haproxy_bin, demo_f
         assert Event.objects.filter(type__startswith="drift.").count() == 0
     finally:
         demo.stop_demo_processes()
-    assert _free("127.0.40.1", 8080) and _free("127.0.20.1", 9101)
+    assert ports.is_free("127.0.40.1", 8080) and ports.is_free("127.0.20.1", 9101)
 
 
 def test_without_haproxy_the_demo_says_so(settings) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import time
 from collections.abc import Callable, Iterator
 
@@ -15,6 +14,7 @@ import pytest
 from apps.balancers import demo as balancers_demo
 from apps.balancers.demo import DEMO_PASSWORDS
 from apps.balancers.models import HostnameClaim, LoadBalancer, Member, Route
+from apps.core import ports
 from apps.fleets import demo as fleets_demo
 from apps.fleets import selectors
 from apps.fleets.models import Node, Rollout
@@ -38,16 +38,6 @@ BACKENDS = {
 ROLLOUT_TIMEOUT_MS = 90_000
 
 
-def _free(address: str, port: int) -> bool:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((address, port))
-        except OSError:
-            return False
-    return True
-
-
 def wait_for(check: Callable[[], bool], timeout_s: float, interval_s: float = 0.2) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -61,7 +51,7 @@ def wait_for(check: Callable[[], bool], timeout_s: float, interval_s: float = 0.
 def demo_fleet(transactional_db, settings, tmp_path, monkeypatch, celery_worker_factory) -> Iterator[LoadBalancer]:
     if shutil.which(settings.HAPROXY_BIN) is None:
         deps.missing("haproxy is not installed (apt-get install haproxy)")
-    busy = [a for addrs in NODES.values() for a in addrs if not _free(a, 8080)]
+    busy = [a for addrs in NODES.values() for a in addrs if not ports.is_free(a, 8080)]
     if busy:
         pytest.skip(f"another run of this test holds {busy}")
     monkeypatch.setattr(fleets_demo, "DEMO_NODES", NODES)
