@@ -35,13 +35,16 @@ from apps.fleets.transports import transport_for
 from apps.fleets.transports.base import NodeConn
 from apps.traffic.overflow import PlanInputError
 from apps.traffic.selectors import pool_capacities_many
-from apps.traffic.shares import Limits, dynamic_limits, static_limits
+from apps.traffic.shares import Limits, dynamic_limits, reserve_idle, static_limits
 
 logger = logging.getLogger(__name__)
 
 _ROW_RE = re.compile(r"key=(\S+) .*?http_req_rate\(\d+\)=(\d+)")
+_CNT_RE = re.compile(r"key=(\S+) .*?http_req_cnt=(\d+)")
 _SET_BATCH = 50  # `set map` commands per CLI line (`;`-separated)
 _HOLD_KEY = "spillway:overflow-hold:{}"
+_LEASE_KEY = "spillway:enforcer-lease"
+LEASE_S = 2  # an enforcer that has not run for this long has lost its lease to a standby (or to beat)
 
 
 def overflow_hold(pool_id: int, region: str, seconds: float) -> None:
@@ -52,6 +55,27 @@ def overflow_hold(pool_id: int, region: str, seconds: float) -> None:
 
 def overflow_release(pool_id: int) -> None:
     cache.delete(_HOLD_KEY.format(pool_id))
+
+
+def lease_acquire(token: str) -> bool:
+    """Take or renew the enforcer's lease; False while another enforcer holds it. Two holders at once
+    (a race at takeover) only set the same limits twice: every run is idempotent."""
+    if cache.add(_LEASE_KEY, token, timeout=LEASE_S):
+        return True
+    if cache.get(_LEASE_KEY) == token:
+        cache.set(_LEASE_KEY, token, timeout=LEASE_S)
+        return True
+    return False
+
+
+def lease_release(token: str) -> None:
+    if cache.get(_LEASE_KEY) == token:
+        cache.delete(_LEASE_KEY)
+
+
+def enforcer_running() -> bool:
+    """An enforcer process holds the lease (beat's task then leaves the loop to it)."""
+    return cache.get(_LEASE_KEY) is not None
 
 
 def _hold(limits: Limits, node_regions: dict[str, str], region: str | None) -> Limits:
@@ -73,6 +97,8 @@ class NodeReading:
     region: str
     reachable: bool
     demand: dict[int, float] = field(default_factory=dict)  # pool id -> req/s arriving at this node
+    counts: dict[int, int] = field(default_factory=dict)  # pool id -> requests arrived (cumulative)
+    at: float = 0.0  # time.monotonic() of the reading
     usable: dict[str, int] = field(default_factory=dict)  # backend -> 1 when it has a usable server
     live_limits: dict[str, str] = field(default_factory=dict)
     live_usable: dict[str, str] = field(default_factory=dict)
@@ -82,6 +108,43 @@ class NodeReading:
 def parse_show_table(text: str) -> dict[str, float]:
     """`show table <t>` rows -> {key: http_req_rate}."""
     return {m.group(1): float(m.group(2)) for m in _ROW_RE.finditer(text)}
+
+
+def parse_show_table_counts(text: str) -> dict[str, int]:
+    """`show table <t>` rows -> {key: http_req_cnt} (rows of a table that stores it)."""
+    return {m.group(1): int(m.group(2)) for m in _CNT_RE.finditer(text)}
+
+
+class DemandMeter:
+    """Demand per (node, pool) from the difference of cumulative counts over the last `window_s`.
+
+    HAProxy's `http_req_rate(1s)` is a sliding rate: after a step of demand it reaches the new level
+    only after a second, which the enforcement loop adds to its own period before a node's share follows
+    its demand (react_s 2.1-2.4 s in make bench-overflow-fleet). A loop that runs every few hundred ms
+    and keeps its readings sees the step within one window. Without two readings far enough apart
+    (first run, a counter that restarted after a reload or an expired entry) the sliding rate is used."""
+
+    def __init__(self, window_s: float = 0.5, min_span_s: float = 0.2) -> None:
+        self.window_s = window_s
+        self.min_span_s = min_span_s
+        self._history: dict[tuple[int, int], list[tuple[float, int]]] = {}
+
+    def observe(self, reading: NodeReading) -> None:
+        """Replace the reading's demand (sliding rate) with the rate from counts where it can."""
+        if not reading.reachable:
+            return
+        for pool_id, count in reading.counts.items():
+            samples = self._history.setdefault((reading.node_id, pool_id), [])
+            if samples and count < samples[-1][1]:
+                samples.clear()  # the entry expired or HAProxy reloaded: counting starts again
+            samples.append((reading.at, count))
+            while len(samples) > 2 and samples[1][0] <= reading.at - self.window_s:
+                samples.pop(0)
+            t0, c0 = samples[0]
+            if reading.at - t0 >= self.min_span_s:
+                reading.demand[pool_id] = (count - c0) / (reading.at - t0)
+        for key in [k for k in self._history if k[0] == reading.node_id and k[1] not in reading.counts]:
+            del self._history[key]  # no entry any more: no demand (the sliding rate says 0 too)
 
 
 def _parse_map(text: str) -> dict[str, str]:
@@ -99,10 +162,13 @@ def read_node(node: Node, region: str, run: Callable[[str], str] | None = None) 
         if run is None:
             transport = transport_for(selectors.node_conn(node))
             run = transport.runtime
-        demand = {int(k): v for k, v in parse_show_table(run(f"show table {DEMAND_TABLE}")).items() if k.isdigit()}
+        table = run(f"show table {DEMAND_TABLE}")
+        at = time.monotonic()
+        demand = {int(k): v for k, v in parse_show_table(table).items() if k.isdigit()}
+        counts = {int(k): v for k, v in parse_show_table_counts(table).items() if k.isdigit()}
         usable = {row.pxname: int(row.status == "UP") for row in parse_show_stat(run("show stat"))
                   if row.svname == "BACKEND"}
-        return NodeReading(node.pk, region, True, demand, usable,
+        return NodeReading(node.pk, region, True, demand, counts, at, usable,
                            _parse_map(run(f"show map {LIMITS_MAP}")), _parse_map(run(f"show map {USABLE_MAP}")))
     except NODE_ERRORS as exc:
         return NodeReading(node.pk, region, False, error=str(exc))
@@ -142,6 +208,7 @@ def desired_limits(readings: dict[int, NodeReading], lbs: dict[int, dict[int, tu
                 demand = {str(nid): readings[nid].demand.get(pool.pk, 0.0) for nid in members}
                 limits: Limits = dynamic_limits(caps.get(pool.pk, []), node_regions, demand, distances,
                                                 pool.overflow_policy)  # type: ignore[arg-type]
+                limits = reserve_idle(limits, caps.get(pool.pk, []), node_regions, demand)
             else:
                 limits = static_limits(caps.get(pool.pk, []), node_regions, distances,
                                        pool.overflow_policy)  # type: ignore[arg-type]
@@ -217,9 +284,10 @@ def _available(status: str) -> bool:
     return status.startswith("UP") or status == "no check"
 
 
-def enforce(lb_ids: Collection[int] | None = None) -> dict[str, object]:
+def enforce(lb_ids: Collection[int] | None = None, meter: DemandMeter | None = None) -> dict[str, object]:
     """One run over every HAProxy LB's nodes (or those of `lb_ids`); returns what it did (for the
-    task result and tests)."""
+    task result and tests). A `meter` kept across runs (the enforcer process's) senses demand from
+    counts; without one, from HAProxy's 1 s sliding rate."""
     started = time.monotonic()
     lbs = lb_nodes()
     if lb_ids is not None:
@@ -230,6 +298,9 @@ def enforce(lb_ids: Collection[int] | None = None) -> dict[str, object]:
     ids = sorted(nodes)
     with ThreadPoolExecutor(max_workers=min(8, len(ids))) as pool:
         readings = dict(zip(ids, pool.map(lambda nid: read_node(*nodes[nid]), ids), strict=True))
+    if meter is not None:
+        for reading in readings.values():
+            meter.observe(reading)
     wanted, modes = desired_limits(readings, lbs)
     reachable = [nid for nid in ids if readings[nid].reachable]
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(reachable)))) as pool:

@@ -64,7 +64,10 @@ def render_task(fleet_id: int) -> int:
 
 @shared_task(name="fleets.enforce_task", ignore_result=True)
 def enforce_task() -> dict[str, object]:
-    """Each node's share of each region's capacity, from the demand it sees now (apps.fleets.enforce)."""
-    from apps.fleets.enforce import enforce
+    """Each node's share of each region's capacity, from the demand it sees now (apps.fleets.enforce).
+    The fallback of the `enforcer` process: it does nothing while one runs (that one runs 4 times as often)."""
+    from apps.fleets.enforce import enforce, enforcer_running
 
+    if enforcer_running():
+        return {"skipped": "enforcer process running"}
     return enforce()

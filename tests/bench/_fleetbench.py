@@ -93,7 +93,8 @@ class FleetBench:
     With `topology=False` only the operator org, its user and API token exist: the bench builds
     regions, fleets, nodes, the LB and its pools through the API (`api`) and starts each local
     node's HAProxy master with `start_node` (what a node's host does, not Spillway). With
-    `beat=True` Celery beat runs too, so periodic tasks (enforcement, health) run as in production."""
+    `beat=True` Celery beat and the enforcer process run too, so periodic tasks (health) and the
+    enforcement loop run as in production."""
 
     def __init__(self, db_name: str, nodes_per_region: int = 3, worker_concurrency: int = 2, *,
                  topology: bool = True, beat: bool = False) -> None:
@@ -124,6 +125,7 @@ class FleetBench:
             self._start_worker(worker_concurrency)
             if beat:
                 self._start_beat()
+                self._start_enforcer()
             self._start_web()
         except BaseException:
             self.close()  # whatever was started is stopped by PID
@@ -199,6 +201,12 @@ class FleetBench:
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "controlplane", "beat", "--loglevel", "WARNING"],
             cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+
+    def _start_enforcer(self) -> None:
+        log = open(f"{self.base}/enforcer.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen([sys.executable, str(REPO / "manage.py"), "enforcer"],
+                                cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)
 
     def start_node(self, node_id: int) -> None:

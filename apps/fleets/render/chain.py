@@ -110,8 +110,10 @@ def table_sections(manifest: ManifestBuilder) -> list[list[str]]:
     return [
         ["backend " + RATES_TABLE,
          "    stick-table type string len 64 size 1m expire 10s store http_req_rate(1s)"],
+        # The cumulative count lets the enforcer sense a change of demand within its own period (the
+        # difference of two readings) rather than after the 1 s sliding rate has caught up.
         ["backend " + DEMAND_TABLE,
-         "    stick-table type integer size 1m expire 10s store http_req_rate(1s)"],
+         "    stick-table type integer size 1m expire 10s store http_req_cnt,http_req_rate(1s)"],
     ]
 
 

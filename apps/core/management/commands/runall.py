@@ -21,7 +21,7 @@ from apps.core.discovery import app_modules
 
 
 class Command(BaseCommand):
-    help = "Start web (gunicorn), a Celery worker and beat; stop them all on Ctrl-C."
+    help = "Start web (gunicorn), a Celery worker, beat and the enforcer; stop them all on Ctrl-C."
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--bind", default="127.0.0.1:8000")
@@ -54,6 +54,8 @@ class Command(BaseCommand):
                                 "--queues", "events", "--pool", "threads", "--concurrency", "2" if sqlite else "8",
                                 "--hostname", "events@%h"])
         spawn("beat", [py, "-m", "celery", "-A", "controlplane", "beat", "--loglevel", "INFO"])
+        # Overflow shares follow ingress within ~0.5 s (beat's enforce_task, every 1 s, is its fallback).
+        spawn("enforcer", [py, str(Path(settings.BASE_DIR) / "manage.py"), "enforcer"])
         start_demo = _demo_hook("start_demo_processes")
         if start_demo is not None:
             message = start_demo()

@@ -1,0 +1,77 @@
+"""`manage.py enforcer`: the enforcement loop (apps.fleets.enforce) as its own process, every 250 ms.
+
+Beat's `fleets.enforce_task` runs it at most once a second, on a worker slot a capacity test's shards may
+hold, and senses demand through HAProxy's 1 s sliding rate: a node's share followed a change of ingress
+after 2.1-2.4 s (make bench-overflow-fleet). This process keeps its readings between runs
+(`DemandMeter`: demand from counts over the last 0.5 s) and runs four times a second.
+
+Only one enforcer works at a time (a lease in the cache, renewed every run); others wait as standbys and
+take over when the lease lapses. While a lease is held, `enforce_task` does nothing; when no enforcer
+runs, the task is the loop (at its 1 s period). Every run is idempotent: it sets what differs from the
+nodes' live maps.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+
+from django.core.management.base import BaseCommand
+from django.db import InterfaceError, OperationalError, close_old_connections, connection
+
+from apps.fleets.enforce import DemandMeter, enforce, lease_acquire, lease_release
+
+log = logging.getLogger("apps.fleets.enforcer")
+
+
+class Command(BaseCommand):
+    help = "Run the overflow enforcement loop (per-node shares set at run time) until SIGTERM."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--period-s", type=float, default=0.25)
+        parser.add_argument("--window-s", type=float, default=0.5, help="demand = requests counted over this")
+        parser.add_argument("--once", action="store_true", help="one run, then exit")
+
+    def handle(self, *args, **opts) -> None:
+        stopping = False
+
+        def stop(*_: object) -> None:
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        period = max(0.05, opts["period_s"])
+        meter = DemandMeter(window_s=opts["window_s"])
+        token = f"{id(self)}-{time.time()}"
+        holding = False
+        self.stdout.write(f"enforcer ready (every {period} s)", ending="\n")
+        self.stdout.flush()
+        next_run = time.monotonic()
+        try:
+            while not stopping:
+                try:
+                    close_old_connections()
+                    was = holding
+                    holding = lease_acquire(token)
+                    if holding and not was:
+                        log.info("enforcer: holding the lease")
+                    if holding:
+                        done = enforce(meter=meter)
+                        if done.get("unreachable"):
+                            log.debug("enforcer: %s", done)
+                    else:
+                        meter = DemandMeter(window_s=opts["window_s"])  # a standby's readings go stale
+                except (OperationalError, InterfaceError) as exc:
+                    log.warning("enforcer: database unavailable (%s); retrying", exc)
+                    connection.close()
+                except Exception:  # one bad run must not stop the loop; the next one starts afresh
+                    log.exception("enforcer: run failed")
+                if opts["once"]:
+                    break
+                next_run = max(next_run + period, time.monotonic())
+                time.sleep(max(0.0, next_run - time.monotonic()))
+        finally:
+            if holding:
+                lease_release(token)
