@@ -1,13 +1,16 @@
-"""The enforcement loop: every node's share of every region's capacity, set at run time about every second.
+"""The enforcement loop: every node's share of every region's capacity, set at run time.
 
-Each run reads, from every enabled node serving an HAProxy LB, the per-pool arrival rate
-(`show table chain_demand`), the backends' status (`show stat`) and the live chain maps; computes
+It runs every 250 ms in the `enforcer` process (management command; beat's `fleets.enforce_task`,
+every 1 s, is its fallback while none holds the lease). Each run reads, from every enabled node
+serving an HAProxy LB, the per-pool demand (`show table chain_demand`: the enforcer turns the counts
+into a rate over its last 0.5 s, `DemandMeter`), the backends' status (`show stat`) and the live chain maps; computes
 each node's limits with `traffic.shares` (demand-proportional when every node of the LB answered,
 the static floor share otherwise); and sends the entries that differ with `set map` (no reload).
 A reload or a hot map swap restores the rendered static shares; the next run corrects them, since
 it compares with what the node serves (`show map`), not with what it sent last.
 
-Safety: the shares of a region never sum above its capacity over the nodes Spillway can reach. A
+Safety: the shares of a region never sum above its capacity over the nodes Spillway can reach that
+carry demand (an idle node of the region keeps its static share, `shares.reserve_idle`). A
 node that stops answering keeps the limits it was last given until it answers again or reloads;
 its region's other nodes then fall back to the static shares.
 """

@@ -17,6 +17,10 @@ Two rules, both keeping sum(limits of region r over all nodes) <= C_r:
   goes to r's own nodes (proportional to their demand, evenly when they have none), or to the nodes
   that reach r when r has no node of its own. So the enforced split is the planner's split,
   whatever the ingress skew.
+- `reserve_idle`, applied by the enforcement loop on top of `dynamic_limits`: a region's own node
+  with (almost) no demand keeps its static share, so ingress moving onto it is served in its region
+  at once. Only idle nodes hold more than their planned share, so under sustained demand the sum
+  over the nodes that carry it still stays within capacity.
 
 Limits are integers (req/s per node, floored). None = unlimited (unlimited capacity).
 """

@@ -14,8 +14,9 @@ What a user does, in order, all through the REST API of a real gunicorn (`_fleet
   4. sends open-loop load through the nodes with ingress skews (a) all through one node of region
      a, (b) 80% through a's nodes / 20% b's, (c) uniform over all 6, at 0.5x, 1x, 1.5x, 2x of
      region a's max rate.
-The enforcement loop is the product's own: Celery beat runs `fleets.enforce_task` every second on
-the worker (and the health task every 5 s, which feeds the dashboard). Figures come from the
+The enforcement loop is the product's own: the `manage.py enforcer` process (every 250 ms, demand
+from the demand table's counts), with Celery beat running the health task every 5 s (which feeds the
+dashboard) and `fleets.enforce_task` as the enforcer's fallback. Figures come from the
 members' own counters (arrival timestamps).
 
   local_fraction_min: min over skews/levels of (served in a) / min(offered to a's nodes, a's max rate)
@@ -177,7 +178,7 @@ def run_skew(backends: Backends, port: int, shares: dict[str, float], rate: floa
         t = threading.Thread(target=lambda a=address, p=plan: results.__setitem__(a, run_plan(p)), daemon=True)
         threads.append(t)
         t.start()
-    time.sleep(2.0)  # the loop sees the new demand (<= 1 s) and sets limits; then measure
+    time.sleep(2.0)  # the loop sees the new demand (<= 0.5 s) and sets limits; then measure
     since = time.monotonic()
     time.sleep(step_s)
     until = time.monotonic()

@@ -1,0 +1,78 @@
+"""The demo's `edge-knee` capacity test, as `make run` sets it up, through a real Celery worker and fleet.
+
+`manage.py loaddemo` defines the test (acme's pool on the shared `edge` LB, region us-east, 2 shards);
+`start_demo_processes` starts the 4 demo HAProxy nodes and backends and rolls them out; a real worker
+with `make run`'s 2 slots runs the run. What the nodes served is read from their own `show stat`.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+
+from apps.balancers.models import Pool
+from apps.capacity import knee
+from apps.capacity.models import CapacityRun, CapacityTest
+from apps.capacity.services import capacity_run_start
+from apps.fleets import demo
+from apps.fleets import selectors as fleet_selectors
+from apps.fleets.models import Node
+from apps.fleets.render.chain import backend_name
+from apps.fleets.runtime import HAProxySocket, parse_show_stat
+from tests.capacity.conftest import wait_for_run
+from tests.fleets.conftest import demo_fleet_addresses, haproxy_bin  # noqa: F401 (fixtures)
+
+pytestmark = [pytest.mark.haproxy, pytest.mark.django_db(transaction=True)]
+
+
+def _served(nodes: list[Node], backends: list[str]) -> dict[str, int]:
+    """Requests each backend has been sent (`stot`), summed over the nodes."""
+    out = dict.fromkeys(backends, 0)
+    for node in nodes:
+        rows = parse_show_stat(HAProxySocket(fleet_selectors.node_conn(node).stats_socket_path).command("show stat"))
+        for row in rows:
+            if row.svname == "BACKEND" and row.pxname in out:
+                out[row.pxname] += int(row.raw.get("stot") or 0)
+    return out
+
+
+def test_the_demo_edge_knee_test_measures_us_east_of_the_demo_fleet_through_a_worker(
+        haproxy_bin, demo_fleet_addresses, celery_worker_factory, settings, tmp_path) -> None:  # noqa: F811
+    """GIVEN `make run`'s demo (loaddemo, the demo fleet started, a worker with 2 slots)
+    WHEN acme's `edge-knee` test runs
+    THEN it aims where a us-east node listens (not the listener's static IP, where nothing listens);
+    us-east's members serve every request it sent and eu-west's none (overflow held off, so what it
+    measures is us-east's own); it succeeds with a knee or an honest "no knee up to 160 req/s"; and a
+    recommendation divides by the 2 us-east members that served."""
+    settings.VAR_DIR = tmp_path / "var"
+    call_command("loaddemo", verbosity=0)
+    test = CapacityTest.objects.get(org__slug="acme", name="edge-knee")
+    pool = Pool.objects.get(pk=test.pool_id)
+    worker_env = {"SPILLWAY_VAR_DIR": str(settings.VAR_DIR)}
+    try:
+        message = demo.start_demo_processes()
+        assert "4/4 HAProxy nodes serving `edge`" in str(message), message
+        celery_worker_factory("demo", concurrency=2, **worker_env)
+        us_nodes = list(Node.objects.filter(fleet__name="demo-us-east").order_by("name"))
+        backends = [backend_name(pool.pk, "us-east", "http"), backend_name(pool.pk, "eu-west", "http")]
+        before = _served(us_nodes, backends)
+        run = capacity_run_start(principal=None, test=test)
+        run = wait_for_run(run.pk, timeout_s=60.0)
+        after = _served(us_nodes, backends)
+    finally:
+        demo.stop_demo_processes()
+
+    assert run.status == CapacityRun.Status.SUCCEEDED, (run.error_code, run.error)
+    assert run.target_address in {n.bind_address for n in us_nodes}, run.target_address
+    assert run.sent == 20 * 5 + 40 * 5 + 80 * 5 + 160 * 5 and run.ok >= 0.99 * run.sent, (run.sent, run.ok)
+    local, overflow = (after[b] - before[b] for b in backends)
+    assert overflow == 0, f"{overflow} request(s) of the test went to eu-west"
+    assert local == run.sent, (local, run.sent)
+    assert run.knee_code in (knee.KNEE_FOUND, knee.ALL_PASSED), run.knee_reason
+    if run.knee_code == knee.ALL_PASSED:  # the demo backends answer at once: none is honest
+        assert run.knee_capacity_rps is None and "160" in run.knee_reason, run.knee_reason
+        assert run.recommendation_note.startswith("No capacity found"), run.recommendation_note
+    else:
+        assert run.healthy_members == 2
+        assert run.recommended_max_rate_per_member == pytest.approx(run.knee_capacity_rps / 2 * 0.8, rel=0.01)
+        assert "/ 2 active member(s)" in run.recommendation_note, run.recommendation_note
