@@ -178,7 +178,7 @@ def run_skew(backends: Backends, port: int, shares: dict[str, float], rate: floa
         t = threading.Thread(target=lambda a=address, p=plan: results.__setitem__(a, run_plan(p)), daemon=True)
         threads.append(t)
         t.start()
-    time.sleep(2.0)  # the loop sees the new demand (<= 0.5 s) and sets limits; then measure
+    time.sleep(2.0)  # the loop sees the new demand (~0.25 s) and sets limits; then measure
     since = time.monotonic()
     time.sleep(step_s)
     until = time.monotonic()

@@ -3,7 +3,7 @@
 Beat's `fleets.enforce_task` runs it at most once a second, on a worker slot a capacity test's shards may
 hold, and senses demand through HAProxy's 1 s sliding rate: a node's share followed a change of ingress
 after 2.1-2.4 s (make bench-overflow-fleet). This process keeps its readings between runs
-(`DemandMeter`: demand from counts over the last 0.5 s) and runs four times a second.
+(`DemandMeter`: demand from counts, following a change within ~0.25 s) and runs four times a second.
 
 Only one enforcer works at a time (a lease in the cache, renewed every run); others wait as standbys and
 take over when the lease lapses. While a lease is held, `enforce_task` does nothing; when no enforcer
@@ -30,7 +30,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--period-s", type=float, default=0.25)
-        parser.add_argument("--window-s", type=float, default=0.5, help="demand = requests counted over this")
+        parser.add_argument("--window-s", type=float, default=1.0, help="steady demand = requests counted over this")
         parser.add_argument("--once", action="store_true", help="one run, then exit")
 
     def handle(self, *args, **opts) -> None:
