@@ -218,9 +218,12 @@ def lb_nodes() -> dict[int, dict[int, tuple[Node, str]]]:
     return {lb: nodes for lb, nodes in out.items() if kinds.get(lb) == LoadBalancer.Kind.HAPROXY}
 
 
-def desired_limits(readings: dict[int, NodeReading], lbs: dict[int, dict[int, tuple[Node, str]]]
-                   ) -> tuple[dict[int, dict[str, int]], dict[int, str]]:
-    """({node id: {backend: limit}}, {pool id: "dynamic" | "static"}) for every pool of those LBs."""
+def desired_limits(readings: dict[int, NodeReading], lbs: dict[int, dict[int, tuple[Node, str]]],
+                   step_down: float | None = None) -> tuple[dict[int, dict[str, int]], dict[int, str]]:
+    """({node id: {backend: limit}}, {pool id: "dynamic" | "static"}) for every pool of those LBs.
+
+    With `step_down` (the enforcer's), a dynamic limit falls to at most that fraction of its live value
+    per run rather than at once (`_step_down`)."""
     distances = {(d.src.slug, d.dst.slug): d.rtt_ms for d in RegionDistance.objects.select_related("src", "dst")}
     pools = list(Pool.objects.filter(lb_id__in=list(lbs)).order_by("pk"))
     caps = pool_capacities_many(pools)
@@ -236,6 +239,8 @@ def desired_limits(readings: dict[int, NodeReading], lbs: dict[int, dict[int, tu
                 limits: Limits = dynamic_limits(caps.get(pool.pk, []), node_regions, demand, distances,
                                                 pool.overflow_policy)  # type: ignore[arg-type]
                 limits = reserve_idle(limits, caps.get(pool.pk, []), node_regions, demand)
+                if step_down is not None:
+                    _step_down(limits, pool.pk, readings, step_down)
             else:
                 limits = static_limits(caps.get(pool.pk, []), node_regions, distances,
                                        pool.overflow_policy)  # type: ignore[arg-type]
@@ -248,6 +253,25 @@ def desired_limits(readings: dict[int, NodeReading], lbs: dict[int, dict[int, tu
             for region, limit in row.items():
                 wanted[int(nid)][backend_name(pool.pk, region, "http")] = UNLIMITED if limit is None else limit
     return wanted, modes
+
+
+def _step_down(limits: Limits, pool_id: int, readings: dict[int, NodeReading], factor: float) -> None:
+    """Lower each limit to no less than `factor` of its live value (a few runs from high to its share).
+
+    A node's rate to a step is HAProxy's 1 s sliding rate of what it sent there. Cut below that rate,
+    the node sends nothing to the step until the rate has decayed under the new limit: when ingress
+    moved from one node to three (make bench-overflow-fleet, one-node -> 80/20), the first node's
+    share fell from the region's capacity to a third of it and the region served ~2/3 of its capacity
+    for most of a second. Lowered in steps, the rate follows the limit. Meanwhile the region's limits
+    sum above its capacity, falling back within it in ~1 s at the enforcer's period; an unlimited
+    value (a capacity test's hold) drops at once."""
+    for nid, row in limits.items():
+        live = readings[int(nid)].live_limits
+        for region, limit in row.items():
+            value = live.get(backend_name(pool_id, region, "http"), "")
+            if limit is None or not value.isdigit() or int(value) >= UNLIMITED:
+                continue
+            row[region] = max(limit, math.floor(int(value) * factor))
 
 
 def _apply(node: Node, reading: NodeReading, limits: dict[str, int],
@@ -311,6 +335,9 @@ def _available(status: str) -> bool:
     return status.startswith("UP") or status == "no check"
 
 
+STEP_DOWN = 0.75  # per run of the enforcer (every 250 ms): from a region's capacity to a third in ~1 s
+
+
 def enforce(lb_ids: Collection[int] | None = None, meter: DemandMeter | None = None) -> dict[str, object]:
     """One run over every HAProxy LB's nodes (or those of `lb_ids`); returns what it did (for the
     task result and tests). A `meter` kept across runs (the enforcer process's) senses demand from
@@ -328,7 +355,7 @@ def enforce(lb_ids: Collection[int] | None = None, meter: DemandMeter | None = N
     if meter is not None:
         for reading in readings.values():
             meter.observe(reading)
-    wanted, modes = desired_limits(readings, lbs)
+    wanted, modes = desired_limits(readings, lbs, STEP_DOWN if meter is not None else None)
     reachable = [nid for nid in ids if readings[nid].reachable]
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(reachable)))) as pool:
         sets = sum(pool.map(lambda nid: _apply(nodes[nid][0], readings[nid], wanted.get(nid, {})), reachable))

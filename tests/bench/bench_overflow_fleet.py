@@ -218,6 +218,9 @@ def measure_react(backends: Backends, port: int, addresses: dict[str, list[str]]
                 settled = t + 0.1  # not yet settled at t: the earliest it can be is the next tick
             t += 0.1
         out.append((f"{order[i - 1]}->{order[i]}", settled - change))
+        # What a served per 0.5 s around the change (diagnosis of a slow settle: when, how deep).
+        series = [served(backends, "a", change + k * 0.5, change + (k + 1) * 0.5) for k in range(-2, 2 * int(phase_s))]
+        print(f"    a per 0.5 s from -1 s, target {target:.1f}: " + " ".join(f"{v:.0f}" for v in series), flush=True)
     return out
 
 
