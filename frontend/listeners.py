@@ -14,8 +14,7 @@ from apps.balancers.services import listener_static_ip_set
 from apps.core.errors import DomainError
 from apps.core.tenancy import Action
 from apps.core.ui import PrincipalView, errors_of
-from apps.fleets import selectors as fleet_selectors
-from apps.fleets.vips import fleet_vip_holders
+from apps.fleets.vips import listener_vip
 from frontend.workspace import WorkspaceMixin
 
 
@@ -52,16 +51,5 @@ class ListenerVipView(WorkspaceMixin, PrincipalView):
         lb: LoadBalancer = listener.lb
         if not self.can_manage(lb):
             raise Http404
-        rows = []
-        if listener.static_ip_id and lb.kind == LoadBalancer.Kind.HAPROXY:
-            vip = listener.static_ip.address
-            for fleet in fleet_selectors.lb_fleets(lb).select_related("region"):
-                if not fleet_selectors.vrrp_nodes(fleet.pk):
-                    continue
-                holding = fleet_vip_holders(fleet, [vip])[vip]
-                status = dict(fleet.nodes.values_list("name", "status"))
-                state = "ok" if holding.healthy else ("no holder" if not holding.holders else "split brain")
-                rows.append({"fleet": fleet, "region": fleet.region.slug, "state": state,
-                             "holders": [(name, status.get(name, "unknown")) for name in holding.holders],
-                             "unreachable": holding.unreachable})
+        rows = listener_vip(listener)
         return render(request, "partials/listener_vip.html", {"listener": listener, "rows": rows})

@@ -361,22 +361,22 @@ def listener_save(*, principal: Principal, listener: Listener, data: dict[str, A
         if (old_ip_id and old_ip_id != listener.static_ip_id
                 and not Listener.objects.filter(static_ip_id=old_ip_id).exists()):
             StaticIP.objects.filter(pk=old_ip_id).update(state=StaticIP.State.RESERVED)
-    return listener
-
-
-def listener_static_ip_set(*, principal: Principal, listener: Listener, static_ip: StaticIP | None) -> Listener:
-    """Attach a static IP to a listener (it becomes a floating VIP of the fleets serving it) or detach it;
-    audited as its own event so "who moved our address" is one query. The caller has already resolved
-    `static_ip` through the principal's scope; listener_save refuses an IP not reserved for the LB's org."""
-    with transaction.atomic():
-        before = listener.static_ip.address if listener.static_ip_id else None
-        listener_save(principal=principal, listener=listener, data={"static_ip": static_ip})
-        after = static_ip.address if static_ip is not None else None
-        if before != after:
+        if old_ip_id != listener.static_ip_id:
+            # Its own audit event whichever way it came (API PATCH, workspace form, listener create), so
+            # "who moved our address" is one query.
+            before = StaticIP.objects.filter(pk=old_ip_id).values_list("address", flat=True).first()
+            after = ip.address if ip is not None else None
             audit_record(principal=principal, org=listener.lb.org,
                          action="static_ip.attach" if after else "static_ip.detach", obj=listener,
                          before={"static_ip": before}, after={"static_ip": after})
     return listener
+
+
+def listener_static_ip_set(*, principal: Principal, listener: Listener, static_ip: StaticIP | None) -> Listener:
+    """Attach a static IP to a listener (it becomes a floating VIP of the fleets serving it) or detach it
+    (listener_save audits either as static_ip.attach / static_ip.detach). The caller has already resolved
+    `static_ip` through the principal's scope; listener_save refuses an IP not reserved for the LB's org."""
+    return listener_save(principal=principal, listener=listener, data={"static_ip": static_ip})
 
 
 def _serving_fleet_ids(lb: LoadBalancer) -> set[int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from apps.balancers.models import Listener, LoadBalancer
 from apps.fleets import selectors
 from apps.fleets.delivery import held_addresses
 from apps.fleets.models import Fleet, Node
@@ -38,3 +39,34 @@ def fleet_vip_holders(fleet: Fleet, vips: list[str]) -> dict[str, VipHolding]:
         vip: VipHolding(vip, tuple(c.name for c, h in zip(conns, held, strict=True) if h and vip in h), unreachable)
         for vip in vips
     }
+
+
+@dataclass(frozen=True)
+class FleetVip:
+    """One serving fleet's view of a listener's VIP: who holds it now and how those nodes are doing."""
+
+    fleet: Fleet
+    region: str
+    state: str  # "ok", "no holder" or "split brain"
+    holders: tuple[tuple[str, str], ...]  # (node name, node status)
+    unreachable: tuple[str, ...]
+
+
+def listener_vip(listener: Listener) -> list[FleetVip]:
+    """VIP -> holder -> health for `listener`, per fleet serving its LB that runs keepalived (the UI's
+    listener cell and the API read the same thing). Empty when no static IP is attached."""
+    lb: LoadBalancer = listener.lb
+    if not listener.static_ip_id or lb.kind != LoadBalancer.Kind.HAPROXY:
+        return []
+    vip = listener.static_ip.address
+    rows = []
+    for fleet in selectors.lb_fleets(lb).select_related("region"):
+        if not selectors.vrrp_nodes(fleet.pk):
+            continue
+        holding = fleet_vip_holders(fleet, [vip])[vip]
+        status = dict(fleet.nodes.values_list("name", "status"))
+        state = "ok" if holding.healthy else ("no holder" if not holding.holders else "split brain")
+        rows.append(FleetVip(fleet=fleet, region=fleet.region.slug, state=state,
+                             holders=tuple((name, status.get(name, "unknown")) for name in holding.holders),
+                             unreachable=holding.unreachable))
+    return rows

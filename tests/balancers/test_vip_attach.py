@@ -82,3 +82,44 @@ def test_a_vip_that_could_not_float_on_the_fleet_is_refused_with_a_code(world, i
     assert listener.static_ip is None
     ok = alice.client.patch(f"/api/v1/listeners/{listener.pk}/", {"static_ip": ips["acme"].pk}, format="json")
     assert ok.status_code == 200, ok.json()
+
+
+def test_attaching_and_detaching_through_the_api_are_audited(world, ips, alice) -> None:
+    """The API's PATCH is the same act as the workspace form: each is its own audit event."""
+    from apps.audit.models import AuditEvent
+
+    listener = Listener.objects.create(lb=world.acme_lb, name="http", port=80)
+    attach = alice.client.patch(f"/api/v1/listeners/{listener.pk}/", {"static_ip": ips["acme"].pk}, format="json")
+    assert attach.status_code == 200, attach.json()
+    detach = alice.client.patch(f"/api/v1/listeners/{listener.pk}/", {"static_ip": None}, format="json")
+    assert detach.status_code == 200, detach.json()
+    events = list(AuditEvent.objects.filter(action__startswith="static_ip.").exclude(action="static_ip.allocate")
+                  .order_by("pk").values_list("action", "before", "after"))
+    assert events == [("static_ip.attach", {"static_ip": None}, {"static_ip": "192.0.2.2"}),
+                      ("static_ip.detach", {"static_ip": "192.0.2.2"}, {"static_ip": None})]
+    # A PATCH that leaves the address alone records no attach/detach.
+    alice.client.patch(f"/api/v1/listeners/{listener.pk}/", {"port": 8080}, format="json")
+    assert AuditEvent.objects.filter(action__in=("static_ip.attach", "static_ip.detach")).count() == 2
+
+
+def test_the_api_reads_the_vip_holder_from_the_nodes(world, alice, charlie, ops) -> None:
+    """GET /listeners/{id}/vip/ asks each VRRP node which addresses it carries (here one local node,
+    whose loopback carries 127.0.0.1); another org's listener answers 404."""
+    from apps.fleets.models import Fleet, Node
+
+    fleet = Fleet.objects.create(name="edge-fleet", region=world.us)
+    Node.objects.create(fleet=fleet, name="n1", address="127.0.0.1", runtime_dir="/run/x", config_dir="/etc/x",
+                        vrrp_interface="lo", status=Node.Status.UP)
+    world.acme_lb.fleet = fleet
+    world.acme_lb.save()
+    pool = IpPool.objects.create(name="loop", cidr="127.0.0.0/29")
+    vip = StaticIP.objects.create(pool=pool, address="127.0.0.1", org=alice.org, state=StaticIP.State.ASSIGNED)
+    bare = Listener.objects.create(lb=world.acme_lb, name="bare", port=8080)
+    listener = Listener.objects.create(lb=world.acme_lb, name="http", port=80, static_ip=vip)
+    body = alice.client.get(f"/api/v1/listeners/{listener.pk}/vip/").json()
+    assert body == {"listener": listener.pk, "address": "127.0.0.1", "fleets": [
+        {"fleet": "edge-fleet", "region": "us-east", "state": "ok", "holders": [{"node": "n1", "status": "up"}],
+         "unreachable": []}]}
+    assert alice.client.get(f"/api/v1/listeners/{bare.pk}/vip/").json() == {
+        "listener": bare.pk, "address": None, "fleets": []}
+    assert charlie.client.get(f"/api/v1/listeners/{listener.pk}/vip/").status_code == 404

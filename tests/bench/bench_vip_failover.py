@@ -1,24 +1,40 @@
-"""VIP failover: 1 region x 3 nodes in network namespaces (tests/netns.py), keepalived VRRPv3.
+"""VIP failover through the product: 1 region x 3 nodes in network namespaces (tests/netns.py), keepalived VRRPv3.
 
-Each host runs its own sshd, HAProxy, keepalived and a loopback backend answering with the host's
-name. The fleet's bundles are rendered by the product's pure renderer and pushed through the SSH
-transport (delivery.apply_node: validate -> push -> reload -> verify -> keepalived SIGHUP).
+Everything goes through Spillway as a user would: a fresh database, a real gunicorn serving the API, a real
+Celery worker and beat (tests/bench/_fleetbench.py). Each namespace host runs its own sshd, HAProxy,
+keepalived and a loopback backend answering with the host's name, as a freshly installed node would (an
+empty HAProxy config, keepalived with no instance). Through the API: region, fleet (VRRPv3 adverts), LB,
+pool + member, listener, the 3 nodes (SSH transport, pinned host keys, VRRP on eth0), an IP pool; then a
+static IP is reserved and attached to the listener. The worker renders, validates, pushes over SSH,
+reloads HAProxy and SIGHUPs keepalived; the VIP answers when keepalived on the first node claims it.
 
-Load during the whole run: two `wrk` (one with `Connection: close` = a new connection per request, one
+- attach_to_serving_ms: from the PATCH that attaches the static IP until the VIP first answers 200
+  (worker render -> validate -> SSH push -> reload -> keepalived).
+- holder_api_correct: GET /api/v1/listeners/{id}/vip/ names the node the namespaces show holding the VIP,
+  after the attach and again after every failover and bring-back (1 only if every read was right).
+
+Load during the failover part: two `wrk` (one with `Connection: close` = a new connection per request, one
 keep-alive) against the VIP, plus a probe starting a new connection every 10 ms (not waiting for the
-last) that records who answered.
-Events, in order: kill the holder's HAProxy; bring it back; kill the new holder's whole namespace; bring
-it back. A watcher reads the holder from the namespaces every 20 ms.
+last) that records who answered. Events, in order: kill the holder's HAProxy; bring it back; kill the
+new holder's whole namespace; bring it back (x cycles). A watcher reads the holder from the namespaces
+every 20 ms.
 
-- failover_ms: from a kill until the first answer from another node arrives (one sample per kill); the
-  probe's attempts overlap, so one lost SYN does not hide the moment the new holder answers.
+- failover_ms: from a kill until the first answer from another node arrives (one sample per kill).
 - failed_requests: wrk socket errors + non-2xx, both runs (errors are expected inside the windows).
 - errors_outside_windows: probe failures outside every [kill, answered-again] window (goal 0).
 - flaps: holder changes beyond one per kill (a bring-back must not move the VIP; goal 0).
 
-    python tests/bench/bench_vip_failover.py [--advert-ms 200] [--cycles 2]
+Then the holder is drained through the API (PATCH /api/v1/nodes/{id}/ drained=true):
+- drain_vip_moved_first: 1 when the VIP left the drained node while that node's HAProxy was still
+  running and answering (its own address), the probe saw no failure from the drain call until the VIP
+  answered from another node, and afterwards only the new holder answered on the VIP.
+- drain_vip_move_ms: from the PATCH until the first answer from another node.
 
-Last line: RESULT failover_ms_p50=... failover_ms_max=... failed_requests=... flaps=...
+    flock /tmp/spillway-bench.lock env BENCH_REDIS_URL=redis://127.0.0.1:6379/14 \
+        python tests/bench/bench_vip_failover.py [--advert-ms 200] [--cycles 2] [--db-name spillway_bench_vip]
+
+Last line: RESULT failover_ms_p50=... failover_ms_max=... failed_requests=... flaps=... attach_to_serving_ms=...
+holder_api_correct=... drain_vip_moved_first=...
 Goals (issue 15): max <= 2000 ms, p50 <= 1000 ms, errors only inside windows, no more than one move per event.
 """
 
@@ -36,61 +52,21 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
-os.environ.setdefault("DEBUG", "1")  # dev settings: this benchmark uses no database and no secret
 
-import django  # noqa: E402
+from tests.bench._fleetbench import FleetBench, http_get  # noqa: E402
 
-django.setup()
-
-from apps.fleets.delivery import NodePlan, apply_node  # noqa: E402
-from apps.fleets.render import render  # noqa: E402
-from apps.fleets.render.keepalived import node_priority  # noqa: E402
-from apps.fleets.snapshot import (  # noqa: E402
-    FleetSnapshot,
-    ListenerSpec,
-    MemberSpec,
-    NodeSpec,
-    PoolRegionSpec,
-    PoolSpec,
-    RegionStep,
-    VrrpSpec,
-)
-from apps.fleets.transports.base import NodeConn  # noqa: E402
-from tests import netns  # noqa: E402
+if TYPE_CHECKING:
+    from tests import netns
 
 PORT = 80
+BACKEND_PORT = 9000  # tests.netns.BACKEND_PORT (netns is imported once Django is set up)
 _SOCKET_RE = re.compile(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)")
 _NON2XX_RE = re.compile(r"Non-2xx or 3xx responses: (\d+)")
 _REQUESTS_RE = re.compile(r"(\d+) requests in")
-
-
-def snapshot(vip: str) -> FleetSnapshot:
-    pool = PoolSpec(id=1, name="www", algorithm="roundrobin", health=None,
-                    regions=(PoolRegionSpec(region="us-east", members=(
-                        MemberSpec(name="local", address="127.0.0.1", port=netns.BACKEND_PORT, weight=100),)),),
-                    chain=(RegionStep(region="us-east", rate_limit_per_node=None),))
-    listener = ListenerSpec(id=1, lb="web", name="http", protocol="http", address=vip, port=PORT, default_pool_id=1)
-    return FleetSnapshot(fleet="bench", region="us-east", revision=1, listeners=(listener,), pools=(pool,))
-
-
-def deploy(topo: netns.Topology, vip: str, advert_ms: int) -> None:
-    snap = snapshot(vip)
-    for i, host in enumerate(topo.hosts):
-        vrrp = VrrpSpec(interface=netns.IFACE, address=host.address, priority=node_priority(i),
-                        peers=tuple(h.address for h in topo.hosts if h is not host), advert_ms=advert_ms,
-                        haproxy_bin=host.haproxy_bin)
-        bundle = render(snap, NodeSpec(name=host.name, runtime_dir=host.runtime_dir, vrrp=vrrp))
-        conn = NodeConn(name=host.name, address=host.address, runtime_dir=host.runtime_dir,
-                        config_dir=host.config_dir, haproxy_bin=host.haproxy_bin, transport="ssh",
-                        ssh_host=host.address, ssh_port=22, ssh_user="root", ssh_private_key=topo.client_key,
-                        ssh_known_hosts=host.host_key_pub)
-        outcome = apply_node(NodePlan(conn=conn, bundle=bundle, last_good=None))
-        if not outcome.ok:
-            raise SystemExit(f"deploy to {host.name} failed: {outcome.error}")
 
 
 class Probe(threading.Thread):
@@ -190,36 +166,151 @@ def wrk_failures(text: str) -> tuple[int, int]:
     return requests, errors
 
 
+
+
+def ok(answer: tuple[int, dict], what: str) -> dict:
+    status, body = answer
+    if status not in (200, 201, 202):
+        raise SystemExit(f"{what}: HTTP {status} {body}")
+    return body
+
+
+class Product:
+    """The fleet, built and driven through the API only (the namespaces stand in for the machines)."""
+
+    def __init__(self, bench: FleetBench, topo: netns.Topology, advert_ms: int) -> None:
+        self.bench, self.topo = bench, topo
+        api = bench.api
+        ok(api("POST", "/api/v1/regions/", {"slug": "us-east", "name": "US East"}), "region")
+        ok(api("POST", "/api/v1/fleets/", {"name": "vip-fleet", "region": "us-east", "vrrp_version": 3,
+                                            "vrrp_advert_ms": advert_ms}), "fleet")
+        fleet_id = ok(api("GET", "/api/v1/fleets/?name=vip-fleet"), "fleet")["results"][0]["id"]
+        self.lb = ok(api("POST", "/api/v1/load-balancers/", {"name": "web", "fleet": fleet_id}), "load balancer")
+        pool = ok(api("POST", "/api/v1/pools/", {"lb": self.lb["id"], "name": "www", "health_path": "",
+                                                  "regions": [{"region": "us-east"}]}), "pool")
+        ok(api("POST", "/api/v1/members/", {"pool": pool["id"], "region": "us-east", "name": "local",
+                                             "address": "127.0.0.1", "port": BACKEND_PORT}), "member")
+        self.listener = ok(api("POST", "/api/v1/listeners/", {"lb": self.lb["id"], "name": "http", "port": PORT,
+                                                               "default_pool": pool["id"]}), "listener")
+        self.nodes: dict[str, int] = {}
+        for host in topo.hosts:
+            node = ok(api("POST", "/api/v1/nodes/", {"fleet": "vip-fleet", "name": host.name,
+                                                     "ssh_private_key": topo.client_key,
+                                                     **topo.ssh_fields(host)}), f"node {host.name}")
+            self.nodes[host.name] = node["id"]
+        ok(api("POST", "/api/v1/ip-pools/", {"name": "vips", "cidr": f"{topo.network}.96/27",
+                                              "region": "us-east"}), "ip pool")
+        self.bench.lb_id = self.lb["id"]
+        self.bench.wait_applied(120)  # the first rollout over SSH to the three fresh nodes
+
+    def reserve_and_attach(self, vip: str) -> tuple[float, float]:
+        """(monotonic time of the attach call, of the first 200 through the VIP)."""
+        ip = ok(self.bench.api("POST", "/api/v1/static-ips/allocate/", {"pool": "vips", "address": vip}), "reserve")
+        t0 = time.monotonic()
+        ok(self.bench.api("PATCH", f"/api/v1/listeners/{self.listener['id']}/", {"static_ip": ip["id"]}), "attach")
+        deadline = t0 + 60
+        while time.monotonic() < deadline:
+            if http_get(vip, PORT, "/", 0.3)[0] == 200:
+                return t0, time.monotonic()
+            time.sleep(0.01)
+        raise SystemExit(f"{vip} did not answer within 60 s of the attach")
+
+    def api_holders(self) -> list[str]:
+        body = ok(self.bench.api("GET", f"/api/v1/listeners/{self.listener['id']}/vip/"), "vip holder")
+        return [h["node"] for fleet in body["fleets"] for h in fleet["holders"]]
+
+    def drain(self, node: str) -> None:
+        ok(self.bench.api("PATCH", f"/api/v1/nodes/{self.nodes[node]}/", {"drained": True}), f"drain {node}")
+class HolderCheck:
+    """Compares the API's holder (read by Spillway from the nodes over SSH) with the namespaces' truth."""
+
+    def __init__(self, product: Product, topo: netns.Topology, vip: str) -> None:
+        self.product, self.topo, self.vip = product, topo, vip
+        self.reads: list[tuple[str, list[str], list[str]]] = []
+
+    def check(self, when: str) -> None:
+        deadline = time.monotonic() + 3.0
+        while True:  # the namespaces may still be settling (a host just came back)
+            truth = self.topo.holders(self.vip)
+            if len(truth) == 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        api = self.product.api_holders()
+        self.reads.append((when, api, truth))
+        print(f"  holder {when}: API says {api}, namespaces show {truth}")
+
+    @property
+    def correct(self) -> bool:
+        return bool(self.reads) and all(api == truth and len(truth) == 1 for _, api, truth in self.reads)
+
+
+def measure_drain(product: Product, topo: netns.Topology, probe: Probe, watcher: Watcher, vip: str) -> dict:
+    holder = watcher.current()
+    host = next(h for h in topo.hosts if h.name == holder)
+    moves_before = len(watcher.moves)
+    t0 = time.monotonic()
+    product.drain(holder)
+    t1 = probe.answered_by_other_after(t0, holder, timeout_s=30.0)
+    if t1 is None:
+        print(f"drain {holder} through the API: no other node answered within 30 s")
+        return {"moved_first": False, "move_ms": None, "window": (t0, time.monotonic())}
+    moved_at = watcher.moves[moves_before][0] if len(watcher.moves) > moves_before else None
+    # The drained node keeps running its HAProxy (connections it has finish there); only the VIP leaves.
+    alive = host.procs.get("haproxy") is not None and host.procs["haproxy"].poll() is None
+    time.sleep(2.0)
+    failures = [(t, end) for t, end, who in probe.samples if who is None and t0 <= end and t <= t1]
+    after = {who for t, end, who in list(probe.samples) if t > t1 + 0.5 and who is not None}
+    new_holder = watcher.current()
+    moved_first = alive and new_holder not in ("", holder) and after == {new_holder}
+    print(f"drain {holder} through the API: VIP answered from {new_holder} after {(t1 - t0) * 1000:.0f} ms "
+          f"(namespaces saw the move after {((moved_at or t1) - t0) * 1000:.0f} ms); drained node's HAProxy "
+          f"{'still running' if alive else 'NOT running'}; {len(failures)} probe failures in the move; "
+          f"answering on the VIP since: {sorted(after)}")
+    return {"moved_first": moved_first, "move_ms": (t1 - t0) * 1000, "failures": len(failures), "window": (t0, t1)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--advert-ms", type=int, default=200)
     parser.add_argument("--cycles", type=int, default=2)
     parser.add_argument("--settle-s", type=float, default=4.0)
+    parser.add_argument("--db-name", default=os.environ.get("BENCH_DB_NAME", "spillway_bench_vip"))
     parser.add_argument("--cpu-hogs", type=int, default=0,
                         help="busy-loop processes (nice 0) during the run, to measure on a loaded box")
     args = parser.parse_args()
-    # asyncssh logs every channel of the deploy at INFO (~200 lines) above the figures.
+    if os.geteuid() != 0:
+        raise SystemExit("cannot run: network namespaces need root")
+    # asyncssh logs every channel of a push at INFO (~200 lines) above the figures.
     logging.getLogger("asyncssh").setLevel(logging.WARNING)
-    why = netns.available()
-    if why:
-        raise SystemExit(f"cannot run: {why}")
-    topo = netns.Topology(prefix="s15b", subnet=20, count=3, base=Path(tempfile.mkdtemp(prefix="s15b-")))
-    vip = topo.vip(1)
+    bench = FleetBench(args.db_name, topology=False, worker_concurrency=2, beat=True)
     hogs: list[subprocess.Popen[bytes]] = []
+    topo = None
     try:
+        from tests import netns
+
+        if why := netns.available():
+            raise SystemExit(f"cannot run: {why}")
+        topo = netns.Topology(prefix="s15b", subnet=20, count=3, base=Path(tempfile.mkdtemp(prefix="s15b-")))
+        vip = topo.vip(1)
         # Each hog also ends itself after 10 minutes, so a benchmark that dies leaves none behind.
         hog = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end:\n    pass\n"
         hogs = [subprocess.Popen([sys.executable, "-c", hog]) for _ in range(args.cpu_hogs)]
         topo.up()
-        deploy(topo, vip, args.advert_ms)
+        t_built = time.monotonic()
+        product = Product(bench, topo, args.advert_ms)
+        print(f"fleet built through the API and rolled out in {time.monotonic() - t_built:.1f} s")
+        t_attach, t_serving = product.reserve_and_attach(vip)
+        attach_ms = (t_serving - t_attach) * 1000
+        print(f"static IP {vip} attached through the API: answering after {attach_ms:.0f} ms")
         deadline = time.monotonic() + 10
         while len(topo.holders(vip)) != 1 and time.monotonic() < deadline:
             time.sleep(0.05)
-        print(f"VIP {vip} held by {topo.holders(vip)}; advert {args.advert_ms} ms (VRRPv3)")
+        holders = HolderCheck(product, topo, vip)
+        holders.check("after the attach")
         probe, watcher = Probe(vip), Watcher(topo, vip)
         probe.start()
         watcher.start()
-        duration = int(args.cycles * (4 * args.settle_s + 8) + 8)
+        duration = int(args.cycles * (4 * args.settle_s + 10) + 8)
         loads = [wrk(vip, duration, close=True), wrk(vip, duration, close=False)]
         time.sleep(args.settle_s)
         failovers: list[float] = []
@@ -240,6 +331,7 @@ def main() -> None:
                 failovers.append((t1 - t0) * 1000)
                 windows.append((t0, t1))
                 print(f"kill {kind} of {holder}: answered by another node after {failovers[-1]:.0f} ms")
+                holders.check(f"after killing {holder}'s {kind}")
                 time.sleep(args.settle_s)
                 events.append((time.monotonic(), f"{holder} back"))
                 if kind == "haproxy":
@@ -248,7 +340,11 @@ def main() -> None:
                     topo.start_host(host)  # same disk: it comes back with its last config
                 print(f"  {holder} back; holder now {watcher.current()}")
                 time.sleep(args.settle_s)
+                holders.check(f"after {holder} came back")
         outputs = [p.communicate(timeout=duration + 30)[0] for p in loads]
+        kill_moves = len(watcher.moves)
+        drain = measure_drain(product, topo, probe, watcher, vip)
+        holders.check("after the drain")
         probe.stop.set()
         watcher.stop.set()
         probe.join(2)
@@ -257,8 +353,11 @@ def main() -> None:
         for hog in hogs:
             hog.kill()
             hog.wait()
-        topo.down()
-    for (a, b), label in zip(windows, [label for _, label in events if label.startswith("kill")], strict=True):
+        if topo is not None:
+            topo.down()
+        bench.close()
+    kill_labels = [label for _, label in events if label.startswith("kill")]
+    for (a, b), label in zip(windows, kill_labels, strict=True):
         inflight = [(t, end, who) for t, end, who in probe.samples if t <= b and end >= a]
         answered = [end - t for t, end, who in inflight if who is not None]
         print(f"  window of {label}: {len(inflight)} probe attempts in flight, "
@@ -269,20 +368,22 @@ def main() -> None:
         print(f"wrk {mode}: {requests} requests, {errors} failed")
     failed = sum(e for _, e in totals)
     # A failed attempt belongs to a failover when it was in flight at some point of a window (from the
-    # kill to the first answer from the new node); any other failure is an error outside the windows.
+    # kill or drain to the first answer from the new node); any other failure is an error outside them.
     failures = [(t, end) for t, end, who in probe.samples if who is None]
-    stray = [t for t, end in failures if not any(t <= b and end >= a for a, b in windows)]
-    outside = len(stray)
-    flaps = max(0, len(watcher.moves) - kills)
+    stray = [t for t, end in failures if not any(t <= b and end >= a for a, b in [*windows, drain["window"]])]
+    flaps = max(0, kill_moves - kills)
     for t in stray:
         since = [(t - e, label) for e, label in events if e <= t]
         where = f"{since[-1][0] * 1000:.0f} ms after {since[-1][1]}" if since else "before the first event"
         print(f"  probe failure outside a window: {where}")
-    print(f"probe: {len(probe.samples)} requests, {len(failures)} failed, "
-          f"{outside} failed outside the failover windows; holder moves {len(watcher.moves)} for {kills} kills")
+    print(f"probe: {len(probe.samples)} requests, {len(failures)} failed, {len(stray)} failed outside the "
+          f"failover and drain windows; holder moves {kill_moves} for {kills} kills")
     print(f"load: {os.getloadavg()[0]:.2f} (1-min loadavg at the end); cpu hogs: {args.cpu_hogs}")
+    move_ms = f"{drain['move_ms']:.0f}" if drain.get("move_ms") is not None else "none"
     print(f"RESULT failover_ms_p50={statistics.median(failovers):.0f} failover_ms_max={max(failovers):.0f} "
-          f"failed_requests={failed} flaps={flaps} errors_outside_windows={outside}")
+          f"failed_requests={failed} flaps={flaps} attach_to_serving_ms={attach_ms:.0f} "
+          f"holder_api_correct={int(holders.correct)} drain_vip_moved_first={int(drain['moved_first'])} "
+          f"drain_vip_move_ms={move_ms} errors_outside_windows={len(stray)}")
 
 
 if __name__ == "__main__":

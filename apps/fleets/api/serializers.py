@@ -319,3 +319,28 @@ class RouteTestQuerySerializer(serializers.Serializer):
     host = serializers.RegexField(r"^[A-Za-z0-9.-]{1,253}(?::[0-9]{1,5})?$", max_length=260)
     path = serializers.RegexField(r"^/[\x21-\x7e]*$", max_length=2048)
     method = serializers.RegexField(r"^[A-Z]{1,16}$", required=False, default="GET")
+
+
+class VipHolderSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    status = serializers.CharField(help_text="The node's status in Spillway (up, down, drifted…).")
+
+
+class FleetVipSerializer(serializers.Serializer):
+    fleet = serializers.CharField(source="fleet.name")
+    region = serializers.CharField()
+    state = serializers.CharField(help_text='"ok" (one holder), "no holder" or "split brain".')
+    holders = serializers.SerializerMethodField()
+    unreachable = serializers.ListField(child=serializers.CharField(),
+                                        help_text="VRRP nodes that could not be asked who holds the VIP.")
+
+    def get_holders(self, row) -> list[dict[str, str]]:
+        return [{"node": name, "status": status} for name, status in row.holders]
+
+
+class ListenerVipSerializer(serializers.Serializer):
+    """GET /listeners/{id}/vip/: which node holds the listener's static IP now, read from the nodes."""
+
+    listener = serializers.IntegerField()
+    address = serializers.CharField(allow_null=True)
+    fleets = FleetVipSerializer(many=True)

@@ -15,5 +15,6 @@ def register(router) -> None:
 urlpatterns = [
     path("load-balancers/<int:pk>/preview/", views.LoadBalancerPreviewView.as_view(), name="lb-preview"),
     path("load-balancers/<int:pk>/applied/", views.LoadBalancerAppliedView.as_view(), name="lb-applied"),
+    path("listeners/<int:pk>/vip/", views.ListenerVipView.as_view(), name="listener-vip"),
     path("load-balancers/<int:pk>/route-test/", views.LoadBalancerRouteTestView.as_view(), name="lb-route-test"),
 ]

@@ -14,7 +14,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.balancers.models import LoadBalancer
+from apps.balancers.models import Listener, LoadBalancer
 from apps.core.api.serializers import EmptySerializer, QueuedSerializer
 from apps.core.api.throttles import PARK_HEADER, RELEASE_HEADER, PrincipalRateThrottle, park_slot, wait_slot
 from apps.core.api.viewsets import TenantViewSet, etag_for
@@ -22,6 +22,7 @@ from apps.core.errors import DomainError, NotFoundError
 from apps.fleets import certs, engine, preview, route_tester, selectors, services
 from apps.fleets.api import serializers as s
 from apps.fleets.models import Certificate, ConfigRevision, Fleet, Node, NodeHealth, Rollout
+from apps.fleets.vips import listener_vip
 
 APPLIED_MAX_TIMEOUT_S = 60.0
 APPLIED_POLL_S = 0.05
@@ -213,6 +214,24 @@ class LoadBalancerPreviewView(APIView):
         lb = _visible_lb(request, pk)
         return Response({"load_balancer": lb.pk, "revision": lb.revision,
                          "fleets": preview.lb_preview(lb=lb, principal=request.principal)})
+
+
+class ListenerVipView(APIView):
+    """GET /listeners/{id}/vip/: VIP -> holder node -> health, read from the nodes now (over SSH for SSH
+    nodes), per fleet serving the listener's LB. The LB's owner and operators only; others get 404."""
+
+    permission_classes = [HasPrincipal]
+    serializer_class = s.ListenerVipSerializer
+
+    @extend_schema(responses={200: s.ListenerVipSerializer})
+    def get(self, request, pk: int):
+        principal = request.principal
+        listener = get_object_or_404(Listener.objects.visible_to(principal).select_related("lb", "static_ip"), pk=pk)
+        if not principal.is_operator and listener.lb.org_id != principal.org_id:
+            raise NotFoundError("No listener matches the given query.")
+        address = listener.static_ip.address if listener.static_ip_id else None
+        data = {"listener": listener.pk, "address": address, "fleets": listener_vip(listener)}
+        return Response(s.ListenerVipSerializer(data).data)
 
 
 class LoadBalancerRouteTestView(APIView):
