@@ -89,8 +89,12 @@ def check_hostnames_claimed(*, org, hostnames: list[str]) -> None:
 
 def managed_certificate_request(*, principal: Principal, name: str, hostnames: object,
                                 challenge: str = ManagedCertificate.Challenge.HTTP01,
-                                org=None) -> ManagedCertificate:
-    """Ask for a certificate Spillway obtains and renews by itself; issued soon by a task."""
+                                org=None, certificate: Certificate | None = None) -> ManagedCertificate:
+    """Ask for a certificate Spillway obtains and renews by itself; issued soon by a task.
+
+    `certificate`: an uploaded certificate of the org to take over. Its content is replaced in place
+    once issued, so listeners already using it switch through `set/commit ssl cert` with no reload
+    (a new certificate row would need a listener change, hence a reload, to be served)."""
     org = org if (org is not None and principal.is_operator) else principal.org
     names = _clean_hostnames(hostnames)
     if challenge not in ManagedCertificate.Challenge.values:
@@ -99,14 +103,23 @@ def managed_certificate_request(*, principal: Principal, name: str, hostnames: o
         raise DomainError("wildcard_needs_dns", "A wildcard certificate can only be validated with dns-01.",
                           field="challenge")
     check_hostnames_claimed(org=org, hostnames=names)
+    if certificate is not None and certificate.org_id != org.pk:
+        # the same words as a missing one: another org's certificate is not there for this requester
+        raise DomainError("does_not_exist", f'Invalid pk "{certificate.pk}" - object does not exist.',
+                          field="certificate")
     with transaction.atomic():
-        if ManagedCertificate.objects.filter(org=org, name=name).exists() or \
-                Certificate.objects.filter(org=org, name=name).exists():
+        others = Certificate.objects.filter(org=org, name=name)
+        if certificate is not None:
+            others = others.exclude(pk=certificate.pk)
+        if ManagedCertificate.objects.filter(org=org, name=name).exists() or others.exists():
             raise Conflict("name_taken", f"A certificate named '{name}' already exists.", field="name")
+        if certificate is not None and ManagedCertificate.objects.filter(certificate=certificate).exists():
+            raise Conflict("already_managed", "That certificate is already managed.", field="certificate")
         managed = ManagedCertificate.objects.create(org=org, name=name, hostnames=names, challenge=challenge,
-                                                    next_attempt_at=timezone.now())
+                                                    certificate=certificate, next_attempt_at=timezone.now())
         audit_record(principal=principal, org=org, action="acme.request", obj=managed,
-                     after={"hostnames": names, "challenge": challenge})
+                     after={"hostnames": names, "challenge": challenge,
+                            "certificate": certificate.pk if certificate is not None else None})
         transaction.on_commit(lambda: _enqueue(managed.pk))
     return managed
 

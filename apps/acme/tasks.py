@@ -11,8 +11,14 @@ BATCH = 100  # due certificates one task orders and deploys together
 
 @shared_task(name="acme.issue_certificate_task")
 def issue_certificate_task(managed_id: int, force: bool = False) -> str | None:
-    order = services.managed_certificate_issue(managed_id=managed_id, force=force)
-    return None if order is None else order.status
+    """One certificate asked for (API request, renew now, changed domain list), ordered together with
+    every other due one: requests arriving while a batch runs queue one task each, and the first of
+    them to start takes all of them, so each fleet renders and pushes once per batch rather than once
+    per certificate (the tasks after it find theirs running or done and return)."""
+    others = [pk for pk in services.due() if pk != managed_id][:BATCH - 1]
+    orders = services.managed_certificates_issue(managed_ids=[managed_id, *others], force=force)
+    mine = [o for o in orders if o.managed_id == managed_id]
+    return mine[0].status if mine else None
 
 
 @shared_task(name="acme.issue_certificates_task")
