@@ -213,7 +213,8 @@ class _BundleCache:
         return bundle
 
 
-def _plan(renderer: _BundleCache, rollout: Rollout, node: Node) -> NodePlan:
+def _plan(renderer: _BundleCache, rollout: Rollout, node: Node,
+          challenges: tuple[tuple[str, str], ...] = ()) -> NodePlan:
     last_good = None
     if node.applied_revision is not None and node.applied_revision.validation_ok:
         with contextlib.suppress(UnsafeValue):
@@ -228,6 +229,7 @@ def _plan(renderer: _BundleCache, rollout: Rollout, node: Node) -> NodePlan:
         worker_pid=node.worker_pid,
         prevalidated=_same_binary_as_central(conn),
         recorded_clean=node.status == Node.Status.UP,
+        challenges=challenges,
     )
 
 
@@ -319,9 +321,10 @@ def _execute(rollout: Rollout, owner: str) -> Rollout:
 
     renderer = _BundleCache()
     plans: dict[int, NodePlan] = {}
+    challenges = selectors.challenge_answers()  # what a reloaded node must answer again at once
     for r in todo:
         try:
-            plans[r.pk] = _plan(renderer, rollout, r.node)
+            plans[r.pk] = _plan(renderer, rollout, r.node, challenges)
         except UnsafeValue as exc:
             NodeResult.objects.filter(pk=r.pk).update(status=NodeResult.Status.FAILED,
                                                       error=f"cannot render for this node: {exc}")
