@@ -119,7 +119,13 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
     Returns {"busy": True} when another reconciler holds the lease: it loops until quiet, and it
     re-checks after releasing, so no change is lost.
     """
-    from apps.fleets.services import AUTO_RENDER_REASON, fleet_render, request_reconcile, rollout_create
+    from apps.fleets.services import (
+        AUTO_RENDER_REASON,
+        CERTIFICATES_ONLY_NOTE,
+        fleet_render,
+        request_reconcile,
+        rollout_create,
+    )
 
     Fleet.objects.filter(pk=fleet_id).update(reconcile_queued=False)
     owner = new_owner()
@@ -137,7 +143,12 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
                 rendered.append(revision.number)
                 Fleet.objects.filter(pk=fleet_id, rendered_seq__lt=seq).update(rendered_seq=seq)
                 if revision.validation_ok and revision.number != fleet.desired_revision:
-                    rollout_create(fleet=fleet, revision=revision, enqueue=False)
+                    # Only certificate contents moved (a renewal): no config change for a canary to try
+                    # first, and each certificate was checked when stored; every node at once halves
+                    # the rotation's time on the nodes (a failing node still falls back and rolls back).
+                    certs_only = revision.validation_output == CERTIFICATES_ONLY_NOTE
+                    rollout_create(fleet=fleet, revision=revision, enqueue=False,
+                                   canary=False if certs_only else None)
             rollout = _next_rollout(fleet)
             if rollout is not None:
                 _execute(rollout, owner)
