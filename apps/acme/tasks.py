@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from apps.acme import services
+from apps.fleets import services as fleet_services
 
 BATCH = 100  # due certificates one task orders and deploys together
 
@@ -34,4 +35,5 @@ def renew_due_task() -> int:
     for first in range(0, len(ids), BATCH):
         issue_certificates_task.delay(ids[first:first + BATCH])
     services.expiring_alerts()
+    fleet_services.challenge_answers_expire()
     return len(ids)

@@ -403,6 +403,13 @@ def acme_challenges_set(*, add: dict[str, str], remove: list[str] = ()) -> dict[
         return {key: future.result() for key, future in futures.items()}
 
 
+def challenge_answers_expire() -> int:
+    """Forget answers whose order was left open (its worker killed): past their expiry no reload or
+    drift repair puts them back. The nodes drop them at their next reload. Returns how many."""
+    deleted, _ = ChallengeAnswer.objects.filter(expires_at__lte=timezone.now()).delete()
+    return deleted
+
+
 # --- fleets and nodes ---------------------------------------------------------------------------------
 
 

@@ -119,3 +119,21 @@ def test_an_order_whose_nodes_reload_while_the_ca_validates_is_issued(
     after = two_regions.worker_pids()
     assert all(after[name] != pid for name, pid in pids.items())  # the reload did happen
     assert not ChallengeAnswer.objects.exists()  # withdrawn once the order ended
+
+
+def test_answers_of_an_order_left_open_expire(db) -> None:
+    """A worker killed mid-order never withdraws its answers: the renewal sweep forgets them once
+    expired, and until then only unexpired ones are put back on a reload."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from apps.acme.tasks import renew_due_task
+    from apps.fleets import selectors
+
+    now = timezone.now()
+    ChallengeAnswer.objects.create(token="old", key_authorization="old.k", expires_at=now - dt.timedelta(seconds=1))
+    ChallengeAnswer.objects.create(token="open", key_authorization="open.k", expires_at=now + dt.timedelta(hours=1))
+    assert selectors.challenge_answers() == (("open", "open.k"),)
+    renew_due_task()
+    assert list(ChallengeAnswer.objects.values_list("token", flat=True)) == ["open"]
