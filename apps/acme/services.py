@@ -38,7 +38,6 @@ from apps.balancers.services import lb_touch
 from apps.core import crypto
 from apps.core.errors import Conflict, DomainError
 from apps.core.validators import InvalidValue, validate_hostname
-from apps.events.models import Event
 from apps.events.services import event_emit
 from apps.fleets import certs
 from apps.fleets import services as fleet_services
@@ -89,8 +88,12 @@ def check_hostnames_claimed(*, org, hostnames: list[str]) -> None:
 
 def managed_certificate_request(*, principal: Principal, name: str, hostnames: object,
                                 challenge: str = ManagedCertificate.Challenge.HTTP01,
-                                org=None) -> ManagedCertificate:
-    """Ask for a certificate Spillway obtains and renews by itself; issued soon by a task."""
+                                org=None, certificate: Certificate | None = None) -> ManagedCertificate:
+    """Ask for a certificate Spillway obtains and renews by itself; issued soon by a task.
+
+    `certificate`: an uploaded certificate of the org to take over. Its content is replaced in place
+    once issued, so listeners already using it switch through `set/commit ssl cert` with no reload
+    (a new certificate row would need a listener change, hence a reload, to be served)."""
     org = org if (org is not None and principal.is_operator) else principal.org
     names = _clean_hostnames(hostnames)
     if challenge not in ManagedCertificate.Challenge.values:
@@ -99,14 +102,23 @@ def managed_certificate_request(*, principal: Principal, name: str, hostnames: o
         raise DomainError("wildcard_needs_dns", "A wildcard certificate can only be validated with dns-01.",
                           field="challenge")
     check_hostnames_claimed(org=org, hostnames=names)
+    if certificate is not None and certificate.org_id != org.pk:
+        # the same words as a missing one: another org's certificate is not there for this requester
+        raise DomainError("does_not_exist", f'Invalid pk "{certificate.pk}" - object does not exist.',
+                          field="certificate")
     with transaction.atomic():
-        if ManagedCertificate.objects.filter(org=org, name=name).exists() or \
-                Certificate.objects.filter(org=org, name=name).exists():
+        others = Certificate.objects.filter(org=org, name=name)
+        if certificate is not None:
+            others = others.exclude(pk=certificate.pk)
+        if ManagedCertificate.objects.filter(org=org, name=name).exists() or others.exists():
             raise Conflict("name_taken", f"A certificate named '{name}' already exists.", field="name")
+        if certificate is not None and ManagedCertificate.objects.filter(certificate=certificate).exists():
+            raise Conflict("already_managed", "That certificate is already managed.", field="certificate")
         managed = ManagedCertificate.objects.create(org=org, name=name, hostnames=names, challenge=challenge,
-                                                    next_attempt_at=timezone.now())
+                                                    certificate=certificate, next_attempt_at=timezone.now())
         audit_record(principal=principal, org=org, action="acme.request", obj=managed,
-                     after={"hostnames": names, "challenge": challenge})
+                     after={"hostnames": names, "challenge": challenge,
+                            "certificate": certificate.pk if certificate is not None else None})
         transaction.on_commit(lambda: _enqueue(managed.pk))
     return managed
 
@@ -441,7 +453,12 @@ def managed_certificates_issue(*, managed_ids: list[int], force: bool = False, n
         steps[name] = steps.get(name, 0.0) + time.monotonic() - mark
         mark = time.monotonic()
 
-    now = now or timezone.now()
+    jobs = _obtain(managed_ids, force, now or timezone.now(), step)
+    return _deliver(jobs, step) if jobs else []
+
+
+def _obtain(managed_ids: list[int], force: bool, now: dt.datetime, step: Callable[[str], None]) -> list[_Job]:
+    """Claim, order at the CA, answer the challenges, store the chains: the batch up to its deployment."""
     jobs = [_Job(managed, order, started=time.time()) for managed, order in _claim(managed_ids, force, now)]
     if not jobs:
         return []
@@ -460,6 +477,11 @@ def managed_certificates_issue(*, managed_ids: list[int], force: bool = False, n
     step("challenge_cleanup_s")
     _store(_live(jobs))
     step("store_s")
+    return jobs
+
+
+def _deliver(jobs: list[_Job], step: Callable[[str], None]) -> list[AcmeOrder]:
+    """Deploy the batch's stored certificates, prove them by handshakes, record every outcome."""
     try:
         _deploy(_live(jobs))
     except Exception as exc:  # the certificates are stored; the next attempt deploys them
@@ -471,6 +493,48 @@ def managed_certificates_issue(*, managed_ids: list[int], force: bool = False, n
         orders = [_finish(job) for job in jobs]
     step("finish_s")
     return orders
+
+
+STREAM_BATCH = 100  # most due certificates one round of a stream takes
+STREAM_MAX_S = 300.0  # a stream stops taking new rounds after this; what is still due has its own tasks
+
+
+def managed_certificates_stream(*, managed_ids: list[int], force: bool = False) -> list[AcmeOrder]:
+    """managed_certificates_issue for `managed_ids`, then round after round for whatever fell due
+    meanwhile, each round's deployment (rollouts, handshakes: waiting on the nodes) overlapping the
+    next round's orders (waiting on the CA). A worker slot then moves a certificate every
+    max(CA, deploy) seconds instead of CA + deploy, and requests arriving during a round wait for the
+    next round, not for a free slot (the tasks they queued find their certificates running or done).
+    Inside a transaction (a caller's, a test's) rounds run one after the other: another thread's
+    connection would not see what this one stored."""
+    overlap = not transaction.get_connection().in_atomic_block
+    orders: list[AcmeOrder] = []
+    deadline = time.monotonic() + STREAM_MAX_S
+
+    def deliver(jobs: list[_Job]) -> list[AcmeOrder]:
+        try:
+            return _deliver(jobs, lambda _name: None)
+        finally:
+            if overlap:
+                connections.close_all()  # this thread's own connection
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        delivering = None
+        ids = managed_ids
+        while True:
+            jobs = _obtain(ids, force, timezone.now(), lambda _name: None) if ids else []
+            if delivering is not None:
+                orders += delivering.result()
+                delivering = None
+            if jobs:
+                if overlap:
+                    delivering = pool.submit(deliver, jobs)
+                else:
+                    orders += deliver(jobs)
+            force = False
+            ids = due()[:STREAM_BATCH] if time.monotonic() < deadline else []
+            if not ids and delivering is None:
+                return orders
 
 
 def managed_certificate_issue(*, managed_id: int, force: bool = False,
@@ -505,29 +569,6 @@ def _finish(job: _Job) -> AcmeOrder:
     event_emit("certificate.renewed", org=managed.org, obj=cert,
                data={"serial": order.serial, "hostnames": managed.hostnames})
     return order
-
-
-EXPIRING_DAYS = 14
-
-
-def expiring_alerts(now: dt.datetime | None = None) -> list[int]:
-    """A `certificate.expiring` event, at most once a day each, for every certificate (uploaded or managed)
-    with fewer than 14 days left: a managed one that renewed would have a later expiry, so still being
-    here means no successful renewal. Returns the ids alerted."""
-    now = now or timezone.now()
-    alerted = []
-    for cert in Certificate.objects.filter(not_after__lt=now + dt.timedelta(days=EXPIRING_DAYS)).select_related("org"):
-        recent = Event.objects.filter(type="certificate.expiring", object_type="certificate",
-                                      object_id=str(cert.pk), at__gte=now - dt.timedelta(days=1))
-        if recent.exists():
-            continue
-        days = max(0, int((cert.not_after - now).total_seconds() // 86400))
-        managed = ManagedCertificate.objects.filter(certificate=cert).first()
-        event_emit("certificate.expiring", org=cert.org, obj=cert,
-                   data={"days": days, "not_after": cert.not_after.isoformat(),
-                         "last_error": managed.last_error if managed else "uploaded: renew by hand"})
-        alerted.append(cert.pk)
-    return alerted
 
 
 def _finish_failed(managed: ManagedCertificate, order: AcmeOrder, code: str, reason: str, started: float) -> None:

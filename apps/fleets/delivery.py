@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from apps.fleets.hotmaps import file_delta
+from apps.fleets.render.frontends import ACME_CHALLENGE_MAP
 from apps.fleets.runtime import (
     MasterSocket,
     ProcInfo,
@@ -74,6 +75,9 @@ class NodePlan:
     # The database records the node as cleanly up: the last apply ended verified, so its live maps are
     # exactly last_good's. A node marked down or drifted may hold half an interrupted map update.
     recorded_clean: bool = True
+    # Open ACME HTTP-01 answers (token, key authorization): a reload starts the worker on the rendered,
+    # empty challenge map, so they are put back at once (with those the old worker held).
+    challenges: tuple[tuple[str, str], ...] = ()
 
     @property
     def already_applied(self) -> bool:
@@ -268,6 +272,34 @@ def pem_serial(pem: bytes) -> str:
     return serial if len(serial) % 2 == 0 else "0" + serial
 
 
+def live_challenges(transport: FileSetTransport) -> dict[str, str]:
+    """The HTTP-01 answers the running worker serves (published at runtime, in no file): read before a
+    reload so that the new worker gets them too, even one published after the plan was made."""
+    try:
+        return dict(transport.stats().show_map(ACME_CHALLENGE_MAP))
+    except NODE_ERRORS:  # no worker, or a config without the map yet: nothing to carry over
+        return {}
+
+
+def restore_challenges(transport: FileSetTransport, plan: NodePlan, held: dict[str, str],
+                       outcome: NodeOutcome) -> None:
+    """Put the open HTTP-01 answers into a freshly reloaded worker (its map file is rendered empty).
+
+    Entry by entry (del + add), not a map swap: an answer published on the new worker meanwhile stays.
+    A failure is noted, not fatal: the config is served, and the CA's retry or the order's own retry
+    with backoff follows."""
+    answers = {**held, **dict(plan.challenges)}
+    if not answers:
+        return
+    try:
+        stats = transport.stats()
+        for token, value in answers.items():
+            stats.del_map_entry(ACME_CHALLENGE_MAP, token)
+            stats.add_map_entry(ACME_CHALLENGE_MAP, token, value)
+    except NODE_ERRORS as exc:
+        outcome.steps.append(f"ACME HTTP-01 answers not restored after the reload: {exc}")
+
+
 def reachable(conn: NodeConn) -> tuple[ProcInfo | None, str]:
     """(show proc, "") when the node's master answers; (None, why) otherwise."""
     transport = _transport(conn)
@@ -336,14 +368,17 @@ def _rollback(transport: FileSetTransport, plan: NodePlan, outcome: NodeOutcome)
             if not pushed.ok:
                 outcome.steps.append("rollback push refused:\n" + pushed.validation_output)
                 return
+            held = live_challenges(transport)
             result = transport.activate(RELOAD_TIMEOUT_S)
             target = plan.last_good
         else:
+            held = live_challenges(transport)
             result = transport.rollback(RELOAD_TIMEOUT_S)
             target = None
         if not result.ok:
             outcome.steps.append(f"rollback reload failed: {result.error}")
             return
+        restore_challenges(transport, plan, held, outcome)
         if target is not None:
             problem = verify(transport, target, plan.conn.address)
             if problem:
@@ -411,12 +446,14 @@ def apply_node(plan: NodePlan) -> NodeOutcome:
                 on_disk = transport.config_sha256()
         if on_disk != plan.bundle.sha256 and not _push(transport, plan.bundle, outcome):
             return outcome
+        held = live_challenges(transport)
         result = transport.activate(RELOAD_TIMEOUT_S)
         outcome.reload_ms = result.duration_ms
         outcome.reloaded = True
         if not result.ok:
             outcome.error = f"reload failed: {result.error}"
         else:
+            restore_challenges(transport, plan, held, outcome)
             problem = verify(transport, plan.bundle, plan.conn.address)
             if problem is None and KEEPALIVED_FILE in plan.bundle.files:
                 problem = transport.reload_keepalived()

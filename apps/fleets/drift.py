@@ -79,6 +79,7 @@ def fleet_drift_report(*, fleet: Fleet) -> DriftReport:
         states = _parallel(lambda n: read_state(selectors.node_conn(n)), nodes) if nodes else []
         renderer = _BundleCache()
         servers = _wanted_servers(fleet)
+        challenges = dict(selectors.challenge_answers())
         now = timezone.now()
         live_jobs = []
         verdicts: dict[int, list[str]] = {}
@@ -113,7 +114,7 @@ def fleet_drift_report(*, fleet: Fleet) -> DriftReport:
             node, bundle = job
             conn = selectors.node_conn(node)
             try:
-                drift = read_live_drift(conn, bundle, servers)
+                drift = read_live_drift(conn, bundle, servers, challenges)
             except NODE_ERRORS as exc:
                 return None, f"live state unreadable: {exc}"
             return drift, (repair_live_drift(conn, drift) if drift else None)

@@ -119,7 +119,13 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
     Returns {"busy": True} when another reconciler holds the lease: it loops until quiet, and it
     re-checks after releasing, so no change is lost.
     """
-    from apps.fleets.services import AUTO_RENDER_REASON, fleet_render, request_reconcile, rollout_create
+    from apps.fleets.services import (
+        AUTO_RENDER_REASON,
+        CERTIFICATES_ONLY_NOTE,
+        fleet_render,
+        request_reconcile,
+        rollout_create,
+    )
 
     Fleet.objects.filter(pk=fleet_id).update(reconcile_queued=False)
     owner = new_owner()
@@ -137,7 +143,12 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
                 rendered.append(revision.number)
                 Fleet.objects.filter(pk=fleet_id, rendered_seq__lt=seq).update(rendered_seq=seq)
                 if revision.validation_ok and revision.number != fleet.desired_revision:
-                    rollout_create(fleet=fleet, revision=revision, enqueue=False)
+                    # Only certificate contents moved (a renewal): no config change for a canary to try
+                    # first, and each certificate was checked when stored; every node at once halves
+                    # the rotation's time on the nodes (a failing node still falls back and rolls back).
+                    certs_only = revision.validation_output == CERTIFICATES_ONLY_NOTE
+                    rollout_create(fleet=fleet, revision=revision, enqueue=False,
+                                   canary=False if certs_only else None)
             rollout = _next_rollout(fleet)
             if rollout is not None:
                 _execute(rollout, owner)
@@ -213,7 +224,8 @@ class _BundleCache:
         return bundle
 
 
-def _plan(renderer: _BundleCache, rollout: Rollout, node: Node) -> NodePlan:
+def _plan(renderer: _BundleCache, rollout: Rollout, node: Node,
+          challenges: tuple[tuple[str, str], ...] = ()) -> NodePlan:
     last_good = None
     if node.applied_revision is not None and node.applied_revision.validation_ok:
         with contextlib.suppress(UnsafeValue):
@@ -228,6 +240,7 @@ def _plan(renderer: _BundleCache, rollout: Rollout, node: Node) -> NodePlan:
         worker_pid=node.worker_pid,
         prevalidated=_same_binary_as_central(conn),
         recorded_clean=node.status == Node.Status.UP,
+        challenges=challenges,
     )
 
 
@@ -319,9 +332,10 @@ def _execute(rollout: Rollout, owner: str) -> Rollout:
 
     renderer = _BundleCache()
     plans: dict[int, NodePlan] = {}
+    challenges = selectors.challenge_answers()  # what a reloaded node must answer again at once
     for r in todo:
         try:
-            plans[r.pk] = _plan(renderer, rollout, r.node)
+            plans[r.pk] = _plan(renderer, rollout, r.node, challenges)
         except UnsafeValue as exc:
             NodeResult.objects.filter(pk=r.pk).update(status=NodeResult.Status.FAILED,
                                                       error=f"cannot render for this node: {exc}")

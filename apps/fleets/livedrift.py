@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from apps.fleets.delivery import _STATE_FOR_ADMIN, NODE_ERRORS, _transport
 from apps.fleets.render.chain import LIMITS_MAP, USABLE_MAP
+from apps.fleets.render.frontends import ACME_CHALLENGE_MAP
 from apps.fleets.snapshot import ConfigBundle
 from apps.fleets.transports import NodeConn
 
@@ -40,9 +41,10 @@ class LiveDrift:
     lines: list[str] = field(default_factory=list)  # the readable diff
     maps: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # map name -> desired entries
     servers: dict[tuple[str, str], ServerWanted] = field(default_factory=dict)
+    challenges: dict[str, str] = field(default_factory=dict)  # open HTTP-01 answers the node lacks
 
     def __bool__(self) -> bool:
-        return bool(self.maps or self.servers)
+        return bool(self.maps or self.servers or self.challenges)
 
 
 def parse_servers_state(text: str) -> dict[tuple[str, str], tuple[str, int]]:
@@ -83,14 +85,24 @@ def _map_lines(name: str, live: list[tuple[str, str]], wanted: list[tuple[str, s
     return lines
 
 
-def read_live_drift(conn: NodeConn, bundle: ConfigBundle, servers: dict[tuple[str, str], ServerWanted]) -> LiveDrift:
-    """What differs between the node's live maps/servers and `bundle` / `servers`. Raises NODE_ERRORS."""
+def read_live_drift(conn: NodeConn, bundle: ConfigBundle, servers: dict[tuple[str, str], ServerWanted],
+                    challenges: dict[str, str] | None = None) -> LiveDrift:
+    """What differs between the node's live maps/servers and `bundle` / `servers`. Raises NODE_ERRORS.
+
+    The ACME challenge map is rendered empty and filled at run time (open HTTP-01 answers,
+    `challenges`): only an answer missing there is drift. An extra one is an order's, published after
+    `challenges` was read, or withdrawn meanwhile (harmless, and its order removes it)."""
     transport = _transport(conn)
     drift = LiveDrift()
     try:
         stats = transport.stats()
         for name, wanted in sorted(bundle.facts.maps.items()):
             live = stats.show_map(name)
+            if name == ACME_CHALLENGE_MAP:
+                held = dict(live)
+                drift.challenges = {k: v for k, v in (challenges or {}).items() if held.get(k) != v}
+                drift.lines += [f"{name}: missing open HTTP-01 answer {k}" for k in sorted(drift.challenges)]
+                continue
             if name in RUNTIME_VALUE_MAPS:
                 # The enforcement loop sets these values about every second on purpose (each node's share
                 # of each region's capacity): only a missing or extra key is drift. Repairing the values
@@ -127,6 +139,13 @@ def repair_live_drift(conn: NodeConn, drift: LiveDrift) -> str | None:
             stats.replace_map(name, entries)
             if sorted(stats.show_map(name)) != sorted(entries):
                 return f"{name} still differs after the runtime update"
+        for token, value in drift.challenges.items():  # entry by entry: other answers stay as they are
+            stats.del_map_entry(ACME_CHALLENGE_MAP, token)
+            stats.add_map_entry(ACME_CHALLENGE_MAP, token, value)
+        held = dict(stats.show_map(ACME_CHALLENGE_MAP)) if drift.challenges else {}
+        lacking = [k for k, v in drift.challenges.items() if held.get(k) != v]
+        if lacking:
+            return f"HTTP-01 answers still missing after the runtime update: {', '.join(sorted(lacking))}"
         for (backend, server), wanted in drift.servers.items():
             if wanted.admin_state != "drain":
                 stats.set_server_weight(backend, server, wanted.weight)

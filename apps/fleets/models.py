@@ -282,6 +282,27 @@ class NodeHealth(models.Model):
         return f"{self.node}:{self.proxy}/{self.server} {self.status}"
 
 
+class ChallengeAnswer(models.Model):
+    """An ACME HTTP-01 answer (token -> key authorization) every node serves while its order is open.
+
+    Published through the runtime API (no revision, no reload: services.acme_challenges_set) and kept
+    here, so that a node reloaded or restarted meanwhile gets it back from whichever worker reloads it
+    (delivery.apply_node), not only from the process that placed the order. Key authorizations are
+    public by design (the CA fetches them over plain HTTP), so no tenant owns them.
+    """
+
+    token = models.CharField(max_length=255, unique=True)
+    key_authorization = models.TextField()
+    expires_at = models.DateTimeField(db_index=True)  # an order left open by a killed worker ends here
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["token"]
+
+    def __str__(self) -> str:
+        return self.token
+
+
 class Certificate(models.Model):
     TENANT_PATH = "org"
 

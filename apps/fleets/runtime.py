@@ -342,9 +342,12 @@ class HAProxySocket:
         for line in self.command(f"show map {name}").splitlines():
             if not line:
                 continue
-            _ref, _, rest = line.partition(" ")
+            ref, _, rest = line.partition(" ")
             key, _, value = rest.partition(" ")
-            if not key:
+            # Each entry starts with its reference (0x...); anything else is HAProxy refusing, e.g.
+            # "Unknown map identifier. Please use #<id> or <file>." from a worker without this map,
+            # which read as an entry 'map' -> 'identifier. ...' before.
+            if not key or not ref.startswith("0x"):
                 raise RuntimeApiError(f"show map {name}", line)
             entries.append((key, value))
         return entries

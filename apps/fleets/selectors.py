@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from django.conf import settings
 from django.db.models import Case, Count, F, Max, OuterRef, Q, QuerySet, Subquery, Value, When
+from django.utils import timezone
 
 from apps.accounts.principal import Principal
 from apps.balancers.models import (
@@ -28,6 +29,7 @@ from apps.core import crypto
 from apps.fleets.codec import snapshot_from_json
 from apps.fleets.models import (
     REVISION_BULK_FIELDS,
+    ChallengeAnswer,
     ConfigRevision,
     Fleet,
     Node,
@@ -585,3 +587,9 @@ def can_push(principal: Principal, lb: LoadBalancer) -> bool:
     fleets = lb_fleets(lb)
     return not LoadBalancer.objects.filter(Q(fleet__in=fleets) | Q(serving_fleets__in=fleets)).exclude(
         org_id=principal.org_id).exists()
+
+
+def challenge_answers() -> tuple[tuple[str, str], ...]:
+    """The HTTP-01 answers every node must serve now: (token, key authorization) of open orders."""
+    return tuple(ChallengeAnswer.objects.filter(expires_at__gt=timezone.now())
+                 .values_list("token", "key_authorization"))

@@ -6,6 +6,7 @@ apps.fleets.engine; the functions other apps and the API call are re-exported he
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import logging
 import secrets
@@ -27,7 +28,7 @@ from apps.fleets import selectors
 from apps.fleets.codec import content_sha256, display_text, revision_diff, snapshot_to_json, strip_header
 from apps.fleets.delivery import set_map_entries, set_server
 from apps.fleets.enforce import sync_usable
-from apps.fleets.models import ConfigRevision, Fleet, Node, NodeResult, Rollout
+from apps.fleets.models import ChallengeAnswer, ConfigRevision, Fleet, Node, NodeResult, Rollout
 from apps.fleets.reasons import change_reason
 from apps.fleets.render import UnsafeValue, backend_name, render
 from apps.fleets.render.frontends import ACME_CHALLENGE_MAP
@@ -373,14 +374,25 @@ def fleet_reconcile_now(*, fleet_id: int) -> dict[str, Any]:
     return fleet_reconcile(fleet_id=fleet_id)
 
 
+CHALLENGE_TTL_S = 3600.0  # an answer outlives any order (ACME_TIMEOUT_S): only a killed worker's stays
+
+
 def acme_challenges_set(*, add: dict[str, str], remove: list[str] = ()) -> dict[str, str | None]:  # type: ignore[assignment]
     """Publish (token -> key authorization) and withdraw HTTP-01 answers on every enabled node of
     every fleet, at once, through the runtime API (no revision, no reload).
 
     Every node, not only those of fleets whose LBs route the hostname: DNS may send the CA to any of
     them, and a key authorization is public by design (the CA fetches it over plain HTTP).
-    Returns {"fleet/node": error or None}.
+    Stored first (ChallengeAnswer): a node reloading after that, by whichever worker, takes them again
+    (delivery.apply_node). Returns {"fleet/node": error or None}.
     """
+    if remove:
+        ChallengeAnswer.objects.filter(token__in=list(remove)).delete()
+    if add:
+        expires = timezone.now() + dt.timedelta(seconds=CHALLENGE_TTL_S)
+        ChallengeAnswer.objects.bulk_create(
+            [ChallengeAnswer(token=token, key_authorization=value, expires_at=expires) for token, value in add.items()],
+            update_conflicts=True, unique_fields=["token"], update_fields=["key_authorization", "expires_at"])
     nodes = list(Node.objects.filter(enabled=True).select_related("fleet"))
     if not nodes:
         return {}
@@ -389,6 +401,13 @@ def acme_challenges_set(*, add: dict[str, str], remove: list[str] = ()) -> dict[
         futures = {key: pool.submit(set_map_entries, conn, ACME_CHALLENGE_MAP, add, list(remove))
                    for key, conn in conns}
         return {key: future.result() for key, future in futures.items()}
+
+
+def challenge_answers_expire() -> int:
+    """Forget answers whose order was left open (its worker killed): past their expiry no reload or
+    drift repair puts them back. The nodes drop them at their next reload. Returns how many."""
+    deleted, _ = ChallengeAnswer.objects.filter(expires_at__lte=timezone.now()).delete()
+    return deleted
 
 
 # --- fleets and nodes ---------------------------------------------------------------------------------

@@ -59,6 +59,7 @@ def test_certificates_due_together_are_deployed_in_one_rollout_per_fleet_and_a_f
     rollouts = Rollout.objects.filter(pk__gt=last_rollout)
     assert sorted(r.fleet.name for r in rollouts) == ["eu", "us"]  # one per fleet for both certificates
     assert all(r.status == "succeeded" for r in rollouts)
+    assert not any(r.canary for r in rollouts)  # certificate contents only: every node at once
     revisions = ConfigRevision.objects.filter(pk__in=[r.revision_id for r in rollouts])
     assert {r.validation_output for r in revisions} == {CERTIFICATES_ONLY_NOTE}
     assert two_regions.worker_pids() == pids  # hot: not one reload

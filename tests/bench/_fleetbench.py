@@ -243,11 +243,14 @@ class FleetBench:
         raise RuntimeError(f"{what} did not start within {timeout_s:.0f}s")
 
     # --- API and nodes ----------------------------------------------------------------------------
-    def api(self, method: str, path: str, body: dict | None = None, timeout_s: float = 30.0) -> tuple[int, dict]:
+    def api(self, method: str, path: str, body: dict | None = None, timeout_s: float = 30.0,
+            token: str | None = None) -> tuple[int, dict]:
+        """One API call as the operator (or as whoever `token` belongs to)."""
         conn = http.client.HTTPConnection("127.0.0.1", self.web_port, timeout=timeout_s)
         try:
             conn.request(method, path, body=json.dumps(body) if body is not None else None,
-                         headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
+                         headers={"Authorization": f"Bearer {token or self.token}",
+                                  "Content-Type": "application/json"})
             response = conn.getresponse()
             raw = response.read()
             return response.status, json.loads(raw) if raw else {}

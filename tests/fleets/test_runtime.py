@@ -86,6 +86,10 @@ def test_haproxy_refusals_raise_with_haproxys_text(two_backend_node) -> None:
         stats.set_server_state("pool", "b1\nshutdown sessions", "drain")
     with pytest.raises(ValueError):
         stats.set_server_weight("pool", "b1", 999)
+    # A map the worker does not load is a refusal, not an entry 'map' -> 'identifier. ...' (what a
+    # reload then copied into the new worker's challenge map).
+    with pytest.raises(RuntimeApiError, match="Unknown map"):
+        stats.show_map("maps/not-loaded.map")
 
 
 def test_dump_server_state_writes_a_loadable_file_atomically(two_backend_node, tmp_path: Path) -> None:

@@ -8,7 +8,14 @@ from rest_framework import serializers
 from apps.accounts.models import Organization
 from apps.acme import deploy
 from apps.acme.models import ManagedCertificate
-from apps.core.api.fields import HostnameField, ScopedSlugRelatedField, SlugNameField, TenantModelSerializer
+from apps.core.api.fields import (
+    HostnameField,
+    ScopedRelatedField,
+    ScopedSlugRelatedField,
+    SlugNameField,
+    TenantModelSerializer,
+)
+from apps.fleets.models import Certificate
 
 
 class ManagedCertificateSerializer(TenantModelSerializer):
@@ -16,6 +23,8 @@ class ManagedCertificateSerializer(TenantModelSerializer):
     org = ScopedSlugRelatedField(Organization, required=False)
     hostnames = serializers.ListField(child=HostnameField(), min_length=1, max_length=100)
     challenge = serializers.ChoiceField(choices=ManagedCertificate.Challenge.choices, required=False)
+    # On create only: an uploaded certificate to take over (renewed in place, listeners keep using it).
+    certificate = ScopedRelatedField(Certificate, required=False, allow_null=True)
     issuer = serializers.SerializerMethodField()
     not_after = serializers.SerializerMethodField()
     days_left = serializers.SerializerMethodField()
@@ -26,9 +35,10 @@ class ManagedCertificateSerializer(TenantModelSerializer):
         fields = ["id", "org", "name", "hostnames", "challenge", "status", "certificate", "issuer", "not_after",
                   "days_left", "where_used", "last_attempt_at", "last_success_at", "last_error", "last_error_code",
                   "failures", "next_attempt_at", "created_at", "updated_at"]
-        read_only_fields = ["status", "certificate", "last_attempt_at", "last_success_at", "last_error",
+        read_only_fields = ["status", "last_attempt_at", "last_success_at", "last_error",
                             "last_error_code", "failures", "next_attempt_at", "created_at", "updated_at"]
         validators: list = []  # (org, name) uniqueness is the service's answer (409 name_taken)
+        create_only_fields = ("certificate",)
 
     def get_issuer(self, obj: ManagedCertificate) -> str:
         return obj.certificate.issuer if obj.certificate else ""

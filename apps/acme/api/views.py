@@ -24,7 +24,8 @@ class ManagedCertificateViewSet(TenantViewSet):
         data = serializer.validated_data
         serializer.instance = services.managed_certificate_request(
             principal=self.principal, name=data["name"], hostnames=data["hostnames"],
-            challenge=data.get("challenge", ManagedCertificate.Challenge.HTTP01), org=data.get("org"))
+            challenge=data.get("challenge", ManagedCertificate.Challenge.HTTP01), org=data.get("org"),
+            certificate=data.get("certificate"))
 
     def perform_update(self, serializer):
         data = serializer.validated_data
