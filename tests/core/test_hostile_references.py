@@ -106,6 +106,8 @@ CASES: list[Case] = [
                                              name="other"), "org", lambda g: g.lb.org.slug, "no-such-org"),
     ("/api/v1/managed-certificates/", lambda a: {"name": "m1", "hostnames": ["shop.acme.test"]}, "org",
      lambda g: g.lb.org.slug, "no-such-org"),
+    ("/api/v1/managed-certificates/", lambda a: {"name": "m1", "hostnames": ["shop.acme.test"]}, "certificate",
+     lambda g: g.cert.pk, MISSING_ID),
     ("/api/v1/capacity-tests/", lambda a: {"name": "t1", "pool": a.pool.pk, "steps": [10]}, "org",
      lambda g: g.lb.org.slug, "no-such-org"),
     ("/api/v1/capacity-tests/", lambda a: {"name": "t1", "listener": a.listener.pk, "steps": [10]}, "pool",
