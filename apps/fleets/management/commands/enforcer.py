@@ -52,6 +52,7 @@ class Command(BaseCommand):
         next_run = renew_at = time.monotonic()
         try:
             while not stopping:
+                started = time.monotonic()
                 try:
                     close_old_connections()
                     was = holding
@@ -74,7 +75,10 @@ class Command(BaseCommand):
                     log.exception("enforcer: run failed")
                 if opts["once"]:
                     break
-                next_run = max(next_run + period, time.monotonic())
+                # A run longer than the period (many pools, a slow node) is followed by as long a
+                # pause: the loop takes at most half a core, and the period stretches instead.
+                took = time.monotonic() - started
+                next_run = max(next_run + period, time.monotonic() + (took if took > period else 0.0))
                 time.sleep(max(0.0, next_run - time.monotonic()))
         finally:
             if holding:
