@@ -34,7 +34,7 @@ from apps.balancers.models import LoadBalancer, Pool, RegionDistance
 from apps.fleets import selectors
 from apps.fleets.delivery import NODE_ERRORS
 from apps.fleets.models import Node
-from apps.fleets.render.chain import DEMAND_TABLE, LIMITS_MAP, UNLIMITED, USABLE_MAP, backend_name
+from apps.fleets.render.chain import DEMAND_TABLE, LIMITS_MAP, RATES_TABLE, UNLIMITED, USABLE_MAP, backend_name
 from apps.fleets.runtime import parse_show_stat
 from apps.fleets.transports import transport_for
 from apps.fleets.transports.base import NodeConn
@@ -107,6 +107,7 @@ class NodeReading:
     usable: dict[str, int] = field(default_factory=dict)  # backend -> 1 when it has a usable server
     live_limits: dict[str, str] = field(default_factory=dict)
     live_usable: dict[str, str] = field(default_factory=dict)
+    rates: dict[str, float] = field(default_factory=dict)  # step backend -> this node's sliding rate to it
     error: str = ""
 
 
@@ -196,7 +197,8 @@ def read_node(node: Node, region: str, run: Callable[[str], str] | None = None) 
         usable = {row.pxname: int(row.status == "UP") for row in parse_show_stat(run("show stat"))
                   if row.svname == "BACKEND"}
         return NodeReading(node.pk, region, True, demand, counts, at, usable,
-                           _parse_map(run(f"show map {LIMITS_MAP}")), _parse_map(run(f"show map {USABLE_MAP}")))
+                           _parse_map(run(f"show map {LIMITS_MAP}")), _parse_map(run(f"show map {USABLE_MAP}")),
+                           parse_show_table(run(f"show table {RATES_TABLE}")))
     except NODE_ERRORS as exc:
         return NodeReading(node.pk, region, False, error=str(exc))
     finally:
@@ -222,8 +224,8 @@ def desired_limits(readings: dict[int, NodeReading], lbs: dict[int, dict[int, tu
                    step_down: float | None = None) -> tuple[dict[int, dict[str, int]], dict[int, str]]:
     """({node id: {backend: limit}}, {pool id: "dynamic" | "static"}) for every pool of those LBs.
 
-    With `step_down` (the enforcer's), a dynamic limit falls to at most that fraction of its live value
-    per run rather than at once (`_step_down`)."""
+    With `step_down` (the enforcer's), a dynamic limit falls in steps its node's rate can follow
+    (`_step_down`) rather than at once."""
     distances = {(d.src.slug, d.dst.slug): d.rtt_ms for d in RegionDistance.objects.select_related("src", "dst")}
     pools = list(Pool.objects.filter(lb_id__in=list(lbs)).order_by("pk"))
     caps = pool_capacities_many(pools)
@@ -255,23 +257,26 @@ def desired_limits(readings: dict[int, NodeReading], lbs: dict[int, dict[int, tu
     return wanted, modes
 
 
-def _step_down(limits: Limits, pool_id: int, readings: dict[int, NodeReading], factor: float) -> None:
-    """Lower each limit to no less than `factor` of its live value (a few runs from high to its share).
+def _step_down(limits: Limits, pool_id: int, readings: dict[int, NodeReading], gap: float) -> None:
+    """Lower a limit in steps that the node's rate can follow: to no less than its sliding rate minus
+    `gap` of the distance to the new limit, per run (the rest of the way in ~1 s at the enforcer's period).
 
-    A node's rate to a step is HAProxy's 1 s sliding rate of what it sent there. Cut below that rate,
-    the node sends nothing to the step until the rate has decayed under the new limit: when ingress
-    moved from one node to three (make bench-overflow-fleet, one-node -> 80/20), the first node's
-    share fell from the region's capacity to a third of it and the region served ~2/3 of its capacity
-    for most of a second. Lowered in steps, the rate follows the limit. Meanwhile the region's limits
-    sum above its capacity, falling back within it in ~1 s at the enforcer's period; an unlimited
-    value (a capacity test's hold) drops at once."""
+    A node's rate to a step is HAProxy's 1 s sliding rate of what it sent there. Cut far below that
+    rate, the node sends nothing to the step until the rate has decayed under the new limit: when
+    ingress moved from one node to three (make bench-overflow-fleet, one-node -> 80/20) the first
+    node's share fell from the region's capacity to a third and it served nothing for most of a
+    second (react_s 1.9 s). A little under its rate, it pauses briefly and its rate follows the limit
+    down. Meanwhile the region's limits may sum above its capacity (the other nodes got their shares
+    at once); an unlimited value (a capacity test's hold) drops at once."""
     for nid, row in limits.items():
-        live = readings[int(nid)].live_limits
+        reading = readings[int(nid)]
         for region, limit in row.items():
-            value = live.get(backend_name(pool_id, region, "http"), "")
-            if limit is None or not value.isdigit() or int(value) >= UNLIMITED:
+            backend = backend_name(pool_id, region, "http")
+            live = reading.live_limits.get(backend, "")
+            if limit is None or not live.isdigit() or int(live) >= UNLIMITED or limit >= int(live):
                 continue
-            row[region] = max(limit, math.floor(int(value) * factor))
+            rate = reading.rates.get(backend, 0.0)
+            row[region] = max(limit, min(int(live), math.floor(rate - gap * (rate - limit))))
 
 
 def _apply(node: Node, reading: NodeReading, limits: dict[str, int],
@@ -335,7 +340,7 @@ def _available(status: str) -> bool:
     return status.startswith("UP") or status == "no check"
 
 
-STEP_DOWN = 0.75  # per run of the enforcer (every 250 ms): from a region's capacity to a third in ~1 s
+STEP_DOWN_GAP = 0.25  # of the distance from a node's rate to its new limit, per run of the enforcer (250 ms)
 
 
 def enforce(lb_ids: Collection[int] | None = None, meter: DemandMeter | None = None) -> dict[str, object]:
@@ -355,7 +360,7 @@ def enforce(lb_ids: Collection[int] | None = None, meter: DemandMeter | None = N
     if meter is not None:
         for reading in readings.values():
             meter.observe(reading)
-    wanted, modes = desired_limits(readings, lbs, STEP_DOWN if meter is not None else None)
+    wanted, modes = desired_limits(readings, lbs, STEP_DOWN_GAP if meter is not None else None)
     reachable = [nid for nid in ids if readings[nid].reachable]
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(reachable)))) as pool:
         sets = sum(pool.map(lambda nid: _apply(nodes[nid][0], readings[nid], wanted.get(nid, {})), reachable))

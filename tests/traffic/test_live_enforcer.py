@@ -90,8 +90,8 @@ def test_the_enforcer_process_holds_the_loop_and_beat_takes_it_back_when_it_stop
     proc = subprocess.Popen([sys.executable, str(REPO / "manage.py"), "enforcer"], cwd=REPO, env=process_env(),
                             stdout=log, stderr=subprocess.STDOUT)
     try:
-        load = Load(NODES["ra1"][1], fleet.port, 60.0, duration_s=3.0)
-        deadline = time.monotonic() + 15
+        load = Load(NODES["ra1"][1], fleet.port, 60.0, duration_s=20.0)  # the process starts in a few s
+        deadline = time.monotonic() + 18
         while fleet.limits("ra1")[f"p{pool_id}_ra"] < 0.9 * A_CAPACITY:
             assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "enforcer.log").read_text()
             time.sleep(0.1)

@@ -23,6 +23,7 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 from apps.fleets.enforce import DemandMeter, enforce, lease_acquire, lease_release
 
 log = logging.getLogger("apps.fleets.enforcer")
+RENEW_EVERY_S = 0.5  # well inside the lease (LEASE_S)
 
 
 class Command(BaseCommand):
@@ -48,13 +49,17 @@ class Command(BaseCommand):
         holding = False
         self.stdout.write(f"enforcer ready (every {period} s)", ending="\n")
         self.stdout.flush()
-        next_run = time.monotonic()
+        next_run = renew_at = time.monotonic()
         try:
             while not stopping:
+                started = time.monotonic()
                 try:
                     close_old_connections()
                     was = holding
-                    holding = lease_acquire(token)
+                    if not holding or time.monotonic() >= renew_at:
+                        # Every run would be 4 writes a second to the cache (the database's, without Redis).
+                        holding = lease_acquire(token)
+                        renew_at = time.monotonic() + RENEW_EVERY_S
                     if holding and not was:
                         log.info("enforcer: holding the lease")
                     if holding:
@@ -70,7 +75,10 @@ class Command(BaseCommand):
                     log.exception("enforcer: run failed")
                 if opts["once"]:
                     break
-                next_run = max(next_run + period, time.monotonic())
+                # A run longer than the period (many pools, a slow node) is followed by as long a
+                # pause: the loop takes at most half a core, and the period stretches instead.
+                took = time.monotonic() - started
+                next_run = max(next_run + period, time.monotonic() + (took if took > period else 0.0))
                 time.sleep(max(0.0, next_run - time.monotonic()))
         finally:
             if holding:
