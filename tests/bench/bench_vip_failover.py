@@ -26,9 +26,11 @@ every 20 ms.
 
 Then the holder is drained through the API (PATCH /api/v1/nodes/{id}/ drained=true):
 - drain_vip_moved_first: 1 when the VIP left the drained node while that node's HAProxy was still
-  running and answering (its own address), the probe saw no failure from the drain call until the VIP
-  answered from another node, and afterwards only the new holder answered on the VIP.
+  running (Spillway never stops it: connections it has finish there) and afterwards only the new holder
+  answered on the VIP.
 - drain_vip_move_ms: from the PATCH until the first answer from another node.
+- drain_failed_probes: probe attempts that failed from the PATCH until that answer (a SYN caught by the
+  move itself; reported, not hidden, and counted inside the drain's window).
 
     flock /tmp/spillway-bench.lock env BENCH_REDIS_URL=redis://127.0.0.1:6379/14 \
         python tests/bench/bench_vip_failover.py [--advert-ms 200] [--cycles 2] [--db-name spillway_bench_vip]
@@ -383,7 +385,8 @@ def main() -> None:
     print(f"RESULT failover_ms_p50={statistics.median(failovers):.0f} failover_ms_max={max(failovers):.0f} "
           f"failed_requests={failed} flaps={flaps} attach_to_serving_ms={attach_ms:.0f} "
           f"holder_api_correct={int(holders.correct)} drain_vip_moved_first={int(drain['moved_first'])} "
-          f"drain_vip_move_ms={move_ms} errors_outside_windows={len(stray)}")
+          f"drain_vip_move_ms={move_ms} drain_failed_probes={drain.get('failures', 'none')} "
+          f"errors_outside_windows={len(stray)}")
 
 
 if __name__ == "__main__":

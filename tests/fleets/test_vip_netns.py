@@ -103,6 +103,11 @@ def test_the_vip_is_served_by_exactly_one_node_and_spillway_reads_which(topo, op
     client.force_login(otto.user)
     cell = client.get(f"/listeners/{listener.pk}/vip/").content.decode()
     assert '<strong>n1</strong> <span class="badge">up</span>' in cell and 'data-state="ok"' in cell
+    # ... and so does the API, over SSH to each node.
+    body = otto.client.get(f"/api/v1/listeners/{listener.pk}/vip/").json()
+    assert body["address"] == vip and body["fleets"] == [
+        {"fleet": "vipfleet", "region": "us-east", "state": "ok", "holders": [{"node": "n1", "status": "up"}],
+         "unreachable": []}]
     # Every node binds the VIP already (transparent): a backup is ready before it owns the address.
     for host in topo.hosts:
         listening = netns.sh("ip", "netns", "exec", host.netns, "ss", "-ltnH").stdout
