@@ -38,6 +38,7 @@ from apps.balancers.services import lb_touch
 from apps.core import crypto
 from apps.core.errors import Conflict, DomainError
 from apps.core.validators import InvalidValue, validate_hostname
+from apps.events.models import Event
 from apps.events.services import event_emit
 from apps.fleets import certs
 from apps.fleets import services as fleet_services
@@ -453,12 +454,7 @@ def managed_certificates_issue(*, managed_ids: list[int], force: bool = False, n
         steps[name] = steps.get(name, 0.0) + time.monotonic() - mark
         mark = time.monotonic()
 
-    jobs = _obtain(managed_ids, force, now or timezone.now(), step)
-    return _deliver(jobs, step) if jobs else []
-
-
-def _obtain(managed_ids: list[int], force: bool, now: dt.datetime, step: Callable[[str], None]) -> list[_Job]:
-    """Claim, order at the CA, answer the challenges, store the chains: the batch up to its deployment."""
+    now = now or timezone.now()
     jobs = [_Job(managed, order, started=time.time()) for managed, order in _claim(managed_ids, force, now)]
     if not jobs:
         return []
@@ -477,11 +473,6 @@ def _obtain(managed_ids: list[int], force: bool, now: dt.datetime, step: Callabl
     step("challenge_cleanup_s")
     _store(_live(jobs))
     step("store_s")
-    return jobs
-
-
-def _deliver(jobs: list[_Job], step: Callable[[str], None]) -> list[AcmeOrder]:
-    """Deploy the batch's stored certificates, prove them by handshakes, record every outcome."""
     try:
         _deploy(_live(jobs))
     except Exception as exc:  # the certificates are stored; the next attempt deploys them
@@ -493,48 +484,6 @@ def _deliver(jobs: list[_Job], step: Callable[[str], None]) -> list[AcmeOrder]:
         orders = [_finish(job) for job in jobs]
     step("finish_s")
     return orders
-
-
-STREAM_BATCH = 100  # most due certificates one round of a stream takes
-STREAM_MAX_S = 300.0  # a stream stops taking new rounds after this; what is still due has its own tasks
-
-
-def managed_certificates_stream(*, managed_ids: list[int], force: bool = False) -> list[AcmeOrder]:
-    """managed_certificates_issue for `managed_ids`, then round after round for whatever fell due
-    meanwhile, each round's deployment (rollouts, handshakes: waiting on the nodes) overlapping the
-    next round's orders (waiting on the CA). A worker slot then moves a certificate every
-    max(CA, deploy) seconds instead of CA + deploy, and requests arriving during a round wait for the
-    next round, not for a free slot (the tasks they queued find their certificates running or done).
-    Inside a transaction (a caller's, a test's) rounds run one after the other: another thread's
-    connection would not see what this one stored."""
-    overlap = not transaction.get_connection().in_atomic_block
-    orders: list[AcmeOrder] = []
-    deadline = time.monotonic() + STREAM_MAX_S
-
-    def deliver(jobs: list[_Job]) -> list[AcmeOrder]:
-        try:
-            return _deliver(jobs, lambda _name: None)
-        finally:
-            if overlap:
-                connections.close_all()  # this thread's own connection
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        delivering = None
-        ids = managed_ids
-        while True:
-            jobs = _obtain(ids, force, timezone.now(), lambda _name: None) if ids else []
-            if delivering is not None:
-                orders += delivering.result()
-                delivering = None
-            if jobs:
-                if overlap:
-                    delivering = pool.submit(deliver, jobs)
-                else:
-                    orders += deliver(jobs)
-            force = False
-            ids = due()[:STREAM_BATCH] if time.monotonic() < deadline else []
-            if not ids and delivering is None:
-                return orders
 
 
 def managed_certificate_issue(*, managed_id: int, force: bool = False,
@@ -569,6 +518,29 @@ def _finish(job: _Job) -> AcmeOrder:
     event_emit("certificate.renewed", org=managed.org, obj=cert,
                data={"serial": order.serial, "hostnames": managed.hostnames})
     return order
+
+
+EXPIRING_DAYS = 14
+
+
+def expiring_alerts(now: dt.datetime | None = None) -> list[int]:
+    """A `certificate.expiring` event, at most once a day each, for every certificate (uploaded or managed)
+    with fewer than 14 days left: a managed one that renewed would have a later expiry, so still being
+    here means no successful renewal. Returns the ids alerted."""
+    now = now or timezone.now()
+    alerted = []
+    for cert in Certificate.objects.filter(not_after__lt=now + dt.timedelta(days=EXPIRING_DAYS)).select_related("org"):
+        recent = Event.objects.filter(type="certificate.expiring", object_type="certificate",
+                                      object_id=str(cert.pk), at__gte=now - dt.timedelta(days=1))
+        if recent.exists():
+            continue
+        days = max(0, int((cert.not_after - now).total_seconds() // 86400))
+        managed = ManagedCertificate.objects.filter(certificate=cert).first()
+        event_emit("certificate.expiring", org=cert.org, obj=cert,
+                   data={"days": days, "not_after": cert.not_after.isoformat(),
+                         "last_error": managed.last_error if managed else "uploaded: renew by hand"})
+        alerted.append(cert.pk)
+    return alerted
 
 
 def _finish_failed(managed: ManagedCertificate, order: AcmeOrder, code: str, reason: str, started: float) -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from apps.acme import alerts, services
+from apps.acme import services
 from apps.fleets import services as fleet_services
 
-BATCH = services.STREAM_BATCH  # due certificates one task orders and deploys together
+BATCH = 100  # due certificates one task orders and deploys together
 
 
 @shared_task(name="acme.issue_certificate_task")
@@ -17,7 +17,7 @@ def issue_certificate_task(managed_id: int, force: bool = False) -> str | None:
     them to start takes all of them, so each fleet renders and pushes once per batch rather than once
     per certificate (the tasks after it find theirs running or done and return)."""
     others = [pk for pk in services.due() if pk != managed_id][:BATCH - 1]
-    orders = services.managed_certificates_stream(managed_ids=[managed_id, *others], force=force)
+    orders = services.managed_certificates_issue(managed_ids=[managed_id, *others], force=force)
     mine = [o for o in orders if o.managed_id == managed_id]
     return mine[0].status if mine else None
 
@@ -25,7 +25,7 @@ def issue_certificate_task(managed_id: int, force: bool = False) -> str | None:
 @shared_task(name="acme.issue_certificates_task")
 def issue_certificates_task(managed_ids: list[int]) -> int:
     """Order and deploy several due certificates together (one render and push per fleet)."""
-    return len(services.managed_certificates_stream(managed_ids=managed_ids))
+    return len(services.managed_certificates_issue(managed_ids=managed_ids))
 
 
 @shared_task(name="acme.renew_due_task")
@@ -34,6 +34,6 @@ def renew_due_task() -> int:
     ids = services.due()
     for first in range(0, len(ids), BATCH):
         issue_certificates_task.delay(ids[first:first + BATCH])
-    alerts.expiring_alerts()
+    services.expiring_alerts()
     fleet_services.challenge_answers_expire()
     return len(ids)

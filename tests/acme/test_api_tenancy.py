@@ -103,7 +103,7 @@ def test_a_requested_certificate_is_ordered_together_with_the_others_due(alice, 
     for i in range(3):
         approve(alice.org, f"s{i}.acme.test")
     batches: list[list[int]] = []
-    monkeypatch.setattr(services, "managed_certificates_stream",
+    monkeypatch.setattr(services, "managed_certificates_issue",
                         lambda *, managed_ids, force=False: batches.append(managed_ids) or [])
     managed = [ManagedCertificate.objects.create(org=alice.org, name=f"s{i}", hostnames=[f"s{i}.acme.test"],
                                                  next_attempt_at=timezone.now()) for i in range(3)]

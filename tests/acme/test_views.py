@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from apps.acme import alerts
+from apps.acme import services
 from apps.acme.models import ManagedCertificate
 from apps.acme.selectors import expiry_class
 from apps.audit.models import AuditEvent
@@ -62,11 +62,11 @@ def test_the_page_shows_issuer_sans_expiry_colour_use_and_the_last_error_and_ren
 def test_a_certificate_under_14_days_raises_one_event_a_day(alice) -> None:
     soon = _cert(alice.org, "soon", 3)
     _cert(alice.org, "fine", 20)
-    assert alerts.expiring_alerts() == [soon.pk]
-    assert alerts.expiring_alerts() == []  # not again the same day
+    assert services.expiring_alerts() == [soon.pk]
+    assert services.expiring_alerts() == []  # not again the same day
     event = Event.objects.get(type="certificate.expiring")
     assert event.org == alice.org and event.object_id == str(soon.pk) and event.data["days"] == 2
-    assert alerts.expiring_alerts(now=timezone.now() + dt.timedelta(days=1, minutes=1)) == [soon.pk]
+    assert services.expiring_alerts(now=timezone.now() + dt.timedelta(days=1, minutes=1)) == [soon.pk]
 
 
 def test_a_managed_certificate_is_requested_through_the_form_like_the_api(alice) -> None:
