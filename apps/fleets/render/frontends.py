@@ -24,7 +24,14 @@ from dataclasses import dataclass
 from apps.fleets.render.chain import backend_name, chain_lines
 from apps.fleets.render.manifest import ManifestBuilder
 from apps.fleets.render.memo import by_identity
-from apps.fleets.render.routing import action_key, build_route_maps, ordered_routes, parse_split_key, prefix_base
+from apps.fleets.render.routing import (
+    action_key,
+    build_route_maps,
+    ordered_routes,
+    parse_split_key,
+    prefix_base,
+    prepared_routes,
+)
 from apps.fleets.snapshot import Bind, ListenerSpec, Owner, PoolSpec, RoutesMapOwners, RouteSpec
 
 INDENT = "    "
@@ -234,7 +241,8 @@ def no_route_line(listener: ListenerSpec) -> str:
 
 @by_identity  # asked twice per render, and for every node of a rollout (memo.py)
 def listener_action_keys(listener: ListenerSpec) -> list[str]:
-    keys = {action_key(r) for r in listener.routes if r.redirect_url is None}
+    routes = listener.routes
+    keys = {found[2] for r, found in zip(routes, prepared_routes(routes), strict=True) if r.redirect_url is None}
     if listener.default_pool_id is not None:
         keys.add(f"p{listener.default_pool_id}")
     return sorted(keys)

@@ -202,7 +202,7 @@ def _check_route(field: str, route: RouteSpec, pool_ids: set[int]) -> RouteSpec:
     except TypeError:  # an unhashable field (a list where a tuple belongs): the full check names it
         checked = None
     if checked is None:
-        checked = _check_route_values(field, route)
+        checked = _route_fast(route) or _check_route_values(field, route)
         if len(_CHECKED_ROUTES) >= _CHECKED_ROUTES_MAX:
             _CHECKED_ROUTES.clear()
         _CHECKED_ROUTES[route] = checked
@@ -211,6 +211,50 @@ def _check_route(field: str, route: RouteSpec, pool_ids: set[int]) -> RouteSpec:
             raise UnsafeValue(f"{field}.targets[{i}].pool_id", "unknown_pool",
                               f"pool {target.pool_id} is not in the snapshot.")
     return checked
+
+
+_path = _memoized(v.validate_path)
+_PATH_MATCHES = ("prefix", "exact")
+
+
+def _route_fast(route: RouteSpec) -> RouteSpec | None:
+    """_check_route_values for the common shape (exact types, no redirect), without building a field
+    name per value (27 us -> ~5 us per route cold, 100k routes per render). None when anything is off:
+    the full check then runs and names the field, so this only ever accepts what that one accepts and
+    returns the same value (the route itself when nothing is normalised)."""
+    if type(route) is not RouteSpec or route.redirect_url is not None:
+        return None
+    hosts, targets, ident, priority = route.hosts, route.targets, route.id, route.priority
+    if type(hosts) is not tuple or type(targets) is not tuple or not targets:
+        return None
+    if type(ident) is not int or not 0 <= ident <= MAX_ID:
+        return None
+    if type(priority) is not int or not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
+        return None
+    if type(route.path_match) is not str or route.path_match not in _PATH_MATCHES:
+        return None
+    total = 0
+    for target in targets:
+        if type(target) is not RouteTargetSpec:
+            return None
+        pool_id, weight = target.pool_id, target.weight
+        if type(pool_id) is not int or type(weight) is not int:
+            return None
+        if not 0 <= pool_id <= MAX_ID or not 0 <= weight <= 10**6:
+            return None
+        total += weight
+    if total <= 0:
+        return None
+    try:
+        for host in hosts:
+            if type(host) is not str:
+                return None
+        checked_hosts = tuple(sorted({_hostname(h) for h in hosts}))
+        if type(route.path) is not str or _path(route.path) != route.path:
+            return None
+    except v.InvalidValue:
+        return None
+    return route if checked_hosts == hosts else replace(route, hosts=checked_hosts)
 
 
 def _check_route_values(field: str, route: RouteSpec) -> RouteSpec:

@@ -73,6 +73,8 @@ def action_key(route: RouteSpec) -> str:
 def _action_key(route: RouteSpec) -> str:
     if route.redirect_url is not None:
         return f"u{route.id}"
+    if len(route.targets) == 1 and route.targets[0].weight > 0:  # what split_key gives, without its dict
+        return f"p{route.targets[0].pool_id}"
     return split_key([(t.pool_id, t.weight) for t in route.targets])
 
 
@@ -90,6 +92,13 @@ def _prepared(route: RouteSpec) -> tuple[tuple[str, ...], tuple[int, int, int], 
             _PREPARED.clear()
         _PREPARED[route] = found
     return found
+
+
+@by_identity  # asked for the action keys and for the maps of the same checked routes (memo.py)
+def prepared_routes(routes: tuple[RouteSpec, ...]) -> list[tuple[tuple[str, ...], tuple[int, int, int], str]]:
+    """_prepared of every route, in order: one by-value lookup per route per render, not one per use
+    (hashing a frozen route costs ~1 us, and a render looked each route up twice)."""
+    return [_prepared(route) for route in routes]
 
 
 @dataclass(frozen=True)
@@ -138,7 +147,7 @@ def build_route_maps(routes: tuple[RouteSpec, ...]) -> RouteMaps:
 
     best: dict[str, tuple[tuple[int, int], str, str]] = {}
     # (path key suffixes, rank, action) per route, computed once: any-host routes are added to every class.
-    prepared = {id(route): _prepared(route) for route in routes}
+    prepared = {id(route): found for route, found in zip(routes, prepared_routes(routes), strict=True)}
 
     def add(host_class: str, members: list[RouteSpec]) -> None:
         for route in members:
