@@ -6,10 +6,11 @@ region and member served the request. Loopback only; one process, one thread per
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from apps.core.shutdown import stop_on_signals
 
 
 class _Server(ThreadingHTTPServer):
@@ -44,9 +45,7 @@ def main(argv: list[str]) -> None:
         server.label = label
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
         servers.append(server)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop = stop_on_signals()
     print(f"demo backends listening: {' '.join(argv)}", flush=True)
     while not stop.wait(0.2):  # a timed wait lets the signal handler run in this thread
         pass

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from apps.core import ports, webserver
 from apps.core.discovery import app_modules
+from apps.core.shutdown import stop_on_signals
 
 
 class Command(BaseCommand):
@@ -66,21 +66,14 @@ class Command(BaseCommand):
         self.stdout.write(f"logs: {log_dir}/{{web,worker,beat}}.log (the console shows warnings, errors and events)")
         self.stdout.write(f"database: {settings.DATABASES['default']['ENGINE']}, broker: {settings.CELERY_BROKER_URL}")
 
-        stopping = False
-
-        def stop(*_: object) -> None:
-            nonlocal stopping
-            stopping = True
-
-        signal.signal(signal.SIGINT, stop)
-        signal.signal(signal.SIGTERM, stop)
+        stopping = stop_on_signals()
         try:
-            while not stopping:
+            while not stopping.is_set():
                 for name, proc in procs:
                     if proc.poll() is not None:
                         self.stderr.write(f"{name} exited with {proc.returncode}; stopping the rest")
-                        stopping = True
-                time.sleep(0.5)
+                        stopping.set()
+                stopping.wait(0.5)
         finally:
             for _name, proc in reversed(procs):
                 if proc.poll() is None:

@@ -14,12 +14,12 @@ nodes' live maps.
 from __future__ import annotations
 
 import logging
-import signal
 import time
 
 from django.core.management.base import BaseCommand
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
+from apps.core.shutdown import stop_on_signals
 from apps.fleets.enforce import DemandMeter, enforce, lease_acquire, lease_release
 
 log = logging.getLogger("apps.fleets.enforcer")
@@ -35,14 +35,7 @@ class Command(BaseCommand):
         parser.add_argument("--once", action="store_true", help="one run, then exit")
 
     def handle(self, *args, **opts) -> None:
-        stopping = False
-
-        def stop(*_: object) -> None:
-            nonlocal stopping
-            stopping = True
-
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
+        stopping = stop_on_signals()
         period = max(0.05, opts["period_s"])
         meter = DemandMeter(window_s=opts["window_s"])
         token = f"{id(self)}-{time.time()}"
@@ -51,7 +44,7 @@ class Command(BaseCommand):
         self.stdout.flush()
         next_run = renew_at = time.monotonic()
         try:
-            while not stopping:
+            while not stopping.is_set():
                 started = time.monotonic()
                 try:
                     close_old_connections()
@@ -79,7 +72,7 @@ class Command(BaseCommand):
                 # pause: the loop takes at most half a core, and the period stretches instead.
                 took = time.monotonic() - started
                 next_run = max(next_run + period, time.monotonic() + (took if took > period else 0.0))
-                time.sleep(max(0.0, next_run - time.monotonic()))
+                stopping.wait(max(0.0, next_run - time.monotonic()))
         finally:
             if holding:
                 lease_release(token)

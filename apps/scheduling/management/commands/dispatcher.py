@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 import math
-import signal
 import time
 
 from django.core.management.base import BaseCommand
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
+from apps.core.shutdown import stop_on_signals
 from apps.scheduling import dispatcher, runner
 
 log = logging.getLogger("apps.scheduling.dispatcher")
@@ -38,14 +38,7 @@ class Command(BaseCommand):
         parser.add_argument("--once", action="store_true", help="one tick, then exit")
 
     def handle(self, *args, **opts) -> None:
-        stopping = False
-
-        def stop(*_: object) -> None:
-            nonlocal stopping
-            stopping = True
-
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
+        stopping = stop_on_signals()
         tick_s: float = max(0.05, opts["tick_s"])
         next_reap = 0.0
         try:
@@ -54,7 +47,7 @@ class Command(BaseCommand):
             log.warning("dispatcher: broker not reachable yet (%s)", exc)
         self.stdout.write(f"dispatcher ready (tick {tick_s} s, batch {opts['batch']})", ending="\n")
         self.stdout.flush()
-        while not stopping:
+        while not stopping.is_set():
             try:
                 self._tick(opts["batch"])
                 if time.monotonic() >= next_reap:
@@ -73,7 +66,7 @@ class Command(BaseCommand):
             except (OperationalError, InterfaceError):
                 connection.close()
             now = time.time()
-            time.sleep(max(0.0, math.floor(now / tick_s) * tick_s + tick_s + TICK_OFFSET_S - now))
+            stopping.wait(max(0.0, math.floor(now / tick_s) * tick_s + tick_s + TICK_OFFSET_S - now))
 
     def _tick(self, batch: int) -> None:
         close_old_connections()
