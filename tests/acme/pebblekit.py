@@ -100,7 +100,6 @@ class Pebble:
 
     def start(self, extra_env: dict[str, str] | None = None) -> Pebble:
         self.dns_port, self.chall_mgmt_port = pick_free_port(), pick_free_port()
-        self.acme_port, self.mgmt_port = pick_free_port(), pick_free_port()
         chall, chall_log = self._spawn(
             [CHALLTESTSRV_BIN, "-dns01", f"127.0.0.1:{self.dns_port}", "-http01", "", "-https01", "",
              "-tlsalpn01", "", "-management", f"127.0.0.1:{self.chall_mgmt_port}",
@@ -108,6 +107,17 @@ class Pebble:
         _wait_port(self.chall_mgmt_port, chall, chall_log)
         cert_path, key_path = _self_signed_localhost(self.base)
         self.ca_bundle = cert_path
+        for attempt in range(3):  # a picked port taken before pebble binds it: pick again
+            self.acme_port, self.mgmt_port = pick_free_port(), pick_free_port()
+            try:
+                self._start_pebble(cert_path, key_path, extra_env)
+                return self
+            except RuntimeError:
+                if attempt == 2:
+                    raise
+        return self
+
+    def _start_pebble(self, cert_path: str, key_path: str, extra_env: dict[str, str] | None) -> None:
         config = {"pebble": {
             "listenAddress": f"127.0.0.1:{self.acme_port}",
             "managementListenAddress": f"127.0.0.1:{self.mgmt_port}",
@@ -124,8 +134,30 @@ class Pebble:
                **(extra_env or {})}
         proc, log = self._spawn([PEBBLE_BIN, "-config", f"{self.base}/pebble.json",
                                  "-dnsserver", self.dns_server or f"127.0.0.1:{self.dns_port}"], "pebble", env)
-        _wait_port(self.acme_port, proc, log)
-        return self
+        try:
+            _wait_port(self.acme_port, proc, log)
+            self._wait_directory(proc, log)
+        except RuntimeError:
+            proc.kill()
+            proc.wait()
+            self.procs.remove(proc)
+            raise
+
+    def _wait_directory(self, proc: subprocess.Popen[bytes], log: str, timeout_s: float = 15.0) -> None:
+        """An open port is not enough: a picked port can be taken by another process of a parallel run
+        before pebble binds it (a full-suite run then failed with an SSL EOF from whatever listened
+        there). Ready means pebble itself answers its directory over TLS with its own certificate."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"pebble exited with {proc.returncode}: {_tail(log)}")
+            try:
+                if requests.get(self.directory_url, verify=self.ca_bundle, timeout=1).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"pebble did not answer {self.directory_url}: {_tail(log)}")
 
     def _mgmt_get(self, path: str) -> str:
         answer = requests.get(f"https://127.0.0.1:{self.mgmt_port}{path}", verify=self.ca_bundle, timeout=5)
