@@ -294,6 +294,27 @@ class Route(models.Model):
         return {"targets": [{"pool": t.pool_id, "weight": t.weight} for t in self.targets.all()]}
 
 
+class RouteChange(models.Model):
+    """Which routes an LB revision changed (written with the change, in its transaction).
+
+    Lets a fleet's reconciler bring the routes it holds in memory up to date by reading only these
+    routes, instead of all of them: at 100k routes a full read costs seconds per change. An LB revision
+    with no rows here changed something else (a pool, a listener...), which the reconciler must read in full.
+    Old rows are pruned (apps.balancers.services.route_changes_prune); a gap sends readers to the full read.
+    """
+
+    lb = models.ForeignKey(LoadBalancer, on_delete=models.CASCADE, related_name="+")
+    lb_revision = models.PositiveBigIntegerField()
+    route_id = models.BigIntegerField()  # no FK: the route may be gone (deleted)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["lb", "lb_revision"], name="route_change_lb_rev")]
+
+    def __str__(self) -> str:
+        return f"lb {self.lb_id}@{self.lb_revision}: route {self.route_id}"
+
+
 class RouteTarget(models.Model):
     route = models.ForeignKey(Route, on_delete=models.CASCADE, related_name="targets")
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="route_targets")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import replace
@@ -24,6 +25,7 @@ from apps.balancers.models import (
     Pool,
     PoolRegion,
     Route,
+    RouteChange,
     RouteTarget,
     StaticIP,
 )
@@ -33,11 +35,29 @@ from apps.core.errors import Conflict, DoesNotExist, DomainError
 from apps.core.locks import xact_lock
 
 
-def lb_touch(lb_id: int) -> None:
-    """Bump the LB's revision and tell listeners (fleets, cloud) once the transaction commits."""
+def lb_touch(lb_id: int, *, route_ids: Iterable[int] = ()) -> None:
+    """Bump the LB's revision and tell listeners (fleets, cloud) once the transaction commits.
+
+    `route_ids`: the change touched only these routes (created, updated or deleted). It is journaled
+    (RouteChange) with the revision, so a fleet can apply it without reading every route again; the
+    signal says `routes_only` so fleets know no full read is due. Without it, the change is anything else.
+    """
     LoadBalancer.objects.filter(pk=lb_id).update(revision=F("revision") + 1, updated_at=timezone.now())
     revision = LoadBalancer.objects.values_list("revision", flat=True).get(pk=lb_id)
-    transaction.on_commit(lambda: lb_changed.send(sender=LoadBalancer, lb_id=lb_id, revision=revision))
+    ids = sorted(set(route_ids))
+    if ids:
+        RouteChange.objects.bulk_create([RouteChange(lb_id=lb_id, lb_revision=revision, route_id=pk) for pk in ids])
+    transaction.on_commit(lambda: lb_changed.send(sender=LoadBalancer, lb_id=lb_id, revision=revision,
+                                                  routes_only=bool(ids)))
+
+
+ROUTE_CHANGES_KEEP = dt.timedelta(hours=1)
+
+
+def route_changes_prune() -> int:
+    """Drop journal rows older than an hour: a reconciler whose memory is older reads every route again."""
+    deleted, _ = RouteChange.objects.filter(created_at__lt=timezone.now() - ROUTE_CHANGES_KEEP).delete()
+    return deleted
 
 
 def _lb_of(obj) -> int | None:
@@ -67,8 +87,9 @@ def object_save(*, principal: Principal | None, obj, action: AuditAction | str |
 
 def object_delete(*, principal: Principal | None, obj) -> None:
     lb_id = _lb_of(obj)
+    route_ids = [obj.pk] if isinstance(obj, Route) else []
     audited_delete(principal=principal, obj=obj,
-                   after_delete=(lambda: lb_touch(lb_id)) if lb_id is not None else None)
+                   after_delete=(lambda: lb_touch(lb_id, route_ids=route_ids)) if lb_id is not None else None)
 
 
 # --- pools ------------------------------------------------------------------------
@@ -298,7 +319,7 @@ def route_save(*, principal: Principal, route: Route, data: dict[str, Any]) -> R
             [RouteTarget(route=route, pool=t["pool"], weight=t["weight"]) for t in targets])
         audit_record(principal=principal, org=route.org, action="route.create" if before is None else "route.update",
                      obj=route, before=before, after=audit_snapshot(route))
-        lb_touch(route.lb_id)
+        lb_touch(route.lb_id, route_ids=[route.pk])
     return route
 
 

@@ -31,6 +31,11 @@ class Fleet(models.Model):
     # changes up to the seq it read (rendered_seq). reconcile_queued dedupes queued tasks.
     change_seq = models.PositiveBigIntegerField(default=0)
     rendered_seq = models.PositiveBigIntegerField(default=0)
+    # The part of change_seq that only changed routes (journaled in balancers.RouteChange). A reconciler
+    # holding the fleet's state of an earlier change_seq may apply those route changes alone when
+    # change_seq and route_seq moved by the same amount since (apps.fleets.routelane); any other change
+    # (wherever it bumps change_seq) breaks that equality and sends it to a full render.
+    route_seq = models.PositiveBigIntegerField(default=0)
     reconcile_queued = models.BooleanField(default=False)
     # One rollout at a time per fleet: a lease claimed with a conditional UPDATE, renewed while
     # working, so a killed worker's lease expires (or is taken over when its PID is gone).

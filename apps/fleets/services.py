@@ -253,15 +253,20 @@ def request_reconcile(fleet_id: int) -> bool:
     return bool(queued)
 
 
-def fleet_change_record(*, fleet: Fleet | int, force: bool = False) -> bool:
+def fleet_change_record(*, fleet: Fleet | int, force: bool = False, routes_only: bool = False) -> bool:
     """Record that the fleet's desired state changed, and queue a reconcile (render, then roll out what
-    changed) unless one is queued already; coalesced with changes close to this one.
+    changed) unless one is queued already; coalesced with changes close to this one. `routes_only`: the
+    change only touched journaled routes (balancers.lb_touch), which the route lane applies without a
+    full render.
 
     A fleet with `auto_rollout` off only notes the change; it rolls out when someone pushes
     (`force=True`: the fleet page's and the LB preview's "push" buttons). True when queued.
     """
     fleet_id = fleet if isinstance(fleet, int) else fleet.pk
-    Fleet.objects.filter(pk=fleet_id).update(change_seq=F("change_seq") + 1)
+    bump: dict[str, Any] = {"change_seq": F("change_seq") + 1}
+    if routes_only:
+        bump["route_seq"] = F("route_seq") + 1
+    Fleet.objects.filter(pk=fleet_id).update(**bump)
     if force:
         return fleet_push(fleet=Fleet.objects.get(pk=fleet_id)) is not None
     if not Fleet.objects.filter(pk=fleet_id, auto_rollout=True).exists():

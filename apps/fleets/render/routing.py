@@ -133,8 +133,8 @@ def path_keys(route: RouteSpec) -> tuple[str, ...]:
     return (base + "/", base + "?") if base else ("/",)
 
 
-@by_identity  # the same checked listener's routes for every node of a rollout (memo.py)
-def build_route_maps(routes: tuple[RouteSpec, ...]) -> RouteMaps:
+def routes_by_pattern(routes) -> tuple[dict[str, list[RouteSpec]], list[RouteSpec]]:  # type: ignore[no-untyped-def]
+    """({host pattern: routes naming it}, any-host routes), each in the order given."""
     by_pattern: dict[str, list[RouteSpec]] = {}
     any_host: list[RouteSpec] = []
     for route in routes:
@@ -142,46 +142,81 @@ def build_route_maps(routes: tuple[RouteSpec, ...]) -> RouteMaps:
             any_host.append(route)
         for pattern in route.hosts:
             by_pattern.setdefault(pattern, []).append(route)
-    wildcard_set = {p for p in by_pattern if p.startswith("*.")}
-    exact_hosts = sorted(p for p in by_pattern if not p.startswith("*."))
+    return by_pattern, any_host
 
-    best: dict[str, tuple[tuple[int, int], str, str]] = {}
-    # (path key suffixes, rank, action) per route, computed once: any-host routes are added to every class.
-    prepared = {id(route): found for route, found in zip(routes, prepared_routes(routes), strict=True)}
 
-    def add(host_class: str, members: list[RouteSpec]) -> None:
-        for route in members:
-            suffixes, rank, action = prepared[id(route)]
-            for suffix in suffixes:
-                key = host_class + suffix
-                current = best.get(key)
-                if current is None or rank < current[0]:
-                    best[key] = (rank, action, host_class)
+def class_members(host_class: str, by_pattern, any_host, wildcard_set: set[str]):  # type: ignore[no-untyped-def]
+    """The routes a host class's entries come from: those naming it and its parent wildcards (`*`: any-host)."""
+    if host_class == ANY_HOST_CLASS:
+        return list(any_host)
+    members = list(by_pattern.get(host_class, ()))
+    for parent in _parent_wildcards(host_class, wildcard_set):
+        members += by_pattern[parent]
+    return members
 
-    for host_class in [*exact_hosts, *sorted(wildcard_set)]:
-        add(host_class, by_pattern[host_class])
-        for parent in _parent_wildcards(host_class, wildcard_set):
-            add(host_class, by_pattern[parent])
-    # Any-host routes only under `*`, looked up when the request's own class has no match (frontends):
-    # every route naming a host ranks before every any-host route, so that second lookup gives the same
-    # answer, and an any-host route costs two entries instead of two per host class (10,000 at 5,000 hosts).
-    add(ANY_HOST_CLASS, any_host)
 
+def class_entries(host_class: str, members, prepared) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    """One host class's routes-map entries (key, action), sorted, shadowed keys dropped.
+
+    Classes are independent: every key of a class starts with `<class>/` (or `<class>?`... never: paths
+    start with `/`), and `/` is in no hostname, so no key of one class is a prefix of another class's key,
+    and in the sorted map each class's keys form one run. The whole map is the runs in the order of
+    `<class>/` (build_route_maps), which is why a route change can recompute only its classes
+    (render/incremental.py) and still give the whole map's answer.
+    `prepared(route)` gives (path key suffixes, rank, action).
+    """
+    best: dict[str, tuple[tuple[int, int, int], str]] = {}
+    for route in members:
+        suffixes, rank, action = prepared(route)
+        for suffix in suffixes:
+            key = host_class + suffix
+            current = best.get(key)
+            if current is None or rank < current[0]:
+                best[key] = (rank, action)
     # Drop entries shadowed by a better-ranked shorter prefix. In sorted order every key's prefixes
     # come before it, so a stack holds exactly the chain of kept-or-dropped keys that prefix it.
     entries: list[tuple[str, str]] = []
-    classes: list[str] = []
-    stack: list[tuple[str, tuple[int, int]]] = []  # (key, best rank among it and its prefixes)
+    stack: list[tuple[str, tuple[int, int, int]]] = []  # (key, best rank among it and its prefixes)
     for key in sorted(best):
-        rank, action, host_class = best[key]
+        rank, action = best[key]
         while stack and not key.startswith(stack[-1][0]):
             stack.pop()
         inherited = stack[-1][1] if stack else None
         if inherited is None or rank < inherited:
             entries.append((key, action))
-            classes.append(host_class)
             stack.append((key, rank))
         else:
             stack.append((key, inherited))
-    wildcards = sorted(((p[1:], p) for p in wildcard_set), key=lambda item: (-len(item[0]), item[0]))
-    return RouteMaps(exact_hosts=exact_hosts, wildcards=wildcards, entries=entries, classes=classes)
+    return entries
+
+
+def class_order(host_class: str) -> str:
+    """Where a class's run of keys stands in the sorted routes map (class_entries)."""
+    return host_class + "/"
+
+
+def wildcard_list(wildcard_set: set[str]) -> list[tuple[str, str]]:
+    """(".domain", "*.domain"), longest suffix first: map_end is first match in file order."""
+    return sorted(((p[1:], p) for p in wildcard_set), key=lambda item: (-len(item[0]), item[0]))
+
+
+@by_identity  # the same checked listener's routes for every node of a rollout (memo.py)
+def build_route_maps(routes: tuple[RouteSpec, ...]) -> RouteMaps:
+    by_pattern, any_host = routes_by_pattern(routes)
+    wildcard_set = {p for p in by_pattern if p.startswith("*.")}
+    exact_hosts = sorted(p for p in by_pattern if not p.startswith("*."))
+    # (path key suffixes, rank, action) per route, computed once: wildcard routes count in several classes.
+    prepared = {id(route): found for route, found in zip(routes, prepared_routes(routes), strict=True)}
+    # Any-host routes only under `*`, looked up when the request's own class has no match (frontends):
+    # every route naming a host ranks before every any-host route, so that second lookup gives the same
+    # answer, and an any-host route costs two entries instead of two per host class (10,000 at 5,000 hosts).
+    host_classes = [*exact_hosts, *wildcard_set, *([ANY_HOST_CLASS] if any_host else [])]
+    entries: list[tuple[str, str]] = []
+    classes: list[str] = []
+    for host_class in sorted(host_classes, key=class_order):
+        run = class_entries(host_class, class_members(host_class, by_pattern, any_host, wildcard_set),
+                            lambda route: prepared[id(route)])
+        entries += run
+        classes += [host_class] * len(run)
+    return RouteMaps(exact_hosts=exact_hosts, wildcards=wildcard_list(wildcard_set), entries=entries,
+                     classes=classes)
