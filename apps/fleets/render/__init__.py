@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import gc
 import hashlib
+from collections.abc import Iterable
+from dataclasses import replace
 
 from apps.fleets.render.chain import chain_files, table_sections
 from apps.fleets.render.frontends import (
@@ -24,6 +26,7 @@ from apps.fleets.render.frontends import (
     tcp_frontend,
 )
 from apps.fleets.render.guard import UnsafeValue, check_node, check_snapshot
+from apps.fleets.render.incremental import MapUpdate
 from apps.fleets.render.keepalived import render_keepalived
 from apps.fleets.render.manifest import ManifestBuilder
 from apps.fleets.render.routing import parse_split_key, resolve_route
@@ -42,6 +45,7 @@ __all__ = [
     "UnsafeValue",
     "backend_name",
     "frontend_name",
+    "patch_maps",
     "render",
     "resolve_route",
 ]
@@ -55,6 +59,39 @@ ROUTE_MAP_THRESHOLD = 0
 # The header comment above haproxy.cfg's body: three comment lines and a blank one, always. Stored
 # revision texts (which have no manifest) are cut below it by this count (codec.strip_header).
 HEADER_LINES = 4
+
+
+def _header(fleet: str, revision: int, node_name: str, body: str, files: dict[str, bytes]) -> str:
+    rest = hashlib.sha256(body.encode())
+    for name in sorted(files):
+        if name != MAIN_FILE:
+            rest.update(b"\0" + name.encode() + b"\0" + files[name])
+    header = (
+        f"# Spillway: fleet {fleet}, revision {revision}, node {node_name}.\n"
+        f"# Generated; do not edit. sha256 of everything below and of the bundle's other files:\n"
+        f"# {rest.hexdigest()}\n\n"
+    )
+    assert header.count("\n") == HEADER_LINES
+    return header
+
+
+def patch_maps(bundle: ConfigBundle, *, fleet: str, revision: int, node_name: str,
+               maps: Iterable[MapUpdate]) -> ConfigBundle:
+    """`bundle` (rendered for `node_name`) as revision `revision` with these maps' new contents: what
+    render() gives for the snapshot whose routes changed only maps (render/incremental.py), without
+    laying out every route again. haproxy.cfg keeps its body; its header names the new revision."""
+    facts = bundle.facts
+    files = dict(bundle.files)
+    entries, owners = dict(facts.maps), dict(facts.map_owners)
+    for update in maps:
+        if update.name not in files:
+            raise KeyError(f"{update.name} is not in the bundle")
+        files[update.name] = update.content
+        entries[update.name], owners[update.name] = update.entries, update.owners
+    body = bundle.body
+    header = _header(fleet, revision, node_name, body, files)
+    files[MAIN_FILE] = (header + body).encode()
+    return ConfigBundle.of(files, replace(facts, header_len=len(header), maps=entries, map_owners=owners))
 
 
 def render(snapshot: FleetSnapshot, node: NodeSpec, *, route_map_threshold: int = ROUTE_MAP_THRESHOLD) -> ConfigBundle:
@@ -146,15 +183,7 @@ def _render(snapshot: FleetSnapshot, node: NodeSpec, route_map_threshold: int) -
             main_owners.append(None)
         main_owners += owners if isinstance(owners, list) else [owners] * len(lines)
 
-    rest = hashlib.sha256(body.encode())
-    for name in sorted(files):
-        rest.update(b"\0" + name.encode() + b"\0" + files[name])
-    header = (
-        f"# Spillway: fleet {snap.fleet}, revision {snap.revision}, node {node.name}.\n"
-        f"# Generated; do not edit. sha256 of everything below and of the bundle's other files:\n"
-        f"# {rest.hexdigest()}\n\n"
-    )
-    assert header.count("\n") == HEADER_LINES
+    header = _header(snap.fleet, snap.revision, node.name, body, files)
     files[MAIN_FILE] = (header + body).encode()
     return ConfigBundle.of(files, Manifest(
         runtime_dir=node.runtime_dir,

@@ -1,0 +1,215 @@
+"""A listener's route maps kept current across route-only changes, without laying out every route again.
+
+At 100k routes a full render costs over a second (every route checked, ranked and keyed, ~200k map
+entries sorted), while a route change moves a handful of entries. `ListenerRoutes` holds one
+listener's routes indexed by host pattern and its routes map as one run of entries per host class,
+and `apply` recomputes only the classes the changed routes belong to.
+
+Why the answer is the full render's: `routing.class_entries` is the one function both use for a
+class's run; classes are independent (no key of one class is a prefix of another's, see its
+docstring), and the whole map is the runs in `class_order`, which is how `build_route_maps` writes it
+too. The affected classes of a route are those its old and new versions name, every class under a
+wildcard it names (a wildcard's routes count in every class below it), and `*` for any-host routes.
+`tests/fleets/test_render_incremental.py` holds `apply` to the full render, byte for byte, on random
+changes.
+
+What this cannot do returns None (the caller renders in full): a change of the listener's set of
+pool/split actions, which changes haproxy.cfg itself (split ids, per-pool rules), not only maps.
+Pure: no Django, no I/O.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from apps.fleets.hotmaps import MAX_DELTA_KEYS, MapDelta
+from apps.fleets.render.frontends import _action_owner, listener_action_keys, map_prefix, split_ids
+from apps.fleets.render.routing import (
+    ANY_HOST_CLASS,
+    _prepared,
+    build_route_maps,
+    class_entries,
+    class_members,
+    class_order,
+    wildcard_list,
+)
+from apps.fleets.snapshot import ListenerSpec, Owner, RoutesMapOwners, RouteSpec
+
+
+@dataclass(frozen=True)
+class MapUpdate:
+    """One map file's new contents, its manifest entries and owners, and the key-by-key change from the
+    previous contents (None: replace it whole, as hotmaps would decide)."""
+
+    name: str
+    entries: list[tuple[str, str]]
+    owners: Sequence[Owner | None]
+    content: bytes
+    delta: MapDelta | None
+
+
+def _lines(entries: Iterable[tuple[str, str]]) -> bytes:
+    return "".join(f"{key} {value}\n" for key, value in entries).encode()
+
+
+def _delta(old: dict[str, str], new: dict[str, str]) -> MapDelta | None:
+    added = tuple((k, v) for k, v in new.items() if k not in old)
+    changed = tuple((k, v) for k, v in new.items() if k in old and old[k] != v)
+    removed = tuple(k for k in old if k not in new)
+    delta = MapDelta(added, changed, removed)
+    return delta if len(delta) <= MAX_DELTA_KEYS else None
+
+
+class ListenerRoutes:
+    """One checked HTTP listener's routes and route maps (the map layout of frontends.classify_with_maps)."""
+
+    def __init__(self, listener: ListenerSpec) -> None:
+        self.lb = listener.lb
+        self.prefix = map_prefix(listener)
+        self.default_key = f"p{listener.default_pool_id}" if listener.default_pool_id is not None else None
+        keys = listener_action_keys(listener)
+        self.keys = set(keys)
+        self.ids = split_ids(keys)
+        self.routes: dict[int, RouteSpec] = {r.id: r for r in listener.routes}
+        self.by_pattern: dict[str, dict[int, RouteSpec]] = {}
+        self.any_host: dict[int, RouteSpec] = {}
+        self.actions: Counter[str] = Counter()
+        for route in listener.routes:
+            self._index(route, +1)
+        maps = build_route_maps(listener.routes)
+        self.runs: dict[str, list[tuple[str, str]]] = {}
+        for (key, action), host_class in zip(maps.entries, maps.classes, strict=True):
+            self.runs.setdefault(host_class, []).append((key, action))
+        self.order = sorted(self.runs, key=class_order)
+        self._order_keys = [class_order(c) for c in self.order]
+        self.chunks = {c: self._chunk(run) for c, run in self.runs.items()}
+        self.redirects = {f"u{r.id}": r.redirect_url for r in listener.routes if r.redirect_url is not None}
+
+    # --- index -------------------------------------------------------------------------------------
+
+    def _index(self, route: RouteSpec, sign: int) -> None:
+        if sign > 0:
+            if route.hosts:
+                for pattern in route.hosts:
+                    self.by_pattern.setdefault(pattern, {})[route.id] = route
+            else:
+                self.any_host[route.id] = route
+        else:
+            for pattern in route.hosts:
+                named = self.by_pattern.get(pattern)
+                if named is not None:
+                    named.pop(route.id, None)
+                    if not named:
+                        del self.by_pattern[pattern]
+            if not route.hosts:
+                self.any_host.pop(route.id, None)
+        if route.redirect_url is None:
+            self.actions[_prepared(route)[2]] += sign
+            if self.actions[_prepared(route)[2]] <= 0:
+                del self.actions[_prepared(route)[2]]
+
+    def _chunk(self, run: list[tuple[str, str]]) -> bytes:
+        return _lines((key, self.ids.get(action, action)) for key, action in run)
+
+    def _classes_of(self, route: RouteSpec) -> set[str]:
+        if not route.hosts:
+            return {ANY_HOST_CLASS}
+        found = set(route.hosts)
+        for pattern in route.hosts:
+            if pattern.startswith("*."):
+                suffix = pattern[1:]
+                found.update(p for p in self.by_pattern if p.endswith(suffix) and p != pattern)
+        return found
+
+    # --- change ------------------------------------------------------------------------------------
+
+    def apply(self, upserts: Iterable[RouteSpec], deletes: Iterable[int]) -> list[MapUpdate] | None:
+        """Change the listener's routes (checked routes in, ids out); the maps that changed, or None when
+        haproxy.cfg itself would change (the state is then stale: drop it and render in full)."""
+        exact_before = {p for p in self.by_pattern if not p.startswith("*.")}
+        wild_before = {p for p in self.by_pattern if p.startswith("*.")}
+        redirects_before = dict(self.redirects)
+        touched: set[str] = set()
+        for route_id, new in [*((r.id, r) for r in upserts), *((i, None) for i in deletes)]:
+            old = self.routes.pop(route_id, None)
+            if old is not None:
+                touched |= self._classes_of(old)
+                self._index(old, -1)
+                self.redirects.pop(f"u{old.id}", None)
+            if new is not None:
+                self.routes[route_id] = new
+                self._index(new, +1)
+                touched |= self._classes_of(new)
+                if new.redirect_url is not None:
+                    self.redirects[f"u{new.id}"] = new.redirect_url
+        keys = set(self.actions) | ({self.default_key} if self.default_key else set())
+        if keys != self.keys:
+            return None  # split ids and per-pool rules in haproxy.cfg move: not a maps-only change
+        wildcard_set = {p for p in self.by_pattern if p.startswith("*.")}
+        exact = {p for p in self.by_pattern if not p.startswith("*.")}
+        for host_class in list(touched):  # classes under a wildcard that appeared or went away
+            if host_class.startswith("*."):
+                suffix = host_class[1:]
+                touched.update(p for p in self.by_pattern if p.endswith(suffix))
+        updates: list[MapUpdate] = []
+        routes_old: dict[str, str] = {}
+        routes_new: dict[str, str] = {}
+        any_host = list(self.any_host.values())
+        by_pattern = {p: list(named.values()) for p, named in self.by_pattern.items()}
+        for host_class in touched:
+            for key, action in self.runs.get(host_class, ()):
+                routes_old[key] = self.ids.get(action, action)
+            live = host_class in self.by_pattern or (host_class == ANY_HOST_CLASS and self.any_host)
+            run = (class_entries(host_class, class_members(host_class, by_pattern, any_host, wildcard_set),
+                                 _prepared) if live else [])
+            self._set_run(host_class, run)
+            for key, action in run:
+                routes_new[key] = self.ids.get(action, action)
+        if routes_old != routes_new:
+            updates.append(self._routes_update(_delta(routes_old, routes_new)))
+        if exact != exact_before:
+            hosts = sorted(exact)
+            updates.append(MapUpdate(
+                f"{self.prefix}.hosts.map", [(h, h) for h in hosts], [Owner(lb=self.lb, host=h) for h in hosts],
+                _lines((h, h) for h in hosts), _delta({h: h for h in exact_before}, {h: h for h in exact})))
+        if wildcard_set != wild_before:
+            wildcards = wildcard_list(wildcard_set)
+            updates.append(MapUpdate(f"{self.prefix}.wildcards.map", wildcards,
+                                     [Owner(lb=self.lb, host=p) for _, p in wildcards], _lines(wildcards), None))
+        if self.redirects != redirects_before:
+            entries = sorted(self.redirects.items())
+            updates.append(MapUpdate(
+                f"{self.prefix}.redirects.map", entries, [Owner(route=int(k[1:])) for k, _ in entries],
+                _lines(entries), _delta(redirects_before, self.redirects)))
+        return updates
+
+    def _set_run(self, host_class: str, run: list[tuple[str, str]]) -> None:
+        position = bisect.bisect_left(self._order_keys, class_order(host_class))
+        present = position < len(self.order) and self.order[position] == host_class
+        if run:
+            self.runs[host_class] = run
+            self.chunks[host_class] = self._chunk(run)
+            if not present:
+                self.order.insert(position, host_class)
+                self._order_keys.insert(position, class_order(host_class))
+        elif present:
+            del self.runs[host_class], self.chunks[host_class]
+            del self.order[position], self._order_keys[position]
+
+    def _routes_update(self, delta: MapDelta | None) -> MapUpdate:
+        entries: list[tuple[str, str]] = []
+        classes: list[str] = []
+        for host_class in self.order:
+            run = self.runs[host_class]
+            entries += [(key, self.ids.get(action, action)) for key, action in run]
+            classes += [host_class] * len(run)
+        # Every action a route has (a superset of the map's values is harmless: owners are looked up by value).
+        actions = {self.ids.get(a, a): _action_owner(self.lb, a, self.ids.get(a, a))
+                   for a in (*self.actions, *self.redirects)}
+        content = b"".join(self.chunks[c] for c in self.order)
+        return MapUpdate(f"{self.prefix}.routes.map", entries, RoutesMapOwners(entries, classes, actions),
+                         content, delta)
+
