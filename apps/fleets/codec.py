@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import itertools
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from apps.fleets.render import HEADER_LINES
@@ -34,6 +35,51 @@ from apps.fleets.snapshot import (
 Seal = Callable[[str], str]
 
 
+def route_to_json(r: RouteSpec) -> dict[str, Any]:
+    return {"id": r.id, "priority": r.priority, "hosts": list(r.hosts), "path_match": r.path_match,
+            "path": r.path, "targets": [[t.pool_id, t.weight] for t in r.targets],
+            "redirect_url": r.redirect_url}
+
+
+def route_from_json(r: dict[str, Any]) -> RouteSpec:
+    return RouteSpec(
+        id=r["id"], priority=r["priority"], hosts=tuple(r["hosts"]), path_match=r["path_match"],
+        path=r["path"], targets=tuple(RouteTargetSpec(pool_id=t[0], weight=t[1]) for t in r["targets"]),
+        redirect_url=r.get("redirect_url"),
+    )
+
+
+def route_order(route: RouteSpec) -> tuple[int, int]:
+    """How a snapshot lists a listener's routes (selectors.fleet_snapshot reads them in this order)."""
+    return route.priority, route.id
+
+
+def lane_delta_to_json(revision: int, changes: dict[int, tuple[list[RouteSpec], list[int]]]) -> dict[str, Any]:
+    """A route-lane revision's stored snapshot: {listener id: (routes set, route ids removed)}."""
+    return {"lane": {"revision": revision, "listeners": {
+        str(ln): {"set": [route_to_json(r) for r in upserts], "del": sorted(deletes)}
+        for ln, (upserts, deletes) in changes.items()}}}
+
+
+def apply_lane_delta(snap: FleetSnapshot, stored: dict[str, Any]) -> FleetSnapshot:
+    """The snapshot of a route-lane revision: its base's `snap` with the stored route changes applied."""
+    lane = stored["lane"]
+    listeners = []
+    for ln in snap.listeners:
+        change = lane["listeners"].get(str(ln.id))
+        if change is None:
+            listeners.append(ln)
+            continue
+        routes = {r.id: r for r in ln.routes}
+        for route_id in change["del"]:
+            routes.pop(route_id, None)
+        for data in change["set"]:
+            route = route_from_json(data)
+            routes[route.id] = route
+        listeners.append(replace(ln, routes=tuple(sorted(routes.values(), key=route_order))))
+    return replace(snap, revision=lane["revision"], listeners=tuple(listeners))
+
+
 def snapshot_to_json(snap: FleetSnapshot, seal: Seal) -> dict[str, Any]:
     def member(m: MemberSpec) -> dict[str, Any]:
         return {"name": m.name, "address": m.address, "port": m.port, "weight": m.weight,
@@ -51,10 +97,7 @@ def snapshot_to_json(snap: FleetSnapshot, seal: Seal) -> dict[str, Any]:
             "overload": p.overload, "capacities": [list(c) for c in p.capacities],
         }
 
-    def route(r: RouteSpec) -> dict[str, Any]:
-        return {"id": r.id, "priority": r.priority, "hosts": list(r.hosts), "path_match": r.path_match,
-                "path": r.path, "targets": [[t.pool_id, t.weight] for t in r.targets],
-                "redirect_url": r.redirect_url}
+    route = route_to_json
 
     def listener(ln: ListenerSpec) -> dict[str, Any]:
         cert = None
@@ -86,12 +129,7 @@ def snapshot_from_json(data: dict[str, Any], unseal: Seal) -> FleetSnapshot:
             capacities=tuple((c[0], c[1]) for c in p.get("capacities", ())),
         )
 
-    def route(r: dict[str, Any]) -> RouteSpec:
-        return RouteSpec(
-            id=r["id"], priority=r["priority"], hosts=tuple(r["hosts"]), path_match=r["path_match"],
-            path=r["path"], targets=tuple(RouteTargetSpec(pool_id=t[0], weight=t[1]) for t in r["targets"]),
-            redirect_url=r.get("redirect_url"),
-        )
+    route = route_from_json
 
     def listener(ln: dict[str, Any]) -> ListenerSpec:
         cert = ln.get("cert")

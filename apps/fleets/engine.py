@@ -35,7 +35,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.core import wakeups
-from apps.fleets import emit, selectors
+from apps.fleets import emit, routelane, selectors
 from apps.fleets.delivery import (
     NodeOutcome,
     NodePlan,
@@ -214,10 +214,13 @@ class _BundleCache:
             with contextlib.suppress(KeyError):  # evicted meanwhile by a reconcile in another thread
                 _BUNDLE_CACHE.move_to_end(key)
             return cached
-        snap = self._snaps.get(revision.pk)
-        if snap is None:
-            snap = self._snaps[revision.pk] = selectors.revision_snapshot(revision)
-        bundle = render(snap, spec)
+        # A route-lane revision: the node's bundle of its base with the moved maps (routelane).
+        bundle = routelane.node_bundle(revision, node.name, lambda base_key: _BUNDLE_CACHE.get((*base_key, spec)))
+        if bundle is None:
+            snap = self._snaps.get(revision.pk)
+            if snap is None:
+                snap = self._snaps[revision.pk] = selectors.revision_snapshot(revision)
+            bundle = render(snap, spec)
         _BUNDLE_CACHE[key] = bundle
         with contextlib.suppress(KeyError, RuntimeError):  # another thread changing the cache meanwhile
             _evict()

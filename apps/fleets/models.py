@@ -152,6 +152,9 @@ class ConfigRevision(models.Model):
     # Objects left out of this revision because they could not render ({kind, id, code, detail});
     # shown to each object's owner only (apps.fleets.selectors.render_problems_for).
     problems = models.JSONField(default=list, blank=True)
+    # A route-lane revision (apps.fleets.routelane): only route changes on `base`, stored as those
+    # changes (`snapshot` = {"lane": ...}) with no text; its snapshot is the base's with them applied.
+    base = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = OperatorQuerySet.as_manager()

@@ -26,7 +26,7 @@ from apps.balancers.models import (
     RouteTarget,
 )
 from apps.core import crypto
-from apps.fleets.codec import snapshot_from_json
+from apps.fleets.codec import apply_lane_delta, snapshot_from_json
 from apps.fleets.models import (
     REVISION_BULK_FIELDS,
     ChallengeAnswer,
@@ -129,6 +129,22 @@ def _cert_spec(listener: Listener) -> CertSpec | None:
     return CertSpec(name=f"cert-{cert.pk}", pem=pem.encode())
 
 
+def route_specs(routes: QuerySet[Route], targets: QuerySet[RouteTarget]) -> Iterator[tuple[int, RouteSpec]]:
+    """(LB id, RouteSpec) of each route, in the queryset's order; `targets` must cover their targets.
+
+    Plain rows, not model instances and a prefetch: at 100k routes building 200k model objects (and an
+    IN list of 100k ids for the targets) was most of a snapshot's time.
+    """
+    by_route: dict[int, list[RouteTargetSpec]] = defaultdict(list)
+    for route_id, pool_id, weight in targets.order_by("route_id", "pool_id").values_list("route_id", "pool_id",
+                                                                                         "weight"):
+        by_route[route_id].append(RouteTargetSpec(pool_id=pool_id, weight=weight))
+    rows = routes.values_list("pk", "lb_id", "priority", "hosts", "path_match", "path", "redirect_url")
+    for pk, lb_id, priority, hosts, path_match, path, redirect_url in rows:
+        yield lb_id, RouteSpec(id=pk, priority=priority, hosts=tuple(hosts), path_match=path_match, path=path,
+                               targets=tuple(by_route.get(pk, ())), redirect_url=redirect_url or None)
+
+
 def fleet_snapshot(fleet: Fleet, revision: int) -> tuple[FleetSnapshot, dict[str, int]]:
     """(what the fleet's nodes must serve, {lb id: LB revision it reflects}).
 
@@ -188,20 +204,10 @@ def fleet_snapshot(fleet: Fleet, revision: int) -> tuple[FleetSnapshot, dict[str
                                     for c in capacities or ())),
         ))
 
-    # Plain rows, not model instances and a prefetch: at 100k routes building 200k model objects (and an
-    # IN list of 100k ids for the targets) was most of a snapshot's time.
-    targets: dict[int, list[RouteTargetSpec]] = defaultdict(list)
-    for route_id, pool_id, weight in (RouteTarget.objects.filter(route__lb_id__in=lb_ids)
-                                      .order_by("route_id", "pool_id").values_list("route_id", "pool_id", "weight")):
-        targets[route_id].append(RouteTargetSpec(pool_id=pool_id, weight=weight))
     routes_by_lb: dict[int, list[RouteSpec]] = defaultdict(list)
-    rows = (Route.objects.filter(lb_id__in=lb_ids).order_by("priority", "pk")
-            .values_list("pk", "lb_id", "priority", "hosts", "path_match", "path", "redirect_url"))
-    for pk, lb_id, priority, hosts, path_match, path, redirect_url in rows:
-        routes_by_lb[lb_id].append(RouteSpec(
-            id=pk, priority=priority, hosts=tuple(hosts), path_match=path_match, path=path,
-            targets=tuple(targets.get(pk, ())), redirect_url=redirect_url or None,
-        ))
+    for lb_id, spec in route_specs(Route.objects.filter(lb_id__in=lb_ids).order_by("priority", "pk"),
+                                   RouteTarget.objects.filter(route__lb_id__in=lb_ids)):
+        routes_by_lb[lb_id].append(spec)
 
     listener_specs = []
     for ln in (Listener.objects.filter(lb_id__in=lb_ids)
@@ -235,14 +241,33 @@ def remember_revision_snapshot(revision: ConfigRevision, snap: FleetSnapshot) ->
             _SNAPSHOTS.popitem(last=False)
 
 
-def revision_snapshot(revision: ConfigRevision) -> FleetSnapshot:
+def _remembered(revision: ConfigRevision) -> FleetSnapshot | None:
     key = (revision.pk, revision.sha256)
     with _SNAPSHOTS_LOCK:
         snap = _SNAPSHOTS.get(key)
         if snap is not None:
             _SNAPSHOTS.move_to_end(key)
-            return snap
-    snap = snapshot_from_json(revision.snapshot, crypto.decrypt)
+        return snap
+
+
+def revision_snapshot(revision: ConfigRevision) -> FleetSnapshot:
+    """The snapshot a revision was rendered from; a route-lane revision's is its base's with its route
+    changes applied, so the chain is walked back to a full (or remembered) one."""
+    snap = _remembered(revision)
+    if snap is not None:
+        return snap
+    lanes: list[ConfigRevision] = []
+    current = revision
+    while current.base_id is not None:
+        lanes.append(current)
+        current = ConfigRevision.objects.only("pk", "sha256", "base_id", "snapshot").get(pk=current.base_id)
+        snap = _remembered(current)
+        if snap is not None:
+            break
+    if snap is None:
+        snap = snapshot_from_json(current.snapshot, crypto.decrypt)
+    for lane in reversed(lanes):
+        snap = apply_lane_delta(snap, lane.snapshot)
     remember_revision_snapshot(revision, snap)
     return snap
 
@@ -302,6 +327,19 @@ def latest_revision(fleet: Fleet) -> ConfigRevision | None:
     # Snapshot and diff load only when read (most callers compare text and hashes; at 100k routes the
     # snapshot alone is ~15 MB of JSON to decode).
     return ConfigRevision.objects.filter(fleet=fleet).defer("snapshot", "diff").order_by("-number").first()
+
+
+def latest_revision_pk(fleet: Fleet) -> int | None:
+    return ConfigRevision.objects.filter(fleet=fleet).order_by("-number").values_list("pk", flat=True).first()
+
+
+def text_revision(revision: ConfigRevision) -> ConfigRevision:
+    """The revision whose stored text `revision` serves: itself, or for a route-lane revision (which
+    stores only its route changes) the newest full revision it was built on."""
+    if revision.base_id is None:
+        return revision
+    return (ConfigRevision.objects.filter(fleet_id=revision.fleet_id, number__lt=revision.number, base__isnull=True)
+            .defer("snapshot", "diff").order_by("-number").first()) or revision
 
 
 def fleet_pin(fleet: Fleet) -> dict[str, Any] | None:

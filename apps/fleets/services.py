@@ -24,7 +24,7 @@ from apps.audit.services import audit_record, audit_snapshot
 from apps.balancers.models import LoadBalancer, Member
 from apps.core import crypto
 from apps.core.errors import Conflict, DomainError, NotFoundError
-from apps.fleets import selectors
+from apps.fleets import routelane, selectors
 from apps.fleets.codec import content_sha256, display_text, revision_diff, snapshot_to_json, strip_header
 from apps.fleets.delivery import set_map_entries, set_server
 from apps.fleets.enforce import sync_usable
@@ -118,6 +118,9 @@ def fleet_render(*, fleet: Fleet, reason: str = "") -> ConfigRevision:
     seconds. A revision stored by someone else meanwhile makes this render start over (its number
     and diff base are stale); the reconciler's lease makes that rare.
     """
+    revision = routelane.lane_render(fleet=fleet, reason=reason)
+    if revision is not None:
+        return revision
     for _ in range(3):
         revision = _render_once(fleet, reason)
         if revision is not None:
@@ -131,6 +134,7 @@ def fleet_render(*, fleet: Fleet, reason: str = "") -> ConfigRevision:
 
 def _render_once(fleet: Fleet, reason: str) -> ConfigRevision | None:
     fleet = Fleet.objects.select_related("region").get(pk=fleet.pk)
+    seqs = (fleet.change_seq, fleet.route_seq)  # read before the snapshot: the lane continues from here
     latest = selectors.latest_revision(fleet)
     number = latest.number + 1 if latest else 1
     snap, lb_revisions = selectors.fleet_snapshot(fleet, number)
@@ -168,8 +172,10 @@ def _render_once(fleet: Fleet, reason: str) -> ConfigRevision | None:
     elif text:
         result = validate_bundle(bundle, settings.HAPROXY_BIN)
         ok, output, took_ms = result.ok, result.output, result.duration_ms
-    diff = revision_diff(latest.text if latest else "", text,
-                         f"revision {latest.number}" if latest else "empty", f"revision {number}")
+    # After route-lane revisions (no text of their own) the diff starts from the last full text.
+    shown = selectors.text_revision(latest) if latest else None
+    diff = revision_diff(shown.text if shown else "", text,
+                         f"revision {shown.number}" if shown else "empty", f"revision {number}")
     # Name the changes it carries (from the audit log) rather than only how the render was started.
     changes = change_reason(lb_ids={int(k) for k in lb_revisions}, since=latest.created_at if latest else None)
     if changes:
@@ -187,6 +193,10 @@ def _render_once(fleet: Fleet, reason: str) -> ConfigRevision | None:
     selectors.remember_revision_snapshot(revision, snap)
     if ok and text:
         _VALIDATED_SHAPE[fleet.pk] = (content, _shape(bundle))
+        routelane.remember(fleet_id=fleet.pk, revision=revision, snap=snap, bundle=bundle,
+                           change_seq=seqs[0], route_seq=seqs[1])
+    else:
+        routelane.forget(fleet.pk)
     if not ok:
         logger.warning("fleet %s: revision %s is invalid and will not be pushed:\n%s",
                        fleet.name, number, output)

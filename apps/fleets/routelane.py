@@ -1,0 +1,260 @@
+"""The route lane: a route-only change becomes a fleet revision in milliseconds, at any route count.
+
+A full render reads every route of the fleet's LBs from the database, checks and lays out all of
+them, and stores the whole text and snapshot: ~5 s and ~20 MB per revision at 100k routes, for a
+change that moves a few map entries. The lane keeps, per fleet and in the process that rendered
+the fleet's latest revision, what that render knew (the reference bundle, each listener's route maps
+by host class: render/incremental.py), and applies the routes the LB revisions since then changed:
+
+- which routes changed comes from the journal (balancers.RouteChange), which every route write
+  fills in its own transaction; the lane runs only when every change since its state was such a
+  route change (Fleet.route_seq moved exactly as far as change_seq) and the journal covers every LB
+  revision since (no gap: pruned rows, a write that bypassed the journal). Anything else, and any
+  route that fails the renderer's checks, a change that would alter haproxy.cfg (a pool or split a
+  listener did not use), or a latest revision that left objects out, goes to the full render.
+- the new bundle is the previous one with the moved maps (render.patch_maps), which equals a full
+  render byte for byte (tests/fleets/test_render_incremental.py); every node's bundle is patched the
+  same way from its previous one (`node_bundle`), and the moved keys are handed to hotmaps so nodes
+  take them through the runtime API without computing them again.
+- the revision is stored as its route changes on its base revision (`base`, snapshot {"lane": ...},
+  no text); selectors.revision_snapshot rebuilds its snapshot from the chain when one is needed.
+- `haproxy -c` is not run: haproxy.cfg and the file set are the validated base's; map entries come
+  from checked routes, and each node reads every moved key back (`get map`), as for MAPS_ONLY_NOTE.
+
+State is per process (a Celery worker renders a fleet under its lease); a process without it renders
+in full once and has it from then on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+
+from apps.balancers.models import LoadBalancer, Route, RouteChange, RouteTarget
+from apps.fleets import selectors
+from apps.fleets.codec import content_sha256, lane_delta_to_json
+from apps.fleets.hotmaps import delta_known
+from apps.fleets.models import ConfigRevision, Fleet
+from apps.fleets.reasons import change_reason
+from apps.fleets.render import UnsafeValue, patch_maps
+from apps.fleets.render.guard import _check_route, check_snapshot
+from apps.fleets.render.incremental import ListenerRoutes, MapUpdate
+from apps.fleets.snapshot import ConfigBundle, FleetSnapshot, RouteSpec
+
+logger = logging.getLogger(__name__)
+
+LANE_NOTE = ("Route-only change on revision {base}: only map contents moved, laid out for the changed routes' "
+             "host classes; haproxy.cfg and the file set are revision {base}'s, which passed `haproxy -c -dW`, "
+             "so the check was not run again. Each node reads every moved key back (`get map`).")
+
+
+@dataclass
+class _Lane:
+    revision_pk: int
+    number: int
+    sha256: str
+    change_seq: int
+    route_seq: int
+    lb_revisions: dict[str, int]
+    bundle: ConfigBundle  # the reference node's
+    snap: FleetSnapshot  # checked
+    listeners: dict[int, ListenerRoutes] = field(default_factory=dict)  # by listener id, built when first used
+
+
+@dataclass(frozen=True)
+class _Patch:
+    base_key: tuple  # (pk, number, fleet_id, sha256) of the base revision, as engine._BundleCache keys it
+    fleet: str
+    number: int
+    updates: tuple[MapUpdate, ...]
+
+
+_LANES: dict[int, _Lane] = {}
+_PATCHES: OrderedDict[int, _Patch] = OrderedDict()  # by revision pk
+_PATCHES_SIZE = 64
+_LOCK = threading.Lock()
+
+
+def remember(*, fleet_id: int, revision: ConfigRevision, snap: FleetSnapshot, bundle: ConfigBundle,
+             change_seq: int, route_seq: int) -> None:
+    """After a full render stored `revision` (rendered from `snap`, the fleet read at these seqs before
+    the snapshot): the lane may continue from it. Only a clean, valid revision qualifies."""
+    if not revision.validation_ok or revision.problems:
+        forget(fleet_id)
+        return
+    with _LOCK:
+        _LANES[fleet_id] = _Lane(revision.pk, revision.number, revision.sha256, change_seq, route_seq,
+                                 {k: int(v) for k, v in revision.lb_revisions.items()}, bundle, check_snapshot(snap))
+
+
+def forget(fleet_id: int) -> None:
+    with _LOCK:
+        _LANES.pop(fleet_id, None)
+
+
+def _latest(fleet: Fleet) -> ConfigRevision | None:
+    return (ConfigRevision.objects.filter(fleet=fleet).only("pk", "number", "sha256", "lb_revisions", "created_at")
+            .order_by("-number").first())
+
+
+def _changes(lane: _Lane, lb_ids: list[int]) -> tuple[dict[str, int], dict[int, set[int]]] | None:
+    """(LB revisions now, {LB id: route ids changed since the lane's}); None when the journal has a gap."""
+    now = {str(pk): rev for pk, rev in LoadBalancer.objects.filter(pk__in=lb_ids).values_list("pk", "revision")}
+    if now.keys() != lane.lb_revisions.keys():
+        return None
+    changed: dict[int, set[int]] = {}
+    for key, revision in now.items():
+        since = lane.lb_revisions[key]
+        if revision == since:
+            continue
+        if revision < since:
+            return None
+        rows = list(RouteChange.objects.filter(lb_id=int(key), lb_revision__gt=since, lb_revision__lte=revision)
+                    .values_list("lb_revision", "route_id"))
+        if {r for r, _ in rows} != set(range(since + 1, revision + 1)):
+            return None  # an LB revision that is not a journaled route change
+        changed[int(key)] = {route_id for _, route_id in rows}
+    return now, changed
+
+
+def lane_render(*, fleet: Fleet, reason: str) -> ConfigRevision | None:
+    """The fleet's next revision through the lane, the latest one when the changes moved nothing, or None
+    when a full render is needed (the caller renders in full, which gives the lane a new state)."""
+    with _LOCK:
+        lane = _LANES.get(fleet.pk)
+    if lane is None:
+        return None
+    change_seq, route_seq = Fleet.objects.values_list("change_seq", "route_seq").get(pk=fleet.pk)
+    latest = _latest(fleet)
+    if (latest is None or latest.pk != lane.revision_pk
+            or change_seq - lane.change_seq != route_seq - lane.route_seq):
+        forget(fleet.pk)
+        return None
+    lbs = dict(selectors.fleet_lbs(fleet).values_list("pk", "name"))
+    found = _changes(lane, list(lbs))
+    if found is None:
+        forget(fleet.pk)
+        return None
+    lb_revisions, changed = found
+    try:
+        revision = _apply(fleet, lane, latest, lbs, lb_revisions, changed, reason)
+    except Exception:
+        forget(fleet.pk)  # its listeners may be half-changed: never reuse it
+        raise
+    if revision is None:
+        forget(fleet.pk)
+        return None
+    with _LOCK:
+        lane.change_seq, lane.route_seq = change_seq, route_seq
+    return revision
+
+
+def _apply(fleet: Fleet, lane: _Lane, latest: ConfigRevision, lbs: dict[int, str], lb_revisions: dict[str, int],
+           changed: dict[int, set[int]], reason: str) -> ConfigRevision | None:
+    ids = set().union(*changed.values()) if changed else set()
+    now: dict[int, tuple[int, RouteSpec]] = {
+        spec.id: (lb_id, spec) for lb_id, spec in selectors.route_specs(Route.objects.filter(pk__in=ids),
+                                                                       RouteTarget.objects.filter(route_id__in=ids))}
+    pool_ids = {p.id for p in lane.snap.pools}
+    per_listener: dict[int, tuple[list[RouteSpec], list[int]]] = {}  # as loaded (stored) and as checked
+    checked_changes: dict[int, tuple[list[RouteSpec], list[int]]] = {}
+    for lb_id, route_ids in changed.items():
+        listeners = [ln for ln in lane.snap.listeners if ln.lb == lbs[lb_id] and ln.protocol != "tcp"]
+        upserts = [now[i][1] for i in sorted(route_ids) if i in now and now[i][0] == lb_id]
+        deletes = sorted(i for i in route_ids if i not in now or now[i][0] != lb_id)
+        try:
+            checked = [_check_route(f"routes[{r.id}]", r, pool_ids) for r in upserts]
+        except UnsafeValue as exc:
+            logger.info("fleet %s: route lane declined (%s); rendering in full", fleet.name, exc)
+            return None
+        for ln in listeners:
+            per_listener[ln.id] = (upserts, deletes)
+            checked_changes[ln.id] = (checked, deletes)
+    updates: list[MapUpdate] = []
+    for listener_id, (checked, deletes) in checked_changes.items():
+        state = lane.listeners.get(listener_id)
+        if state is None:
+            spec = next(ln for ln in lane.snap.listeners if ln.id == listener_id)
+            state = lane.listeners[listener_id] = ListenerRoutes(spec)
+        moved = state.apply(checked, deletes)
+        if moved is None:
+            return None
+        updates += moved
+    number = latest.number + 1
+    bundle = patch_maps(lane.bundle, fleet=fleet.name, revision=number, node_name=selectors.reference_node(fleet).name,
+                        maps=updates) if updates else lane.bundle
+    content = content_sha256(bundle)
+    if content == latest.sha256:
+        _cover(fleet, latest, lb_revisions)
+        lane.lb_revisions = lb_revisions
+        return latest
+    changes = change_reason(lb_ids=set(lbs), since=latest.created_at)
+    if changes:
+        reason = changes if reason in ("", "desired state changed") else f"{reason}: {changes}"
+    with transaction.atomic():
+        Fleet.objects.select_for_update().get(pk=fleet.pk)
+        if selectors.latest_revision_pk(fleet) != latest.pk:
+            return None
+        revision = ConfigRevision.objects.create(
+            fleet=fleet, number=number, text="", sha256=content,
+            diff=_diff(latest.number, number, lane.bundle, updates),
+            snapshot=lane_delta_to_json(number, per_listener), validation_ok=True,
+            validation_output=LANE_NOTE.format(base=latest.number), validation_ms=0.0,
+            lb_revisions=lb_revisions, reason=reason[:200], problems=[], base=latest)
+    for update in updates:
+        delta_known(update.name, lane.bundle.files[update.name], update.content, update.delta)
+    with _LOCK:
+        _PATCHES[revision.pk] = _Patch((latest.pk, latest.number, fleet.pk, latest.sha256), fleet.name, number,
+                                       tuple(updates))
+        while len(_PATCHES) > _PATCHES_SIZE:
+            _PATCHES.popitem(last=False)
+    lane.revision_pk, lane.number, lane.sha256, lane.lb_revisions = revision.pk, number, content, lb_revisions
+    lane.bundle = bundle
+    return revision
+
+
+def _cover(fleet: Fleet, latest: ConfigRevision, lb_revisions: dict[str, int]) -> None:
+    """Same content: the latest revision also serves these LB revisions (as fleet_render records it)."""
+    with transaction.atomic():
+        Fleet.objects.select_for_update().get(pk=fleet.pk)
+        merged = dict(latest.lb_revisions)
+        for key, rev in lb_revisions.items():
+            merged[key] = max(int(merged.get(key, 0)), rev)
+        ConfigRevision.objects.filter(pk=latest.pk).update(lb_revisions=merged)
+
+
+def _diff(old: int, new: int, bundle: ConfigBundle, updates: list[MapUpdate]) -> str:
+    """The moved map entries as a unified diff (a full diff would compare two 5 MB texts)."""
+    lines = [f"--- revision {old}\n", f"+++ revision {new}\n"]
+    for update in updates:
+        before = dict(bundle.facts.maps.get(update.name, ()))
+        if update.delta is None:
+            after = dict(update.entries)
+            removed = [(k, v) for k, v in before.items() if after.get(k) != v]
+            added = [(k, v) for k, v in after.items() if before.get(k) != v]
+        else:
+            removed = [(k, before[k]) for k in (*update.delta.removed, *(k for k, _ in update.delta.changed))
+                       if k in before]
+            added = [*update.delta.added, *update.delta.changed]
+        lines.append(f"@@ {update.name} @@\n")
+        lines += [f"-{k} {v}\n" for k, v in sorted(removed)]
+        lines += [f"+{k} {v}\n" for k, v in sorted(added)]
+    return "".join(lines)
+
+
+def node_bundle(revision: ConfigRevision, node_name: str, cached: Any) -> ConfigBundle | None:
+    """A lane revision's bundle for one node: the node's base bundle (`cached(base_key)`, None when this
+    process does not hold it) with the revision's maps. None: render it from the snapshot instead."""
+    with _LOCK:
+        patch = _PATCHES.get(revision.pk)
+    if patch is None:
+        return None
+    base = cached(patch.base_key)
+    if base is None:
+        return None
+    return patch_maps(base, fleet=patch.fleet, revision=patch.number, node_name=node_name, maps=patch.updates)

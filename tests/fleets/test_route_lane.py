@@ -1,0 +1,147 @@
+"""The route lane on real HAProxy nodes: route writes through the services become small revisions that end
+exactly where a full render would, without a reload; anything else still renders in full.
+
+GIVEN a 3-node local fleet rolled out by a full render,
+WHEN routes are created, updated and deleted through balancers' services (which journal them) and the
+fleet reconciles,
+THEN each revision is a route-lane revision on the previous one (no text, only its route changes stored),
+every node records it with the same worker (no reload), every node's live maps and on-disk bundle equal a
+full render of the revision's snapshot, and requests follow the changed routes; a change that is not a
+journaled route change (a pool's first route, a write past the journal) goes through the full render.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.db.models import F
+
+from apps.accounts.principal import Principal
+from apps.balancers import services as balancers
+from apps.balancers.models import LoadBalancer, Route
+from apps.fleets import routelane, selectors, services
+from apps.fleets.models import ConfigRevision, Fleet, Node, Rollout
+from apps.fleets.render import render
+
+from .fleetkit import LocalFleet, add_pool, make_local_fleet, reconcile
+from .test_hot_map_delta import live_maps_equal_a_full_render, rolled_out, workers
+
+pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
+
+
+@pytest.fixture
+def fleet3(haproxy_bin, tiny_backend) -> Iterator[LocalFleet]:
+    old = tiny_backend("old")
+    local = make_local_fleet(name="lane", subnet=73, node_count=3, backend_address=(old.address, old.port))
+    try:
+        yield local
+    finally:
+        local.stop_all()
+
+
+def routes_changed(local: LocalFleet) -> None:
+    """What the lb_changed receiver records for a journaled route change, minus the Celery hop."""
+    Fleet.objects.filter(pk=local.fleet.pk).update(change_seq=F("change_seq") + 1, route_seq=F("route_seq") + 1)
+
+
+def save_route(local: LocalFleet, route: Route, **data) -> Route:  # type: ignore[no-untyped-def]
+    principal = Principal(org=local.lb.org, role="admin")
+    base = {"lb": local.lb, "org": local.lb.org, "path_match": "prefix"} if route.pk is None else {}
+    return balancers.route_save(principal=principal, route=route, data={**base, **data})
+
+
+def lane_rollout(local: LocalFleet) -> ConfigRevision:
+    routes_changed(local)
+    rollout = Rollout.objects.get(pk=services.fleet_reconcile(fleet_id=local.fleet.pk)["rollouts"][-1])
+    assert rollout.status == Rollout.Status.SUCCEEDED, rollout.error
+    return ConfigRevision.objects.get(pk=rollout.revision_id)
+
+
+def nodes_serve_a_full_render(local: LocalFleet) -> None:
+    live_maps_equal_a_full_render(local)
+    for node in Node.objects.filter(fleet=local.fleet).select_related("applied_revision"):
+        full = render(selectors.revision_snapshot(node.applied_revision), selectors.node_spec(node))
+        assert node.applied_sha256 == full.sha256, node.name
+
+
+def test_route_writes_take_the_lane_and_end_as_a_full_render(fleet3: LocalFleet, tiny_backend) -> None:
+    new = tiny_backend("new")
+    pool_new = add_pool(fleet3.lb, "new", (new.address, new.port))
+    save_route(fleet3, Route(), hosts=["a.example.com"], path="/first", priority=10,
+               targets=[{"pool": pool_new, "weight": 100}])
+    full = rolled_out(fleet3).revision  # full render: the lane starts from here
+    assert full.base_id is None and full.text
+    before = workers(fleet3)
+
+    created = save_route(fleet3, Route(), hosts=["a.example.com"], path="/hot", priority=11,
+                         targets=[{"pool": pool_new, "weight": 100}])
+    revision = lane_rollout(fleet3)
+    assert revision.base_id == full.pk and revision.text == "" and "Route-only change" in revision.validation_output
+    assert "+a.example.com/hot/ " in revision.diff
+    assert f"route {created.pk} created" in revision.reason
+    nodes_serve_a_full_render(fleet3)
+    assert {fleet3.get(n, "/hot/x", host="a.example.com")[1] for n in fleet3.nodes} == {"new"}
+
+    # Update to a redirect on a new host, then delete it: both through the lane, each on the previous one.
+    save_route(fleet3, created, hosts=["b.example.com"], redirect_url="https://elsewhere.example/", targets=[])
+    moved = lane_rollout(fleet3)
+    assert moved.base_id == revision.pk
+    nodes_serve_a_full_render(fleet3)
+    status, _ = fleet3.get(fleet3.nodes[0], "/hot/x", host="b.example.com")
+    assert status == 302
+    assert {fleet3.get(n, "/hot/x", host="a.example.com")[1] for n in fleet3.nodes} == {"old"}
+    balancers.object_delete(principal=Principal(org=fleet3.lb.org, role="admin"), obj=Route.objects.get(pk=created.pk))
+    gone = lane_rollout(fleet3)
+    assert gone.base_id == moved.pk
+    nodes_serve_a_full_render(fleet3)
+    assert {fleet3.get(n, "/hot/x", host="b.example.com")[1] for n in fleet3.nodes} == {"old"}
+    assert workers(fleet3) == before, "route-only changes must not reload"
+
+    # The lane's revision rebuilds its snapshot from the chain in a process that never held it.
+    selectors._SNAPSHOTS.clear()
+    assert {r.path for ln in selectors.revision_snapshot(gone).listeners for r in ln.routes} == {"/first"}
+
+
+def test_what_the_lane_cannot_prove_goes_through_the_full_render(fleet3: LocalFleet, tiny_backend) -> None:
+    new, third = tiny_backend("new"), tiny_backend("third")
+    pool_new = add_pool(fleet3.lb, "new", (new.address, new.port))
+    save_route(fleet3, Route(), hosts=["a.example.com"], path="/first", priority=10,
+               targets=[{"pool": pool_new, "weight": 100}])
+    rolled_out(fleet3)
+
+    # A pool's first route adds per-pool rules to haproxy.cfg: full render, checked by `haproxy -c`.
+    pool_third = add_pool(fleet3.lb, "third", (third.address, third.port))
+    save_route(fleet3, Route(), hosts=["a.example.com"], path="/t", priority=12,
+               targets=[{"pool": pool_third, "weight": 100}])
+    revision = lane_rollout(fleet3)
+    assert revision.base_id is None and "Configuration file is valid" in revision.validation_output
+
+    # A route written past the services (no journal row) with the LB revision bumped: a gap, so full.
+    Route.objects.filter(path="/t").update(path="/t2")
+    LoadBalancer.objects.filter(pk=fleet3.lb.pk).update(revision=F("revision") + 1)
+    revision = lane_rollout(fleet3)
+    assert revision.base_id is None
+    nodes_serve_a_full_render(fleet3)
+    assert {fleet3.get(n, "/t2", host="a.example.com")[1] for n in fleet3.nodes} == {"third"}
+
+    # Any change that is not a route change (here: only change_seq moves) also renders in full.
+    save_route(fleet3, Route(), hosts=["a.example.com"], path="/c", priority=13,
+               targets=[{"pool": pool_new, "weight": 100}])
+    revision = rolled_out_after_other_change(fleet3)
+    assert revision.base_id is None
+
+    # A process without the lane's state (another worker) renders in full once, then takes the lane.
+    routelane.forget(fleet3.fleet.pk)
+    save_route(fleet3, Route(), hosts=["a.example.com"], path="/d", priority=14,
+               targets=[{"pool": pool_new, "weight": 100}])
+    assert lane_rollout(fleet3).base_id is None
+    save_route(fleet3, Route(), hosts=["a.example.com"], path="/e", priority=15,
+               targets=[{"pool": pool_new, "weight": 100}])
+    assert lane_rollout(fleet3).base_id is not None
+    nodes_serve_a_full_render(fleet3)
+
+
+def rolled_out_after_other_change(local: LocalFleet) -> ConfigRevision:
+    reconcile(local.fleet)  # change_seq only, as every other change records it
+    return ConfigRevision.objects.filter(fleet=local.fleet).order_by("-number").first()
