@@ -8,6 +8,7 @@ from typing import Any
 from celery import shared_task
 from django.db.models import F
 
+from apps.balancers.services import route_changes_prune
 from apps.fleets import services
 from apps.fleets.models import Fleet, Rollout
 
@@ -32,6 +33,7 @@ def converge_task() -> dict[str, Any]:
     """Level-triggered safety net: renders missed changes, resumes rollouts a dead worker left,
     re-converges drifted nodes and nodes that came back."""
     done: dict[str, Any] = {}
+    route_changes_prune()  # the route lane reads an hour at most; older state renders in full
     for fleet in Fleet.objects.all():
         stale = Rollout.objects.filter(fleet=fleet, status__in=Rollout.ACTIVE).exists()
         missed = fleet.auto_rollout and fleet.change_seq > fleet.rendered_seq

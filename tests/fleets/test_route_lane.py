@@ -13,6 +13,7 @@ journaled route change (a pool's first route, a write past the journal) goes thr
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.db.models import F
@@ -145,3 +146,26 @@ def test_what_the_lane_cannot_prove_goes_through_the_full_render(fleet3: LocalFl
 def rolled_out_after_other_change(local: LocalFleet) -> ConfigRevision:
     reconcile(local.fleet)  # change_seq only, as every other change records it
     return ConfigRevision.objects.filter(fleet=local.fleet).order_by("-number").first()
+
+
+def test_a_hostile_route_that_bypassed_the_api_never_reaches_a_node_through_the_lane(fleet3: LocalFleet,
+                                                                                   tiny_backend) -> None:
+    """GIVEN a route the API would refuse written straight through the service (a bug or a bypass upstream),
+    WHEN the lane sees it in the journal, THEN the renderer's checks stop it: the full render leaves it out as
+    a problem for its owner, and no node's maps or config carry the injected text."""
+    new = tiny_backend("new")
+    pool_new = add_pool(fleet3.lb, "new", (new.address, new.port))
+    save_route(fleet3, Route(), hosts=["a.example.com"], path="/first", priority=10,
+               targets=[{"pool": pool_new, "weight": 100}])
+    rolled_out(fleet3)
+    hostile = save_route(fleet3, Route(), hosts=["a.example.com"], path="/x }\nbind :1\n", priority=11,
+                         targets=[{"pool": pool_new, "weight": 100}])
+    routes_changed(fleet3)
+    services.fleet_reconcile(fleet_id=fleet3.fleet.pk)
+    latest = ConfigRevision.objects.filter(fleet=fleet3.fleet).order_by("-number").first()
+    assert latest.base_id is None  # declined by the lane; the full render left the route out
+    assert hostile.pk not in {r.id for ln in selectors.revision_snapshot(latest).listeners for r in ln.routes}
+    for node in Node.objects.filter(fleet=fleet3.fleet):
+        on_disk = [p.read_bytes() for p in Path(node.config_dir).rglob("*") if p.is_file()]
+        assert on_disk and not any(b"bind :1" in content or b"/x }" in content for content in on_disk)
+    assert {fleet3.get(n, "/first", host="a.example.com")[1] for n in fleet3.nodes} == {"new"}
