@@ -24,6 +24,7 @@ import bisect
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain, repeat
 
 from apps.fleets.hotmaps import MAX_DELTA_KEYS, MapDelta
 from apps.fleets.render.frontends import _action_owner, listener_action_keys, map_prefix, split_ids
@@ -80,9 +81,11 @@ class ListenerRoutes:
         for route in listener.routes:
             self._index(route, +1)
         maps = build_route_maps(listener.routes)
+        # Runs as written (split actions by their short id): the ids stay while the action set does (apply).
         self.runs: dict[str, list[tuple[str, str]]] = {}
+        ids = self.ids
         for (key, action), host_class in zip(maps.entries, maps.classes, strict=True):
-            self.runs.setdefault(host_class, []).append((key, action))
+            self.runs.setdefault(host_class, []).append((key, ids.get(action, action)))
         self.order = sorted(self.runs, key=class_order)
         self._order_keys = [class_order(c) for c in self.order]
         self.chunks = {c: self._chunk(run) for c, run in self.runs.items()}
@@ -111,8 +114,9 @@ class ListenerRoutes:
             if self.actions[_prepared(route)[2]] <= 0:
                 del self.actions[_prepared(route)[2]]
 
-    def _chunk(self, run: list[tuple[str, str]]) -> bytes:
-        return _lines((key, self.ids.get(action, action)) for key, action in run)
+    @staticmethod
+    def _chunk(run: list[tuple[str, str]]) -> bytes:
+        return _lines(run)
 
     def _classes_of(self, route: RouteSpec) -> set[str]:
         if not route.hosts:
@@ -158,16 +162,17 @@ class ListenerRoutes:
         routes_old: dict[str, str] = {}
         routes_new: dict[str, str] = {}
         any_host = list(self.any_host.values())
-        by_pattern = {p: list(named.values()) for p, named in self.by_pattern.items()}
+
+        def named(pattern: str) -> list[RouteSpec]:
+            return list(self.by_pattern.get(pattern, {}).values())
+
         for host_class in touched:
-            for key, action in self.runs.get(host_class, ()):
-                routes_old[key] = self.ids.get(action, action)
+            routes_old.update(self.runs.get(host_class, ()))
             live = host_class in self.by_pattern or (host_class == ANY_HOST_CLASS and self.any_host)
-            run = (class_entries(host_class, class_members(host_class, by_pattern, any_host, wildcard_set),
-                                 _prepared) if live else [])
+            run = [(key, self.ids.get(action, action)) for key, action in class_entries(
+                host_class, class_members(host_class, named, any_host, wildcard_set), _prepared)] if live else []
             self._set_run(host_class, run)
-            for key, action in run:
-                routes_new[key] = self.ids.get(action, action)
+            routes_new.update(run)
         if routes_old != routes_new:
             updates.append(self._routes_update(_delta(routes_old, routes_new)))
         if exact != exact_before:
@@ -200,12 +205,9 @@ class ListenerRoutes:
             del self.order[position], self._order_keys[position]
 
     def _routes_update(self, delta: MapDelta | None) -> MapUpdate:
-        entries: list[tuple[str, str]] = []
-        classes: list[str] = []
-        for host_class in self.order:
-            run = self.runs[host_class]
-            entries += [(key, self.ids.get(action, action)) for key, action in run]
-            classes += [host_class] * len(run)
+        runs = [self.runs[c] for c in self.order]
+        entries = list(chain.from_iterable(runs))
+        classes = list(chain.from_iterable(repeat(c, len(run)) for c, run in zip(self.order, runs, strict=True)))
         # Every action a route has (a superset of the map's values is harmless: owners are looked up by value).
         actions = {self.ids.get(a, a): _action_owner(self.lb, a, self.ids.get(a, a))
                    for a in (*self.actions, *self.redirects)}

@@ -145,13 +145,14 @@ def routes_by_pattern(routes) -> tuple[dict[str, list[RouteSpec]], list[RouteSpe
     return by_pattern, any_host
 
 
-def class_members(host_class: str, by_pattern, any_host, wildcard_set: set[str]):  # type: ignore[no-untyped-def]
-    """The routes a host class's entries come from: those naming it and its parent wildcards (`*`: any-host)."""
+def class_members(host_class: str, named, any_host, wildcard_set: set[str]):  # type: ignore[no-untyped-def]
+    """The routes a host class's entries come from: those naming it and its parent wildcards (`*`: any-host).
+    `named(pattern)` gives the routes naming a pattern."""
     if host_class == ANY_HOST_CLASS:
         return list(any_host)
-    members = list(by_pattern.get(host_class, ()))
+    members = list(named(host_class))
     for parent in _parent_wildcards(host_class, wildcard_set):
-        members += by_pattern[parent]
+        members += named(parent)
     return members
 
 
@@ -214,7 +215,8 @@ def build_route_maps(routes: tuple[RouteSpec, ...]) -> RouteMaps:
     entries: list[tuple[str, str]] = []
     classes: list[str] = []
     for host_class in sorted(host_classes, key=class_order):
-        run = class_entries(host_class, class_members(host_class, by_pattern, any_host, wildcard_set),
+        run = class_entries(host_class, class_members(host_class, lambda p: by_pattern.get(p, ()), any_host,
+                                                      wildcard_set),
                             lambda route: prepared[id(route)])
         entries += run
         classes += [host_class] * len(run)
