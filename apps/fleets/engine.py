@@ -147,8 +147,11 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
                     # first, and each certificate was checked when stored; every node at once halves
                     # the rotation's time on the nodes (a failing node still falls back and rolls back).
                     certs_only = revision.validation_output == CERTIFICATES_ONLY_NOTE
+                    # A route-lane revision moves map entries only (haproxy.cfg is the base's), each read back
+                    # from every node: a canary would try nothing the other nodes do not check themselves.
+                    lane = revision.base_id is not None
                     rollout_create(fleet=fleet, revision=revision, enqueue=False,
-                                   canary=False if certs_only else None)
+                                   canary=False if certs_only or lane else None)
             rollout = _next_rollout(fleet)
             if rollout is not None:
                 _execute(rollout, owner)

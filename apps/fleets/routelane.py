@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,6 +146,7 @@ def lane_render(*, fleet: Fleet, reason: str) -> ConfigRevision | None:
         forget(fleet.pk)
         return None
     lb_revisions, changed = found
+    started = time.monotonic()
     try:
         revision = _apply(fleet, lane, latest, lbs, lb_revisions, changed, reason)
     except Exception:
@@ -155,6 +157,8 @@ def lane_render(*, fleet: Fleet, reason: str) -> ConfigRevision | None:
         return None
     with _LOCK:
         lane.change_seq, lane.route_seq = change_seq, route_seq
+    logger.info("fleet %s: revision %s through the route lane in %.0f ms (%s route(s))", fleet.name,
+                revision.number, (time.monotonic() - started) * 1000.0, sum(len(v) for v in changed.values()))
     return revision
 
 
