@@ -88,7 +88,9 @@ def _preview_gather(lb: LoadBalancer, principal: Principal) -> list[_PreviewInpu
         snap, _ = selectors.fleet_snapshot(fleet, (latest.number + 1) if latest else 1)
         snap, left_out = quarantine(snap, shared_bind=selectors.fleet_binds_one_address(fleet))
         problems = selectors.render_problems_for(principal, [p.as_json() for p in left_out])
-        base_snapshot = selectors.revision_snapshot(base) if base is not None and base.text else None
+        # A route-lane revision has no text of its own; its snapshot comes from its chain.
+        base_snapshot = (selectors.revision_snapshot(base) if base is not None and (base.text or base.base_id)
+                         else None)
         inputs.append(_PreviewInput(fleet.name, base, base_snapshot, snap, selectors.reference_node(fleet), own,
                                     problems))
     return inputs
@@ -136,7 +138,11 @@ def _preview_compute(inputs: list[_PreviewInput]) -> list[dict[str, Any]]:
         result = validate_bundle(bundle, settings.HAPROXY_BIN) if changed else None
         entry.update(changed=changed, valid=True if result is None else result.ok, problem="")
         if item.own is None:
-            entry["diff"] = revision_diff(base.text if base else "", display_text(bundle),
+            base_text = base.text if base else ""
+            if base is not None and not base_text:  # a route-lane revision: its text rendered from its chain
+                base_bundle = _base_bundle(item)
+                base_text = display_text(base_bundle) if base_bundle is not None else ""
+            entry["diff"] = revision_diff(base_text, display_text(bundle),
                                           f"revision {base.number}" if base else "empty", "preview") if changed else ""
             entry["validation_output"] = result.output if result else ""
         else:

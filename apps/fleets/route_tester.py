@@ -25,7 +25,9 @@ def _chains(lb: LoadBalancer, pool_ids: list[int], principal: Principal) -> list
     out = []
     for fleet in selectors.lb_fleets(lb).select_related("region").order_by("name"):
         revision = selectors.latest_revision(fleet)
-        pools = {p["id"]: p for p in (revision.snapshot.get("pools", []) if revision else [])}
+        # A route-lane revision stores only route changes: its pools are those of the full one it builds on.
+        stored = selectors.text_revision(revision).snapshot if revision else {}
+        pools = {p["id"]: p for p in stored.get("pools", [])}
         entry: dict[str, Any] = {"region": fleet.region.slug, "rendered": revision is not None, "pools": []}
         if principal.is_operator:
             entry.update(fleet=fleet.name, revision=revision.number if revision else None)
