@@ -136,8 +136,9 @@ def lane_render(*, fleet: Fleet, reason: str) -> ConfigRevision | None:
         return None
     change_seq, route_seq = Fleet.objects.values_list("change_seq", "route_seq").get(pk=fleet.pk)
     latest = _latest(fleet)
-    if (latest is None or latest.pk != lane.revision_pk
-            or change_seq - lane.change_seq != route_seq - lane.route_seq):
+    # Nothing recorded since (a direct "render now", a converge): the caller wants the database read in full.
+    recorded = change_seq - lane.change_seq
+    if latest is None or latest.pk != lane.revision_pk or recorded <= 0 or recorded != route_seq - lane.route_seq:
         forget(fleet.pk)
         return None
     lbs = dict(selectors.fleet_lbs(fleet).values_list("pk", "name"))
