@@ -191,6 +191,27 @@ def sustained(fb: FleetBench, rate_per_min: int, duration_s: float) -> tuple[int
     return sent, latencies, errors + len(pending), out
 
 
+def pipeline_report(since: float) -> None:
+    """What the worker did since `since`: revisions by kind, rollouts, node results (hot, reloaded, failed)."""
+    import datetime as dt
+
+    from django.db.models import Avg, Count, Q
+
+    from apps.fleets.models import ConfigRevision, NodeResult, Rollout
+
+    at = dt.datetime.fromtimestamp(since, dt.UTC)
+    revisions = ConfigRevision.objects.filter(created_at__gte=at).aggregate(
+        lane=Count("pk", filter=Q(base__isnull=False)), full=Count("pk", filter=Q(base__isnull=True)))
+    rollouts = (Rollout.objects.filter(created_at__gte=at).values("status")
+                .annotate(n=Count("pk"), ms=Avg("duration_ms")))
+    results = NodeResult.objects.filter(rollout__created_at__gte=at).aggregate(
+        n=Count("pk"), reloaded=Count("pk", filter=Q(reload_ms__isnull=False)),
+        failed=Count("pk", filter=Q(status="failed")), push_ms=Avg("push_ms"), ms=Avg("duration_ms"))
+    print(f"pipeline: revisions {revisions}; rollouts "
+          + ", ".join(f"{r['status']} {r['n']} (avg {r['ms'] or 0:.0f} ms)" for r in rollouts)
+          + f"; node results {results}")
+
+
 def wrk_errors(out: str) -> int:
     total = 0
     match = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
@@ -233,7 +254,9 @@ def main() -> None:
               f"p99 {percentile(POST_MS[-args.changes:], 99):.0f}")
         print(f"{args.changes} changes, POST -> applied on 6 nodes, ms: "
               f"p50 {percentile(changes, 50):.0f} p99 {percentile(changes, 99):.0f} max {max(changes):.0f}")
+        since = time.time()
         sent, latencies, change_errors, wrk_out = sustained(fb, args.rate, args.sustained_s)
+        pipeline_report(since)
         per_min = len(latencies) / (args.sustained_s / 60.0)
         errors = change_errors + wrk_errors(wrk_out)
         print(f"sustained: {sent} changes sent, {len(latencies)} live within the run; wrk:\n{wrk_out}")
