@@ -66,6 +66,17 @@ def prefix_base(path: str) -> str:
     return path.rstrip("/")
 
 
+def related_bases(path: str) -> tuple[list[str], str | None]:
+    """Which stored paths can cover or be covered by a route on `path`, as bases (prefix_base of a stored
+    path): (the bases that may cover it: its ancestors and itself, the base whose descendants it may
+    cover, or None when it may cover every path). A superset for exact and prefix routes alike, so
+    a write loads these few routes, not every route of its scope (apps.balancers.services)."""
+    cut = [path[:i] for i, char in enumerate(path) if char == "/"]
+    ancestors = sorted({prefix_base(p) for p in [*cut, path]})
+    base = prefix_base(path)
+    return ancestors, (base or None)
+
+
 def host_matches(pattern: str, host: str) -> bool:
     if pattern.startswith("*."):
         return host.endswith(pattern[1:])

@@ -130,6 +130,7 @@ def _changes(lane: _Lane, lb_ids: list[int]) -> tuple[dict[str, int], dict[int, 
 def lane_render(*, fleet: Fleet, reason: str) -> ConfigRevision | None:
     """The fleet's next revision through the lane, the latest one when the changes moved nothing, or None
     when a full render is needed (the caller renders in full, which gives the lane a new state)."""
+    begun = time.monotonic()
     with _LOCK:
         lane = _LANES.get(fleet.pk)
     if lane is None:
@@ -147,9 +148,9 @@ def lane_render(*, fleet: Fleet, reason: str) -> ConfigRevision | None:
         forget(fleet.pk)
         return None
     lb_revisions, changed = found
-    started = time.monotonic()
+    marks: dict[str, float] = {"journal": time.monotonic()}  # each step's end, logged below
     try:
-        revision = _apply(fleet, lane, latest, lbs, lb_revisions, changed, reason)
+        revision = _apply(fleet, lane, latest, lbs, lb_revisions, changed, reason, marks)
     except Exception:
         forget(fleet.pk)  # its listeners may be half-changed: never reuse it
         raise
@@ -158,13 +159,15 @@ def lane_render(*, fleet: Fleet, reason: str) -> ConfigRevision | None:
         return None
     with _LOCK:
         lane.change_seq, lane.route_seq = change_seq, route_seq
-    logger.info("fleet %s: revision %s through the route lane in %.0f ms (%s route(s))", fleet.name,
-                revision.number, (time.monotonic() - started) * 1000.0, sum(len(v) for v in changed.values()))
+    steps = ", ".join(f"{name} {(at - before) * 1000.0:.0f}" for (name, at), before
+                      in zip(marks.items(), [begun, *marks.values()], strict=False))
+    logger.info("fleet %s: revision %s through the route lane in %.0f ms (%s route(s); ms: %s)", fleet.name,
+                revision.number, (time.monotonic() - begun) * 1000.0, sum(len(v) for v in changed.values()), steps)
     return revision
 
 
 def _apply(fleet: Fleet, lane: _Lane, latest: ConfigRevision, lbs: dict[int, str], lb_revisions: dict[str, int],
-           changed: dict[int, set[int]], reason: str) -> ConfigRevision | None:
+           changed: dict[int, set[int]], reason: str, marks: dict[str, float]) -> ConfigRevision | None:
     ids = set().union(*changed.values()) if changed else set()
     now: dict[int, tuple[int, RouteSpec]] = {
         spec.id: (lb_id, spec) for lb_id, spec in selectors.route_specs(Route.objects.filter(pk__in=ids),
@@ -194,10 +197,12 @@ def _apply(fleet: Fleet, lane: _Lane, latest: ConfigRevision, lbs: dict[int, str
         if moved is None:
             return None
         updates += moved
+    marks["apply"] = time.monotonic()
     number = latest.number + 1
     bundle = patch_maps(lane.bundle, fleet=fleet.name, revision=number, node_name=selectors.reference_node(fleet).name,
                         maps=updates) if updates else lane.bundle
     content = content_sha256(bundle)
+    marks["bundle"] = time.monotonic()
     if content == latest.sha256:
         _cover(fleet, latest, lb_revisions)
         lane.lb_revisions = lb_revisions
@@ -205,8 +210,10 @@ def _apply(fleet: Fleet, lane: _Lane, latest: ConfigRevision, lbs: dict[int, str
     changes = change_reason(lb_ids=set(lbs), since=latest.created_at)
     if changes:
         reason = changes if reason in ("", "desired state changed") else f"{reason}: {changes}"
+    marks["reason"] = time.monotonic()
     with transaction.atomic():
         Fleet.objects.select_for_update().get(pk=fleet.pk)
+        marks["lock"] = time.monotonic()
         if selectors.latest_revision_pk(fleet) != latest.pk:
             return None
         revision = ConfigRevision.objects.create(
@@ -215,6 +222,7 @@ def _apply(fleet: Fleet, lane: _Lane, latest: ConfigRevision, lbs: dict[int, str
             snapshot=lane_delta_to_json(number, per_listener), validation_ok=True,
             validation_output=LANE_NOTE.format(base=latest.number), validation_ms=0.0,
             lb_revisions=lb_revisions, reason=reason[:200], problems=[], base=latest)
+    marks["store"] = time.monotonic()
     for update in updates:
         delta_known(update.name, lane.bundle.files[update.name], update.content, update.delta)
     with _LOCK:

@@ -71,6 +71,22 @@ def test_shadowing_agrees_with_brute_force_on_a_random_corpus() -> None:
         assert (not routing.shadowing_routes(routes[:-1], candidate)) == serves, (trial, routes)
 
 
+def test_a_write_loading_only_its_path_line_decides_as_with_every_route() -> None:
+    """route_save loads only the routes routing.related_bases names (SQL: rtrim(path, '/') among the
+    ancestors or under the base): both shadowing checks must come out as with the whole scope loaded."""
+    rng = random.Random(140)
+    paths = ["/", "/a", "/a/", "/a/b", "/a/b/", "/ab", "/a/b/c", "/a%b", "/a_b", "/x/a", "/a//b", "/a/bc"]
+    for trial in range(2000):
+        routes = [R(i, rng.randrange(1, 30), rng.choice(paths), (), rng.choice(["prefix", "exact"]))
+                  for i in range(rng.randrange(2, 9))]
+        candidate = routes[-1]
+        ancestors, base = routing.related_bases(candidate.path)
+        loaded = [r for r in routes[:-1] if base is None or routing.prefix_base(r.path) in ancestors
+                  or routing.prefix_base(r.path).startswith(base + "/")]
+        assert routing.shadowing_routes(loaded, candidate) == routing.shadowing_routes(routes[:-1], candidate), trial
+        assert routing.newly_shadowed(loaded, candidate) == routing.newly_shadowed(routes[:-1], candidate), trial
+
+
 def test_default_priorities_put_longer_paths_first_and_exact_before_prefix() -> None:
     taken: set[int] = set()
     order = []

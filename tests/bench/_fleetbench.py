@@ -108,7 +108,7 @@ class FleetBench:
             "DATABASE_URL": f"{DB_URL_BASE}/{db_name}", "REDIS_URL": REDIS_URL,
             "SECRET_KEY": "bench-only-secret-key", "FIELD_ENCRYPTION_KEY": "bench-only-field-key",
             "DJANGO_SETTINGS_MODULE": "controlplane.settings", "SPILLWAY_VAR_DIR": f"{self.base}/var",
-            "LOG_LEVEL": "WARNING",
+            "LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),  # INFO: the pipeline's timings
         })
         os.environ.update(self.env)
         _recreate_database(db_name)
@@ -191,7 +191,7 @@ class FleetBench:
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--pool", "prefork",
              "--concurrency", str(concurrency), "--without-gossip", "--without-mingle", "--purge",
-             "--loglevel", "WARNING", "--hostname", "bench@%h"],
+             "--loglevel", self.env["LOG_LEVEL"], "--hostname", "bench@%h"],
             cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)
         self._wait(lambda: self._worker_ready(), 60, "celery worker")

@@ -113,6 +113,8 @@ def lb_revision(fb: FleetBench) -> int:
 
 
 POST_MS: list[float] = []  # the API's share of each change: POST until its 201
+SENT_WAIT_MS: list[float] = []  # sustained run: due until a sender took it
+SENT_POST_MS: list[float] = []  # sustained run: POST until its 201
 
 
 def one_change(fb: FleetBench, i: int, marks: list[tuple[float, float]]) -> float:
@@ -163,10 +165,13 @@ def sustained(fb: FleetBench, rate_per_min: int, duration_s: float) -> tuple[int
     def send(n: int, due: float) -> None:
         nonlocal errors
         try:
+            started = time.monotonic()
             fb.add_route(f"/s{n}", 1_000 + n, redirect_url=f"https://s.test/{n}")
             revision = lb_revision(fb)
             with lock:
                 pending.append((revision, due))
+                SENT_WAIT_MS.append((started - due) * 1000.0)
+                SENT_POST_MS.append((time.monotonic() - started) * 1000.0)
         except (RuntimeError, OSError):  # refused, or no answer within the client's timeout
             with lock:
                 errors += 1
@@ -212,6 +217,25 @@ def pipeline_report(since: float) -> None:
           + f"; node results {results}")
 
 
+def cpu_by_process() -> dict[str, float]:
+    """CPU seconds used so far by each kind of process on this machine (live processes only)."""
+    kinds = (("gunicorn", "web (gunicorn)"), ("celery", "worker (celery)"), ("haproxy", "nodes (haproxy)"),
+             ("postgres", "postgres"), ("redis", "redis"), ("wrk", "wrk"), ("bench_scale", "bench client"))
+    ticks = os.sysconf("SC_CLK_TCK")
+    used: dict[str, float] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        kind = next((name for key, name in kinds if key in cmdline), "other")
+        used[kind] = used.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return used
+
+
 def wrk_errors(out: str) -> int:
     total = 0
     match = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
@@ -255,8 +279,17 @@ def main() -> None:
         print(f"{args.changes} changes, POST -> applied on 6 nodes, ms: "
               f"p50 {percentile(changes, 50):.0f} p99 {percentile(changes, 99):.0f} max {max(changes):.0f}")
         since = time.time()
+        cpu_before = cpu_by_process()
         sent, latencies, change_errors, wrk_out = sustained(fb, args.rate, args.sustained_s)
+        cpu_after = cpu_by_process()
+        print("CPU during the sustained run, cores: " + ", ".join(
+            f"{kind} {(cpu_after[kind] - cpu_before.get(kind, 0.0)) / args.sustained_s:.2f}"
+            for kind in sorted(cpu_after, key=lambda k: cpu_before.get(k, 0.0) - cpu_after[k])))
         pipeline_report(since)
+        if SENT_POST_MS:
+            print(f"sustained senders, ms: wait for a sender p50 {percentile(SENT_WAIT_MS, 50):.0f} "
+                  f"p99 {percentile(SENT_WAIT_MS, 99):.0f}; POST p50 {percentile(SENT_POST_MS, 50):.0f} "
+                  f"p99 {percentile(SENT_POST_MS, 99):.0f}")
         per_min = len(latencies) / (args.sustained_s / 60.0)
         errors = change_errors + wrk_errors(wrk_out)
         print(f"sustained: {sent} changes sent, {len(latencies)} live within the run; wrk:\n{wrk_out}")
