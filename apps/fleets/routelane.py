@@ -65,6 +65,9 @@ class _Lane:
     bundle: ConfigBundle  # the reference node's
     snap: FleetSnapshot  # checked
     listeners: dict[int, ListenerRoutes] = field(default_factory=dict)  # by listener id, built when first used
+    # Each moved map's entries by key, for the revision's diff: built once, then kept up to date from the
+    # deltas (a dict of a 100k-entry map per revision cost ~50-150 ms of every lane revision).
+    values: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -218,7 +221,7 @@ def _apply(fleet: Fleet, lane: _Lane, latest: ConfigRevision, lbs: dict[int, str
             return None
         revision = ConfigRevision.objects.create(
             fleet=fleet, number=number, text="", sha256=content,
-            diff=_diff(latest.number, number, lane.bundle, updates),
+            diff=_diff(latest.number, number, lane, updates),
             snapshot=lane_delta_to_json(number, per_listener), validation_ok=True,
             validation_output=LANE_NOTE.format(base=latest.number), validation_ms=0.0,
             lb_revisions=lb_revisions, reason=reason[:200], problems=[], base=latest)
@@ -245,11 +248,14 @@ def _cover(fleet: Fleet, latest: ConfigRevision, lb_revisions: dict[str, int]) -
         ConfigRevision.objects.filter(pk=latest.pk).update(lb_revisions=merged)
 
 
-def _diff(old: int, new: int, bundle: ConfigBundle, updates: list[MapUpdate]) -> str:
-    """The moved map entries as a unified diff (a full diff would compare two 5 MB texts)."""
+def _diff(old: int, new: int, lane: _Lane, updates: list[MapUpdate]) -> str:
+    """The moved map entries as a unified diff (a full diff would compare two 5 MB texts); moves the
+    lane's entries by key (`values`) on to the new contents."""
     lines = [f"--- revision {old}\n", f"+++ revision {new}\n"]
     for update in updates:
-        before = dict(bundle.facts.maps.get(update.name, ()))
+        before = lane.values.get(update.name)
+        if before is None:
+            before = dict(lane.bundle.facts.maps.get(update.name, ()))
         if update.delta is None:
             after = dict(update.entries)
             removed = [(k, v) for k, v in before.items() if after.get(k) != v]
@@ -258,6 +264,11 @@ def _diff(old: int, new: int, bundle: ConfigBundle, updates: list[MapUpdate]) ->
             removed = [(k, before[k]) for k in (*update.delta.removed, *(k for k, _ in update.delta.changed))
                        if k in before]
             added = [*update.delta.added, *update.delta.changed]
+            after = before
+            for key in update.delta.removed:
+                after.pop(key, None)
+            after.update(added)
+        lane.values[update.name] = after
         lines.append(f"@@ {update.name} @@\n")
         lines += [f"-{k} {v}\n" for k, v in sorted(removed)]
         lines += [f"+{k} {v}\n" for k, v in sorted(added)]

@@ -20,6 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from apps.core.webserver import gunicorn_command  # noqa: E402
 from tests.netutil import free_port_on, pick_free_port  # noqa: E402
 
 DB_URL_BASE = os.environ.get("BENCH_DATABASE_SERVER", "postgres://postgres@127.0.0.1:5432")
@@ -226,10 +227,9 @@ class FleetBench:
     def _start_web(self) -> None:
         self.web_port = pick_free_port()
         log = open(f"{self.base}/web.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "controlplane.wsgi:application", "--bind",
-             f"127.0.0.1:{self.web_port}", "--workers", "1", "--threads", "4"],
-            cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        # The production web server (README, `make run`): ASGI, 2 processes, long-polls parked without a thread.
+        proc = subprocess.Popen(gunicorn_command(f"127.0.0.1:{self.web_port}"),
+                                cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)
         self._wait(lambda: http_get("127.0.0.1", self.web_port, "/healthz")[0] == 200, 60, "gunicorn")
 

@@ -180,6 +180,7 @@ def sustained(fb: FleetBench, rate_per_min: int, duration_s: float) -> tuple[int
     wrk = subprocess.Popen(["wrk", "-t1", "-c8", f"-d{int(duration_s) + 5}s", f"http://{node}:{fb.port}/"],
                            stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + duration_s
+    cpu_before = cpu_by_process()
     watcher = threading.Thread(target=watch, daemon=True)  # a failed run must not hang on it
     watcher.start()
     sent = 0
@@ -190,6 +191,10 @@ def sustained(fb: FleetBench, rate_per_min: int, duration_s: float) -> tuple[int
             senders.submit(send, sent, due)
             sent += 1
             due += interval
+    cpu_after = cpu_by_process()  # wrk is still running: its share is counted too
+    print(f"CPU while changes were sent ({duration_s:.0f} s), cores: " + ", ".join(
+        f"{kind} {(cpu_after[kind] - cpu_before.get(kind, 0.0)) / duration_s:.2f}"
+        for kind in sorted(cpu_after, key=lambda k: cpu_before.get(k, 0.0) - cpu_after[k])))
     stop.set()
     watcher.join()
     out = wrk.communicate()[0]
@@ -279,12 +284,7 @@ def main() -> None:
         print(f"{args.changes} changes, POST -> applied on 6 nodes, ms: "
               f"p50 {percentile(changes, 50):.0f} p99 {percentile(changes, 99):.0f} max {max(changes):.0f}")
         since = time.time()
-        cpu_before = cpu_by_process()
         sent, latencies, change_errors, wrk_out = sustained(fb, args.rate, args.sustained_s)
-        cpu_after = cpu_by_process()
-        print("CPU during the sustained run, cores: " + ", ".join(
-            f"{kind} {(cpu_after[kind] - cpu_before.get(kind, 0.0)) / args.sustained_s:.2f}"
-            for kind in sorted(cpu_after, key=lambda k: cpu_before.get(k, 0.0) - cpu_after[k])))
         pipeline_report(since)
         if SENT_POST_MS:
             print(f"sustained senders, ms: wait for a sender p50 {percentile(SENT_WAIT_MS, 50):.0f} "

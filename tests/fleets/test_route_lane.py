@@ -88,6 +88,9 @@ def test_route_writes_take_the_lane_and_end_as_a_full_render(fleet3: LocalFleet,
     save_route(fleet3, created, hosts=["b.example.com"], redirect_url="https://elsewhere.example/", targets=[])
     moved = lane_rollout(fleet3)
     assert moved.base_id == revision.pk
+    # Each diff is against the revision before it: the entry the first one added is the one removed here.
+    assert "-a.example.com/hot/ " in moved.diff and "+b.example.com/hot/ " in moved.diff
+    assert "+a.example.com/hot/ " not in moved.diff
     nodes_serve_a_full_render(fleet3)
     status, _ = fleet3.get(fleet3.nodes[0], "/hot/x", host="b.example.com")
     assert status == 302
@@ -95,6 +98,7 @@ def test_route_writes_take_the_lane_and_end_as_a_full_render(fleet3: LocalFleet,
     balancers.object_delete(principal=Principal(org=fleet3.lb.org, role="admin"), obj=Route.objects.get(pk=created.pk))
     gone = lane_rollout(fleet3)
     assert gone.base_id == moved.pk
+    assert "-b.example.com/hot/ " in gone.diff and "a.example.com/hot/" not in gone.diff
     nodes_serve_a_full_render(fleet3)
     assert {fleet3.get(n, "/hot/x", host="b.example.com")[1] for n in fleet3.nodes} == {"old"}
     assert workers(fleet3) == before, "route-only changes must not reload"
