@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Func, Q, Value
+from django.db.models import F, Func, Q, Value, prefetch_related_objects
 from django.utils import timezone
 
 from apps.accounts.principal import Principal
@@ -320,9 +320,13 @@ def route_save(*, principal: Principal, route: Route, data: dict[str, Any]) -> R
                            "balancer.", field="priority")
         _check_reachable(principal=principal, route=route)
         route.save()
-        route.targets.all().delete()
+        if before is not None:  # a new route has no targets to replace
+            route.targets.all().delete()
         RouteTarget.objects.bulk_create(
             [RouteTarget(route=route, pool=t["pool"], weight=t["weight"]) for t in targets])
+        # Read once for the audit record and the caller's answer (each read them again).
+        getattr(route, "_prefetched_objects_cache", {}).pop("targets", None)
+        prefetch_related_objects([route], "targets")
         audit_record(principal=principal, org=route.org, action="route.create" if before is None else "route.update",
                      obj=route, before=before, after=audit_snapshot(route))
         lb_touch(route.lb_id, route_ids=[route.pk])
