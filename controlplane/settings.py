@@ -274,7 +274,16 @@ CELERY_RESULT_BACKEND = None
 # Event webhook deliveries have their own queue, so they never wait behind a rollout or a capacity run, and
 # their own worker (`celery worker -Q events --pool threads`, started by runall): a delivery mostly waits on
 # the network and the database, so threads give concurrency cheaply (tests/bench/bench_events.py).
-CELERY_TASK_ROUTES = {"events.*": {"queue": "events"}}
+# Fleet reconciles (render, then roll out) have theirs too, served by ONE worker process with threads
+# (`-Q fleets --pool threads`): the route lane (apps.fleets.routelane) keeps each fleet's last render in
+# the process that made it, and a fleet's reconciles landing on alternate processes of a prefork pool
+# rendered all 100k routes again each time (17-21 s under load in bench-scale, instead of ~60 ms).
+FLEET_TASKS_QUEUE = "fleets"
+CELERY_TASK_ROUTES = {
+    "events.*": {"queue": "events"},
+    **{name: {"queue": FLEET_TASKS_QUEUE}
+       for name in ("fleets.reconcile_task", "fleets.converge_task", "fleets.render_task")},
+}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_SERIALIZER = "json"

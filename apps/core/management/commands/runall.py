@@ -53,6 +53,10 @@ class Command(BaseCommand):
         spawn("events-worker", [py, "-m", "celery", "-A", "controlplane", "worker", "--loglevel", "INFO",
                                 "--queues", "events", "--pool", "threads", "--concurrency", "2" if sqlite else "8",
                                 "--hostname", "events@%h"])
+        # Fleet reconciles: one process, so every fleet's route lane stays in it (settings.FLEET_TASKS_QUEUE).
+        spawn("fleets-worker", [py, "-m", "celery", "-A", "controlplane", "worker", "--loglevel", "INFO",
+                                "--queues", settings.FLEET_TASKS_QUEUE, "--pool", "threads",
+                                "--concurrency", "2" if sqlite else "4", "--hostname", "fleets@%h"])
         spawn("beat", [py, "-m", "celery", "-A", "controlplane", "beat", "--loglevel", "INFO"])
         # Overflow shares follow ingress within ~0.5 s (beat's enforce_task, every 1 s, is its fallback).
         spawn("enforcer", [py, str(Path(settings.BASE_DIR) / "manage.py"), "enforcer"])
@@ -63,7 +67,8 @@ class Command(BaseCommand):
                 self.stdout.write(message)
         spawn("web", webserver.gunicorn_command(opts["bind"]))
         self.stdout.write(self.style.SUCCESS(f"Spillway on http://{opts['bind']}/  (API docs: /api/v1/docs/)"))
-        self.stdout.write(f"logs: {log_dir}/{{web,worker,beat}}.log (the console shows warnings, errors and events)")
+        self.stdout.write(f"logs: {log_dir}/<process>.log, e.g. web.log, worker.log, fleets-worker.log "
+                          "(the console shows warnings, errors and events)")
         self.stdout.write(f"database: {settings.DATABASES['default']['ENGINE']}, broker: {settings.CELERY_BROKER_URL}")
 
         stopping = stop_on_signals()
