@@ -274,7 +274,13 @@ CELERY_RESULT_BACKEND = None
 # Event webhook deliveries have their own queue, so they never wait behind a rollout or a capacity run, and
 # their own worker (`celery worker -Q events --pool threads`, started by runall): a delivery mostly waits on
 # the network and the database, so threads give concurrency cheaply (tests/bench/bench_events.py).
-CELERY_TASK_ROUTES = {"events.*": {"queue": "events"}}
+#
+# ACME issuance and deployment (apps.acme.tasks) have their own queue and a one-slot worker (`celery worker
+# -Q acme --concurrency 1`, started by runall): a certificate asked for does not wait behind fleet render/push
+# work on the default queue, nor does that work wait behind a batch of orders. One slot: a task orders every
+# due certificate together, and a second slot on a 2-core host was measured slower (CPU contention with the
+# rollouts), tests/bench/bench_acme.py.
+CELERY_TASK_ROUTES = {"events.*": {"queue": "events"}, "acme.*": {"queue": "acme"}}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_SERIALIZER = "json"

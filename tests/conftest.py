@@ -149,8 +149,9 @@ def celery_worker_factory(tmp_path) -> Iterator[Callable[..., subprocess.Popen]]
         cmd = [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--pool", "prefork",
                "--concurrency", str(concurrency), "--hostname", f"{name}@%h", "--without-gossip",
                "--without-mingle", "--loglevel", "INFO"]
-        # Default: every queue (the default one and the event deliveries'), as one worker of `make run` would.
-        cmd += ["--queues", queues or "celery,events"]
+        # Default: every queue (the default one, the event deliveries' and ACME's), so one worker does what
+        # `make run`'s workers do together.
+        cmd += ["--queues", queues or "celery,events,acme"]
         log = open(tmp_path / f"celery-{name}.log", "wb")  # noqa: SIM115 (closed by the OS at exit)
         proc = subprocess.Popen(cmd, cwd=REPO, env=process_env(**env), stdout=log, stderr=subprocess.STDOUT)
         procs.append(proc)

@@ -266,6 +266,7 @@ class _Job:
     deployed: dict[str, str] = field(default_factory=dict)
     verified_at: float | None = None  # time.time() when every node showed the new serial
     failure: AcmeFailure | None = None
+    steps: dict[str, float] = field(default_factory=dict)  # AcmeOrder.steps
 
 
 def _live(jobs: list[_Job]) -> list[_Job]:
@@ -325,10 +326,12 @@ def _open_orders(jobs: list[_Job]) -> None:
 
     def begin(job: _Job) -> None:
         assert job.account is not None
+        started = time.monotonic()
         job.pending = client.begin(
             directory_url=job.account.directory_url, account_key_pem=job.account_key_pem,
             account_uri=job.account.uri, hostnames=list(job.managed.hostnames), kind=job.managed.challenge,
             ca_bundle=ca_bundle, contact_email=contact, timeout_s=timeout_s)
+        job.steps["order_s"] = time.monotonic() - started
 
     first: dict[int, _Job] = {}
     for job in jobs:
@@ -351,6 +354,7 @@ def _publish(jobs: list[_Job]) -> list[tuple[Any, list[Challenge]]]:
         if not group:
             continue
         challenges = [c for j in group for c in j.pending.challenges]  # type: ignore[union-attr]
+        started = time.monotonic()
         try:
             solver = _solver(kind)
             if challenges:
@@ -359,6 +363,9 @@ def _publish(jobs: list[_Job]) -> list[tuple[Any, list[Challenge]]]:
             for job in group:
                 job.failure = exc
             continue
+        finally:
+            for job in group:
+                job.steps["publish_s"] = time.monotonic() - started
         published.append((solver, challenges))
     return published
 
@@ -422,7 +429,11 @@ def _roll_out(certificates: list[Certificate]) -> None:
 def _deploy(jobs: list[_Job]) -> None:
     """Roll the batch's certificates out and prove it: a TLS handshake per node and listener shows
     each new serial."""
+    started = time.monotonic()
     _roll_out([j.cert for j in jobs if j.cert is not None])
+    rolled_out, rolled_out_at = time.monotonic(), time.time()
+    for job in jobs:
+        job.steps["roll_out_s"] = rolled_out - started
     where = deploy.endpoints_of([j.cert for j in jobs if j.cert is not None])
     checks = []
     for job in jobs:
@@ -434,6 +445,7 @@ def _deploy(jobs: list[_Job]) -> None:
     results = deploy.verify_serials(checks, DEPLOY_VERIFY_TIMEOUT_S, verified_at)
     for job, seen, at in zip(jobs, results, verified_at or [None] * len(jobs), strict=True):
         job.deployed, job.verified_at = seen, at
+        job.steps["verify_s"] = max(0.0, (at or time.time()) - rolled_out_at)
 
 
 def managed_certificates_issue(*, managed_ids: list[int], force: bool = False, now: dt.datetime | None = None,
@@ -458,6 +470,10 @@ def managed_certificates_issue(*, managed_ids: list[int], force: bool = False, n
     jobs = [_Job(managed, order, started=time.time()) for managed, order in _claim(managed_ids, force, now)]
     if not jobs:
         return []
+    claimed_at = timezone.now()
+    for job in jobs:  # from when it fell due (asked for, renew now, or its renewal time) to this claim
+        due_at = job.managed.next_attempt_at
+        job.steps["queued_s"] = max(0.0, (claimed_at - due_at).total_seconds()) if due_at else 0.0
     _prepare(jobs)
     step("claim_budget_s")
     _open_orders(_live(jobs))
@@ -466,13 +482,17 @@ def managed_certificates_issue(*, managed_ids: list[int], force: bool = False, n
     step("challenge_publish_s")
     timeout_s = float(_setting("ACME_TIMEOUT_S", 60))
     try:
-        _each(_live(jobs), lambda j: setattr(j, "issued", client.complete(j.pending, timeout_s)))  # type: ignore[arg-type]
+        _each(_live(jobs), lambda j: setattr(j, "issued", client.complete(
+            j.pending, timeout_s, timings=j.steps)))  # type: ignore[arg-type]
         step("validate_finalize_s")
     finally:
         _cleanup(published)
     step("challenge_cleanup_s")
-    _store(_live(jobs))
+    stored = _live(jobs)
+    _store(stored)
     step("store_s")
+    for job in stored:
+        job.steps["store_s"] = steps["store_s"]
     try:
         _deploy(_live(jobs))
     except Exception as exc:  # the certificates are stored; the next attempt deploys them
@@ -481,6 +501,8 @@ def managed_certificates_issue(*, managed_ids: list[int], force: bool = False, n
             job.failure = AcmeFailure("internal_error", f"Spillway failed while deploying: {exc}")
     step("deploy_verify_s")
     with transaction.atomic():  # one commit for the batch's outcomes
+        for job in jobs:
+            job.order.steps = {name: round(value, 3) for name, value in job.steps.items()}
         orders = [_finish(job) for job in jobs]
     step("finish_s")
     return orders

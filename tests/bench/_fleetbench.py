@@ -188,14 +188,17 @@ class FleetBench:
                 self.masters.append(start_local_node(node))
 
     def _start_worker(self, concurrency: int) -> None:
-        log = open(f"{self.base}/worker.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--pool", "prefork",
-             "--concurrency", str(concurrency), "--without-gossip", "--without-mingle", "--purge",
-             "--loglevel", self.env["LOG_LEVEL"], "--hostname", "bench@%h"],
-            cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT)
-        self.procs.append(proc)
-        self._wait(lambda: self._worker_ready(), 60, "celery worker")
+        """The main worker (`celery` queue, `concurrency` processes) and the ACME worker (`acme` queue, one
+        slot), as `make run` starts them (runall.worker_commands)."""
+        for name, queue, slots in (("worker", "celery", concurrency), ("acme-worker", "acme", 1)):
+            log = open(f"{self.base}/{name}.log", "wb")  # noqa: SIM115
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--pool", "prefork",
+                 "--queues", queue, "--concurrency", str(slots), "--without-gossip", "--without-mingle", "--purge",
+                 "--loglevel", self.env["LOG_LEVEL"], "--hostname", f"bench-{queue}@%h"],
+                cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+            self.procs.append(proc)
+        self._wait(lambda: self._worker_ready(2), 60, "celery workers")
 
     def _start_beat(self) -> None:
         log = open(f"{self.base}/beat.log", "wb")  # noqa: SIM115
@@ -217,11 +220,11 @@ class FleetBench:
 
         self.masters.append(start_local_node(Node.objects.select_related("fleet__region").get(pk=node_id)))
 
-    def _worker_ready(self) -> bool:
+    def _worker_ready(self, count: int = 1) -> bool:
         from controlplane.celery import app
 
         with contextlib.suppress(Exception):
-            return bool(app.control.ping(timeout=0.5))
+            return len(app.control.ping(timeout=0.5)) >= count
         return False
 
     def _start_web(self) -> None:
@@ -335,7 +338,7 @@ class FleetBench:
             with contextlib.suppress(Exception):
                 stop_local_node(master)
         # The web and worker logs outlive the run (a 500 from the API is explained only there).
-        for name in ("web.log", "worker.log"):
+        for name in ("web.log", "worker.log", "acme-worker.log"):
             with contextlib.suppress(OSError):
                 shutil.copy(f"{self.base}/{name}", f"/tmp/spillway-bench-{os.getpid()}-{name}")
         shutil.rmtree(self.base, ignore_errors=True)
