@@ -23,7 +23,7 @@ from typing import Any
 
 from cryptography import x509
 from django.conf import settings
-from django.db import connections, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from apps.accounts.principal import Principal
@@ -33,7 +33,7 @@ from apps.acme.client import AcmeFailure, Challenge
 from apps.acme.models import AcmeAccount, AcmeOrder, ManagedCertificate
 from apps.audit.services import audit_record
 from apps.balancers.hostnames import covers
-from apps.balancers.models import HostnameClaim, Listener, LoadBalancer
+from apps.balancers.models import HostnameClaim, Listener
 from apps.balancers.services import lb_touch
 from apps.core import crypto
 from apps.core.errors import Conflict, DomainError
@@ -43,7 +43,6 @@ from apps.events.services import event_emit
 from apps.fleets import certs
 from apps.fleets import services as fleet_services
 from apps.fleets.models import Certificate
-from apps.fleets.selectors import lb_fleets
 
 logger = logging.getLogger(__name__)
 
@@ -402,35 +401,11 @@ def _store(jobs: list[_Job]) -> None:
             lb_touch(lb_id)
 
 
-def _roll_out(certificates: list[Certificate]) -> None:
-    """Render and push, once, every fleet using one of `certificates` (inline: the handshake check comes
-    next). A fleet whose configuration only gained new certificate contents takes them through
-    `set/commit ssl cert` without a reload (delivery.hot_changes). The lb_changed signal queued the
-    same work; whichever runs second finds it done."""
-    lbs = LoadBalancer.objects.filter(listeners__certificate__in=certificates).distinct()
-    fleet_ids = sorted({f.pk for lb in lbs for f in lb_fleets(lb)})
-    if len(fleet_ids) < 2 or transaction.get_connection().in_atomic_block:
-        # Inside a transaction (a caller's, or a test's) another thread's connection would not see
-        # the certificates just stored: one fleet after the other.
-        for fleet_id in fleet_ids:
-            fleet_services.fleet_reconcile_now(fleet_id=fleet_id)
-        return
-
-    def reconcile(fleet_id: int) -> None:  # each fleet in its own thread and database connection
-        try:
-            fleet_services.fleet_reconcile_now(fleet_id=fleet_id)
-        finally:
-            connections.close_all()
-
-    with ThreadPoolExecutor(max_workers=len(fleet_ids)) as pool:
-        list(pool.map(reconcile, fleet_ids))
-
-
 def _deploy(jobs: list[_Job]) -> None:
     """Roll the batch's certificates out and prove it: a TLS handshake per node and listener shows
     each new serial."""
     started = time.monotonic()
-    _roll_out([j.cert for j in jobs if j.cert is not None])
+    deploy.roll_out([j.cert for j in jobs if j.cert is not None])
     rolled_out, rolled_out_at = time.monotonic(), time.time()
     for job in jobs:
         job.steps["roll_out_s"] = rolled_out - started
