@@ -153,17 +153,20 @@ def roll_out(certificates: list[Certificate]) -> None:
     it done."""
     lbs = LoadBalancer.objects.filter(listeners__certificate__in=certificates).distinct()
     fleet_ids = sorted({f.pk for lb in lbs for f in lb_fleets(lb)})
+    # Storing them touched each LB (lb_touch), whose signal recorded the change on its fleets once the
+    # transaction committed; inside a caller's transaction (a test's) that has not happened yet.
+    in_transaction = transaction.get_connection().in_atomic_block
     with turn(fleet_ids):
-        if len(fleet_ids) < 2 or transaction.get_connection().in_atomic_block:
-            # Inside a transaction (a caller's, or a test's) another thread's connection would not see
-            # the certificates just stored: one fleet after the other.
+        if len(fleet_ids) < 2 or in_transaction:
+            # Inside a transaction another thread's connection would not see the certificates just
+            # stored: one fleet after the other.
             for fleet_id in fleet_ids:
-                fleet_settle(fleet_id=fleet_id)
+                fleet_settle(fleet_id=fleet_id, record=in_transaction)
             return
 
         def settle(fleet_id: int) -> None:  # each fleet in its own thread and database connection
             try:
-                fleet_settle(fleet_id=fleet_id)
+                fleet_settle(fleet_id=fleet_id, record=False)
             finally:
                 connections.close_all()
 

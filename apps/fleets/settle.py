@@ -5,7 +5,10 @@ For a caller that must see its change served before it goes on (ACME proves each
 TLS handshake per node), handing the fleet to a queued task is too slow, and a second rollout beside one in
 flight is not allowed: the fleet's lease (engine) lets one reconciler at a time touch its nodes. So:
 
-1. Record the change and reconcile here. With the lease free, that renders and rolls out, done.
+1. Record the change (unless the caller's change recorded itself once committed: balancers.lb_touch
+   does, and a second record while a reconciler renders the first would make it render the same state
+   twice, and this caller wait for both), then reconcile here. With the lease free, that renders and
+   rolls out, done.
 2. With the lease held, wait until it is free -- reading the fleet row every POLL_S, not probing nodes
    (a TLS handshake per node and certificate costs CPU the rollout in flight needs) -- then reconcile
    again. The holder loops until quiet, so it has usually rolled the change out already and this
@@ -30,11 +33,16 @@ SETTLE_TIMEOUT_S = 30.0
 POLL_S = 0.02
 
 
-def fleet_settle(*, fleet_id: int, timeout_s: float = SETTLE_TIMEOUT_S, poll_s: float = POLL_S) -> dict[str, Any]:
-    """Mark the fleet's desired state changed and have it rolled out before returning (see the module).
-    Returns fleet_reconcile's answer of the last reconcile run here, plus waited_s (time spent waiting
-    for another reconciler's lease), or {"busy": True, ...} after timeout_s."""
-    Fleet.objects.filter(pk=fleet_id).update(change_seq=F("change_seq") + 1)
+def fleet_settle(*, fleet_id: int, record: bool = True, timeout_s: float = SETTLE_TIMEOUT_S,
+                 poll_s: float = POLL_S) -> dict[str, Any]:
+    """Have the fleet's desired state, with the caller's change, rolled out before returning (see the module).
+
+    `record=False`: the caller's change was recorded after its commit (fleet_change_record, as
+    balancers.lb_touch's signal does), so any render that starts after it sees it. Returns fleet_reconcile's
+    answer of the last reconcile run here, plus waited_s (time spent waiting for another reconciler's
+    lease), or {"busy": True, ...} after timeout_s."""
+    if record:
+        Fleet.objects.filter(pk=fleet_id).update(change_seq=F("change_seq") + 1)
     deadline = time.monotonic() + timeout_s
     waited = 0.0
     while True:
