@@ -274,6 +274,13 @@ CELERY_RESULT_BACKEND = None
 # Event webhook deliveries have their own queue, so they never wait behind a rollout or a capacity run, and
 # their own worker (`celery worker -Q events --pool threads`, started by runall): a delivery mostly waits on
 # the network and the database, so threads give concurrency cheaply (tests/bench/bench_events.py).
+#
+# ACME issuance and deployment (apps.acme.tasks) have their own queue and a one-slot worker (`celery worker
+# -Q acme --concurrency 1`, started by runall): a certificate asked for does not wait behind fleet render/push
+# work, nor does that work wait behind a batch of orders. One slot: a task orders every due certificate
+# together, and a second slot on a 2-core host was measured slower (CPU contention with the rollouts),
+# tests/bench/bench_acme.py.
+#
 # Fleet reconciles (render, then roll out) have theirs too, served by ONE worker process with threads
 # (`-Q fleets --pool threads`): the route lane (apps.fleets.routelane) keeps each fleet's last render in
 # the process that made it, and a fleet's reconciles landing on alternate processes of a prefork pool
@@ -281,6 +288,7 @@ CELERY_RESULT_BACKEND = None
 FLEET_TASKS_QUEUE = "fleets"
 CELERY_TASK_ROUTES = {
     "events.*": {"queue": "events"},
+    "acme.*": {"queue": "acme"},
     **{name: {"queue": FLEET_TASKS_QUEUE}
        for name in ("fleets.reconcile_task", "fleets.converge_task", "fleets.render_task")},
 }

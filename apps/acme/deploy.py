@@ -1,19 +1,24 @@
-"""Where a certificate serves, and proof that every node serves the new one: a TLS handshake per node
-and listener, comparing the serial the node presents with the issued one."""
+"""Where a certificate serves, rolling it out, and proof that every node serves the new one: a TLS
+handshake per node and listener, comparing the serial the node presents with the issued one."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import time
+import zlib
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from cryptography import x509
+from django.db import connection, connections, transaction
 
-from apps.balancers.models import Listener
+from apps.balancers.models import Listener, LoadBalancer
 from apps.fleets.models import Certificate, Node
 from apps.fleets.selectors import lb_fleets
+from apps.fleets.settle import fleet_settle
 
 
 @dataclass(frozen=True)
@@ -112,3 +117,58 @@ def verify_serials(checks: list[Check], timeout_s: float = 30.0,
     if verified_at is not None:
         verified_at[:] = done_at
     return seen
+
+
+# --- roll out ------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def turn(fleet_ids: list[int]) -> Iterator[None]:
+    """One ACME deployment at a time per fleet, whichever worker or host runs it: a second one waits for
+    its turn (PostgreSQL session advisory locks, taken in fleet order so two deployments sharing fleets
+    cannot deadlock; a killed worker's connection releases them). Its rollout then follows the first
+    instead of contending for the fleet's lease. SQLite: one writer at a time already, nothing to take."""
+    if connection.vendor != "postgresql" or not fleet_ids:
+        yield
+        return
+    keys = [zlib.crc32(f"acme.deploy:{fleet_id}".encode()) & 0x7FFFFFFF for fleet_id in sorted(set(fleet_ids))]
+    taken = []
+    try:
+        with connection.cursor() as cur:
+            for key in keys:
+                cur.execute("SELECT pg_advisory_lock(%s)", [key])
+                taken.append(key)
+        yield
+    finally:
+        with connection.cursor() as cur:
+            for key in reversed(taken):
+                cur.execute("SELECT pg_advisory_unlock(%s)", [key])
+
+
+def roll_out(certificates: list[Certificate]) -> None:
+    """Render and push, once, every fleet using one of `certificates`, and return once each has rolled
+    out (fleets.settle: after a rollout already in flight there, never beside it). A fleet whose
+    configuration only gained new certificate contents takes them through `set/commit ssl cert` without
+    a reload (fleets.delivery). The lb_changed signal queued the same work; whichever runs second finds
+    it done."""
+    lbs = LoadBalancer.objects.filter(listeners__certificate__in=certificates).distinct()
+    fleet_ids = sorted({f.pk for lb in lbs for f in lb_fleets(lb)})
+    # Storing them touched each LB (lb_touch), whose signal recorded the change on its fleets once the
+    # transaction committed; inside a caller's transaction (a test's) that has not happened yet.
+    in_transaction = transaction.get_connection().in_atomic_block
+    with turn(fleet_ids):
+        if len(fleet_ids) < 2 or in_transaction:
+            # Inside a transaction another thread's connection would not see the certificates just
+            # stored: one fleet after the other.
+            for fleet_id in fleet_ids:
+                fleet_settle(fleet_id=fleet_id, record=in_transaction)
+            return
+
+        def settle(fleet_id: int) -> None:  # each fleet in its own thread and database connection
+            try:
+                fleet_settle(fleet_id=fleet_id, record=False)
+            finally:
+                connections.close_all()
+
+        with ThreadPoolExecutor(max_workers=len(fleet_ids)) as pool:
+            list(pool.map(settle, fleet_ids))

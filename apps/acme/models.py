@@ -88,6 +88,10 @@ class AcmeOrder(models.Model):
     started_at = models.DateTimeField(auto_now_add=True, db_index=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_s = models.FloatField(null=True, blank=True)
+    # Where duration_s went, in seconds: {"queued_s": due -> claimed by a task, "order_s": order opened at the
+    # CA, "publish_s": challenges published, "authorize_s": the CA validating, "finalize_s": CSR to chain,
+    # "store_s", "roll_out_s": fleets rendered and pushed, "verify_s": until every node showed the serial}.
+    steps = models.JSONField(default=dict, blank=True)
 
     objects = TenantQuerySet.as_manager()
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from cryptography import x509
 from django.conf import settings
-from django.db import connections, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from apps.accounts.principal import Principal
@@ -33,7 +33,7 @@ from apps.acme.client import AcmeFailure, Challenge
 from apps.acme.models import AcmeAccount, AcmeOrder, ManagedCertificate
 from apps.audit.services import audit_record
 from apps.balancers.hostnames import covers
-from apps.balancers.models import HostnameClaim, Listener, LoadBalancer
+from apps.balancers.models import HostnameClaim, Listener
 from apps.balancers.services import lb_touch
 from apps.core import crypto
 from apps.core.errors import Conflict, DomainError
@@ -43,7 +43,6 @@ from apps.events.services import event_emit
 from apps.fleets import certs
 from apps.fleets import services as fleet_services
 from apps.fleets.models import Certificate
-from apps.fleets.selectors import lb_fleets
 
 logger = logging.getLogger(__name__)
 
@@ -266,6 +265,7 @@ class _Job:
     deployed: dict[str, str] = field(default_factory=dict)
     verified_at: float | None = None  # time.time() when every node showed the new serial
     failure: AcmeFailure | None = None
+    steps: dict[str, float] = field(default_factory=dict)  # AcmeOrder.steps
 
 
 def _live(jobs: list[_Job]) -> list[_Job]:
@@ -325,10 +325,12 @@ def _open_orders(jobs: list[_Job]) -> None:
 
     def begin(job: _Job) -> None:
         assert job.account is not None
+        started = time.monotonic()
         job.pending = client.begin(
             directory_url=job.account.directory_url, account_key_pem=job.account_key_pem,
             account_uri=job.account.uri, hostnames=list(job.managed.hostnames), kind=job.managed.challenge,
             ca_bundle=ca_bundle, contact_email=contact, timeout_s=timeout_s)
+        job.steps["order_s"] = time.monotonic() - started
 
     first: dict[int, _Job] = {}
     for job in jobs:
@@ -351,6 +353,7 @@ def _publish(jobs: list[_Job]) -> list[tuple[Any, list[Challenge]]]:
         if not group:
             continue
         challenges = [c for j in group for c in j.pending.challenges]  # type: ignore[union-attr]
+        started = time.monotonic()
         try:
             solver = _solver(kind)
             if challenges:
@@ -359,6 +362,9 @@ def _publish(jobs: list[_Job]) -> list[tuple[Any, list[Challenge]]]:
             for job in group:
                 job.failure = exc
             continue
+        finally:
+            for job in group:
+                job.steps["publish_s"] = time.monotonic() - started
         published.append((solver, challenges))
     return published
 
@@ -395,34 +401,14 @@ def _store(jobs: list[_Job]) -> None:
             lb_touch(lb_id)
 
 
-def _roll_out(certificates: list[Certificate]) -> None:
-    """Render and push, once, every fleet using one of `certificates` (inline: the handshake check comes
-    next). A fleet whose configuration only gained new certificate contents takes them through
-    `set/commit ssl cert` without a reload (delivery.hot_changes). The lb_changed signal queued the
-    same work; whichever runs second finds it done."""
-    lbs = LoadBalancer.objects.filter(listeners__certificate__in=certificates).distinct()
-    fleet_ids = sorted({f.pk for lb in lbs for f in lb_fleets(lb)})
-    if len(fleet_ids) < 2 or transaction.get_connection().in_atomic_block:
-        # Inside a transaction (a caller's, or a test's) another thread's connection would not see
-        # the certificates just stored: one fleet after the other.
-        for fleet_id in fleet_ids:
-            fleet_services.fleet_reconcile_now(fleet_id=fleet_id)
-        return
-
-    def reconcile(fleet_id: int) -> None:  # each fleet in its own thread and database connection
-        try:
-            fleet_services.fleet_reconcile_now(fleet_id=fleet_id)
-        finally:
-            connections.close_all()
-
-    with ThreadPoolExecutor(max_workers=len(fleet_ids)) as pool:
-        list(pool.map(reconcile, fleet_ids))
-
-
 def _deploy(jobs: list[_Job]) -> None:
     """Roll the batch's certificates out and prove it: a TLS handshake per node and listener shows
     each new serial."""
-    _roll_out([j.cert for j in jobs if j.cert is not None])
+    started = time.monotonic()
+    deploy.roll_out([j.cert for j in jobs if j.cert is not None])
+    rolled_out, rolled_out_at = time.monotonic(), time.time()
+    for job in jobs:
+        job.steps["roll_out_s"] = rolled_out - started
     where = deploy.endpoints_of([j.cert for j in jobs if j.cert is not None])
     checks = []
     for job in jobs:
@@ -434,6 +420,7 @@ def _deploy(jobs: list[_Job]) -> None:
     results = deploy.verify_serials(checks, DEPLOY_VERIFY_TIMEOUT_S, verified_at)
     for job, seen, at in zip(jobs, results, verified_at or [None] * len(jobs), strict=True):
         job.deployed, job.verified_at = seen, at
+        job.steps["verify_s"] = max(0.0, (at or time.time()) - rolled_out_at)
 
 
 def managed_certificates_issue(*, managed_ids: list[int], force: bool = False, now: dt.datetime | None = None,
@@ -458,6 +445,10 @@ def managed_certificates_issue(*, managed_ids: list[int], force: bool = False, n
     jobs = [_Job(managed, order, started=time.time()) for managed, order in _claim(managed_ids, force, now)]
     if not jobs:
         return []
+    claimed_at = timezone.now()
+    for job in jobs:  # from when it fell due (asked for, renew now, or its renewal time) to this claim
+        due_at = job.managed.next_attempt_at
+        job.steps["queued_s"] = max(0.0, (claimed_at - due_at).total_seconds()) if due_at else 0.0
     _prepare(jobs)
     step("claim_budget_s")
     _open_orders(_live(jobs))
@@ -466,13 +457,17 @@ def managed_certificates_issue(*, managed_ids: list[int], force: bool = False, n
     step("challenge_publish_s")
     timeout_s = float(_setting("ACME_TIMEOUT_S", 60))
     try:
-        _each(_live(jobs), lambda j: setattr(j, "issued", client.complete(j.pending, timeout_s)))  # type: ignore[arg-type]
+        _each(_live(jobs), lambda j: setattr(j, "issued", client.complete(
+            j.pending, timeout_s, timings=j.steps)))  # type: ignore[arg-type]
         step("validate_finalize_s")
     finally:
         _cleanup(published)
     step("challenge_cleanup_s")
-    _store(_live(jobs))
+    stored = _live(jobs)
+    _store(stored)
     step("store_s")
+    for job in stored:
+        job.steps["store_s"] = steps["store_s"]
     try:
         _deploy(_live(jobs))
     except Exception as exc:  # the certificates are stored; the next attempt deploys them
@@ -481,6 +476,8 @@ def managed_certificates_issue(*, managed_ids: list[int], force: bool = False, n
             job.failure = AcmeFailure("internal_error", f"Spillway failed while deploying: {exc}")
     step("deploy_verify_s")
     with transaction.atomic():  # one commit for the batch's outcomes
+        for job in jobs:
+            job.order.steps = {name: round(value, 3) for name, value in job.steps.items()}
         orders = [_finish(job) for job in jobs]
     step("finish_s")
     return orders

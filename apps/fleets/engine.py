@@ -110,6 +110,16 @@ def lease_release(fleet_id: int, owner: str) -> None:
     Fleet.objects.filter(pk=fleet_id, lease_owner=owner).update(lease_owner="", lease_until=None)
 
 
+def lease_free(fleet_id: int) -> bool:
+    """No live reconciler holds the fleet's lease: free, expired, or its holder's process is gone (what
+    lease_claim would take). One indexed read of the fleet row; touches no node."""
+    row = Fleet.objects.filter(pk=fleet_id).values_list("lease_owner", "lease_until").first()
+    if row is None:
+        return True
+    owner, until = row
+    return not owner or until is None or until < timezone.now() or _owner_gone(owner)
+
+
 # --- reconcile loop ------------------------------------------------------------------------------------
 
 

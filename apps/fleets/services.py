@@ -403,8 +403,9 @@ def member_runtime_apply(*, member_id: int) -> dict[str, str | None]:
 
 
 def fleet_reconcile_now(*, fleet_id: int) -> dict[str, Any]:
-    """Mark the fleet's desired state changed and reconcile it in this process (for a worker that must
-    see the result before going on, e.g. ACME's handshake check); a queued reconcile finds it done."""
+    """Mark the fleet's desired state changed and reconcile it in this process; a queued reconcile finds
+    it done. Returns {"busy": True} at once when another reconciler holds the lease: a caller that must
+    see its change served before going on (ACME's handshake check) uses fleets.settle.fleet_settle."""
     Fleet.objects.filter(pk=fleet_id).update(change_seq=F("change_seq") + 1)
     return fleet_reconcile(fleet_id=fleet_id)
 

@@ -107,9 +107,9 @@ def test_an_order_whose_nodes_reload_while_the_ca_validates_is_issued(
     pids = two_regions.worker_pids()
     complete = client.complete
 
-    def reload_first(pending, timeout_s):  # type: ignore[no-untyped-def]
+    def reload_first(pending, timeout_s, timings=None):  # type: ignore[no-untyped-def]
         _force_reload(two_regions)
-        return complete(pending, timeout_s)
+        return complete(pending, timeout_s, timings)
 
     monkeypatch.setattr(client, "complete", reload_first)
 

@@ -188,20 +188,24 @@ class FleetBench:
                 self.masters.append(start_local_node(node))
 
     def _start_worker(self, concurrency: int) -> None:
-        """The workers `make run` starts (runall): the default queue on a prefork pool of `concurrency`
-        processes, and the fleet reconciles on one process with as many threads."""
+        """The workers `make run` starts (runall.worker_commands): the default queue on a prefork pool of
+        `concurrency` processes, the fleet reconciles on one process with as many threads, and ACME's one slot."""
         from django.conf import settings
 
-        for name, options in (("worker", ["--queues", "celery", "--pool", "prefork"]),
-                              ("fleets-worker", ["--queues", settings.FLEET_TASKS_QUEUE, "--pool", "threads"])):
+        for name, options in (
+            ("worker", ["--queues", "celery", "--pool", "prefork", "--concurrency", str(concurrency)]),
+            ("fleets-worker", ["--queues", settings.FLEET_TASKS_QUEUE, "--pool", "threads",
+                               "--concurrency", str(concurrency)]),
+            ("acme-worker", ["--queues", "acme", "--pool", "prefork", "--concurrency", "1"]),
+        ):
             log = open(f"{self.base}/{name}.log", "wb")  # noqa: SIM115
             proc = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "controlplane", "worker", *options, "--purge",
-                 "--concurrency", str(concurrency), "--without-gossip", "--without-mingle",
+                 "--without-gossip", "--without-mingle",
                  "--loglevel", self.env["LOG_LEVEL"], "--hostname", f"bench-{name}@%h"],
                 cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT)
             self.procs.append(proc)
-        self._wait(lambda: self._workers_ready(2), 60, "celery workers")
+        self._wait(lambda: self._worker_ready(3), 60, "celery workers")
 
     def _start_beat(self) -> None:
         log = open(f"{self.base}/beat.log", "wb")  # noqa: SIM115
@@ -223,7 +227,7 @@ class FleetBench:
 
         self.masters.append(start_local_node(Node.objects.select_related("fleet__region").get(pk=node_id)))
 
-    def _workers_ready(self, count: int) -> bool:
+    def _worker_ready(self, count: int = 1) -> bool:
         from controlplane.celery import app
 
         with contextlib.suppress(Exception):
@@ -341,7 +345,7 @@ class FleetBench:
             with contextlib.suppress(Exception):
                 stop_local_node(master)
         # The web and worker logs outlive the run (a 500 from the API is explained only there).
-        for name in ("web.log", "worker.log", "fleets-worker.log"):
+        for name in ("web.log", "worker.log", "fleets-worker.log", "acme-worker.log"):
             with contextlib.suppress(OSError):
                 shutil.copy(f"{self.base}/{name}", f"/tmp/spillway-bench-{os.getpid()}-{name}")
         shutil.rmtree(self.base, ignore_errors=True)

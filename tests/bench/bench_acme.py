@@ -156,6 +156,9 @@ class ServedWatch(threading.Thread):
         self.join(10)
 
 
+STEP_ORDER = ["queued_s", "order_s", "publish_s", "authorize_s", "finalize_s", "store_s", "roll_out_s", "verify_s"]
+
+
 def pct(values: list[float], q: float) -> float:
     return percentile(values, q) if values else float("nan")
 
@@ -174,7 +177,8 @@ def main() -> None:
     parser.add_argument("--hostnames", type=int, default=100)
     parser.add_argument("--nodes", type=int, default=3, help="nodes per region (2 regions)")
     parser.add_argument("--rate", type=float, default=1.0, help="API requests per second (0: all at once)")
-    parser.add_argument("--concurrency", type=int, default=2, help="the Celery worker's --concurrency")
+    parser.add_argument("--concurrency", type=int, default=2,
+                        help="the main Celery worker's --concurrency (the acme worker has one slot)")
     parser.add_argument("--timeout", type=float, default=300.0, help="per phase, after its last request")
     args = parser.parse_args()
     wrk = shutil.which("wrk")
@@ -293,7 +297,8 @@ def run(bench: FleetBench, args: argparse.Namespace, pebble: Pebble, addresses: 
     print(f"{len(names)} hostnames (claims approved and placeholders uploaded through the API), {len(every)} "
           f"nodes ({len(listeners)} https listeners on each); API requests "
           + (f"{args.rate:g}/s" if args.rate else "all at once")
-          + f"; Celery worker --concurrency {args.concurrency}; load {os.getloadavg()[0]:.1f}", flush=True)
+          + f"; Celery workers: celery --concurrency {args.concurrency}, acme 1; load {os.getloadavg()[0]:.1f}",
+          flush=True)
     api_errors: list[str] = []
     managed_ids: dict[int, int] = {}
     phases: dict[str, list[float]] = {}
@@ -360,13 +365,21 @@ def run(bench: FleetBench, args: argparse.Namespace, pebble: Pebble, addresses: 
         by_managed.setdefault(order.managed_id, []).append(order)
     for n, phase in enumerate(("issue", "rotate")):
         queued, took = [], []
+        steps: dict[str, list[float]] = {}
         for i, managed_id in managed_ids.items():
             mine = by_managed.get(managed_id, [])
             if len(mine) > n and i in requested[phase]:
                 queued.append(mine[n].started_at.timestamp() - requested[phase][i])
                 took.append(mine[n].duration_s or 0.0)
+                for name, value in (mine[n].steps or {}).items():
+                    steps.setdefault(name, []).append(value)
         print(f"{phase}: queued p50 {pct(queued, 50):.2f} s p99 {pct(queued, 99):.2f} s; order (claim to the "
               f"product's handshake proof) p50 {pct(took, 50):.2f} s p99 {pct(took, 99):.2f} s")
+        # The order's own steps (AcmeOrder.steps): where a certificate's time goes, p50/p99 in seconds.
+        print(f"{phase} steps p50/p99 s: " + ", ".join(
+            f"{name.removesuffix('_s')} {pct(values, 50):.2f}/{pct(values, 99):.2f}"
+            for name, values in sorted(steps.items(), key=lambda kv: STEP_ORDER.index(kv[0])
+                                       if kv[0] in STEP_ORDER else len(STEP_ORDER))))
     print(f"orders: {orders.count()} ({orders.filter(status='valid').count()} valid, "
           f"{orders.filter(status='failed').count()} failed) in about {batches} batches; rollouts: "
           f"{rollouts.count()}; reloads {reloads}; worker PIDs changed on {changed_pids}/{len(pids_before)} nodes")

@@ -1,4 +1,4 @@
-"""Run web, Celery worker and beat together (what `make run` starts), until Ctrl-C."""
+"""Run web, Celery workers and beat together (what `make run` starts), until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from apps.core.shutdown import stop_on_signals
 
 
 class Command(BaseCommand):
-    help = "Start web (gunicorn), a Celery worker, beat and the enforcer; stop them all on Ctrl-C."
+    help = "Start web (gunicorn), the Celery workers, beat and the enforcer; stop them all on Ctrl-C."
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--bind", default="127.0.0.1:8000")
@@ -42,21 +42,13 @@ class Command(BaseCommand):
                              daemon=True).start()
             procs.append((name, proc))
 
-        # One worker first, then beat: two processes creating the embedded broker's
+        # One worker first, then the others and beat: two processes creating the embedded broker's
         # tables in the same instant can race (measured), so stagger them.
-        spawn("worker", [py, "-m", "celery", "-A", "controlplane", "worker", "--loglevel", "INFO",
-                         "--concurrency", "2", "--queues", "celery"])
-        time.sleep(3)
-        # Event webhook deliveries (the "events" queue): threads, as a delivery mostly waits on I/O. SQLite
-        # takes one writer at a time, so few threads there.
         sqlite = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
-        spawn("events-worker", [py, "-m", "celery", "-A", "controlplane", "worker", "--loglevel", "INFO",
-                                "--queues", "events", "--pool", "threads", "--concurrency", "2" if sqlite else "8",
-                                "--hostname", "events@%h"])
-        # Fleet reconciles: one process, so every fleet's route lane stays in it (settings.FLEET_TASKS_QUEUE).
-        spawn("fleets-worker", [py, "-m", "celery", "-A", "controlplane", "worker", "--loglevel", "INFO",
-                                "--queues", settings.FLEET_TASKS_QUEUE, "--pool", "threads",
-                                "--concurrency", "2" if sqlite else "4", "--hostname", "fleets@%h"])
+        for i, (name, cmd) in enumerate(worker_commands(py, sqlite=sqlite)):
+            spawn(name, cmd)
+            if i == 0:
+                time.sleep(3)
         spawn("beat", [py, "-m", "celery", "-A", "controlplane", "beat", "--loglevel", "INFO"])
         # Overflow shares follow ingress within ~0.5 s (beat's enforce_task, every 1 s, is its fallback).
         spawn("enforcer", [py, str(Path(settings.BASE_DIR) / "manage.py"), "enforcer"])
@@ -67,8 +59,7 @@ class Command(BaseCommand):
                 self.stdout.write(message)
         spawn("web", webserver.gunicorn_command(opts["bind"]))
         self.stdout.write(self.style.SUCCESS(f"Spillway on http://{opts['bind']}/  (API docs: /api/v1/docs/)"))
-        self.stdout.write(f"logs: {log_dir}/<process>.log, e.g. web.log, worker.log, fleets-worker.log "
-                          "(the console shows warnings, errors and events)")
+        self.stdout.write(f"logs: {log_dir}/<process>.log (the console shows warnings, errors and events)")
         self.stdout.write(f"database: {settings.DATABASES['default']['ENGINE']}, broker: {settings.CELERY_BROKER_URL}")
 
         stopping = stop_on_signals()
@@ -114,6 +105,28 @@ class Command(BaseCommand):
         if busy:
             raise CommandError("cannot start the demo fleet, its addresses are taken:\n  " + "\n  ".join(busy)
                                + "\nStop those processes (by pid) and run `make run` again.")
+
+
+def worker_commands(py: str, *, sqlite: bool) -> list[tuple[str, list[str]]]:
+    """The Celery workers of `make run`, one per queue (settings.CELERY_TASK_ROUTES), as (log name, command).
+
+    - `celery`: health, jobs, capacity runs, member changes (processes: CPU-bound work).
+    - `events`: event webhook deliveries, threads, as a delivery mostly waits on I/O. SQLite takes one
+      writer at a time, so few threads there.
+    - `fleets`: fleet reconciles (render, then roll out), ONE process with threads: each fleet's route lane
+      lives in the process that last rendered it (settings.FLEET_TASKS_QUEUE).
+    - `acme`: certificate orders and their deployment, one slot: a task orders every due certificate
+      together, so a request never waits behind fleet work nor fleet work behind a batch of orders.
+    """
+    celery = [py, "-m", "celery", "-A", "controlplane", "worker", "--loglevel", "INFO"]
+    return [
+        ("worker", [*celery, "--concurrency", "2", "--queues", "celery"]),
+        ("fleets-worker", [*celery, "--queues", settings.FLEET_TASKS_QUEUE, "--pool", "threads",
+                           "--concurrency", "2" if sqlite else "4", "--hostname", "fleets@%h"]),
+        ("events-worker", [*celery, "--queues", "events", "--pool", "threads",
+                           "--concurrency", "2" if sqlite else "8", "--hostname", "events@%h"]),
+        ("acme-worker", [*celery, "--queues", "acme", "--concurrency", "1", "--hostname", "acme@%h"]),
+    ]
 
 
 # Lines worth a person's attention on the console (warnings, errors, one line per event, a fleet
