@@ -227,10 +227,18 @@ def _hot_apply(transport: FileSetTransport, plan: NodePlan, changes: HotChanges,
     serves it.
 
     False means "reload instead" (the reason is in outcome.steps): the files may be pushed already,
-    and a reload loads the same files, so falling back is always safe.
+    and a reload loads the same files, so falling back is always safe. A certificate the worker did not
+    take was aborted (`abort ssl cert`): the old one serves until that reload.
+
+    A certificate-only change (a renewal: no map moved) is proven by `show ssl cert` reporting each new
+    serial, without the listener probes and `show stat` of verify(): haproxy.cfg is last_good's and the
+    worker is the one that was verified serving it (same PID, no failed reload: apply_node checks both
+    before coming here), so its listeners and proxies are those already verified, and a certificate swap
+    cannot change them. The push still comes first, so the next reload loads the new certificates.
     """
     if not _push(transport, plan.bundle, outcome):
         return True
+    certificates_only = bool(changes.certs) and not changes.maps
     try:
         stats = transport.stats()
         old_maps = plan.last_good.facts.maps if plan.last_good is not None else {}
@@ -249,10 +257,10 @@ def _hot_apply(transport: FileSetTransport, plan: NodePlan, changes: HotChanges,
             if sorted(live) != sorted(entries):
                 raise RuntimeApiError(f"show map {name}", f"{len(live)} live entries, {len(entries)} expected")
         for name, pem in changes.certs.items():
-            serial = stats.set_ssl_cert(name, pem)
+            serial = stats.set_ssl_cert(name, pem)  # set, commit, then `show ssl cert` reads the serial back
             if int(serial, 16) != int(pem_serial(pem), 16):
                 raise RuntimeApiError(f"show ssl cert {name}", f"serial {serial}, expected {pem_serial(pem)}")
-        problem = verify(transport, plan.bundle, plan.conn.address)
+        problem = None if certificates_only else verify(transport, plan.bundle, plan.conn.address)
     except NODE_ERRORS as exc:
         outcome.steps.append(f"runtime update failed ({exc}): reloading instead")
         return False
