@@ -148,6 +148,23 @@ def test_what_the_lane_cannot_prove_goes_through_the_full_render(fleet3: LocalFl
     nodes_serve_a_full_render(fleet3)
 
 
+def test_a_listeners_first_route_goes_through_the_full_render(fleet3: LocalFleet, caplog) -> None:
+    """A listener that had no routes has no routes map in its render: its first route changes haproxy.cfg
+    (the map lookups appear), so the lane declines it, and the change is served (it failed the reconcile
+    with a KeyError before, and the change waited for the next converge)."""
+    rolled_out(fleet3)  # the listener serves its default pool only
+    save_route(fleet3, Route(), hosts=["a.example.com"], path="/r", priority=10,
+               redirect_url="https://elsewhere.example/")
+    revision = lane_rollout(fleet3)
+    assert revision.base_id is None and "Configuration file is valid" in revision.validation_output
+    assert "route lane declined" in caplog.text and "route lane failed" not in caplog.text
+    assert {fleet3.get(n, "/r/x", host="a.example.com")[0] for n in fleet3.nodes} == {302}
+    save_route(fleet3, Route(), hosts=["a.example.com"], path="/s", priority=11,
+               redirect_url="https://elsewhere.example/s")
+    assert lane_rollout(fleet3).base_id is not None  # from then on, the lane
+    nodes_serve_a_full_render(fleet3)
+
+
 def rolled_out_after_other_change(local: LocalFleet) -> ConfigRevision:
     reconcile(local.fleet)  # change_seq only, as every other change records it
     return ConfigRevision.objects.filter(fleet=local.fleet).order_by("-number").first()
