@@ -281,17 +281,18 @@ CELERY_RESULT_BACKEND = None
 # together, and a second slot on a 2-core host was measured slower (CPU contention with the rollouts),
 # tests/bench/bench_acme.py.
 #
-# Fleet reconciles (render, then roll out) have theirs too, served by ONE worker process with threads
-# (`-Q fleets --pool threads`): the route lane (apps.fleets.routelane) keeps each fleet's last render in
-# the process that made it, and a fleet's reconciles landing on alternate processes of a prefork pool
-# rendered all 100k routes again each time (17-21 s under load in bench-scale, instead of ~60 ms).
-FLEET_TASKS_QUEUE = "fleets"
-CELERY_TASK_ROUTES = {
-    "events.*": {"queue": "events"},
-    "acme.*": {"queue": "acme"},
-    **{name: {"queue": FLEET_TASKS_QUEUE}
-       for name in ("fleets.reconcile_task", "fleets.converge_task", "fleets.render_task")},
-}
+# Fleet reconciles (render, then roll out) go to one of FLEET_WORKER_SHARDS queues by fleet id (`fleets.0`,
+# `fleets.1`, ...: apps.fleets.queues), each served by ONE worker process (runall): the route lane
+# (apps.fleets.routelane) keeps each fleet's last render in the process that made it. On one prefork pool a
+# fleet's reconciles landed on either process, and each landing on the other one rendered all 100k routes
+# again (17-21 s under load in bench-scale, instead of ~60 ms); all fleets in one process shared its
+# interpreter lock (two fleets' lane steps 100-120 ms instead of 50-60 ms).
+FLEET_WORKER_SHARDS = envint("FLEET_WORKER_SHARDS", 2, minimum=1)
+FLEET_QUEUES = [f"fleets.{shard}" for shard in range(FLEET_WORKER_SHARDS)]
+CELERY_TASK_ROUTES = (
+    "apps.fleets.queues.route_task",
+    {"events.*": {"queue": "events"}, "acme.*": {"queue": "acme"}},
+)
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_SERIALIZER = "json"

@@ -152,7 +152,9 @@ def celery_worker_factory(tmp_path) -> Iterator[Callable[..., subprocess.Popen]]
                "--without-mingle", "--loglevel", "INFO"]
         # Default: every queue (the default one, the fleet reconciles', the event deliveries' and ACME's), so
         # one worker does what `make run`'s workers do together.
-        cmd += ["--queues", queues or "celery,fleets,events,acme"]
+        from django.conf import settings
+
+        cmd += ["--queues", queues or ",".join(["celery", *settings.FLEET_QUEUES, "events", "acme"])]
         log = open(tmp_path / f"celery-{name}.log", "wb")  # noqa: SIM115 (closed by the OS at exit)
         proc = subprocess.Popen(cmd, cwd=REPO, env=process_env(**env), stdout=log, stderr=subprocess.STDOUT)
         procs.append(proc)

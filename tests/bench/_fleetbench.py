@@ -189,15 +189,16 @@ class FleetBench:
 
     def _start_worker(self, concurrency: int) -> None:
         """The workers `make run` starts (runall.worker_commands): the default queue on a prefork pool of
-        `concurrency` processes, the fleet reconciles on one process with as many threads, and ACME's one slot."""
+        `concurrency` processes, one process per fleet shard queue, and ACME's one slot."""
         from django.conf import settings
 
-        for name, options in (
+        workers = [
             ("worker", ["--queues", "celery", "--pool", "prefork", "--concurrency", str(concurrency)]),
-            ("fleets-worker", ["--queues", settings.FLEET_TASKS_QUEUE, "--pool", "threads",
-                               "--concurrency", str(concurrency)]),
+            *((f"fleets-worker-{shard}", ["--queues", queue, "--pool", "threads", "--concurrency", "2"])
+              for shard, queue in enumerate(settings.FLEET_QUEUES)),
             ("acme-worker", ["--queues", "acme", "--pool", "prefork", "--concurrency", "1"]),
-        ):
+        ]
+        for name, options in workers:
             log = open(f"{self.base}/{name}.log", "wb")  # noqa: SIM115
             proc = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "controlplane", "worker", *options, "--purge",
@@ -205,7 +206,7 @@ class FleetBench:
                  "--loglevel", self.env["LOG_LEVEL"], "--hostname", f"bench-{name}@%h"],
                 cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT)
             self.procs.append(proc)
-        self._wait(lambda: self._worker_ready(3), 60, "celery workers")
+        self._wait(lambda: self._worker_ready(len(workers)), 60, "celery workers")
 
     def _start_beat(self) -> None:
         log = open(f"{self.base}/beat.log", "wb")  # noqa: SIM115
@@ -345,7 +346,7 @@ class FleetBench:
             with contextlib.suppress(Exception):
                 stop_local_node(master)
         # The web and worker logs outlive the run (a 500 from the API is explained only there).
-        for name in ("web.log", "worker.log", "fleets-worker.log", "acme-worker.log"):
+        for name in ("web.log", "worker.log", "fleets-worker-0.log", "fleets-worker-1.log", "acme-worker.log"):
             with contextlib.suppress(OSError):
                 shutil.copy(f"{self.base}/{name}", f"/tmp/spillway-bench-{os.getpid()}-{name}")
         shutil.rmtree(self.base, ignore_errors=True)

@@ -107,19 +107,28 @@ def test_a_running_make_run_is_named_with_the_pid_to_stop() -> None:
 
 
 def test_make_run_starts_one_worker_per_queue_and_acme_has_one_slot() -> None:
-    """Every queue settings.CELERY_TASK_ROUTES names (and the default one) has a worker of its own: ACME
-    orders never wait behind fleet work; one slot, as a task orders every due certificate together. The fleet
-    reconciles run in one process (threads), where every fleet's route lane lives."""
+    """Every queue a task can be routed to (and the default one) has a worker of its own: ACME orders never
+    wait behind fleet work; one slot, as a task orders every due certificate together. Each fleet shard's
+    queue has exactly one process (its fleets' route lanes live there), and every fleet has a shard."""
     from django.conf import settings
 
     from apps.core.management.commands.runall import worker_commands
+    from apps.fleets.queues import fleet_queue
+    from controlplane.celery import app as celery_app
 
     commands = dict(worker_commands("python", sqlite=False))
     queues = {cmd[cmd.index("--queues") + 1]: cmd for cmd in commands.values()}
-    routed = {route["queue"] for route in settings.CELERY_TASK_ROUTES.values()}
-    assert set(queues) == {"celery", *routed} == {"celery", "fleets", "events", "acme"}
+    assert len(queues) == len(commands)  # one worker per queue
+    route = celery_app.amqp.router.route
+    routed = {route({}, name, args=(fleet_id,))["queue"].name
+              for name in ("fleets.reconcile_task", "fleets.render_task") for fleet_id in range(1, 9)}
+    routed |= {route({}, name)["queue"].name for name in ("events.deliver_task", "acme.renew_due_task",
+                                                          "fleets.converge_task", "scheduling.run_job_task")}
+    assert routed == set(queues) == {"celery", "events", "acme", *settings.FLEET_QUEUES}
+    assert len(settings.FLEET_QUEUES) >= 2 and {fleet_queue(i) for i in range(1, 9)} == set(settings.FLEET_QUEUES)
     acme = queues["acme"]
     assert acme[acme.index("--concurrency") + 1] == "1"
-    fleets = queues["fleets"]
-    assert fleets[fleets.index("--pool") + 1] == "threads"
-    assert len({cmd[cmd.index("--hostname") + 1] for cmd in queues.values() if "--hostname" in cmd}) == 3
+    for queue in settings.FLEET_QUEUES:
+        assert queues[queue][queues[queue].index("--pool") + 1] == "threads"  # one process
+    hostnames = [cmd[cmd.index("--hostname") + 1] for cmd in queues.values() if "--hostname" in cmd]
+    assert len(hostnames) == len(set(hostnames)) == len(queues) - 1

@@ -194,12 +194,12 @@ def test_a_hostile_route_that_bypassed_the_api_never_reaches_a_node_through_the_
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_fleets_worker_keeps_each_fleets_lane_whichever_thread_reconciles(
+def test_each_fleets_reconciles_reach_the_process_holding_its_lane(
     fleet3: LocalFleet, tiny_backend, celery_worker_factory, settings
 ) -> None:
-    """As `make run` runs reconciles (runall): the fleets queue on one worker process with threads. Its first
-    reconcile of a fleet renders in full (the process has no lane yet); every later one takes the lane,
-    whichever thread runs it. Two fleets change together, as when an LB is served in two regions: on a prefork
+    """As `make run` runs reconciles (runall): a fleet's reconciles go to its shard's queue, served by one worker
+    process. Its first reconcile of a fleet renders in full (the process has no lane yet); every later one
+    takes the lane. Two fleets change together, as when an LB is served in two regions: on a prefork
     pool of 2 processes their reconciles land on either process, and each one landing on the other process
     rendered every route again (17-21 s at 100k routes in bench-scale)."""
     old = tiny_backend("old-b")
@@ -213,7 +213,8 @@ def test_the_fleets_worker_keeps_each_fleets_lane_whichever_thread_reconciles(
                        targets=[{"pool": pools[local.lb.pk], "weight": 100}])
         # In this process: the worker has no lane for either fleet yet.
         first = {local.fleet.pk: rolled_out(local).revision.number for local in (fleet3, other)}
-        celery_worker_factory(name="fleets", queues=settings.FLEET_TASKS_QUEUE, pool="threads", concurrency=2)
+        for shard, queue in enumerate(settings.FLEET_QUEUES):  # as runall starts them: a process per shard
+            celery_worker_factory(name=f"fleets{shard}", queues=queue, pool="threads", concurrency=2)
         for i in range(12):
             # Through the services, as the API writes: each commit records the change and queues a reconcile.
             # Changes keep coming while reconciles run, so a free thread (or process) takes whichever is next.

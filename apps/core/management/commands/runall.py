@@ -113,16 +113,19 @@ def worker_commands(py: str, *, sqlite: bool) -> list[tuple[str, list[str]]]:
     - `celery`: health, jobs, capacity runs, member changes (processes: CPU-bound work).
     - `events`: event webhook deliveries, threads, as a delivery mostly waits on I/O. SQLite takes one
       writer at a time, so few threads there.
-    - `fleets`: fleet reconciles (render, then roll out), ONE process with threads: each fleet's route lane
-      lives in the process that last rendered it (settings.FLEET_TASKS_QUEUE).
+    - `fleets.0`, `fleets.1`, ...: fleet reconciles (render, then roll out) by fleet id, ONE process each
+      (threads, for fleets sharing a shard): each fleet's route lane lives in the process that last
+      rendered it (apps.fleets.queues).
     - `acme`: certificate orders and their deployment, one slot: a task orders every due certificate
       together, so a request never waits behind fleet work nor fleet work behind a batch of orders.
     """
     celery = [py, "-m", "celery", "-A", "controlplane", "worker", "--loglevel", "INFO"]
+    fleets = [(f"fleets-worker-{shard}", [*celery, "--queues", queue, "--pool", "threads", "--concurrency",
+                                          "2", "--hostname", f"fleets{shard}@%h"])
+              for shard, queue in enumerate(settings.FLEET_QUEUES)]
     return [
         ("worker", [*celery, "--concurrency", "2", "--queues", "celery"]),
-        ("fleets-worker", [*celery, "--queues", settings.FLEET_TASKS_QUEUE, "--pool", "threads",
-                           "--concurrency", "2" if sqlite else "4", "--hostname", "fleets@%h"]),
+        *fleets,
         ("events-worker", [*celery, "--queues", "events", "--pool", "threads",
                            "--concurrency", "2" if sqlite else "8", "--hostname", "events@%h"]),
         ("acme-worker", [*celery, "--queues", "acme", "--concurrency", "1", "--hostname", "acme@%h"]),
