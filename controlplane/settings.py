@@ -277,10 +277,21 @@ CELERY_RESULT_BACKEND = None
 #
 # ACME issuance and deployment (apps.acme.tasks) have their own queue and a one-slot worker (`celery worker
 # -Q acme --concurrency 1`, started by runall): a certificate asked for does not wait behind fleet render/push
-# work on the default queue, nor does that work wait behind a batch of orders. One slot: a task orders every
-# due certificate together, and a second slot on a 2-core host was measured slower (CPU contention with the
-# rollouts), tests/bench/bench_acme.py.
-CELERY_TASK_ROUTES = {"events.*": {"queue": "events"}, "acme.*": {"queue": "acme"}}
+# work, nor does that work wait behind a batch of orders. One slot: a task orders every due certificate
+# together, and a second slot on a 2-core host was measured slower (CPU contention with the rollouts),
+# tests/bench/bench_acme.py.
+#
+# Fleet reconciles (render, then roll out) have theirs too, served by ONE worker process with threads
+# (`-Q fleets --pool threads`): the route lane (apps.fleets.routelane) keeps each fleet's last render in
+# the process that made it, and a fleet's reconciles landing on alternate processes of a prefork pool
+# rendered all 100k routes again each time (17-21 s under load in bench-scale, instead of ~60 ms).
+FLEET_TASKS_QUEUE = "fleets"
+CELERY_TASK_ROUTES = {
+    "events.*": {"queue": "events"},
+    "acme.*": {"queue": "acme"},
+    **{name: {"queue": FLEET_TASKS_QUEUE}
+       for name in ("fleets.reconcile_task", "fleets.converge_task", "fleets.render_task")},
+}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_SERIALIZER = "json"

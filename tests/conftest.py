@@ -145,13 +145,14 @@ def celery_worker_factory(tmp_path) -> Iterator[Callable[..., subprocess.Popen]]
 
     celery_app.control.purge()
 
-    def start(name: str = "w1", concurrency: int = 1, queues: str | None = None, **env: str) -> subprocess.Popen:
-        cmd = [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--pool", "prefork",
+    def start(name: str = "w1", concurrency: int = 1, queues: str | None = None, pool: str = "prefork",
+              **env: str) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--pool", pool,
                "--concurrency", str(concurrency), "--hostname", f"{name}@%h", "--without-gossip",
                "--without-mingle", "--loglevel", "INFO"]
-        # Default: every queue (the default one, the event deliveries' and ACME's), so one worker does what
-        # `make run`'s workers do together.
-        cmd += ["--queues", queues or "celery,events,acme"]
+        # Default: every queue (the default one, the fleet reconciles', the event deliveries' and ACME's), so
+        # one worker does what `make run`'s workers do together.
+        cmd += ["--queues", queues or "celery,fleets,events,acme"]
         log = open(tmp_path / f"celery-{name}.log", "wb")  # noqa: SIM115 (closed by the OS at exit)
         proc = subprocess.Popen(cmd, cwd=REPO, env=process_env(**env), stdout=log, stderr=subprocess.STDOUT)
         procs.append(proc)

@@ -27,3 +27,15 @@ def covers(claim: str, host: str) -> bool:
 def overlaps(a: str, b: str) -> bool:
     """Two claims overlap when some hostname would be covered by both."""
     return covers(a, b) or covers(b, a)
+
+
+def related(host: str) -> tuple[set[str], str | None]:
+    """Which claims can cover or overlap `host`, so a check reads those rows instead of every claim: the
+    names that would cover it (itself and `*.` + each shorter suffix), and for a wildcard the suffix every
+    name it covers ends with (`*.shop.test` -> ".shop.test"). overlaps(claim, host) implies that the claim
+    is one of those names or ends with that suffix (tests/balancers/test_hostnames.py holds it to that)."""
+    host = normalize(host)
+    bare = host[2:] if host.startswith("*.") else host
+    labels = bare.split(".")
+    names = {host, *("*." + ".".join(labels[i:]) for i in range(1, len(labels)))}
+    return names, (host[1:] if host.startswith("*.") else None)

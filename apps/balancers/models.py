@@ -358,6 +358,8 @@ class HostnameClaim(models.Model):
             models.UniqueConstraint(fields=["hostname"], condition=Q(status="approved"),
                                     name="claim_unique_approved_hostname"),
         ]
+        # A route write reads the claims that may cover its hosts by name (services._claims_related).
+        indexes = [models.Index(fields=["hostname"], name="claim_hostname")]
         ordering = ["hostname"]
 
     def __str__(self) -> str:

@@ -10,8 +10,7 @@ logger = logging.getLogger(__name__)
 
 
 def on_lb_changed(sender, lb_id: int, revision: int, routes_only: bool = False, **kwargs) -> None:
-    for fleet_id in selectors.fleet_ids_for_lb(lb_id):
-        services.fleet_change_record(fleet=fleet_id, routes_only=routes_only)
+    services.fleets_change_record(fleet_ids=selectors.fleet_ids_for_lb(lb_id), routes_only=routes_only)
 
 
 def on_member_runtime_changed(sender, member_id: int, **kwargs) -> None:

@@ -155,8 +155,11 @@ def lane_render(*, fleet: Fleet, reason: str) -> ConfigRevision | None:
     try:
         revision = _apply(fleet, lane, latest, lbs, lb_revisions, changed, reason, marks)
     except Exception:
-        forget(fleet.pk)  # its listeners may be half-changed: never reuse it
-        raise
+        # A lane bug must not hold the change back: the full render reads the database and is the
+        # reference the lane is tested against. The state may be half-changed: never reuse it.
+        logger.exception("fleet %s: route lane failed; rendering in full", fleet.name)
+        forget(fleet.pk)
+        return None
     if revision is None:
         forget(fleet.pk)
         return None
@@ -201,6 +204,12 @@ def _apply(fleet: Fleet, lane: _Lane, latest: ConfigRevision, lbs: dict[int, str
             return None
         updates += moved
     marks["apply"] = time.monotonic()
+    absent = sorted(u.name for u in updates if u.name not in lane.bundle.files)
+    if absent:
+        # A listener's first routes (or a map its render left out): haproxy.cfg changes too, so full render.
+        logger.info("fleet %s: route lane declined (no %s in the base); rendering in full", fleet.name,
+                    ", ".join(absent))
+        return None
     number = latest.number + 1
     bundle = patch_maps(lane.bundle, fleet=fleet.name, revision=number, node_name=selectors.reference_node(fleet).name,
                         maps=updates) if updates else lane.bundle

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -263,26 +263,47 @@ def request_reconcile(fleet_id: int) -> bool:
     return bool(queued)
 
 
-def fleet_change_record(*, fleet: Fleet | int, force: bool = False, routes_only: bool = False) -> bool:
-    """Record that the fleet's desired state changed, and queue a reconcile (render, then roll out what
-    changed) unless one is queued already; coalesced with changes close to this one. `routes_only`: the
-    change only touched journaled routes (balancers.lb_touch), which the route lane applies without a
-    full render.
-
-    A fleet with `auto_rollout` off only notes the change; it rolls out when someone pushes
-    (`force=True`: the fleet page's and the LB preview's "push" buttons). True when queued.
-    """
-    fleet_id = fleet if isinstance(fleet, int) else fleet.pk
+def _change_seq_bump(fleet_ids: list[int], routes_only: bool) -> None:
     bump: dict[str, Any] = {"change_seq": F("change_seq") + 1}
     if routes_only:
         bump["route_seq"] = F("route_seq") + 1
-    Fleet.objects.filter(pk=fleet_id).update(**bump)
+    Fleet.objects.filter(pk__in=fleet_ids).update(**bump)
+
+
+def fleets_change_record(*, fleet_ids: list[int], routes_only: bool = False) -> list[int]:
+    """Record that these fleets' desired state changed, and queue a reconcile (render, then roll out what
+    changed) for each that has none queued; coalesced with changes close to this one. `routes_only`: the
+    change only touched journaled routes (balancers.lb_touch), which the route lane applies without a
+    full render. A fleet with `auto_rollout` off only notes the change; it rolls out when someone pushes.
+
+    Two UPDATEs whatever the fleet count (one fleet at a time took three queries each: a route write's
+    share of the API's time at 1,000 route changes a minute). Returns the ids queued.
+    """
+    if not fleet_ids:
+        return []
+    _change_seq_bump(fleet_ids, routes_only)
+    # One round trip that tells which fleets this call queued (the ORM's update() returns no rows);
+    # RETURNING: PostgreSQL and SQLite >= 3.35.
+    marks = ", ".join(["%s"] * len(fleet_ids))
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {Fleet._meta.db_table} SET reconcile_queued = %s WHERE id IN ({marks}) "  # noqa: S608
+                       "AND auto_rollout AND NOT reconcile_queued RETURNING id", [True, *fleet_ids])
+        queued = sorted(row[0] for row in cursor.fetchall())
+    from apps.fleets.tasks import reconcile_task
+
+    for fleet_id in queued:
+        reconcile_task.apply_async((fleet_id,), countdown=DEBOUNCE_S or None)
+    return queued
+
+
+def fleet_change_record(*, fleet: Fleet | int, force: bool = False, routes_only: bool = False) -> bool:
+    """fleets_change_record for one fleet; `force=True` (the fleet page's and the LB preview's "push"
+    buttons) renders and rolls out now, auto_rollout or not. True when queued or pushed."""
+    fleet_id = fleet if isinstance(fleet, int) else fleet.pk
     if force:
+        _change_seq_bump([fleet_id], routes_only)
         return fleet_push(fleet=Fleet.objects.get(pk=fleet_id)) is not None
-    if not Fleet.objects.filter(pk=fleet_id, auto_rollout=True).exists():
-        return False
-    request_reconcile(fleet_id)
-    return True
+    return bool(fleets_change_record(fleet_ids=[fleet_id], routes_only=routes_only))
 
 
 def fleet_capacity_follow() -> list[int]:
@@ -295,8 +316,7 @@ def fleet_capacity_follow() -> list[int]:
     """
     changed = capacity_record()
     for lb_id in changed:
-        for fleet_id in selectors.fleet_ids_for_lb(lb_id):
-            fleet_change_record(fleet=fleet_id)
+        fleets_change_record(fleet_ids=selectors.fleet_ids_for_lb(lb_id))
     return changed
 
 

@@ -24,12 +24,13 @@ from tests.netutil import free_port_on
 pytestmark = [pytest.mark.haproxy, pytest.mark.slow]
 
 
-def test_acme_tasks_are_routed_to_the_acme_queue_and_fleet_tasks_stay_on_celery() -> None:
+def test_acme_tasks_are_routed_to_the_acme_queue_and_fleet_tasks_to_theirs() -> None:
     route = celery_app.amqp.router.route
     for name in ("acme.issue_certificate_task", "acme.issue_certificates_task", "acme.renew_due_task"):
         assert route({}, name)["queue"].name == "acme", name
-    for name in ("fleets.reconcile_task", "fleets.render_task", "scheduling.run_job_task"):
-        assert route({}, name)["queue"].name == "celery", name
+    for name in ("fleets.reconcile_task", "fleets.render_task", "fleets.converge_task"):
+        assert route({}, name)["queue"].name == "fleets", name
+    assert route({}, "scheduling.run_job_task")["queue"].name == "celery"
 
 
 @pytest.mark.django_db(transaction=True)

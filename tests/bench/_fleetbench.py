@@ -188,17 +188,24 @@ class FleetBench:
                 self.masters.append(start_local_node(node))
 
     def _start_worker(self, concurrency: int) -> None:
-        """The main worker (`celery` queue, `concurrency` processes) and the ACME worker (`acme` queue, one
-        slot), as `make run` starts them (runall.worker_commands)."""
-        for name, queue, slots in (("worker", "celery", concurrency), ("acme-worker", "acme", 1)):
+        """The workers `make run` starts (runall.worker_commands): the default queue on a prefork pool of
+        `concurrency` processes, the fleet reconciles on one process with as many threads, and ACME's one slot."""
+        from django.conf import settings
+
+        for name, options in (
+            ("worker", ["--queues", "celery", "--pool", "prefork", "--concurrency", str(concurrency)]),
+            ("fleets-worker", ["--queues", settings.FLEET_TASKS_QUEUE, "--pool", "threads",
+                               "--concurrency", str(concurrency)]),
+            ("acme-worker", ["--queues", "acme", "--pool", "prefork", "--concurrency", "1"]),
+        ):
             log = open(f"{self.base}/{name}.log", "wb")  # noqa: SIM115
             proc = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--pool", "prefork",
-                 "--queues", queue, "--concurrency", str(slots), "--without-gossip", "--without-mingle", "--purge",
-                 "--loglevel", self.env["LOG_LEVEL"], "--hostname", f"bench-{queue}@%h"],
+                [sys.executable, "-m", "celery", "-A", "controlplane", "worker", *options, "--purge",
+                 "--without-gossip", "--without-mingle",
+                 "--loglevel", self.env["LOG_LEVEL"], "--hostname", f"bench-{name}@%h"],
                 cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT)
             self.procs.append(proc)
-        self._wait(lambda: self._worker_ready(2), 60, "celery workers")
+        self._wait(lambda: self._worker_ready(3), 60, "celery workers")
 
     def _start_beat(self) -> None:
         log = open(f"{self.base}/beat.log", "wb")  # noqa: SIM115
@@ -338,7 +345,7 @@ class FleetBench:
             with contextlib.suppress(Exception):
                 stop_local_node(master)
         # The web and worker logs outlive the run (a 500 from the API is explained only there).
-        for name in ("web.log", "worker.log", "acme-worker.log"):
+        for name in ("web.log", "worker.log", "fleets-worker.log", "acme-worker.log"):
             with contextlib.suppress(OSError):
                 shutil.copy(f"{self.base}/{name}", f"/tmp/spillway-bench-{os.getpid()}-{name}")
         shutil.rmtree(self.base, ignore_errors=True)

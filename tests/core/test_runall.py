@@ -108,7 +108,8 @@ def test_a_running_make_run_is_named_with_the_pid_to_stop() -> None:
 
 def test_make_run_starts_one_worker_per_queue_and_acme_has_one_slot() -> None:
     """Every queue settings.CELERY_TASK_ROUTES names (and the default one) has a worker of its own: ACME
-    orders never wait behind fleet work; one slot, as a task orders every due certificate together."""
+    orders never wait behind fleet work; one slot, as a task orders every due certificate together. The fleet
+    reconciles run in one process (threads), where every fleet's route lane lives."""
     from django.conf import settings
 
     from apps.core.management.commands.runall import worker_commands
@@ -116,7 +117,9 @@ def test_make_run_starts_one_worker_per_queue_and_acme_has_one_slot() -> None:
     commands = dict(worker_commands("python", sqlite=False))
     queues = {cmd[cmd.index("--queues") + 1]: cmd for cmd in commands.values()}
     routed = {route["queue"] for route in settings.CELERY_TASK_ROUTES.values()}
-    assert set(queues) == {"celery", *routed} == {"celery", "events", "acme"}
+    assert set(queues) == {"celery", *routed} == {"celery", "fleets", "events", "acme"}
     acme = queues["acme"]
     assert acme[acme.index("--concurrency") + 1] == "1"
-    assert len({cmd[cmd.index("--hostname") + 1] for cmd in queues.values() if "--hostname" in cmd}) == 2
+    fleets = queues["fleets"]
+    assert fleets[fleets.index("--pool") + 1] == "threads"
+    assert len({cmd[cmd.index("--hostname") + 1] for cmd in queues.values() if "--hostname" in cmd}) == 3

@@ -139,3 +139,65 @@ def test_a_principal_beyond_its_share_of_waits_gets_the_state_at_once(server, lb
         assert not other.done()
         _apply(lb)
         assert other.result(timeout=30)[0] == 200
+
+
+def test_a_node_applying_between_the_first_look_and_parking_still_ends_the_wait(lb, vera, settings,
+                                                                                 monkeypatch) -> None:
+    """The gap between the view finding the LB not applied yet and the request parking: a node recorded
+    there (its wake-up published then) must end the wait now, not at the next unrelated wake-up or the
+    60 s re-check. In this process (the gap cannot be hit on purpose in a server process): the real ASGI
+    application, view, database and Redis subscription, with the node recorded right after the first look."""
+    import asyncio
+
+    from django.db import connection
+
+    from controlplane import asgi
+
+    settings.LONGPOLL_RECHECK_S = 60
+    look = asgi._run_wsgi
+    in_gap: list[float] = []
+
+    def look_then_apply(scope, body, park):
+        try:
+            answer = look(scope, body, park)
+            if park == "ok" and b"timeout=20" in scope["query_string"]:
+                _apply(lb)
+                time.sleep(0.5)  # the message reaches this process's subscriber before the request parks
+                in_gap.append(time.monotonic())
+        finally:
+            connection.close()  # this pool thread's; the test database is dropped after the test
+        return answer
+
+    monkeypatch.setattr(asgi, "_run_wsgi", look_then_apply)
+
+    async def get(timeout: int) -> tuple[int, float]:
+        scope = {"type": "http", "method": "GET", "path": f"/api/v1/load-balancers/{lb.pk}/applied/",
+                 "query_string": f"revision={lb.revision + 1}&timeout={timeout}".encode(),
+                 "headers": [(b"host", b"localhost"), (b"authorization", f"Bearer {vera.token}".encode())]}
+        sent: list[dict] = []
+        first = True
+
+        async def receive() -> dict:
+            nonlocal first
+            if first:
+                first = False
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await asyncio.Event().wait()  # the client stays connected
+            return {}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        started = time.monotonic()
+        await asgi.application(scope, receive, send)
+        return sent[0]["status"], time.monotonic() - started
+
+    async def scenario() -> tuple[int, float]:
+        # One wait that times out first, so this process is subscribed before the one that matters.
+        assert (await get(timeout=1))[0] == 202
+        await asyncio.sleep(1)
+        return await get(timeout=20)
+
+    status, took = asyncio.run(scenario())
+    assert in_gap, "the node was not recorded in the gap"
+    assert status == 200 and took < 5, (status, took)

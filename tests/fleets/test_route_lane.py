@@ -12,6 +12,7 @@ journaled route change (a pool's first route, a write past the journal) goes thr
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from apps.fleets import routelane, selectors, services
 from apps.fleets.models import ConfigRevision, Fleet, Node, Rollout
 from apps.fleets.render import render
 
-from .fleetkit import LocalFleet, add_pool, make_local_fleet, reconcile
+from .fleetkit import LocalFleet, add_pool, make_local_fleet, reconcile, wait_for
 from .test_hot_map_delta import live_maps_equal_a_full_render, rolled_out, workers
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
@@ -147,6 +148,23 @@ def test_what_the_lane_cannot_prove_goes_through_the_full_render(fleet3: LocalFl
     nodes_serve_a_full_render(fleet3)
 
 
+def test_a_listeners_first_route_goes_through_the_full_render(fleet3: LocalFleet, caplog) -> None:
+    """A listener that had no routes has no routes map in its render: its first route changes haproxy.cfg
+    (the map lookups appear), so the lane declines it, and the change is served (it failed the reconcile
+    with a KeyError before, and the change waited for the next converge)."""
+    rolled_out(fleet3)  # the listener serves its default pool only
+    save_route(fleet3, Route(), hosts=["a.example.com"], path="/r", priority=10,
+               redirect_url="https://elsewhere.example/")
+    revision = lane_rollout(fleet3)
+    assert revision.base_id is None and "Configuration file is valid" in revision.validation_output
+    assert "route lane declined" in caplog.text and "route lane failed" not in caplog.text
+    assert {fleet3.get(n, "/r/x", host="a.example.com")[0] for n in fleet3.nodes} == {302}
+    save_route(fleet3, Route(), hosts=["a.example.com"], path="/s", priority=11,
+               redirect_url="https://elsewhere.example/s")
+    assert lane_rollout(fleet3).base_id is not None  # from then on, the lane
+    nodes_serve_a_full_render(fleet3)
+
+
 def rolled_out_after_other_change(local: LocalFleet) -> ConfigRevision:
     reconcile(local.fleet)  # change_seq only, as every other change records it
     return ConfigRevision.objects.filter(fleet=local.fleet).order_by("-number").first()
@@ -173,3 +191,45 @@ def test_a_hostile_route_that_bypassed_the_api_never_reaches_a_node_through_the_
         on_disk = [p.read_bytes() for p in Path(node.config_dir).rglob("*") if p.is_file()]
         assert on_disk and not any(b"bind :1" in content or b"/x }" in content for content in on_disk)
     assert {fleet3.get(n, "/first", host="a.example.com")[1] for n in fleet3.nodes} == {"new"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_fleets_worker_keeps_each_fleets_lane_whichever_thread_reconciles(
+    fleet3: LocalFleet, tiny_backend, celery_worker_factory, settings
+) -> None:
+    """As `make run` runs reconciles (runall): the fleets queue on one worker process with threads. Its first
+    reconcile of a fleet renders in full (the process has no lane yet); every later one takes the lane,
+    whichever thread runs it. Two fleets change together, as when an LB is served in two regions: on a prefork
+    pool of 2 processes their reconciles land on either process, and each one landing on the other process
+    rendered every route again (17-21 s at 100k routes in bench-scale)."""
+    old = tiny_backend("old-b")
+    other = make_local_fleet(name="lane-b", subnet=77, node_count=1, backend_address=(old.address, old.port))
+    try:
+        pools = {}
+        for local in (fleet3, other):
+            new = tiny_backend(f"new-{local.lb.name}")
+            pools[local.lb.pk] = add_pool(local.lb, "new", (new.address, new.port))
+            save_route(local, Route(), hosts=["a.example.com"], path="/first", priority=10,
+                       targets=[{"pool": pools[local.lb.pk], "weight": 100}])
+        # In this process: the worker has no lane for either fleet yet.
+        first = {local.fleet.pk: rolled_out(local).revision.number for local in (fleet3, other)}
+        celery_worker_factory(name="fleets", queues=settings.FLEET_TASKS_QUEUE, pool="threads", concurrency=2)
+        for i in range(12):
+            # Through the services, as the API writes: each commit records the change and queues a reconcile.
+            # Changes keep coming while reconciles run, so a free thread (or process) takes whichever is next.
+            for local in (fleet3, other):
+                save_route(local, Route(), hosts=["a.example.com"], path=f"/w{i}", priority=20 + i,
+                           targets=[{"pool": pools[local.lb.pk], "weight": 100}])
+            time.sleep(0.1 * (i % 3))
+        for local in (fleet3, other):
+            lb = LoadBalancer.objects.get(pk=local.lb.pk)
+            assert wait_for(lambda lb=lb: selectors.lb_applied_state(lb, lb.revision)[0], 60), lb.name
+        for local in (fleet3, other):
+            made = list(ConfigRevision.objects.filter(fleet=local.fleet, number__gt=first[local.fleet.pk])
+                        .order_by("number").values_list("number", "base_id"))
+            full = [number for number, base in made if base is None]
+            assert len(made) >= 2 and full == [made[0][0]], (local.fleet.name, made)
+            assert {local.get(n, "/w11/x", host="a.example.com")[1] for n in local.nodes} == {
+                f"new-{local.lb.name}"}
+    finally:
+        other.stop_all()

@@ -115,6 +115,32 @@ def test_a_push_links_the_files_the_current_set_already_has_and_writes_the_chang
     assert transport.config_sha256() == second.sha256
 
 
+def test_a_pushed_sets_digest_is_remembered_and_an_edit_on_disk_is_still_seen(
+    haproxy_node: HAProxyNodeFactory, free_port
+) -> None:
+    """Every rollout asks a node for its config's digest; a set this process pushed is not read and hashed
+    again (5 MB per node and change at 100k routes), while an edit on disk, even one that keeps the size and
+    the mtime, is hashed and differs (drift checks rely on it)."""
+    port = free_port()
+    node, _proc = haproxy_node(text_config(port, "v1"))
+    pushed = LocalTransport(node).push(bundle_for(node, text_config(port, "v1"), {"maps/m.map": b"a 1\n"}))
+    assert pushed.ok, pushed.validation_output
+
+    class NotReading(LocalTransport):  # a rollout's own transport, which must not read the set again
+        def _read_tree(self, root: str) -> dict[str, bytes]:
+            raise AssertionError(f"read {root} again")
+
+    assert NotReading(node).config_sha256() == pushed.sha256
+
+    path = Path(node.current_dir).resolve() / "maps/m.map"
+    before = path.stat()
+    path.write_bytes(b"a 2\n")  # same size
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # and the old mtime
+    on_disk = LocalTransport(node).config_sha256()
+    assert on_disk != pushed.sha256
+    assert on_disk == bundle_sha256(LocalTransport(node)._read_tree(node.current_dir))
+
+
 def test_a_broken_config_is_refused_by_push_and_the_old_one_keeps_serving(
     haproxy_node: HAProxyNodeFactory, free_port
 ) -> None:

@@ -15,13 +15,41 @@ import shutil
 import socket
 import stat
 import subprocess
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from apps.fleets.runtime import Sender, unix_socket_sender, write_file_atomic
-from apps.fleets.transports.base import FileSetTransport, NodeConn, TransportError, file_mode
+from apps.fleets.transports.base import FileSetTransport, NodeConn, PushResult, TransportError, file_mode
 
 WRITE_THREADS, WRITE_THREADS_FROM = 8, 16
+
+# A config set's digest by its real path, valid while every file in it keeps the (inode, size, mtime,
+# ctime) recorded with it. Sets are never changed in place (a push writes a new one), so only an edit on
+# disk changes a signature, and an edit always moves the ctime: then the set is read and hashed again, and
+# drift checks see it. Reading and hashing a 100k-route set (5 MB) cost every node ~10-25 ms per route change.
+_SET_DIGESTS: OrderedDict[str, tuple[tuple, str]] = OrderedDict()
+_SET_DIGESTS_SIZE = 256
+_SET_DIGESTS_LOCK = threading.Lock()
+
+
+def _set_signature(root: str) -> tuple:
+    entries = []
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            info = os.lstat(os.path.join(dirpath, name))
+            entries.append((os.path.relpath(os.path.join(dirpath, name), root), info.st_mode, info.st_ino,
+                            info.st_size, info.st_mtime_ns, info.st_ctime_ns))
+    return tuple(sorted(entries))
+
+
+def _remember_digest(root: str, signature: tuple, digest: str) -> None:
+    with _SET_DIGESTS_LOCK:
+        _SET_DIGESTS[root] = (signature, digest)
+        _SET_DIGESTS.move_to_end(root)
+        while len(_SET_DIGESTS) > _SET_DIGESTS_SIZE:
+            _SET_DIGESTS.popitem(last=False)
 
 
 class LocalTransport(FileSetTransport):
@@ -32,6 +60,32 @@ class LocalTransport(FileSetTransport):
 
     def _sender(self, socket_path: str) -> Sender:
         return unix_socket_sender(socket_path)
+
+    def push(self, bundle):  # type: ignore[no-untyped-def]
+        result: PushResult = super().push(bundle)
+        if result.ok and result.set_id:
+            # The files just written hash to the bundle's digest (the same definition, bundle_sha256).
+            root = os.path.realpath(os.path.join(self.node.sets_dir, result.set_id))
+            with contextlib.suppress(OSError):
+                _remember_digest(root, _set_signature(root), result.sha256)
+        return result
+
+    def config_sha256(self) -> str | None:
+        if self._readlink(self.node.current_dir) is None:
+            return None
+        root = os.path.realpath(self.node.current_dir)
+        try:
+            signature = _set_signature(root)
+        except OSError:
+            return super().config_sha256()
+        with _SET_DIGESTS_LOCK:
+            known = _SET_DIGESTS.get(root)
+        if known is not None and known[0] == signature:
+            return known[1]
+        digest = super().config_sha256()
+        if digest is not None:
+            _remember_digest(root, signature, digest)
+        return digest
 
     def _makedirs(self, path: str, mode: int) -> None:
         os.makedirs(path, mode=mode, exist_ok=True)

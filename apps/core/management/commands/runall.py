@@ -110,15 +110,19 @@ class Command(BaseCommand):
 def worker_commands(py: str, *, sqlite: bool) -> list[tuple[str, list[str]]]:
     """The Celery workers of `make run`, one per queue (settings.CELERY_TASK_ROUTES), as (log name, command).
 
-    - `celery`: renders, rollouts, health, jobs, capacity runs (processes: CPU-bound rendering).
+    - `celery`: health, jobs, capacity runs, member changes (processes: CPU-bound work).
     - `events`: event webhook deliveries, threads, as a delivery mostly waits on I/O. SQLite takes one
       writer at a time, so few threads there.
+    - `fleets`: fleet reconciles (render, then roll out), ONE process with threads: each fleet's route lane
+      lives in the process that last rendered it (settings.FLEET_TASKS_QUEUE).
     - `acme`: certificate orders and their deployment, one slot: a task orders every due certificate
       together, so a request never waits behind fleet work nor fleet work behind a batch of orders.
     """
     celery = [py, "-m", "celery", "-A", "controlplane", "worker", "--loglevel", "INFO"]
     return [
         ("worker", [*celery, "--concurrency", "2", "--queues", "celery"]),
+        ("fleets-worker", [*celery, "--queues", settings.FLEET_TASKS_QUEUE, "--pool", "threads",
+                           "--concurrency", "2" if sqlite else "4", "--hostname", "fleets@%h"]),
         ("events-worker", [*celery, "--queues", "events", "--pool", "threads",
                            "--concurrency", "2" if sqlite else "8", "--hostname", "events@%h"]),
         ("acme-worker", [*celery, "--queues", "acme", "--concurrency", "1", "--hostname", "acme@%h"]),
