@@ -123,11 +123,12 @@ def lease_free(fleet_id: int) -> bool:
 # --- reconcile loop ------------------------------------------------------------------------------------
 
 
-def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
+def fleet_reconcile(*, fleet_id: int, owner: str | None = None) -> dict[str, Any]:
     """Render if desired state moved, run the newest active rollout, repeat until quiet.
 
     Returns {"busy": True} when another reconciler holds the lease: it loops until quiet, and it
-    re-checks after releasing, so no change is lost.
+    re-checks after releasing, so no change is lost. `owner`: the lease the caller claimed already
+    (fleets.settle.fleets_held); released here like one claimed here.
     """
     from apps.fleets.services import (
         AUTO_RENDER_REASON,
@@ -138,7 +139,7 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
     )
 
     Fleet.objects.filter(pk=fleet_id).update(reconcile_queued=False)
-    owner = new_owner()
+    owner = owner or new_owner()
     if not lease_claim(fleet_id, owner):
         return {"busy": True}
     ran: list[int] = []
