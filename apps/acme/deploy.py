@@ -126,9 +126,8 @@ def verify_serials(checks: list[Check], timeout_s: float = 30.0,
 def turn(fleet_ids: list[int]) -> Iterator[None]:
     """One ACME deployment at a time per fleet, whichever worker or host runs it: a second one waits for
     its turn (PostgreSQL session advisory locks, taken in fleet order so two deployments sharing fleets
-    cannot deadlock; a killed worker's connection releases them), before it claims the fleets' leases
-    (fleets.settle.fleets_held), so it does not spin on a lease the first one holds. SQLite: one writer
-    at a time already, nothing to take."""
+    cannot deadlock; a killed worker's connection releases them). Its rollout then follows the first
+    instead of contending for the fleet's lease. SQLite: one writer at a time already, nothing to take."""
     if connection.vendor != "postgresql" or not fleet_ids:
         yield
         return
@@ -146,34 +145,30 @@ def turn(fleet_ids: list[int]) -> Iterator[None]:
                 cur.execute("SELECT pg_advisory_unlock(%s)", [key])
 
 
-def fleets_using(certificate_ids: list[int]) -> list[int]:
-    """Ids of the fleets serving a listener that uses one of the certificates."""
-    lbs = LoadBalancer.objects.filter(listeners__certificate__in=certificate_ids).distinct()
-    return sorted({f.pk for lb in lbs for f in lb_fleets(lb)})
-
-
-def roll_out(certificates: list[Certificate], owner: str | None = None) -> None:
+def roll_out(certificates: list[Certificate]) -> None:
     """Render and push, once, every fleet using one of `certificates`, and return once each has rolled
     out (fleets.settle: after a rollout already in flight there, never beside it). A fleet whose
     configuration only gained new certificate contents takes them through `set/commit ssl cert` without
-    a reload (fleets.delivery). `owner`: the fleets' leases, held since before the certificates were
-    stored (fleets.settle.fleets_held), so the reconcile the lb_changed signal queued found them busy."""
-    fleet_ids = fleets_using([c.pk for c in certificates])
+    a reload (fleets.delivery). The lb_changed signal queued the same work; whichever runs second finds
+    it done."""
+    lbs = LoadBalancer.objects.filter(listeners__certificate__in=certificates).distinct()
+    fleet_ids = sorted({f.pk for lb in lbs for f in lb_fleets(lb)})
     # Storing them touched each LB (lb_touch), whose signal recorded the change on its fleets once the
     # transaction committed; inside a caller's transaction (a test's) that has not happened yet.
     in_transaction = transaction.get_connection().in_atomic_block
-    if len(fleet_ids) < 2 or in_transaction:
-        # Inside a transaction another thread's connection would not see the certificates just
-        # stored: one fleet after the other.
-        for fleet_id in fleet_ids:
-            fleet_settle(fleet_id=fleet_id, record=in_transaction, owner=owner)
-        return
+    with turn(fleet_ids):
+        if len(fleet_ids) < 2 or in_transaction:
+            # Inside a transaction another thread's connection would not see the certificates just
+            # stored: one fleet after the other.
+            for fleet_id in fleet_ids:
+                fleet_settle(fleet_id=fleet_id, record=in_transaction)
+            return
 
-    def settle(fleet_id: int) -> None:  # each fleet in its own thread and database connection
-        try:
-            fleet_settle(fleet_id=fleet_id, record=False, owner=owner)
-        finally:
-            connections.close_all()
+        def settle(fleet_id: int) -> None:  # each fleet in its own thread and database connection
+            try:
+                fleet_settle(fleet_id=fleet_id, record=False)
+            finally:
+                connections.close_all()
 
-    with ThreadPoolExecutor(max_workers=len(fleet_ids)) as pool:
-        list(pool.map(settle, fleet_ids))
+        with ThreadPoolExecutor(max_workers=len(fleet_ids)) as pool:
+            list(pool.map(settle, fleet_ids))

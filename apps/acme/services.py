@@ -43,7 +43,6 @@ from apps.events.services import event_emit
 from apps.fleets import certs
 from apps.fleets import services as fleet_services
 from apps.fleets.models import Certificate
-from apps.fleets.settle import fleets_held
 
 logger = logging.getLogger(__name__)
 
@@ -402,11 +401,11 @@ def _store(jobs: list[_Job]) -> None:
             lb_touch(lb_id)
 
 
-def _deploy(jobs: list[_Job], owner: str | None = None) -> None:
+def _deploy(jobs: list[_Job]) -> None:
     """Roll the batch's certificates out and prove it: a TLS handshake per node and listener shows
-    each new serial. `owner`: the fleets' leases, held since before the store (fleets_held)."""
+    each new serial."""
     started = time.monotonic()
-    deploy.roll_out([j.cert for j in jobs if j.cert is not None], owner)
+    deploy.roll_out([j.cert for j in jobs if j.cert is not None])
     rolled_out, rolled_out_at = time.monotonic(), time.time()
     for job in jobs:
         job.steps["roll_out_s"] = rolled_out - started
@@ -465,21 +464,16 @@ def managed_certificates_issue(*, managed_ids: list[int], force: bool = False, n
         _cleanup(published)
     step("challenge_cleanup_s")
     stored = _live(jobs)
-    # The fleets serving these certificates are this worker's to render and roll out from before the
-    # store (deploy.turn, then their leases: fleets.settle.fleets_held), so the reconcile the store's
-    # lb_touch queues finds them busy and this process rolls them out at once.
-    fleet_ids = deploy.fleets_using([j.managed.certificate_id for j in stored if j.managed.certificate_id])
-    with deploy.turn(fleet_ids), fleets_held(fleet_ids) as owner:
-        _store(stored)
-        step("store_s")
-        for job in stored:
-            job.steps["store_s"] = steps["store_s"]
-        try:
-            _deploy(_live(jobs), owner)
-        except Exception as exc:  # the certificates are stored; the next attempt deploys them
-            logger.exception("acme: deploying orders %s failed", [j.order.pk for j in _live(jobs)])
-            for job in _live(jobs):
-                job.failure = AcmeFailure("internal_error", f"Spillway failed while deploying: {exc}")
+    _store(stored)
+    step("store_s")
+    for job in stored:
+        job.steps["store_s"] = steps["store_s"]
+    try:
+        _deploy(_live(jobs))
+    except Exception as exc:  # the certificates are stored; the next attempt deploys them
+        logger.exception("acme: deploying orders %s failed", [j.order.pk for j in _live(jobs)])
+        for job in _live(jobs):
+            job.failure = AcmeFailure("internal_error", f"Spillway failed while deploying: {exc}")
     step("deploy_verify_s")
     with transaction.atomic():  # one commit for the batch's outcomes
         for job in jobs:

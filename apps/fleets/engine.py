@@ -123,12 +123,11 @@ def lease_free(fleet_id: int) -> bool:
 # --- reconcile loop ------------------------------------------------------------------------------------
 
 
-def fleet_reconcile(*, fleet_id: int, owner: str | None = None) -> dict[str, Any]:
+def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
     """Render if desired state moved, run the newest active rollout, repeat until quiet.
 
     Returns {"busy": True} when another reconciler holds the lease: it loops until quiet, and it
-    re-checks after releasing, so no change is lost. `owner`: the lease the caller claimed already
-    (fleets.settle.fleets_held); released here like one claimed here.
+    re-checks after releasing, so no change is lost.
     """
     from apps.fleets.services import (
         AUTO_RENDER_REASON,
@@ -139,7 +138,7 @@ def fleet_reconcile(*, fleet_id: int, owner: str | None = None) -> dict[str, Any
     )
 
     Fleet.objects.filter(pk=fleet_id).update(reconcile_queued=False)
-    owner = owner or new_owner()
+    owner = new_owner()
     if not lease_claim(fleet_id, owner):
         return {"busy": True}
     ran: list[int] = []

@@ -297,7 +297,7 @@ def run(bench: FleetBench, args: argparse.Namespace, pebble: Pebble, addresses: 
     print(f"{len(names)} hostnames (claims approved and placeholders uploaded through the API), {len(every)} "
           f"nodes ({len(listeners)} https listeners on each); API requests "
           + (f"{args.rate:g}/s" if args.rate else "all at once")
-          + f"; Celery workers: celery --concurrency {args.concurrency}, acme 1; load {os.getloadavg()[0]:.1f}",
+          + f"; Celery workers: celery and fleets {args.concurrency} each, acme 1; load {os.getloadavg()[0]:.1f}",
           flush=True)
     api_errors: list[str] = []
     managed_ids: dict[int, int] = {}

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from apps.fleets import engine
 from apps.fleets.models import Fleet, Rollout
-from apps.fleets.settle import fleet_settle, fleets_held
+from apps.fleets.settle import fleet_settle
 
 from .fleetkit import LocalFleet, add_pool, add_route, changed, make_local_fleet, reconcile, wait_for
 
@@ -126,30 +126,3 @@ def test_a_settle_during_a_rollout_returns_once_its_change_is_served_and_no_two_
     assert rollouts and all(r.status == "succeeded" for r in rollouts), [(r.pk, r.status) for r in rollouts]
     for earlier, later in itertools.pairwise(rollouts):
         assert earlier.finished_at <= later.started_at  # one after the other, never two at once
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_change_made_while_its_fleet_is_held_is_rolled_out_by_the_holder(fleet3: LocalFleet, tiny_backend,
-                                                                            monkeypatch) -> None:
-    """GIVEN the fleet's lease held (fleets_held) WHEN a change is recorded THEN the reconcile its record
-    would queue finds the fleet busy, and fleet_settle with the held lease renders and rolls it out; on
-    leaving, the lease is free. A holder failing before it settles leaves a reconcile queued."""
-    reconcile(fleet3.fleet)
-    new = tiny_backend("new")
-    with fleets_held([fleet3.fleet.pk]) as owner:
-        assert not engine.lease_free(fleet3.fleet.pk)
-        add_route(fleet3.lb, add_pool(fleet3.lb, "new", (new.address, new.port)), "/new", 10)
-        changed(fleet3.fleet)
-        assert engine.fleet_reconcile(fleet_id=fleet3.fleet.pk) == {"busy": True}  # the queued one, elsewhere
-        result = fleet_settle(fleet_id=fleet3.fleet.pk, record=False, owner=owner)
-    assert result["rollouts"] and result["waited_s"] == 0, result
-    assert fleet3.bodies("/new") == {"n1": "new", "n2": "new", "n3": "new"}
-    assert engine.lease_free(fleet3.fleet.pk)
-
-    queued: list[int] = []
-    monkeypatch.setattr("apps.fleets.services.request_reconcile", queued.append)
-    with pytest.raises(RuntimeError), fleets_held([fleet3.fleet.pk]):
-        changed(fleet3.fleet)
-        raise RuntimeError("the caller failed before settling")
-    assert engine.lease_free(fleet3.fleet.pk)
-    assert queued == [fleet3.fleet.pk]
