@@ -7,8 +7,9 @@
 3. `--changes` route creations through the REST API, each waited for with the `applied` long-poll
    (POST -> every node serves it): change_p50/p99.
 4. Sustained: `--rate` route creations per minute for `--sustained-s` seconds while `wrk` loads one
-   node; each change's latency is POST -> every node's applied revision covers it (read from the
-   database every 20 ms, the same rule as the `applied` endpoint). Socket errors / non-2xx from wrk.
+   node (wrk and the backends at nice 19: they stand for other machines); each change's latency is
+   POST -> every node's applied revision covers it (read from the database every 20 ms, the same rule
+   as the `applied` endpoint). Socket errors / non-2xx from wrk.
 
     python tests/bench/bench_scale.py [--routes 100000] [--changes 20] [--rate 1000] [--sustained-s 180]
 
