@@ -151,7 +151,11 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
             if seq > fleet.rendered_seq and fleet.auto_rollout:
                 revision = fleet_render(fleet=fleet, reason=AUTO_RENDER_REASON)
                 rendered.append(revision.number)
-                Fleet.objects.filter(pk=fleet_id, rendered_seq__lt=seq).update(rendered_seq=seq)
+                # The render read change_seq itself, maybe past `seq` (a change recorded meanwhile, whose
+                # routes it read too): marking only `seq` made the next loop render that change again,
+                # with nothing recorded since the route lane's state, which sends it to the full render.
+                covered = max(seq, getattr(revision, "covered_seq", seq))
+                Fleet.objects.filter(pk=fleet_id, rendered_seq__lt=covered).update(rendered_seq=covered)
                 if revision.validation_ok and revision.number != fleet.desired_revision:
                     # Only certificate contents moved (a renewal): no config change for a canary to try
                     # first, and each certificate was checked when stored; every node at once halves

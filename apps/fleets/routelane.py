@@ -165,6 +165,7 @@ def lane_render(*, fleet: Fleet, reason: str) -> ConfigRevision | None:
         return None
     with _LOCK:
         lane.change_seq, lane.route_seq = change_seq, route_seq
+    revision.covered_seq = change_seq  # what this render covered (engine.fleet_reconcile marks it rendered)
     steps = ", ".join(f"{name} {(at - before) * 1000.0:.0f}" for (name, at), before
                       in zip(marks.items(), [begun, *marks.values()], strict=False))
     logger.info("fleet %s: revision %s through the route lane in %.0f ms (%s route(s); ms: %s)", fleet.name,

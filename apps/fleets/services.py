@@ -164,6 +164,7 @@ def _render_once(fleet: Fleet, reason: str) -> ConfigRevision | None:
             if merged != latest.lb_revisions:
                 latest.lb_revisions = merged
                 latest.save(update_fields=["lb_revisions"])
+        latest.covered_seq = seqs[0]
         return latest
     if text and _certificates_only(latest, text):
         ok, output, took_ms = True, CERTIFICATES_ONLY_NOTE, 0.0
@@ -200,6 +201,7 @@ def _render_once(fleet: Fleet, reason: str) -> ConfigRevision | None:
     if not ok:
         logger.warning("fleet %s: revision %s is invalid and will not be pushed:\n%s",
                        fleet.name, number, output)
+    revision.covered_seq = seqs[0]  # what this render read (engine.fleet_reconcile marks it rendered)
     return revision
 
 
