@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from apps.fleets.hotmaps import file_delta
@@ -24,7 +24,6 @@ from apps.fleets.runtime import (
     ReloadResult,
     RuntimeApiError,
     RuntimeUnavailable,
-    StatRow,
     parse_show_stat,
 )
 from apps.fleets.snapshot import KEEPALIVED_FILE, MAIN_FILE, ConfigBundle
@@ -224,7 +223,7 @@ def _push(transport: FileSetTransport, bundle: ConfigBundle, outcome: NodeOutcom
 
 def _hot_apply(transport: FileSetTransport, plan: NodePlan, changes: HotChanges, outcome: NodeOutcome) -> bool:
     """Push the bundle, swap its changed maps and certificates in the running worker; True when the node
-    serves it.
+    serves it (or when the push was refused: outcome says so and the node serves last_good).
 
     False means "reload instead" (the reason is in outcome.steps): the files may be pushed already,
     and a reload loads the same files, so falling back is always safe. A certificate the worker did not
@@ -234,10 +233,42 @@ def _hot_apply(transport: FileSetTransport, plan: NodePlan, changes: HotChanges,
     serial, without the listener probes and `show stat` of verify(): haproxy.cfg is last_good's and the
     worker is the one that was verified serving it (same PID, no failed reload: apply_node checks both
     before coming here), so its listeners and proxies are those already verified, and a certificate swap
-    cannot change them. The push still comes first, so the next reload loads the new certificates.
+    cannot change them.
+
+    A node whose bundle Spillway validated itself (plan.prevalidated: nothing on the node can refuse the
+    push) takes the runtime update while the files are written: a route change at 100k routes writes and
+    fsyncs a 5 MB map, as long as every other step of the node together. The node counts as serving the
+    bundle only once both are done; a push that fails after the worker moved reloads the worker onto the
+    files it still has (last_good's), so the live state never stays ahead of the disk.
     """
-    if not _push(transport, plan.bundle, outcome):
-        return True
+    if not plan.prevalidated:
+        if not _push(transport, plan.bundle, outcome):
+            return True
+        return _hot_runtime(transport, plan, changes, outcome)
+    pushing = _PUSHES.submit(_push_or_error, transport, plan.bundle, outcome)
+    served = _hot_runtime(transport, plan, changes, outcome)
+    pushed = pushing.result()
+    if pushed:
+        return served
+    _reload_from_disk(transport, plan, outcome)
+    return True
+
+
+# The pushes _hot_apply runs beside its runtime updates (one per node of a batch; a rollout's batch runs in
+# engine.NODE_THREADS threads, and two fleets may roll out at once in one process).
+_PUSHES = ThreadPoolExecutor(max_workers=32, thread_name_prefix="spillway-push")
+
+
+def _push_or_error(transport: FileSetTransport, bundle: ConfigBundle, outcome: NodeOutcome) -> bool:
+    try:
+        return _push(transport, bundle, outcome)
+    except NODE_ERRORS as exc:
+        outcome.error = f"push failed: {exc}"
+        return False
+
+
+def _hot_runtime(transport: FileSetTransport, plan: NodePlan, changes: HotChanges, outcome: NodeOutcome) -> bool:
+    """The runtime half of _hot_apply: moved map keys (read back), certificates (serial read back), verify."""
     certificates_only = bool(changes.certs) and not changes.maps
     try:
         stats = transport.stats()
@@ -270,6 +301,30 @@ def _hot_apply(transport: FileSetTransport, plan: NodePlan, changes: HotChanges,
     outcome.status, outcome.sha256, outcome.worker_pid = "succeeded", plan.bundle.sha256, plan.worker_pid
     outcome.hot = True
     return True
+
+
+def _reload_from_disk(transport: FileSetTransport, plan: NodePlan, outcome: NodeOutcome) -> None:
+    """After a failed push beside a runtime update: the node's files are still last_good's (a push that
+    fails changes nothing), its worker may serve some new map keys; a reload makes it serve the files."""
+    outcome.status, outcome.hot = "failed", False
+    outcome.reloaded = True  # whatever happens next, the live state was touched: the node is not clean
+    try:
+        held = live_challenges(transport)
+        result = transport.activate(RELOAD_TIMEOUT_S)
+        outcome.reload_ms = result.duration_ms
+        if not result.ok:
+            outcome.steps.append(f"reload onto the last good files failed: {result.error}")
+            return
+        restore_challenges(transport, plan, held, outcome)
+        problem = verify(transport, plan.last_good, plan.conn.address) if plan.last_good is not None else None
+        if problem:
+            outcome.steps.append(f"after reloading onto the last good files {problem}")
+            return
+        outcome.status, outcome.worker_pid = "rolled_back", result.new_worker_pid
+        outcome.sha256 = plan.last_good.sha256 if plan.last_good is not None else ""
+        outcome.steps.append("the push failed after the runtime update: reloaded onto the last good files")
+    except NODE_ERRORS as exc:
+        outcome.steps.append(f"reload onto the last good files failed: {exc}")
 
 
 def pem_serial(pem: bytes) -> str:
@@ -485,98 +540,5 @@ def apply_node(plan: NodePlan) -> NodeOutcome:
         if outcome.steps:
             outcome.error = "\n".join(filter(None, [outcome.error, *outcome.steps]))
         outcome.duration_ms = (time.monotonic() - started) * 1000.0
-        with contextlib.suppress(Exception):
-            transport.close()
-
-
-# --- runtime API ---------------------------------------------------------------------------------
-
-_STATE_FOR_ADMIN = {"active": "ready", "drain": "drain", "maint": "maint"}
-
-
-def set_server(conn: NodeConn, backends: Iterable[str], server: str, admin_state: str | None,
-               weight: int | None) -> str | None:
-    """Apply a member's admin state and weight on one node without a reload; None or the error.
-
-    A backend the node does not have (say the TCP twin of an HTTP-only pool) is skipped; any other
-    refusal is reported. Drain keeps the configured weight for later: HAProxy's `drain` state sets
-    the effective weight to 0 by itself.
-    """
-    transport = _transport(conn)
-    errors = []
-    try:
-        stats = transport.stats()
-        for backend in backends:
-            try:
-                if weight is not None and admin_state != "drain":
-                    stats.set_server_weight(backend, server, weight)
-                if admin_state is not None:
-                    stats.set_server_state(backend, server, _STATE_FOR_ADMIN[admin_state])  # type: ignore[arg-type]
-            except RuntimeApiError as exc:
-                if "No such" in exc.message:
-                    continue
-                errors.append(str(exc))
-    except NODE_ERRORS as exc:
-        errors.append(str(exc))
-    finally:
-        transport.close()
-    return "; ".join(errors) or None
-
-
-def set_map_entries(conn: NodeConn, name: str, add: dict[str, str], remove: Iterable[str] = ()) -> str | None:
-    """Add and remove live entries of one map on one node without a reload; None or the error."""
-    transport = _transport(conn)
-    try:
-        stats = transport.stats()
-        for key in remove:
-            stats.del_map_entry(name, key)
-        for key, value in add.items():
-            stats.del_map_entry(name, key)  # re-adding must not leave a stale duplicate first in line
-            stats.add_map_entry(name, key, value)
-    except NODE_ERRORS as exc:
-        return f"node {conn.name}: {exc}"
-    finally:
-        transport.close()
-    return None
-
-
-# --- drift and health -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class NodeState:
-    node: str
-    reachable: bool
-    error: str = ""
-    on_disk_sha256: str | None = None
-    worker_pid: int | None = None
-    failed_reloads: int = 0
-    stats: tuple[StatRow, ...] = ()
-
-
-def read_state(conn: NodeConn, with_stats: bool = False) -> NodeState:
-    """What a node runs: config hash on disk, current worker, failed reloads, optionally show stat."""
-    transport = _transport(conn)
-    try:
-        proc = transport.show_proc()
-        sha = transport.config_sha256()
-        rows = tuple(parse_show_stat(transport.runtime("show stat"))) if with_stats else ()
-        worker = proc.current_worker
-        return NodeState(conn.name, True, "", sha, worker.pid if worker else None, proc.failed_reloads, rows)
-    except NODE_ERRORS as exc:
-        return NodeState(conn.name, False, str(exc))
-    finally:
-        with contextlib.suppress(Exception):
-            transport.close()
-
-
-def held_addresses(conn: NodeConn) -> set[str] | None:
-    """The addresses on the node's interfaces now (which VIPs it holds), None when unreachable."""
-    transport = _transport(conn)
-    try:
-        return transport.vrrp_addresses()
-    except NODE_ERRORS:
-        return None
-    finally:
         with contextlib.suppress(Exception):
             transport.close()

@@ -13,8 +13,8 @@ from typing import Any
 
 from django.conf import settings
 
-# Tasks whose first argument is a fleet id and which render it.
-SHARDED_TASKS = frozenset({"fleets.reconcile_task", "fleets.render_task"})
+# Tasks whose first argument is a fleet id and which render it (or read its nodes' rendered bundles).
+SHARDED_TASKS = frozenset({"fleets.reconcile_task", "fleets.render_task", "fleets.converge_fleet_task"})
 
 
 def fleet_queue(fleet_id: int) -> str:

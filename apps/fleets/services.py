@@ -26,9 +26,9 @@ from apps.core import crypto
 from apps.core.errors import Conflict, DomainError, NotFoundError
 from apps.fleets import routelane, selectors
 from apps.fleets.codec import content_sha256, display_text, revision_diff, snapshot_to_json, strip_header
-from apps.fleets.delivery import set_map_entries, set_server
 from apps.fleets.enforce import sync_usable
 from apps.fleets.models import ChallengeAnswer, ConfigRevision, Fleet, Node, NodeResult, Rollout
+from apps.fleets.nodeops import set_map_entries, set_server
 from apps.fleets.reasons import change_reason
 from apps.fleets.render import UnsafeValue, backend_name, render
 from apps.fleets.render.frontends import ACME_CHALLENGE_MAP
@@ -278,19 +278,35 @@ def fleets_change_record(*, fleet_ids: list[int], routes_only: bool = False) -> 
     change only touched journaled routes (balancers.lb_touch), which the route lane applies without a
     full render. A fleet with `auto_rollout` off only notes the change; it rolls out when someone pushes.
 
-    Two UPDATEs whatever the fleet count (one fleet at a time took three queries each: a route write's
-    share of the API's time at 1,000 route changes a minute). Returns the ids queued.
+    One statement whatever the fleet count (one fleet at a time took three queries each: a route write's
+    share of the API's time at 1,000 route changes a minute), locking the fleets' rows in id order: two
+    writes updating the same two fleets' rows in whatever order the plan visited them deadlocked each other
+    (and a render storing its revision) in bench-scale's sustained run, and one of them answered 500.
+    Returns the ids queued.
     """
     if not fleet_ids:
         return []
-    _change_seq_bump(fleet_ids, routes_only)
-    # One round trip that tells which fleets this call queued (the ORM's update() returns no rows);
-    # RETURNING: PostgreSQL and SQLite >= 3.35.
-    marks = ", ".join(["%s"] * len(fleet_ids))
-    with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {Fleet._meta.db_table} SET reconcile_queued = %s WHERE id IN ({marks}) "  # noqa: S608
-                       "AND auto_rollout AND NOT reconcile_queued RETURNING id", [True, *fleet_ids])
-        queued = sorted(row[0] for row in cursor.fetchall())
+    ids = sorted(set(fleet_ids))
+    table = Fleet._meta.db_table
+    marks = ", ".join(["%s"] * len(ids))
+    if connection.vendor != "postgresql":  # SQLite: one writer at a time, no row locks to order
+        _change_seq_bump(ids, routes_only)
+        with connection.cursor() as cursor:
+            cursor.execute(f"UPDATE {table} SET reconcile_queued = %s WHERE id IN ({marks}) "  # noqa: S608
+                           "AND auto_rollout AND NOT reconcile_queued RETURNING id", [True, *ids])
+            queued = sorted(row[0] for row in cursor.fetchall())
+    else:
+        # The subquery locks the rows (in id order) and reads each one's reconcile_queued as it was, under
+        # that lock: RETURNING sees only new values (PostgreSQL < 18), and "queued by this call" is the old one.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} AS f SET change_seq = f.change_seq + 1, route_seq = f.route_seq + %s, "  # noqa: S608
+                "reconcile_queued = f.reconcile_queued OR f.auto_rollout "
+                f"FROM (SELECT id, reconcile_queued AS was_queued FROM {table} WHERE id IN ({marks}) "
+                "ORDER BY id FOR UPDATE) AS locked WHERE f.id = locked.id "
+                "RETURNING f.id, f.auto_rollout AND NOT locked.was_queued",
+                [1 if routes_only else 0, *ids])
+            queued = sorted(pk for pk, mine in cursor.fetchall() if mine)
     from apps.fleets.tasks import reconcile_task
 
     for fleet_id in queued:

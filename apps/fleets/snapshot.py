@@ -6,10 +6,11 @@ ConfigBundle for one node. Values here are not trusted: the renderer re-validate
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
+
+from apps.fleets.digest import set_digest
 
 AdminState = Literal["active", "drain", "maint"]
 Algorithm = Literal["roundrobin", "leastconn", "source"]
@@ -148,13 +149,8 @@ class FleetSnapshot:
 
 
 def bundle_digest(files: dict[str, bytes]) -> str:
-    """sha256 over every file in name order; names and lengths are framed so no two bundles collide."""
-    digest = hashlib.sha256()
-    for name in sorted(files):
-        content = files[name]
-        digest.update(name.encode() + b"\0" + str(len(content)).encode() + b"\0")
-        digest.update(content)
-    return digest.hexdigest()
+    """The bundle's digest: the same definition as a node's files on disk (apps.fleets.digest)."""
+    return set_digest(files)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,20 +30,33 @@ def member_runtime_task(member_id: int) -> dict[str, str | None]:
 
 @shared_task(name="fleets.converge_task")
 def converge_task() -> dict[str, Any]:
-    """Level-triggered safety net: renders missed changes, resumes rollouts a dead worker left,
-    re-converges drifted nodes and nodes that came back."""
-    done: dict[str, Any] = {}
+    """Level-triggered safety net (beat): hands each fleet's converge to the worker holding its route lane."""
     route_changes_prune()  # the route lane reads an hour at most; older state renders in full
-    for fleet in Fleet.objects.all():
-        stale = Rollout.objects.filter(fleet=fleet, status__in=Rollout.ACTIVE).exists()
-        missed = fleet.auto_rollout and fleet.change_seq > fleet.rendered_seq
-        if missed or stale:
-            done[fleet.name] = services.fleet_reconcile(fleet_id=fleet.pk)
-            fleet.refresh_from_db()
-        rollout = services.fleet_converge(fleet=fleet, enqueue=False)
-        if rollout is not None:
-            logger.info("fleet %s: converging %s", fleet.name, rollout)
-            done[fleet.name] = services.fleet_reconcile(fleet_id=fleet.pk)
+    fleets = list(Fleet.objects.values_list("pk", flat=True))
+    for fleet_id in fleets:
+        converge_fleet_task.delay(fleet_id)
+    return {"fleets": len(fleets)}
+
+
+@shared_task(name="fleets.converge_fleet_task")
+def converge_fleet_task(fleet_id: int) -> dict[str, Any]:
+    """Renders missed changes, resumes rollouts a dead worker left, re-converges drifted nodes and nodes that
+    came back. On the fleet's shard queue (apps.fleets.queues): the drift check renders each node's applied
+    revision, which the process holding the fleet's route lane has at hand (a lane revision elsewhere is a full
+    render: seconds at 100k routes, under the fleet's lease, so route changes waited behind it)."""
+    fleet = Fleet.objects.filter(pk=fleet_id).first()
+    if fleet is None:
+        return {}
+    done: dict[str, Any] = {}
+    stale = Rollout.objects.filter(fleet=fleet, status__in=Rollout.ACTIVE).exists()
+    missed = fleet.auto_rollout and fleet.change_seq > fleet.rendered_seq
+    if missed or stale:
+        done["reconcile"] = services.fleet_reconcile(fleet_id=fleet.pk)
+        fleet.refresh_from_db()
+    rollout = services.fleet_converge(fleet=fleet, enqueue=False)
+    if rollout is not None:
+        logger.info("fleet %s: converging %s", fleet.name, rollout)
+        done["converge"] = services.fleet_reconcile(fleet_id=fleet.pk)
     return done
 
 

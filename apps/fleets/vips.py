@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from apps.balancers.models import Listener, LoadBalancer
 from apps.fleets import selectors
-from apps.fleets.delivery import held_addresses
 from apps.fleets.models import Fleet, Node
+from apps.fleets.nodeops import held_addresses
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ def test_acme_tasks_are_routed_to_the_acme_queue_and_fleet_tasks_to_theirs() -> 
     route = celery_app.amqp.router.route
     for name in ("acme.issue_certificate_task", "acme.issue_certificates_task", "acme.renew_due_task"):
         assert route({}, name)["queue"].name == "acme", name
-    for name in ("fleets.reconcile_task", "fleets.render_task"):
+    for name in ("fleets.reconcile_task", "fleets.render_task", "fleets.converge_fleet_task"):
         assert route({}, name, args=(7,))["queue"].name.startswith("fleets."), name
     for name in ("fleets.converge_task", "scheduling.run_job_task"):
         assert route({}, name)["queue"].name == "celery", name

@@ -266,9 +266,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=6)
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--sustained-s", type=float, default=180.0)
+    parser.add_argument("--no-beat", action="store_true",
+                        help="without Celery beat (no periodic converge/drift checks and health collection)")
     args = parser.parse_args()
     print(f"load before: {os.getloadavg()}")
-    fb = FleetBench("spillway_bench_i14", nodes_per_region=3, worker_concurrency=2)
+    # With beat, as `make run` serves: converge (drift checks, live maps included) every 10 s and health
+    # collection every 5 s run beside the changes, on the same fleets.
+    fb = FleetBench("spillway_bench_i14", nodes_per_region=3, worker_concurrency=2, beat=not args.no_beat)
     try:
         fb.initial_rollout()
         seed_routes(fb, args.routes)

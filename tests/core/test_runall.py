@@ -121,7 +121,8 @@ def test_make_run_starts_one_worker_per_queue_and_acme_has_one_slot() -> None:
     assert len(queues) == len(commands)  # one worker per queue
     route = celery_app.amqp.router.route
     routed = {route({}, name, args=(fleet_id,))["queue"].name
-              for name in ("fleets.reconcile_task", "fleets.render_task") for fleet_id in range(1, 9)}
+              for name in ("fleets.reconcile_task", "fleets.render_task", "fleets.converge_fleet_task")
+              for fleet_id in range(1, 9)}
     routed |= {route({}, name)["queue"].name for name in ("events.deliver_task", "acme.renew_due_task",
                                                           "fleets.converge_task", "scheduling.run_job_task")}
     assert routed == set(queues) == {"celery", "events", "acme", *settings.FLEET_QUEUES}

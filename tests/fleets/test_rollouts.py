@@ -155,6 +155,54 @@ def test_a_refused_runtime_map_update_falls_back_to_a_reload(fleet3: LocalFleet,
     assert n1.reload_ms is not None and "reloading instead" in n1.error
 
 
+def test_a_push_failing_beside_the_runtime_map_update_leaves_the_node_serving_its_last_good_files(
+    fleet3: LocalFleet, tiny_backend, monkeypatch
+) -> None:
+    """A local node takes a route change's map keys while its files are written (delivery._hot_apply). GIVEN
+    n3's disk failing the write, WHEN a route-only change rolls out, THEN n3 serves what its files say (the
+    old routing: its worker may have taken the new keys already, so it is reloaded onto those files) and
+    is not recorded as serving the new revision; the other nodes serve the change; once the disk is back,
+    the next change brings n3 up to date.
+
+    The full disk is injected (OSError ENOSPC from n3's file writes; n3, not the canary n1): everything else is real."""
+    import errno
+
+    from apps.fleets.transports.local import LocalTransport
+
+    new = tiny_backend("new")
+    pool = add_pool(fleet3.lb, "new", (new.address, new.port))
+    add_route(fleet3.lb, pool, "/new", 10)
+    reconcile(fleet3.fleet)
+    n3 = fleet3.nodes[2]
+    before = Node.objects.get(pk=n3.pk).applied_revision_id
+    real_write = LocalTransport._write_file
+
+    def full_on_n3(self, path, data, mode):
+        if path.startswith(n3.config_dir):
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        return real_write(self, path, data, mode)
+
+    monkeypatch.setattr(LocalTransport, "_write_file", full_on_n3)
+    add_route(fleet3.lb, pool, "/hot", 11)
+    result = reconcile(fleet3.fleet)
+
+    rollout = Rollout.objects.get(pk=result["rollouts"][-1])
+    assert rollout.status == Rollout.Status.FAILED
+    bodies = fleet3.bodies("/hot/x")
+    assert bodies["n3"] == "old" and (bodies["n1"], bodies["n2"]) == ("new", "new")
+    n3_result = rollout.results.get(node__name="n3")
+    assert n3_result.status == NodeResult.Status.ROLLED_BACK, n3_result.error
+    assert "No space left on device" in n3_result.error
+    assert Node.objects.get(pk=n3.pk).applied_revision_id == before
+
+    monkeypatch.setattr(LocalTransport, "_write_file", real_write)
+    add_route(fleet3.lb, pool, "/later", 12)  # a node that failed while reachable moves with the next change
+    result = reconcile(fleet3.fleet)
+
+    assert Rollout.objects.get(pk=result["rollouts"][-1]).status == Rollout.Status.SUCCEEDED
+    assert set(fleet3.bodies("/hot/x").values()) == set(fleet3.bodies("/later/x").values()) == {"new"}
+
+
 def test_an_unchanged_desired_state_makes_no_new_revision_and_no_reload(fleet3: LocalFleet) -> None:
     reconcile(fleet3.fleet)
     workers = {n.name: n.worker_pid for n in fleet3.nodes}
@@ -372,6 +420,96 @@ def test_drift_is_detected_and_reconverged(fleet3: LocalFleet) -> None:
     assert rollout.status == Rollout.Status.SUCCEEDED and rollout.kind == Rollout.Kind.CONVERGE
     assert services.fleet_drift_check(fleet=fleet3.fleet) == []
     assert b"timeout client 31s" not in LocalTransport(conn)._read_tree(conn.current_dir)["haproxy.cfg"]
+
+
+def test_a_node_verified_under_the_earlier_digest_is_not_drifted_and_an_edit_still_is(fleet3: LocalFleet) -> None:
+    """Set digests hash each file once (apps.fleets.digest); nodes verified before carry the earlier digest
+    of the same files. A drift check recognises those files and records the new digest (no drift, no
+    reload); a hand edit of such a node is still drifted."""
+    from apps.fleets.digest import set_digest_v1
+    from apps.fleets.transports.local import LocalTransport
+
+    reconcile(fleet3.fleet)
+    n1, n2 = (Node.objects.get(fleet=fleet3.fleet, name=name) for name in ("n1", "n2"))
+    current = {}
+    for node in (n1, n2):
+        conn = services.selectors.node_conn(node)
+        files = LocalTransport(conn)._read_tree(conn.current_dir)
+        current[node.name] = node.applied_sha256
+        Node.objects.filter(pk=node.pk).update(applied_sha256=set_digest_v1(files))  # as an earlier version left it
+    edited = f"{services.selectors.node_conn(n2).current_dir}/haproxy.cfg"
+    with open(edited, "rb") as handle:
+        text = handle.read()
+    with open(edited, "wb") as handle:
+        handle.write(text.replace(b"timeout client 30s", b"timeout client 31s"))
+    workers = running_workers(fleet3)
+
+    assert services.fleet_drift_check(fleet=fleet3.fleet) == ["n2"]
+
+    n1.refresh_from_db()
+    assert n1.status == Node.Status.UP and n1.applied_sha256 == current["n1"]
+    assert Node.objects.get(pk=n2.pk).status == Node.Status.DRIFTED
+    assert running_workers(fleet3) == workers
+
+
+def test_a_drift_check_finding_nothing_leaves_the_fleet_to_route_changes(fleet3: LocalFleet, monkeypatch) -> None:
+    """Reading every node's maps back takes seconds at 100k routes: a check that finds nothing does not hold
+    the fleet's lease, so a reconcile (a route change) can run meanwhile."""
+    from apps.fleets import drift, engine
+
+    reconcile(fleet3.fleet)
+    claimed = []
+    real = drift.read_live_drift
+
+    def reading(*args, **kwargs):
+        owner = engine.new_owner()
+        claimed.append(engine.lease_claim(fleet3.fleet.pk, owner))  # a reconcile starting now
+        engine.lease_release(fleet3.fleet.pk, owner)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(drift, "read_live_drift", reading)
+    monkeypatch.setattr(drift, "_parallel", lambda fn, items: [fn(i) for i in items])  # this test's connection
+    report = services.fleet_drift_report(fleet=fleet3.fleet)
+
+    assert report.checked == 3 and not report.drifted and not report.repaired
+    assert claimed == [True, True, True]
+
+
+def test_a_change_arriving_while_a_drift_check_holds_the_lease_is_reconciled_after_it(
+    fleet3: LocalFleet, tiny_backend, monkeypatch
+) -> None:
+    """A drift check that found something holds the fleet's lease while it confirms and repairs; a reconcile
+    arriving then gives up (the lease is taken) and the check queues one when it lets go, instead of the
+    change waiting for the next converge (10 s)."""
+    from apps.fleets import drift
+    from apps.fleets.tasks import reconcile_task
+
+    new = tiny_backend("new")
+    pool = add_pool(fleet3.lb, "new", (new.address, new.port))
+    reconcile(fleet3.fleet)
+    Node.objects.filter(pk=fleet3.nodes[0].pk).update(status=Node.Status.DRIFTED)  # the check takes the lease
+    queued = []
+    monkeypatch.setattr(reconcile_task, "apply_async", lambda args, **kw: queued.append(args[0]))
+    real = drift.read_state
+    busy = []
+
+    def reading(*args, **kwargs):
+        if not busy:
+            add_route(fleet3.lb, pool, "/during", 13)
+            services.fleets_change_record(fleet_ids=[fleet3.fleet.pk])  # as the write's receiver does: queued ...
+            busy.append(services.fleet_reconcile(fleet_id=fleet3.fleet.pk))  # ... and finds the lease taken
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(drift, "read_state", reading)
+    monkeypatch.setattr(drift, "_parallel", lambda fn, items: [fn(i) for i in items])  # this test's connection
+    queued.clear()
+    services.fleet_drift_report(fleet=fleet3.fleet)
+
+    assert busy == [{"busy": True}]
+    assert queued.count(fleet3.fleet.pk) == 2, "the check let go of the lease without queueing the waiting change"
+    monkeypatch.setattr(drift, "read_state", real)
+    reconcile(fleet3.fleet)
+    assert set(fleet3.bodies("/during/x").values()) == {"new"}
 
 
 def test_health_collection_keeps_a_hot_copy_per_server(fleet3: LocalFleet) -> None:

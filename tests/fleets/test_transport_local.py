@@ -141,6 +141,69 @@ def test_a_pushed_sets_digest_is_remembered_and_an_edit_on_disk_is_still_seen(
     assert on_disk == bundle_sha256(LocalTransport(node)._read_tree(node.current_dir))
 
 
+def test_old_sets_are_collected_after_a_push_but_never_a_newer_one(haproxy_node: HAProxyNodeFactory, free_port) -> None:
+    """A push returns before the sets it retired are removed (unlinking a 100k-route set is a fifth of a
+    node's route change); they are gone soon after, current and previous stay, and a set newer than current
+    (another process's push between its rename and its link swap) is never taken from under it."""
+    port = free_port()
+    node, _proc = haproxy_node(text_config(port, "v1"))
+    transport = LocalTransport(node)
+    pushed = [transport.push(bundle_for(node, text_config(port, f"v{i}"))) for i in range(2, 6)]
+    assert all(p.ok for p in pushed)
+    in_flight = Path(node.sets_dir) / f"{'a' * 12}-{time.time_ns() + 10**9}-abcdef"
+    in_flight.mkdir()
+    (in_flight / "haproxy.cfg").write_text("# a push in flight\n")
+
+    transport.push(bundle_for(node, text_config(port, "v6")))
+    expected = {os.path.basename(os.readlink(node.current_dir)), os.path.basename(os.readlink(node.previous_dir)),
+                in_flight.name}
+    deadline = time.monotonic() + 10
+    while set(os.listdir(node.sets_dir)) != expected and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert set(os.listdir(node.sets_dir)) == expected
+    assert transport.activate().ok and serving(port) == "v6"
+
+
+def test_local_nodes_pushing_the_same_large_map_write_it_once_and_never_share_an_edited_copy(
+    haproxy_node: HAProxyNodeFactory, free_port
+) -> None:
+    """A rollout's nodes share their maps; local nodes of one host wrote and fsynced a 5 MB routes map each per
+    route change. Pushed side by side, the second node links the first node's file (one inode, one write);
+    its set still hashes to its bundle and serves. A copy edited in place on the first node is not linked."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ports = [free_port(), free_port()]
+    nodes = [haproxy_node(text_config(port, "v1"))[0] for port in ports]
+    routes = b"".join(b"/p%d v%d\n" % (i, i) for i in range(40_000))  # ~500 kB, one object for both nodes
+    bundles = [bundle_for(node, text_config(port, "v2"), {"maps/routes.map": routes})
+               for node, port in zip(nodes, ports, strict=True)]
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        pushed = list(pool.map(lambda nb: LocalTransport(nb[0]).push(nb[1]), zip(nodes, bundles, strict=True)))
+
+    assert all(p.ok for p in pushed)
+    files = [Path(node.current_dir).resolve() / "maps/routes.map" for node in nodes]
+    assert files[0].stat().st_ino == files[1].stat().st_ino and files[0].read_bytes() == routes
+    for node, push in zip(nodes, pushed, strict=True):
+        assert LocalTransport(node).config_sha256() == push.sha256
+        assert LocalTransport(node).activate().ok
+    assert [serving(port) for port in ports] == ["v2", "v2"]
+
+    edited_routes = routes.replace(b"/p1 v1\n", b"/p1 v9\n")
+    first = LocalTransport(nodes[0]).push(bundle_for(nodes[0], text_config(ports[0], "v3"),
+                                                     {"maps/routes.map": edited_routes}))
+    assert first.ok
+    edited = Path(nodes[0].current_dir).resolve() / "maps/routes.map"
+    text = edited.read_bytes()
+    with open(edited, "r+b") as handle:  # someone edits node 1's file in place (same inode, same size)
+        handle.write(text.replace(b"/p2 v2\n", b"/p2 v8\n", 1)[:len(text)])
+    second = LocalTransport(nodes[1]).push(bundle_for(nodes[1], text_config(ports[1], "v3"),
+                                                      {"maps/routes.map": edited_routes}))
+    assert second.ok
+    mine = Path(nodes[1].current_dir).resolve() / "maps/routes.map"
+    assert mine.stat().st_ino != edited.stat().st_ino and mine.read_bytes() == edited_routes
+
+
 def test_a_broken_config_is_refused_by_push_and_the_old_one_keeps_serving(
     haproxy_node: HAProxyNodeFactory, free_port
 ) -> None:

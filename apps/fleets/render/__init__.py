@@ -14,6 +14,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import replace
 
+from apps.fleets.digest import file_digest
 from apps.fleets.render.chain import chain_files, table_sections
 from apps.fleets.render.frontends import (
     FLOATING,
@@ -64,8 +65,8 @@ HEADER_LINES = 4
 def _header(fleet: str, revision: int, node_name: str, body: str, files: dict[str, bytes]) -> str:
     rest = hashlib.sha256(body.encode())
     for name in sorted(files):
-        if name != MAIN_FILE:
-            rest.update(b"\0" + name.encode() + b"\0" + files[name])
+        if name != MAIN_FILE:  # each file by its digest: a 5 MB map shared by every node is hashed once
+            rest.update(b"\0" + name.encode() + b"\0" + file_digest(files[name]))
     header = (
         f"# Spillway: fleet {fleet}, revision {revision}, node {node_name}.\n"
         f"# Generated; do not edit. sha256 of everything below and of the bundle's other files:\n"

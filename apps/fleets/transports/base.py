@@ -29,7 +29,6 @@ the staged haproxy.cfg against the *old* maps).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import posixpath
 import re
@@ -40,6 +39,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
+from apps.fleets.digest import set_digest
 from apps.fleets.runtime import (
     HAProxySocket,
     MasterSocket,
@@ -149,18 +149,19 @@ class HostKeyMismatch(TransportError):
     """The SSH server's host key is not the pinned one: possibly a different machine."""
 
 
-def bundle_sha256(files: Mapping[str, bytes]) -> str:
-    """Canonical hash of a config set: sorted names, each as name NUL length NUL bytes.
+_SET_ID_RE = re.compile(r"^[0-9a-f]{1,64}-(?P<ns>[0-9]{1,20})-[0-9a-f]{6}$")
 
-    The same function hashes a bundle before push and the files a node has on disk,
-    so drift detection compares like with like.
-    """
-    digest = hashlib.sha256()
-    for name in sorted(files):
-        data = files[name]
-        digest.update(name.encode() + b"\0" + str(len(data)).encode() + b"\0")
-        digest.update(data)
-    return digest.hexdigest()
+
+def _set_time(set_id: str) -> int | None:
+    """When a set was pushed (the time_ns in its id, push()), None for a name push() does not make."""
+    match = _SET_ID_RE.match(set_id)
+    return int(match.group("ns")) if match else None
+
+
+def bundle_sha256(files: Mapping[str, bytes]) -> str:
+    """Canonical hash of a config set (apps.fleets.digest). The same function hashes a bundle before push
+    and the files a node has on disk, so drift detection compares like with like."""
+    return set_digest(files)
 
 
 def check_bundle_names(files: Mapping[str, bytes]) -> None:
@@ -400,8 +401,12 @@ class FileSetTransport(ABC):
         if old:
             self._swap_link(self.node.previous_dir, old)
         self._swap_link(self.node.current_dir, posixpath.join("sets", set_id))
-        self._gc_sets()
+        self._after_push()
         return PushResult(True, sha, output, (time.monotonic() - start) * 1000.0, set_id)
+
+    def _after_push(self) -> None:
+        """Collect the sets a push left behind; subclasses may do it later, off the push's path."""
+        self._gc_sets()
 
     def _swap_link(self, link: str, target: str) -> None:
         tmp = f"{link}.tmp-{secrets.token_hex(4)}"
@@ -409,14 +414,20 @@ class FileSetTransport(ABC):
         self._rename(tmp, link)
 
     def _gc_sets(self) -> None:
-        keep = {
-            posixpath.basename(t)
-            for t in (self._readlink(self.node.current_dir), self._readlink(self.node.previous_dir))
-            if t
-        }
+        """Remove every set but ``current`` and ``previous`` that is older than ``current``.
+
+        A set newer than ``current`` may be a push in flight from another process (renamed from staging,
+        links not swapped yet), so it stays; it is collected once a later push has moved past it."""
+        current, previous = self._readlink(self.node.current_dir), self._readlink(self.node.previous_dir)
+        keep = {posixpath.basename(t) for t in (current, previous) if t}
+        newest = _set_time(posixpath.basename(current)) if current else None
         for entry in self._listdir(self.node.sets_dir):
-            if entry not in keep and not entry.startswith(".staging-"):
-                self._rmtree(posixpath.join(self.node.sets_dir, entry))
+            if entry in keep or entry.startswith(".staging-"):
+                continue
+            made = _set_time(entry)
+            if newest is not None and made is not None and made > newest:
+                continue
+            self._rmtree(posixpath.join(self.node.sets_dir, entry))
 
     def save_server_state(self) -> bool:
         """Dump ``show servers state`` into the server-state file; False if the stats socket is down."""

@@ -24,6 +24,57 @@ from apps.fleets.runtime import Sender, unix_socket_sender, write_file_atomic
 from apps.fleets.transports.base import FileSetTransport, NodeConn, PushResult, TransportError, file_mode
 
 WRITE_THREADS, WRITE_THREADS_FROM = 8, 16
+# Files at least this large are shared between the pushes of this process's local nodes (_write_shared).
+SHARE_FROM, SHARE_WAIT_S = 256 * 1024, 10.0
+
+
+class _Shared:
+    """A large file's content as one local node's push writes it, for the others to link (by content identity:
+    the entry holds the content, so its id is not reused while it is known)."""
+
+    def __init__(self, content: bytes) -> None:
+        self.content = content
+        self.written = threading.Event()
+        self.paths: tuple[str, ...] = ()
+
+
+_SHARED: OrderedDict[int, _Shared] = OrderedDict()
+_SHARED_SIZE = 16
+_SHARED_LOCK = threading.Lock()
+
+
+def _share_claim(content: bytes) -> tuple[_Shared, bool]:
+    """The entry for this content, and whether the caller is the one to write it."""
+    with _SHARED_LOCK:
+        entry = _SHARED.get(id(content))
+        if entry is not None and entry.content is content:
+            return entry, False
+        entry = _SHARED[id(content)] = _Shared(content)
+        while len(_SHARED) > _SHARED_SIZE:
+            _SHARED.popitem(last=False)
+        return entry, True
+
+
+def _link_same(source: str, path: str, data: bytes, mode: int) -> bool:
+    """Hard-link `source` at `path` when it is a regular file holding exactly `data` with `mode` (read and
+    compared: a file edited in place on one node must not reach another)."""
+    try:
+        info = os.lstat(source)
+        if not stat.S_ISREG(info.st_mode) or info.st_size != len(data) or stat.S_IMODE(info.st_mode) != mode:
+            return False
+        with open(source, "rb") as handle:
+            if handle.read() != data:
+                return False
+        os.link(source, path)
+    except OSError:
+        return False
+    return True
+
+
+# Old sets are removed here after a push returns: unlinking a 100k-route set (its 5 MB routes map) was a
+# fifth of a node's route change. base._gc_sets keeps any set newer than `current`, so a late collection
+# cannot remove a push in flight.
+_COLLECTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spillway-set-gc")
 
 # A config set's digest by its real path, valid while every file in it keeps the (inode, size, mtime,
 # ctime) recorded with it. Sets are never changed in place (a push writes a new one), so only an edit on
@@ -70,6 +121,32 @@ class LocalTransport(FileSetTransport):
                 _remember_digest(root, _set_signature(root), result.sha256)
         return result
 
+    def _after_push(self) -> None:
+        _COLLECTOR.submit(self._collect)
+
+    def _collect(self) -> None:
+        """_gc_sets, keeping the remembered digests of the sets that remain: unlinking an old set's files moves
+        the ctime of the inodes other sets share with it (unchanged files are hard links, within a node and,
+        for large files, between this host's nodes: _write_shared), which would make the next rollout read and
+        hash those whole sets again (~30 ms per node at 100k routes). Digests of sets gone are dropped."""
+        with _SET_DIGESTS_LOCK:
+            known = dict(_SET_DIGESTS)
+        valid = {}
+        for root, (signature, digest) in known.items():
+            try:
+                if os.path.isdir(root) and _set_signature(root) == signature:
+                    valid[root] = digest
+            except OSError:
+                continue
+        self._gc_sets()
+        for root in known:
+            if root in valid and os.path.isdir(root):
+                with contextlib.suppress(OSError):
+                    _remember_digest(root, _set_signature(root), valid[root])
+            elif not os.path.isdir(root):
+                with _SET_DIGESTS_LOCK:
+                    _SET_DIGESTS.pop(root, None)
+
     def config_sha256(self) -> str | None:
         if self._readlink(self.node.current_dir) is None:
             return None
@@ -105,32 +182,42 @@ class LocalTransport(FileSetTransport):
         current = os.path.realpath(self.node.current_dir)
         if not os.path.isdir(current) or os.path.realpath(set_dir) == current:
             return set()
-        linked = set()
-        for name, data in files.items():
-            source = os.path.join(current, name)
-            try:
-                info = os.lstat(source)
-                if (not stat.S_ISREG(info.st_mode) or info.st_size != len(data)
-                        or stat.S_IMODE(info.st_mode) != file_mode(name)):
-                    continue
-                with open(source, "rb") as handle:
-                    if handle.read() != data:
-                        continue
-                os.link(source, os.path.join(set_dir, name))
-            except OSError:
-                continue  # written the ordinary way instead
-            linked.add(name)
-        return linked
+        # A file that cannot be linked is written the ordinary way instead.
+        return {name for name, data in files.items()
+                if _link_same(os.path.join(current, name), os.path.join(set_dir, name), data, file_mode(name))}
 
     def _write_files(self, set_dir: str, files: Mapping[str, bytes]) -> None:
         """A few threads at once when there are many: ext4 commits concurrent fsyncs together (100
-        certificate files took 0.55 s one by one and 0.21 s with 16 threads on the dev machine)."""
+        certificate files took 0.55 s one by one and 0.21 s with 16 threads on the dev machine).
+
+        A large file another local node of this process is pushing with the very same content (a rollout's
+        nodes share their maps: render.patch_maps) is written once and hard-linked by the others, like
+        _link_unchanged: one host's nodes wrote and fsynced a 5 MB routes map each per route change at 100k
+        routes, side by side on one disk."""
+        files = dict(files)
+        for name in sorted(n for n, data in files.items() if len(data) >= SHARE_FROM):
+            self._write_shared(os.path.join(set_dir, name), files.pop(name), file_mode(name))
         if len(files) < WRITE_THREADS_FROM:
             super()._write_files(set_dir, files)
             return
         with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
             list(pool.map(lambda name: self._write_file(os.path.join(set_dir, name), files[name], file_mode(name)),
                           sorted(files)))
+
+    def _write_shared(self, path: str, data: bytes, mode: int) -> None:
+        entry, mine = _share_claim(data)
+        if not mine and entry.written.wait(SHARE_WAIT_S):
+            for source in entry.paths:  # in its staging set, then where that set is renamed to
+                if _link_same(source, path, data, mode):
+                    return
+        try:
+            self._write_file(path, data, mode)
+            if mine:
+                final = path.replace(f"{os.sep}.staging-", os.sep, 1)
+                entry.paths = (path, final) if final != path else (path,)
+        finally:
+            if mine:
+                entry.written.set()
 
     def _read_file(self, path: str) -> bytes | None:
         try:
