@@ -24,6 +24,7 @@ class FuzzResult:
     conformance_failures: int = 0
     other_failures: int = 0
     failures: list[str] = field(default_factory=list)
+    blocking: list[str] = field(default_factory=list)  # the failures with a 5xx or a conformance check among them
     output: str = ""
 
     def line(self) -> str:
@@ -52,6 +53,7 @@ def run_schemathesis(base_url: str, token: str, *, max_examples: int, workers: i
     for name in ("cases", "operations", "server_errors", "conformance_failures", "other_failures"):
         setattr(result, name, getattr(result, name) + getattr(last, name))
     result.failures += last.failures
+    result.blocking += last.blocking
     result.output += "\n--- lockout operations, fuzzed last ---\n" + last.output
     return result
 
@@ -86,14 +88,20 @@ def _parse(report_dir: Path) -> FuzzResult:
             result.operations += 1
             for failure in [*case.iter("failure"), *case.iter("error")]:
                 text = (failure.get("message") or "") + "\n" + (failure.text or "")
+                blocking = False
                 # Each distinct check that failed: "- ST103 Undocumented status code" (ST1xx: the response
                 # does not match the schema; ST0xx / "Server error": a 5xx; others: request-side checks).
                 for code, title in set(re.findall(r"^- (ST\d+) (.+)$", text, flags=re.M)):
                     if "Server error" in title or code.startswith("ST0"):
                         result.server_errors += 1
+                        blocking = True
                     elif code.startswith("ST1"):
                         result.conformance_failures += 1
+                        blocking = True
                     else:
                         result.other_failures += 1
-                result.failures.append(f"{case.get('name', '?')}: {text.strip()[:1500]}")
+                entry = f"{case.get('name', '?')}: {text.strip()[:1500]}"
+                result.failures.append(entry)
+                if blocking:  # whole, so the check that counts is not cut off behind a request-side one
+                    result.blocking.append(f"{case.get('name', '?')}: {text.strip()[:6000]}")
     return result

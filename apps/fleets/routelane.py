@@ -37,6 +37,7 @@ from typing import Any
 from django.db import transaction
 
 from apps.balancers.models import LoadBalancer, Route, RouteChange, RouteTarget
+from apps.core.snapshots import one_snapshot
 from apps.fleets import selectors
 from apps.fleets.codec import content_sha256, lane_delta_to_json
 from apps.fleets.hotmaps import delta_known
@@ -110,8 +111,22 @@ def _latest(fleet: Fleet) -> ConfigRevision | None:
             .order_by("-number").first())
 
 
-def _changes(lane: _Lane, lb_ids: list[int]) -> tuple[dict[str, int], dict[int, set[int]]] | None:
-    """(LB revisions now, {LB id: route ids changed since the lane's}); None when the journal has a gap."""
+_Changes = tuple[dict[str, int], dict[int, set[int]], dict[int, tuple[int, RouteSpec]]]
+
+
+def _changes(lane: _Lane, lb_ids: list[int]) -> _Changes | None:
+    """(LB revisions now, {LB id: route ids changed since the lane's}, {route id: (LB id, spec)} of those that
+    exist), read as of one moment (a route with its targets); None when the journal has a gap."""
+    with one_snapshot():
+        found = _journal(lane, lb_ids)
+        if found is None:
+            return None
+        ids = set().union(*found[1].values()) if found[1] else set()
+        return (*found, {spec.id: (lb_id, spec) for lb_id, spec in selectors.route_specs(
+            Route.objects.filter(pk__in=ids), RouteTarget.objects.filter(route_id__in=ids))})
+
+
+def _journal(lane: _Lane, lb_ids: list[int]) -> tuple[dict[str, int], dict[int, set[int]]] | None:
     now = {str(pk): rev for pk, rev in LoadBalancer.objects.filter(pk__in=lb_ids).values_list("pk", "revision")}
     if now.keys() != lane.lb_revisions.keys():
         return None
@@ -142,18 +157,26 @@ def lane_render(*, fleet: Fleet, reason: str) -> ConfigRevision | None:
     latest = _latest(fleet)
     # Nothing recorded since (a direct "render now", a converge): the caller wants the database read in full.
     recorded = change_seq - lane.change_seq
-    if latest is None or latest.pk != lane.revision_pk or recorded <= 0 or recorded != route_seq - lane.route_seq:
+    declined = (
+        "no revision" if latest is None
+        else f"revision {latest.number} is not the lane's" if latest.pk != lane.revision_pk
+        else "nothing recorded since the lane's state" if recorded <= 0
+        else "a change other than a route's was recorded" if recorded != route_seq - lane.route_seq
+        else None)
+    lbs = dict(selectors.fleet_lbs(fleet).values_list("pk", "name")) if declined is None else {}
+    found = _changes(lane, list(lbs)) if declined is None else None
+    if declined is None and found is None:
+        declined = "the route journal does not cover every LB revision since the lane's"
+    if declined is not None or found is None:
+        # Why matters: a full render costs seconds at 100k routes, and an unexpected one is a bug to find.
+        logger.info("fleet %s: route lane declined (%s: seq %s/%s, lane %s/%s); rendering in full", fleet.name,
+                    declined, change_seq, route_seq, lane.change_seq, lane.route_seq)
         forget(fleet.pk)
         return None
-    lbs = dict(selectors.fleet_lbs(fleet).values_list("pk", "name"))
-    found = _changes(lane, list(lbs))
-    if found is None:
-        forget(fleet.pk)
-        return None
-    lb_revisions, changed = found
+    lb_revisions, changed, now = found
     marks: dict[str, float] = {"journal": time.monotonic()}  # each step's end, logged below
     try:
-        revision = _apply(fleet, lane, latest, lbs, lb_revisions, changed, reason, marks)
+        revision = _apply(fleet, lane, latest, lbs, lb_revisions, changed, now, reason, marks)
     except Exception:
         # A lane bug must not hold the change back: the full render reads the database and is the
         # reference the lane is tested against. The state may be half-changed: never reuse it.
@@ -174,11 +197,8 @@ def lane_render(*, fleet: Fleet, reason: str) -> ConfigRevision | None:
 
 
 def _apply(fleet: Fleet, lane: _Lane, latest: ConfigRevision, lbs: dict[int, str], lb_revisions: dict[str, int],
-           changed: dict[int, set[int]], reason: str, marks: dict[str, float]) -> ConfigRevision | None:
-    ids = set().union(*changed.values()) if changed else set()
-    now: dict[int, tuple[int, RouteSpec]] = {
-        spec.id: (lb_id, spec) for lb_id, spec in selectors.route_specs(Route.objects.filter(pk__in=ids),
-                                                                       RouteTarget.objects.filter(route_id__in=ids))}
+           changed: dict[int, set[int]], now: dict[int, tuple[int, RouteSpec]], reason: str,
+           marks: dict[str, float]) -> ConfigRevision | None:
     pool_ids = {p.id for p in lane.snap.pools}
     per_listener: dict[int, tuple[list[RouteSpec], list[int]]] = {}  # as loaded (stored) and as checked
     checked_changes: dict[int, tuple[list[RouteSpec], list[int]]] = {}
@@ -202,6 +222,8 @@ def _apply(fleet: Fleet, lane: _Lane, latest: ConfigRevision, lbs: dict[int, str
             state = lane.listeners[listener_id] = ListenerRoutes(spec)
         moved = state.apply(checked, deletes)
         if moved is None:
+            logger.info("fleet %s: route lane declined (listener %s's actions or split ids move); rendering in full",
+                        fleet.name, listener_id)
             return None
         updates += moved
     marks["apply"] = time.monotonic()

@@ -26,6 +26,7 @@ from apps.balancers.models import (
     RouteTarget,
 )
 from apps.core import crypto
+from apps.core.snapshots import one_snapshot
 from apps.fleets.codec import apply_lane_delta, snapshot_from_json
 from apps.fleets.models import (
     REVISION_BULK_FIELDS,
@@ -146,11 +147,13 @@ def route_specs(routes: QuerySet[Route], targets: QuerySet[RouteTarget]) -> Iter
 
 
 def fleet_snapshot(fleet: Fleet, revision: int) -> tuple[FleetSnapshot, dict[str, int]]:
-    """(what the fleet's nodes must serve, {lb id: LB revision it reflects}).
+    """(what the fleet's nodes must serve, {lb id: LB revision it reflects}), read as of one moment: the LB
+    revisions are exactly the state read, and no write is seen in part (a route without its targets)."""
+    with one_snapshot():
+        return _fleet_snapshot(fleet, revision)
 
-    LB revisions are read first: anything read after them is at least that new, so a revision
-    never claims an LB change it does not contain.
-    """
+
+def _fleet_snapshot(fleet: Fleet, revision: int) -> tuple[FleetSnapshot, dict[str, int]]:
     lbs = list(fleet_lbs(fleet))
     lb_revisions = {str(lb.pk): lb.revision for lb in lbs}
     lb_ids = [lb.pk for lb in lbs]

@@ -14,4 +14,4 @@ def test_live_api_conforms_to_its_schema_and_never_answers_500(live_server, otto
     result = run_schemathesis(live_server.url, otto.token, max_examples=1, workers=2, max_time_s=45,
                               phases="examples,fuzzing")
     assert result.operations > 50, result.output[-3000:]
-    assert (result.server_errors, result.conformance_failures) == (0, 0), "\n".join(result.failures[:20])
+    assert (result.server_errors, result.conformance_failures) == (0, 0), "\n".join(result.blocking[:20])
