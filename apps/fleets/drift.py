@@ -9,13 +9,17 @@ A check reads every enabled node (in threads, like a rollout) and compares:
   fails is the node marked drifted (then a reload repairs it).
 Every difference found is audited (`node.drift`) with its readable diff and how it was repaired, and
 the node's status line says what was found. Skipped while a rollout holds the fleet's lease: its
-nodes are legitimately in between.
+nodes are legitimately in between. The periodic check (each converge) reads a node's large maps back less
+often than the rest (LIVE_MAPS_EVERY_S); "Check drift" reads them all.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.utils import timezone
 
 from apps.audit.services import audit_record
@@ -75,7 +79,28 @@ def _audit_drift(node: Node, lines: list[str], repair: str) -> None:
                  before={"differences": lines}, after={"repair": repair})
 
 
-def _looks_clean(fleet: Fleet) -> int | None:
+# How often the periodic check (each converge, every 10 s) reads a node's live maps back: at 100k routes that
+# is 200k lines a node, the largest cost of a converge and CPU the route changes beside it need. Everything
+# else (disk, worker, server states, ACME answers) is read every time, and "Check drift" reads every map.
+LIVE_MAPS_EVERY_S = float(getattr(settings, "FLEET_LIVE_MAPS_EVERY_S", 30.0))
+_MAPS_READ: dict[int, float] = {}  # node id -> when (monotonic) this process last read its maps and found them clean
+_MAPS_READ_LOCK = threading.Lock()
+
+
+def _maps_due(node: Node, all_maps: bool) -> bool:
+    if all_maps:
+        return True
+    with _MAPS_READ_LOCK:
+        last = _MAPS_READ.get(node.pk)
+    return last is None or time.monotonic() - last >= LIVE_MAPS_EVERY_S
+
+
+def _maps_clean(node: Node, read_at: float) -> None:
+    with _MAPS_READ_LOCK:
+        _MAPS_READ[node.pk] = read_at
+
+
+def _looks_clean(fleet: Fleet, all_maps: bool) -> int | None:
     """A first look without the fleet's lease: the number of nodes checked when every enabled node is up,
     runs its verified config and worker, and serves exactly its bundle's maps and server states; else None.
 
@@ -104,10 +129,14 @@ def _looks_clean(fleet: Fleet) -> int | None:
 
     def live(job) -> bool:
         node, bundle = job
+        maps, read_at = _maps_due(node, all_maps), time.monotonic()
         try:
-            return not read_live_drift(selectors.node_conn(node), bundle, servers, challenges)
+            clean = not read_live_drift(selectors.node_conn(node), bundle, servers, challenges, maps=maps)
         except NODE_ERRORS:
             return False
+        if clean and maps:
+            _maps_clean(node, read_at)
+        return clean
 
     if not all(_parallel(live, jobs) if jobs else []):
         return None
@@ -115,8 +144,11 @@ def _looks_clean(fleet: Fleet) -> int | None:
     return len(nodes)
 
 
-def fleet_drift_report(*, fleet: Fleet) -> DriftReport:
-    clean = _looks_clean(fleet)
+def fleet_drift_report(*, fleet: Fleet, all_maps: bool = True) -> DriftReport:
+    """Check every enabled node's disk, worker and live state; repair live drift through the runtime API and
+    mark the rest drifted (the converge re-pushes it). `all_maps=False` (the periodic check): a node's live
+    maps only when LIVE_MAPS_EVERY_S have passed since this process last found them clean."""
+    clean = _looks_clean(fleet, all_maps)
     if clean is not None:
         return DriftReport(checked=clean)
     report = DriftReport()
@@ -169,10 +201,13 @@ def fleet_drift_report(*, fleet: Fleet) -> DriftReport:
         def live(job) -> tuple[LiveDrift | None, str | None]:
             node, bundle = job
             conn = selectors.node_conn(node)
+            maps, read_at = _maps_due(node, all_maps), time.monotonic()
             try:
-                drift = read_live_drift(conn, bundle, servers, challenges)
+                drift = read_live_drift(conn, bundle, servers, challenges, maps=maps)
             except NODE_ERRORS as exc:
                 return None, f"live state unreadable: {exc}"
+            if maps and not drift.maps:
+                _maps_clean(node, read_at)
             return drift, (repair_live_drift(conn, drift) if drift else None)
 
         for (node, _bundle), (drift, problem) in zip(live_jobs, _parallel(live, live_jobs) if live_jobs else [],
@@ -210,9 +245,9 @@ def fleet_drift_report(*, fleet: Fleet) -> DriftReport:
         request_reconcile_if_due(fleet.pk)
 
 
-def fleet_drift_check(*, fleet: Fleet) -> list[str]:
+def fleet_drift_check(*, fleet: Fleet, all_maps: bool = True) -> list[str]:
     """Names of the nodes still drifted after a check (live drift the runtime API fixed is not)."""
-    return sorted(fleet_drift_report(fleet=fleet).drifted)
+    return sorted(fleet_drift_report(fleet=fleet, all_maps=all_maps).drifted)
 
 
 def _blocked(node: Node, desired: int) -> bool:
@@ -235,8 +270,8 @@ def fleet_converge(*, fleet: Fleet, check_drift: bool = True, enqueue: bool = Tr
     fleet = Fleet.objects.get(pk=fleet.pk)
     if fleet.desired_revision == 0:
         return None
-    if check_drift:
-        fleet_drift_check(fleet=fleet)
+    if check_drift:  # the periodic path (converge_fleet_task): maps as they fall due
+        fleet_drift_check(fleet=fleet, all_maps=False)
     if Rollout.objects.filter(fleet=fleet, status__in=Rollout.ACTIVE).exists():
         return None
     desired = ConfigRevision.objects.filter(fleet=fleet, number=fleet.desired_revision).first()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from itertools import repeat
 
 from apps.core.memo import IdentityMemo
 from apps.fleets.delivery import NODE_ERRORS, _transport
@@ -31,23 +32,30 @@ MAX_DIFF_LINES = 40
 # Maps whose values change at run time by design (apps.fleets.enforce); their keys are still checked.
 RUNTIME_VALUE_MAPS = frozenset({LIMITS_MAP, USABLE_MAP})
 
-# The wanted entries of recent bundles as sets, by the identity of their list (a bundle is rendered once per
-# revision and node and kept: engine._BundleCache).
-_wanted_set = IdentityMemo(frozenset, size=64)
+# The wanted entries of recent bundles as `show map` lines ("key value"), by the identity of their list (a
+# bundle is rendered once per revision and node and kept: engine._BundleCache).
+_wanted_lines = IdentityMemo(lambda wanted: frozenset(f"{key} {value}" for key, value in wanted), size=64)
 
 
-def same_entries(live: list[tuple[str, str]], wanted: list[tuple[str, str]]) -> bool:
-    """Whether a live map holds exactly the wanted entries, in any order, duplicates counted.
+def entries(lines: list[str]) -> list[tuple[str, str]]:
+    """(key, value) of `show map` lines (StatsClient.show_map_lines)."""
+    return [(key, value) for key, _, value in map(str.partition, lines, repeat(" "))]
 
-    As sets when neither side repeats an entry (then set equality is multiset equality): sorting both
-    200k-entry lists of a 100k-route map took most of a drift check's time, every converge, on every node."""
-    want = _wanted_set(wanted)
-    if len(want) != len(wanted):  # the wanted list repeats an entry: compare as sorted lists
-        return sorted(live) == sorted(wanted)
-    if len(live) != len(wanted):
-        return False
-    have = set(live)
-    return len(have) == len(live) and have == want
+
+def same_entries(live: list[str], wanted: list[tuple[str, str]]) -> bool:
+    """Whether a live map (its `show map` lines) holds exactly the wanted entries, in any order, duplicates
+    counted.
+
+    As sets of lines when neither side repeats one (then set equality is multiset equality), which C does
+    nearly alone: sorting both 200k-entry lists, then parsing every line into a pair, took most of a drift
+    check's time at 100k routes, every converge, on every node. Anything else (a repeat, or lines that differ
+    only in how an empty value is printed) is decided on the parsed entries."""
+    want = _wanted_lines(wanted)
+    if len(want) == len(wanted) and len(live) == len(wanted):
+        have = set(live)
+        if len(have) == len(live) and have == want:
+            return True
+    return sorted(entries(live)) == sorted(wanted)
 
 
 @dataclass(frozen=True)
@@ -106,8 +114,11 @@ def _map_lines(name: str, live: list[tuple[str, str]], wanted: list[tuple[str, s
 
 
 def read_live_drift(conn: NodeConn, bundle: ConfigBundle, servers: dict[tuple[str, str], ServerWanted],
-                    challenges: dict[str, str] | None = None) -> LiveDrift:
+                    challenges: dict[str, str] | None = None, *, maps: bool = True) -> LiveDrift:
     """What differs between the node's live maps/servers and `bundle` / `servers`. Raises NODE_ERRORS.
+
+    `maps=False` leaves out the bundle's maps (not the ACME challenge map): the periodic check reads them
+    less often than the rest (drift.LIVE_MAPS_EVERY_S).
 
     The ACME challenge map is rendered empty and filled at run time (open HTTP-01 answers,
     `challenges`): only an answer missing there is drift. An extra one is an order's, published after
@@ -117,7 +128,12 @@ def read_live_drift(conn: NodeConn, bundle: ConfigBundle, servers: dict[tuple[st
     try:
         stats = transport.stats()
         for name, wanted in sorted(bundle.facts.maps.items()):
-            live = stats.show_map(name)
+            if not maps and name != ACME_CHALLENGE_MAP:
+                continue
+            lines = stats.show_map_lines(name)
+            if name not in RUNTIME_VALUE_MAPS and name != ACME_CHALLENGE_MAP and same_entries(lines, wanted):
+                continue
+            live = entries(lines)
             if name == ACME_CHALLENGE_MAP:
                 held = dict(live)
                 drift.challenges = {k: v for k, v in (challenges or {}).items() if held.get(k) != v}
@@ -131,9 +147,8 @@ def read_live_drift(conn: NodeConn, bundle: ConfigBundle, servers: dict[tuple[st
                     drift.maps[name] = wanted
                     drift.lines += [line for line in _map_lines(name, live, wanted) if "should be" not in line]
                 continue
-            if not same_entries(live, wanted):
-                drift.maps[name] = wanted
-                drift.lines += _map_lines(name, live, wanted)
+            drift.maps[name] = wanted
+            drift.lines += _map_lines(name, live, wanted)
         live_servers = parse_servers_state(stats.show_servers_state())
         for key, wanted_server in sorted(servers.items()):
             live_server = live_servers.get(key)
@@ -155,9 +170,9 @@ def repair_live_drift(conn: NodeConn, drift: LiveDrift) -> str | None:
     transport = _transport(conn)
     try:
         stats = transport.stats()
-        for name, entries in drift.maps.items():
-            stats.replace_map(name, entries)
-            if sorted(stats.show_map(name)) != sorted(entries):
+        for name, wanted in drift.maps.items():
+            stats.replace_map(name, wanted)
+            if not same_entries(stats.show_map_lines(name), wanted):
                 return f"{name} still differs after the runtime update"
         for token, value in drift.challenges.items():  # entry by entry: other answers stay as they are
             stats.del_map_entry(ACME_CHALLENGE_MAP, token)

@@ -3,6 +3,7 @@ found, shown, audited and put back through the runtime API; an on-disk edit is s
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -145,3 +146,40 @@ def test_the_enforcement_loops_live_limits_are_not_drift_but_a_missing_key_is(fl
     report = fleet_drift_report(fleet=fleet2.fleet)
     assert list(report.repaired) == ["n1"] and any(f"missing {backend}" in line for line in report.repaired["n1"])
     assert backend in dict(_stats(n1).show_map(LIMITS_MAP))
+
+
+def test_the_periodic_check_reads_live_maps_as_they_fall_due_and_check_drift_reads_them_at_once(
+        fleet2: LocalFleet, tiny_backend, monkeypatch) -> None:
+    """Each converge (every 10 s) checks disk, worker and server states; a node's large maps are read back
+    once LIVE_MAPS_EVERY_S have passed since they were last found clean (200k lines a node at 100k routes).
+    An out-of-band map edit is repaired by the first periodic check after that, and at once by "Check drift"."""
+    from apps.fleets import drift
+
+    monkeypatch.setattr(drift, "LIVE_MAPS_EVERY_S", 1.5)
+    new = tiny_backend("new")
+    pool = add_pool(fleet2.lb, "new", (new.address, new.port))
+    add_route(fleet2.lb, pool, "/new", 10)
+    reconcile(fleet2.fleet)
+    n1 = fleet2.nodes[0]
+    routes_map = "maps/live.http.routes.map"
+    default = f"p{fleet2.listener.default_pool_id}"
+    assert services.fleet_drift_check(fleet=fleet2.fleet, all_maps=False) == []  # maps read: clean
+
+    _stats(n1).command(f"set map {routes_map} */new/ {default}")
+    assert fleet_drift_report(fleet=fleet2.fleet, all_maps=False).summary().startswith("No drift")  # not due
+    assert fleet2.get(n1, "/new/x")[1] == "old"
+    time.sleep(1.6)
+    report = fleet_drift_report(fleet=fleet2.fleet, all_maps=False)
+    assert list(report.repaired) == ["n1"] and f"*/new/ -> {default} (should be p{pool.pk})" in report.repaired["n1"][0]
+    assert fleet2.get(n1, "/new/x")[1] == "new"
+
+    # "Check drift" (the button, the API) reads every map whatever the cadence.
+    _stats(n1).command(f"set map {routes_map} */new/ {default}")
+    report = fleet_drift_report(fleet=fleet2.fleet)
+    assert list(report.repaired) == ["n1"]
+    assert fleet2.get(n1, "/new/x")[1] == "new"
+    # A server state change is seen by every periodic check, maps due or not.
+    old_backend = f"{default}_us-east"
+    _stats(n1).command(f"set server {old_backend}/old-1 state maint")
+    report = fleet_drift_report(fleet=fleet2.fleet, all_maps=False)
+    assert report.repaired == {"n1": [f"server {old_backend}/old-1: maint weight 100 (should be active weight 100)"]}

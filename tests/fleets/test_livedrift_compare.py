@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
-from apps.fleets.livedrift import same_entries
+from apps.fleets.livedrift import entries, same_entries
+
+
+def lines(pairs: list[tuple[str, str]]) -> list[str]:
+    """As `show map` prints them, each entry's reference cut off (StatsClient.show_map_lines)."""
+    return [f"{key} {value}" for key, value in pairs]
 
 
 def test_live_map_comparison_counts_every_entry_in_any_order() -> None:
-    """Drift checks compare a node's live map with the wanted entries (livedrift.same_entries): order does not
-    matter, a missing, extra, changed or repeated entry does."""
+    """Drift checks compare a node's live map with the wanted entries: order does not matter, a missing,
+    extra, changed or repeated entry does."""
     wanted = [(f"/p{i}", f"v{i % 3}") for i in range(1000)]
-    assert same_entries(list(reversed(wanted)), wanted)
-    assert not same_entries(wanted[:-1], wanted)
-    assert not same_entries([*wanted, ("/x", "v0")], wanted)
-    assert not same_entries([*wanted[:-1], ("/p999", "v9")], wanted)
-    assert not same_entries([*wanted[:-2], wanted[0], wanted[0]], wanted)  # same length, one repeated
+    assert same_entries(lines(list(reversed(wanted))), wanted)
+    assert not same_entries(lines(wanted[:-1]), wanted)
+    assert not same_entries(lines([*wanted, ("/x", "v0")]), wanted)
+    assert not same_entries(lines([*wanted[:-1], ("/p999", "v9")]), wanted)
+    assert not same_entries(lines([*wanted[:-2], wanted[0], wanted[0]]), wanted)  # same length, one repeated
     repeated = [*wanted, wanted[0]]
-    assert same_entries(list(reversed(repeated)), repeated)
-    assert not same_entries([*wanted, wanted[1]], repeated)
+    assert same_entries(lines(list(reversed(repeated))), repeated)
+    assert not same_entries(lines([*wanted, wanted[1]]), repeated)
+
+
+def test_values_with_spaces_or_none_read_back_as_written() -> None:
+    wanted = [("/a", "deny 403 now"), ("/b", ""), ("/c", "p1")]
+    assert entries(lines(wanted)) == wanted
+    assert same_entries(["/b", "/c p1", "/a deny 403 now"], wanted)  # an empty value printed without its space
+    assert not same_entries(["/b x", "/c p1", "/a deny 403 now"], wanted)
