@@ -289,6 +289,8 @@ CELERY_RESULT_BACKEND = None
 # interpreter lock (two fleets' lane steps 100-120 ms instead of 50-60 ms).
 FLEET_WORKER_SHARDS = envint("FLEET_WORKER_SHARDS", 2, minimum=1)
 FLEET_QUEUES = [f"fleets.{shard}" for shard in range(FLEET_WORKER_SHARDS)]
+# The periodic drift check reads each node's live maps at most this often (apps.fleets.drift.LIVE_MAPS_EVERY_S).
+FLEET_LIVE_MAPS_EVERY_S = envint("FLEET_LIVE_MAPS_EVERY_S", 30, minimum=1)
 CELERY_TASK_ROUTES = (
     "apps.fleets.queues.route_task",
     {"events.*": {"queue": "events"}, "acme.*": {"queue": "acme"}},
