@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from celery import shared_task
@@ -10,6 +13,7 @@ from django.db.models import F
 
 from apps.balancers.services import route_changes_prune
 from apps.fleets import services
+from apps.fleets.beat import CONVERGE_EVERY_S
 from apps.fleets.models import Fleet, Rollout
 
 logger = logging.getLogger(__name__)
@@ -34,8 +38,29 @@ def converge_task() -> dict[str, Any]:
     route_changes_prune()  # the route lane reads an hour at most; older state renders in full
     fleets = list(Fleet.objects.values_list("pk", flat=True))
     for fleet_id in fleets:
-        converge_fleet_task.delay(fleet_id)
+        # A converge still queued at the next tick is dropped (that tick queues a fresh one): on a busy shard
+        # they piled up behind each other and took the threads the fleet's route changes wait for.
+        converge_fleet_task.apply_async((fleet_id,), expires=CONVERGE_EVERY_S)
     return {"fleets": len(fleets)}
+
+
+_CONVERGING: set[int] = set()  # fleets whose converge runs in this process now
+_CONVERGING_LOCK = threading.Lock()
+
+
+@contextmanager
+def _converging(fleet_id: int) -> Iterator[bool]:
+    """True when this call may converge the fleet: no other converge of it runs in this process (a fleet's
+    converges run on its shard's one process, apps.fleets.queues)."""
+    with _CONVERGING_LOCK:
+        mine = fleet_id not in _CONVERGING
+        _CONVERGING.add(fleet_id)
+    try:
+        yield mine
+    finally:
+        if mine:
+            with _CONVERGING_LOCK:
+                _CONVERGING.discard(fleet_id)
 
 
 @shared_task(name="fleets.converge_fleet_task")
@@ -44,6 +69,14 @@ def converge_fleet_task(fleet_id: int) -> dict[str, Any]:
     came back. On the fleet's shard queue (apps.fleets.queues): the drift check renders each node's applied
     revision, which the process holding the fleet's route lane has at hand (a lane revision elsewhere is a full
     render: seconds at 100k routes, under the fleet's lease, so route changes waited behind it)."""
+    with _converging(fleet_id) as mine:
+        if not mine:
+            logger.info("fleet %s: a converge is still running; this one is skipped", fleet_id)
+            return {"skipped": "a converge of this fleet is running"}
+        return _converge_fleet(fleet_id)
+
+
+def _converge_fleet(fleet_id: int) -> dict[str, Any]:
     fleet = Fleet.objects.filter(pk=fleet_id).first()
     if fleet is None:
         return {}
