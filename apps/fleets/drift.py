@@ -131,7 +131,8 @@ def _looks_clean(fleet: Fleet, all_maps: bool) -> int | None:
         node, bundle = job
         maps, read_at = _maps_due(node, all_maps), time.monotonic()
         try:
-            clean = not read_live_drift(selectors.node_conn(node), bundle, servers, challenges, maps=maps)
+            clean = not read_live_drift(selectors.node_conn(node), bundle, servers, challenges, maps=maps,
+                                        first_only=True)
         except NODE_ERRORS:
             return False
         if clean and maps:

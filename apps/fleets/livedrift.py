@@ -99,9 +99,8 @@ def _server_differs(live: tuple[str, int], wanted: ServerWanted) -> bool:
 def _map_lines(name: str, live: list[tuple[str, str]], wanted: list[tuple[str, str]]) -> list[str]:
     live_d, wanted_d = dict(live), dict(wanted)
     lines = []
-    for key in sorted(live_d.keys() | wanted_d.keys()):
-        if live_d.get(key) == wanted_d.get(key):
-            continue
+    # Only the keys that differ are sorted: sorting all 200k of a 100k-route map took ~0.2 s a node.
+    for key in sorted({key for key, _ in live_d.items() ^ wanted_d.items()}):
         if key not in live_d:
             lines.append(f"{name}: missing {key} -> {wanted_d[key]}")
         elif key not in wanted_d:
@@ -114,11 +113,14 @@ def _map_lines(name: str, live: list[tuple[str, str]], wanted: list[tuple[str, s
 
 
 def read_live_drift(conn: NodeConn, bundle: ConfigBundle, servers: dict[tuple[str, str], ServerWanted],
-                    challenges: dict[str, str] | None = None, *, maps: bool = True) -> LiveDrift:
+                    challenges: dict[str, str] | None = None, *, maps: bool = True,
+                    first_only: bool = False) -> LiveDrift:
     """What differs between the node's live maps/servers and `bundle` / `servers`. Raises NODE_ERRORS.
 
     `maps=False` leaves out the bundle's maps (not the ACME challenge map): the periodic check reads them
-    less often than the rest (drift.LIVE_MAPS_EVERY_S).
+    less often than the rest (drift.LIVE_MAPS_EVERY_S). `first_only=True` stops at the first map that differs,
+    without its readable diff (a first look that only needs yes or no: while route changes roll out, a node's
+    maps are ahead of the revision the look started from).
 
     The ACME challenge map is rendered empty and filled at run time (open HTTP-01 answers,
     `challenges`): only an answer missing there is drift. An extra one is an order's, published after
@@ -131,8 +133,12 @@ def read_live_drift(conn: NodeConn, bundle: ConfigBundle, servers: dict[tuple[st
             if not maps and name != ACME_CHALLENGE_MAP:
                 continue
             lines = stats.show_map_lines(name)
-            if name not in RUNTIME_VALUE_MAPS and name != ACME_CHALLENGE_MAP and same_entries(lines, wanted):
+            plain = name not in RUNTIME_VALUE_MAPS and name != ACME_CHALLENGE_MAP
+            if plain and same_entries(lines, wanted):
                 continue
+            if plain and first_only:
+                drift.maps[name] = wanted
+                break
             live = entries(lines)
             if name == ACME_CHALLENGE_MAP:
                 held = dict(live)
@@ -143,9 +149,12 @@ def read_live_drift(conn: NodeConn, bundle: ConfigBundle, servers: dict[tuple[st
                 # The enforcement loop sets these values about every second on purpose (each node's share
                 # of each region's capacity): only a missing or extra key is drift. Repairing the values
                 # put every node back to the static shares for a second, every converge (10 s).
-                if sorted(k for k, _ in live) != sorted(k for k, _ in wanted):
-                    drift.maps[name] = wanted
-                    drift.lines += [line for line in _map_lines(name, live, wanted) if "should be" not in line]
+                if sorted(k for k, _ in live) == sorted(k for k, _ in wanted):
+                    continue
+                drift.maps[name] = wanted
+                if first_only:
+                    break
+                drift.lines += [line for line in _map_lines(name, live, wanted) if "should be" not in line]
                 continue
             drift.maps[name] = wanted
             drift.lines += _map_lines(name, live, wanted)

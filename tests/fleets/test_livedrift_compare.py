@@ -29,3 +29,13 @@ def test_values_with_spaces_or_none_read_back_as_written() -> None:
     assert entries(lines(wanted)) == wanted
     assert same_entries(["/b", "/c p1", "/a deny 403 now"], wanted)  # an empty value printed without its space
     assert not same_entries(["/b x", "/c p1", "/a deny 403 now"], wanted)
+
+
+def test_the_readable_diff_names_each_missing_unexpected_and_changed_key_in_order() -> None:
+    from apps.fleets.livedrift import _map_lines
+
+    wanted = [(f"/p{i:05d}", "a") for i in range(20_000)]
+    live = [*wanted[:5], ("/p00005", "b"), *wanted[7:], ("/zz", "a")]  # /p00005 changed, /p00006 gone, /zz new
+    assert _map_lines("m", live, wanted) == [
+        "m: /p00005 -> b (should be a)", "m: missing /p00006 -> a", "m: unexpected /zz -> a"]
+    assert _map_lines("m", [*wanted, wanted[0]], wanted) == ["m: duplicate keys live"]
