@@ -15,6 +15,8 @@ class Principal:
     user_id: int | None = None
     token_id: int | None = None
     scopes: frozenset[str] = field(default_factory=lambda: frozenset({Scope.READ, Scope.WRITE, Scope.DEPLOY}))
+    # The token's name when the caller has it at hand (authentication read the token): `name` needs no query.
+    token_name: str | None = field(default=None, compare=False)
 
     @property
     def org_id(self) -> int:
@@ -47,7 +49,8 @@ class Principal:
         if self.token_id is not None:
             from apps.accounts.models import ApiToken
 
-            token_name = ApiToken.objects.filter(pk=self.token_id).values_list("name", flat=True).first()
+            token_name = self.token_name or (
+                ApiToken.objects.filter(pk=self.token_id).values_list("name", flat=True).first())
             return f"token {token_name}" if token_name else f"token {self.token_id}"
         if self.user_id is not None:
             from django.contrib.auth import get_user_model

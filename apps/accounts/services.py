@@ -127,7 +127,7 @@ def principal_for_token(token: ApiToken) -> Principal:
         # A token never has more power than the user who owns it.
         role = membership.role if membership else Role.VIEWER
     return Principal(org=token.org, role=role, user_id=token.user_id, token_id=token.pk,
-                     scopes=frozenset(token.scopes))
+                     scopes=frozenset(token.scopes), token_name=token.name)
 
 
 def principal_for_user(user, org_slug: str | None = None) -> Principal | None:
