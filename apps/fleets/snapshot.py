@@ -188,6 +188,23 @@ class RoutesMapOwners(Sequence[Owner]):
         return replace(action, host=self._classes[index])
 
 
+class RedirectOwners(Sequence[Owner]):
+    """Owners of a redirects map's entries (`u<route id>`: that route), made when asked, like RoutesMapOwners."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, entries: list[tuple[str, str]]) -> None:
+        self._entries = entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return Owner(route=int(self._entries[index][0][1:]))
+
+
 @dataclass(frozen=True, slots=True)
 class Bind:
     address: str  # IP literal without brackets

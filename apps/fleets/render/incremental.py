@@ -37,7 +37,7 @@ from apps.fleets.render.routing import (
     class_order,
     wildcard_list,
 )
-from apps.fleets.snapshot import ListenerSpec, Owner, RoutesMapOwners, RouteSpec
+from apps.fleets.snapshot import ListenerSpec, Owner, RedirectOwners, RoutesMapOwners, RouteSpec
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,13 @@ class ListenerRoutes:
         self._order_keys = [class_order(c) for c in self.order]
         self.chunks = {c: self._chunk(run) for c, run in self.runs.items()}
         self.redirects = {f"u{r.id}": r.redirect_url for r in listener.routes if r.redirect_url is not None}
+        # The redirects map in its written order and its lines, kept up to date from the first change that moves
+        # it: sorting, formatting and owning 50k redirects again for each new redirect was a lane step's largest cost.
+        self._redirect_order: list[str] | None = None
+        self._redirect_lines: dict[str, bytes] = {}
+        # {written action: owner} of every action and redirect, made at the first change and then kept up to date:
+        # building it for 100k routes (an owner per action) on every change was most of a lane step's time.
+        self._owners: dict[str, Owner] | None = None
 
     # --- index -------------------------------------------------------------------------------------
 
@@ -135,23 +142,30 @@ class ListenerRoutes:
         haproxy.cfg itself would change (the state is then stale: drop it and render in full)."""
         exact_before = {p for p in self.by_pattern if not p.startswith("*.")}
         wild_before = {p for p in self.by_pattern if p.startswith("*.")}
-        redirects_before = dict(self.redirects)
+        redirects_before: dict[str, str | None] = {}  # the redirects this change touches, as they were
         touched: set[str] = set()
         for route_id, new in [*((r.id, r) for r in upserts), *((i, None) for i in deletes)]:
             old = self.routes.pop(route_id, None)
             if old is not None:
                 touched |= self._classes_of(old)
                 self._index(old, -1)
-                self.redirects.pop(f"u{old.id}", None)
+                key = f"u{old.id}"
+                redirects_before.setdefault(key, self.redirects.get(key))
+                self.redirects.pop(key, None)
             if new is not None:
                 self.routes[route_id] = new
                 self._index(new, +1)
                 touched |= self._classes_of(new)
                 if new.redirect_url is not None:
-                    self.redirects[f"u{new.id}"] = new.redirect_url
+                    key = f"u{new.id}"
+                    redirects_before.setdefault(key, self.redirects.get(key))
+                    self.redirects[key] = new.redirect_url
+        redirects_moved = {key: (was, self.redirects.get(key)) for key, was in redirects_before.items()
+                           if was != self.redirects.get(key)}
         keys = set(self.actions) | ({self.default_key} if self.default_key else set())
         if keys != self.keys:
             return None  # split ids and per-pool rules in haproxy.cfg move: not a maps-only change
+        self._owners_follow(redirects_moved)
         wildcard_set = {p for p in self.by_pattern if p.startswith("*.")}
         exact = {p for p in self.by_pattern if not p.startswith("*.")}
         for host_class in list(touched):  # classes under a wildcard that appeared or went away
@@ -184,12 +198,31 @@ class ListenerRoutes:
             wildcards = wildcard_list(wildcard_set)
             updates.append(MapUpdate(f"{self.prefix}.wildcards.map", wildcards,
                                      [Owner(lb=self.lb, host=p) for _, p in wildcards], _lines(wildcards), None))
-        if self.redirects != redirects_before:
-            entries = sorted(self.redirects.items())
-            updates.append(MapUpdate(
-                f"{self.prefix}.redirects.map", entries, [Owner(route=int(k[1:])) for k, _ in entries],
-                _lines(entries), _delta(redirects_before, self.redirects)))
+        if redirects_moved:
+            updates.append(self._redirects_update(redirects_moved))
         return updates
+
+    def _redirects_update(self, moved: dict[str, tuple[str | None, str | None]]) -> MapUpdate:
+        """The redirects map after `moved` ({key: (value before, value now)}, None: absent): written in key order."""
+        order, lines = self._redirect_order, self._redirect_lines
+        if order is None:
+            order = self._redirect_order = sorted(self.redirects)
+            lines.update((key, f"{key} {self.redirects[key]}\n".encode()) for key in order)
+        else:
+            for key, (was, now) in moved.items():
+                if was is None:
+                    bisect.insort(order, key)
+                elif now is None:
+                    del order[bisect.bisect_left(order, key)]
+                    del lines[key]
+                if now is not None:
+                    lines[key] = f"{key} {now}\n".encode()
+        entries = list(zip(order, map(self.redirects.__getitem__, order), strict=True))
+        delta = MapDelta(tuple((k, now) for k, (was, now) in moved.items() if was is None and now is not None),
+                         tuple((k, now) for k, (was, now) in moved.items() if was is not None and now is not None),
+                         tuple(k for k, (_, now) in moved.items() if now is None))
+        return MapUpdate(f"{self.prefix}.redirects.map", entries, RedirectOwners(entries),
+                         b"".join(map(lines.__getitem__, order)), delta if len(delta) <= MAX_DELTA_KEYS else None)
 
     def _set_run(self, host_class: str, run: list[tuple[str, str]]) -> None:
         position = bisect.bisect_left(self._order_keys, class_order(host_class))
@@ -209,9 +242,24 @@ class ListenerRoutes:
         entries = list(chain.from_iterable(runs))
         classes = list(chain.from_iterable(repeat(c, len(run)) for c, run in zip(self.order, runs, strict=True)))
         # Every action a route has (a superset of the map's values is harmless: owners are looked up by value).
-        actions = {self.ids.get(a, a): _action_owner(self.lb, a, self.ids.get(a, a))
-                   for a in (*self.actions, *self.redirects)}
+        # A copy: an earlier bundle's owners must not change with later routes.
         content = b"".join(self.chunks[c] for c in self.order)
-        return MapUpdate(f"{self.prefix}.routes.map", entries, RoutesMapOwners(entries, classes, actions),
+        return MapUpdate(f"{self.prefix}.routes.map", entries, RoutesMapOwners(entries, classes, dict(self._owned())),
                          content, delta)
+
+    def _owned(self) -> dict[str, Owner]:
+        if self._owners is None:
+            self._owners = {self.ids.get(a, a): _action_owner(self.lb, a, self.ids.get(a, a))
+                            for a in (*self.actions, *self.redirects)}
+        return self._owners
+
+    def _owners_follow(self, moved: dict[str, tuple[str | None, str | None]]) -> None:
+        """Owners after a change: the action set cannot move here (apply declines when it would), redirects can."""
+        if self._owners is None:
+            return
+        for key, (was, now) in moved.items():
+            if now is None:
+                self._owners.pop(self.ids.get(key, key), None)
+            elif was is None:
+                self._owners[self.ids.get(key, key)] = _action_owner(self.lb, key, self.ids.get(key, key))
 
