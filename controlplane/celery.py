@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.signals import task_postrun, task_prerun
+from django.db import close_old_connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 
@@ -37,3 +39,15 @@ def _register_periodic_tasks(sender: Celery, **kwargs) -> None:
 
     for module in app_modules("beat"):
         module.register(sender)
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _database_connections_as_requests_keep_them(task=None, **kwargs) -> None:
+    """Django's rule for a request, around each task: close a connection past CONN_MAX_AGE or left unusable by
+    an error, keep the rest. Celery's own rule closed every connection around every task unless
+    CELERY_DB_REUSE_MAX was set (settings: then it closes them only every that many tasks). Not for an eager
+    task: it runs inside its caller (a request, a test), whose transaction owns the connection."""
+    if task is not None and getattr(task.request, "is_eager", False):
+        return
+    close_old_connections()

@@ -305,6 +305,10 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 # One message at a time per process: long rollouts must not hold short ones hostage.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Celery closes every database connection before and after each task unless told to reuse them: each fleet
+# reconcile then opened a new PostgreSQL connection (its first query took ~14 ms a task under load in
+# bench-scale's sustained run, py-spy). Reused for this many tasks, within CONN_MAX_AGE (Django's own rule).
+CELERY_DB_REUSE_MAX = envint("CELERY_DB_REUSE_MAX", 200, minimum=0)
 CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
