@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from apps.fleets.hotmaps import file_delta
+from apps.fleets.hotmaps import file_delta, same_entries
 from apps.fleets.render.frontends import ACME_CHALLENGE_MAP
 from apps.fleets.runtime import (
     MasterSocket,
@@ -284,8 +284,8 @@ def _hot_runtime(transport: FileSetTransport, plan: NodePlan, changes: HotChange
             else:
                 stats.apply_map_delta(name, delta)  # reads every moved key back with `get map`
         for name, entries in replaced.items():
-            live = stats.show_map(name)
-            if sorted(live) != sorted(entries):
+            live = stats.show_map_lines(name)
+            if not same_entries(live, entries):
                 raise RuntimeApiError(f"show map {name}", f"{len(live)} live entries, {len(entries)} expected")
         for name, pem in changes.certs.items():
             serial = stats.set_ssl_cert(name, pem)  # set, commit, then `show ssl cert` reads the serial back

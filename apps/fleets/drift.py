@@ -38,6 +38,8 @@ from apps.fleets.livedrift import LiveDrift, ServerWanted, read_live_drift, repa
 from apps.fleets.models import ConfigRevision, Fleet, Node, NodeResult, Rollout
 from apps.fleets.nodeops import read_state
 from apps.fleets.render import UnsafeValue, backend_name
+from apps.fleets.snapshot import ConfigBundle
+from apps.fleets.transports import NodeConn
 
 
 @dataclass
@@ -95,9 +97,15 @@ def _maps_due(node: Node, all_maps: bool) -> bool:
     return last is None or time.monotonic() - last >= LIVE_MAPS_EVERY_S
 
 
-def _maps_clean(node: Node, read_at: float) -> None:
-    with _MAPS_READ_LOCK:
-        _MAPS_READ[node.pk] = read_at
+def _read_live(node: Node, conn: NodeConn, bundle: ConfigBundle, servers: dict[tuple[str, str], ServerWanted],
+               challenges: dict[str, str], all_maps: bool, first_only: bool = False) -> LiveDrift:
+    """read_live_drift with the maps when they are due; remembers when they were last found clean."""
+    maps, read_at = _maps_due(node, all_maps), time.monotonic()
+    drift = read_live_drift(conn, bundle, servers, challenges, maps=maps, first_only=first_only)
+    if maps and not drift.maps:
+        with _MAPS_READ_LOCK:
+            _MAPS_READ[node.pk] = read_at
+    return drift
 
 
 def _looks_clean(fleet: Fleet, all_maps: bool) -> int | None:
@@ -129,15 +137,11 @@ def _looks_clean(fleet: Fleet, all_maps: bool) -> int | None:
 
     def live(job) -> bool:
         node, bundle = job
-        maps, read_at = _maps_due(node, all_maps), time.monotonic()
         try:
-            clean = not read_live_drift(selectors.node_conn(node), bundle, servers, challenges, maps=maps,
-                                        first_only=True)
+            return not _read_live(node, selectors.node_conn(node), bundle, servers, challenges, all_maps,
+                                  first_only=True)
         except NODE_ERRORS:
             return False
-        if clean and maps:
-            _maps_clean(node, read_at)
-        return clean
 
     if not all(_parallel(live, jobs) if jobs else []):
         return None
@@ -202,13 +206,10 @@ def fleet_drift_report(*, fleet: Fleet, all_maps: bool = True) -> DriftReport:
         def live(job) -> tuple[LiveDrift | None, str | None]:
             node, bundle = job
             conn = selectors.node_conn(node)
-            maps, read_at = _maps_due(node, all_maps), time.monotonic()
             try:
-                drift = read_live_drift(conn, bundle, servers, challenges, maps=maps)
+                drift = _read_live(node, conn, bundle, servers, challenges, all_maps)
             except NODE_ERRORS as exc:
                 return None, f"live state unreadable: {exc}"
-            if maps and not drift.maps:
-                _maps_clean(node, read_at)
             return drift, (repair_live_drift(conn, drift) if drift else None)
 
         for (node, _bundle), (drift, problem) in zip(live_jobs, _parallel(live, live_jobs) if live_jobs else [],

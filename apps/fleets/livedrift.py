@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from itertools import repeat
 
-from apps.core.memo import IdentityMemo
 from apps.fleets.delivery import NODE_ERRORS, _transport
+from apps.fleets.hotmaps import map_entries, same_entries
 from apps.fleets.nodeops import _STATE_FOR_ADMIN
 from apps.fleets.render.chain import LIMITS_MAP, USABLE_MAP
 from apps.fleets.render.frontends import ACME_CHALLENGE_MAP
@@ -31,32 +30,6 @@ _DRAIN_BITS = 0x08 | 0x10
 MAX_DIFF_LINES = 40
 # Maps whose values change at run time by design (apps.fleets.enforce); their keys are still checked.
 RUNTIME_VALUE_MAPS = frozenset({LIMITS_MAP, USABLE_MAP})
-
-# The wanted entries of recent bundles as `show map` lines ("key value"), by the identity of their list (a
-# bundle is rendered once per revision and node and kept: engine._BundleCache).
-_wanted_lines = IdentityMemo(lambda wanted: frozenset(f"{key} {value}" for key, value in wanted), size=64)
-
-
-def entries(lines: list[str]) -> list[tuple[str, str]]:
-    """(key, value) of `show map` lines (StatsClient.show_map_lines)."""
-    return [(key, value) for key, _, value in map(str.partition, lines, repeat(" "))]
-
-
-def same_entries(live: list[str], wanted: list[tuple[str, str]]) -> bool:
-    """Whether a live map (its `show map` lines) holds exactly the wanted entries, in any order, duplicates
-    counted.
-
-    As sets of lines when neither side repeats one (then set equality is multiset equality), which C does
-    nearly alone: sorting both 200k-entry lists, then parsing every line into a pair, took most of a drift
-    check's time at 100k routes, every converge, on every node. Anything else (a repeat, or lines that differ
-    only in how an empty value is printed) is decided on the parsed entries."""
-    want = _wanted_lines(wanted)
-    if len(want) == len(wanted) and len(live) == len(wanted):
-        have = set(live)
-        if len(have) == len(live) and have == want:
-            return True
-    return sorted(entries(live)) == sorted(wanted)
-
 
 @dataclass(frozen=True)
 class ServerWanted:
@@ -139,7 +112,7 @@ def read_live_drift(conn: NodeConn, bundle: ConfigBundle, servers: dict[tuple[st
             if plain and first_only:
                 drift.maps[name] = wanted
                 break
-            live = entries(lines)
+            live = map_entries(lines)
             if name == ACME_CHALLENGE_MAP:
                 held = dict(live)
                 drift.challenges = {k: v for k, v in (challenges or {}).items() if held.get(k) != v}

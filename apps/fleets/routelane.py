@@ -163,11 +163,14 @@ def lane_render(*, fleet: Fleet, reason: str) -> ConfigRevision | None:
         else "nothing recorded since the lane's state" if recorded <= 0
         else "a change other than a route's was recorded" if recorded != route_seq - lane.route_seq
         else None)
-    lbs = dict(selectors.fleet_lbs(fleet).values_list("pk", "name")) if declined is None else {}
-    found = _changes(lane, list(lbs)) if declined is None else None
-    if declined is None and found is None:
-        declined = "the route journal does not cover every LB revision since the lane's"
-    if declined is not None or found is None:
+    lbs: dict[int, str] = {}
+    found = None
+    if declined is None:
+        lbs = dict(selectors.fleet_lbs(fleet).values_list("pk", "name"))
+        found = _changes(lane, list(lbs))
+        if found is None:
+            declined = "the route journal does not cover every LB revision since the lane's"
+    if found is None:
         # Why matters: a full render costs seconds at 100k routes, and an unexpected one is a bug to find.
         logger.info("fleet %s: route lane declined (%s: seq %s/%s, lane %s/%s); rendering in full", fleet.name,
                     declined, change_seq, route_seq, lane.change_seq, lane.route_seq)

@@ -1,8 +1,8 @@
-"""How a drift check compares a node's live map with the wanted one (apps.fleets.livedrift.same_entries)."""
+"""How a live map is compared with the wanted one (apps.fleets.hotmaps.same_entries: drift checks, read-backs)."""
 
 from __future__ import annotations
 
-from apps.fleets.livedrift import entries, same_entries
+from apps.fleets.hotmaps import map_entries, same_entries
 
 
 def lines(pairs: list[tuple[str, str]]) -> list[str]:
@@ -26,7 +26,7 @@ def test_live_map_comparison_counts_every_entry_in_any_order() -> None:
 
 def test_values_with_spaces_or_none_read_back_as_written() -> None:
     wanted = [("/a", "deny 403 now"), ("/b", ""), ("/c", "p1")]
-    assert entries(lines(wanted)) == wanted
+    assert map_entries(lines(wanted)) == wanted
     assert same_entries(["/b", "/c p1", "/a deny 403 now"], wanted)  # an empty value printed without its space
     assert not same_entries(["/b x", "/c p1", "/a deny 403 now"], wanted)
 
