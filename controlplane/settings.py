@@ -291,6 +291,9 @@ FLEET_WORKER_SHARDS = envint("FLEET_WORKER_SHARDS", 2, minimum=1)
 FLEET_QUEUES = [f"fleets.{shard}" for shard in range(FLEET_WORKER_SHARDS)]
 # The periodic drift check reads each node's live maps at most this often (apps.fleets.drift.LIVE_MAPS_EVERY_S).
 FLEET_LIVE_MAPS_EVERY_S = envint("FLEET_LIVE_MAPS_EVERY_S", 30, minimum=1)
+# How long the periodic drift check may put off a fleet whose rollouts move its nodes under every look
+# (apps.fleets.drift.MAX_DEFER_S); then it holds the fleet's lease while it reads.
+FLEET_DRIFT_MAX_DEFER_S = envint("FLEET_DRIFT_MAX_DEFER_S", 300, minimum=0)
 CELERY_TASK_ROUTES = (
     "apps.fleets.queues.route_task",
     {"events.*": {"queue": "events"}, "acme.*": {"queue": "acme"}},

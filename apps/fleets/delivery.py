@@ -285,7 +285,7 @@ def _hot_runtime(transport: FileSetTransport, plan: NodePlan, changes: HotChange
                 stats.apply_map_delta(name, delta)  # reads every moved key back with `get map`
         for name, entries in replaced.items():
             live = stats.show_map_lines(name)
-            if not same_entries(live, entries):
+            if not same_entries(live, entries, plan.bundle.files.get(name)):
                 raise RuntimeApiError(f"show map {name}", f"{len(live)} live entries, {len(entries)} expected")
         for name, pem in changes.certs.items():
             serial = stats.set_ssl_cert(name, pem)  # set, commit, then `show ssl cert` reads the serial back

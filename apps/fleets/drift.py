@@ -9,17 +9,20 @@ A check reads every enabled node (in threads, like a rollout) and compares:
   fails is the node marked drifted (then a reload repairs it).
 Every difference found is audited (`node.drift`) with its readable diff and how it was repaired, and
 the node's status line says what was found. Skipped while a rollout holds the fleet's lease: its
-nodes are legitimately in between. The periodic check (each converge) reads a node's large maps back less
+nodes are legitimately in between; the periodic check also puts a fleet off (up to MAX_DEFER_S) when rollouts
+ran during its lease-free first look. The periodic check (each converge) reads a node's large maps back less
 often than the rest (LIVE_MAPS_EVERY_S); "Check drift" reads them all.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from apps.audit.services import audit_record
@@ -41,6 +44,7 @@ from apps.fleets.render import UnsafeValue, backend_name
 from apps.fleets.snapshot import ConfigBundle
 from apps.fleets.transports import NodeConn
 
+logger = logging.getLogger(__name__)
 
 @dataclass
 class DriftReport:
@@ -149,13 +153,57 @@ def _looks_clean(fleet: Fleet, all_maps: bool) -> int | None:
     return len(nodes)
 
 
+# How long the periodic check may put off a fleet whose rollouts keep moving its nodes under every first look
+# (then it takes the fleet's lease, and route changes wait for the check). "Check drift" never waits.
+MAX_DEFER_S = float(getattr(settings, "FLEET_DRIFT_MAX_DEFER_S", 300.0))
+_DEFERRED_SINCE: dict[int, float] = {}  # fleet id -> when (monotonic) its periodic check was first put off
+
+
+def _rollout_marks(fleet: Fleet) -> tuple[int | None, int]:
+    """(the fleet's newest rollout id, how many are pending or running): equal before and after a look when no
+    rollout started, ran or ended meanwhile."""
+    marks = Rollout.objects.filter(fleet=fleet).aggregate(
+        newest=Max("pk"), active=Count("pk", filter=Q(status__in=Rollout.ACTIVE)))
+    return marks["newest"], marks["active"]
+
+
+def _moved_under(fleet: Fleet, before: tuple[int | None, int]) -> bool:
+    """A rollout ran during a look that began at `before`: what it saw may be a node between two revisions."""
+    return bool(before[1]) or _rollout_marks(fleet) != before
+
+
+def _defer(fleet_id: int) -> bool:
+    """Whether the periodic check may put this fleet off again (MAX_DEFER_S since it was first put off)."""
+    now = time.monotonic()
+    with _MAPS_READ_LOCK:
+        since = _DEFERRED_SINCE.setdefault(fleet_id, now)
+    return now - since < MAX_DEFER_S
+
+
+def _checked(fleet_id: int) -> None:
+    with _MAPS_READ_LOCK:
+        _DEFERRED_SINCE.pop(fleet_id, None)
+
+
 def fleet_drift_report(*, fleet: Fleet, all_maps: bool = True) -> DriftReport:
     """Check every enabled node's disk, worker and live state; repair live drift through the runtime API and
     mark the rest drifted (the converge re-pushes it). `all_maps=False` (the periodic check): a node's live
-    maps only when LIVE_MAPS_EVERY_S have passed since this process last found them clean."""
+    maps only when LIVE_MAPS_EVERY_S have passed since this process last found them clean.
+
+    The periodic check does not take the lease when a rollout ran during its first look: the look then saw
+    nodes moving between revisions, not drift, and the leased check would hold every route change for as long
+    as it reads (1-2 s at 100k routes, every converge, in bench-scale's sustained run). It looks again at the
+    next converge, and takes the lease once it has been put off for MAX_DEFER_S; each rollout reads back every
+    key it moves meanwhile."""
+    before = _rollout_marks(fleet)
     clean = _looks_clean(fleet, all_maps)
     if clean is not None:
+        _checked(fleet.pk)
         return DriftReport(checked=clean)
+    if not all_maps and _moved_under(fleet, before) and _defer(fleet.pk):
+        logger.info("fleet %s: rollouts ran during the drift check's first look; checking at the next converge",
+                    fleet.pk)
+        return DriftReport(skipped=True)
     report = DriftReport()
     owner = new_owner()
     if not lease_claim(fleet.pk, owner):
@@ -240,6 +288,7 @@ def fleet_drift_report(*, fleet: Fleet, all_maps: bool = True) -> DriftReport:
                 Node.objects.filter(pk=node.pk).update(status=Node.Status.UP, status_detail=detail[:5000],
                                                        last_seen=now)
                 emit.node_status_changed(node, node.status, Node.Status.UP, detail)
+        _checked(fleet.pk)
         return report
     finally:
         lease_release(fleet.pk, owner)

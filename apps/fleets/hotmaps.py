@@ -116,15 +116,31 @@ def map_entries(lines: list[str]) -> list[tuple[str, str]]:
     return [(key, value) for key, _, value in map(str.partition, lines, repeat(" "))]
 
 
-def same_entries(live: list[str], wanted: list[tuple[str, str]]) -> bool:
+def _split_file(content: bytes) -> frozenset[str]:
+    lines = content.decode().split("\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    return frozenset(lines)
+
+
+# The same lines from a map file's text (a bundle's files[name], written as "key value" lines from its entries:
+# render.manifest.map_file, incremental._lines), by the identity of its bytes. Splitting the text is C's work;
+# formatting 200k pairs into lines again was a third of a drift check's CPU at 100k routes, once per route-lane
+# revision (every revision's routes map is a new list), in the process whose threads roll the changes out.
+_file_lines = IdentityMemo(_split_file, size=64)
+
+
+def same_entries(live: list[str], wanted: list[tuple[str, str]], content: bytes | None = None) -> bool:
     """Whether a live map (its `show map` lines) holds exactly the wanted entries, in any order, duplicates
-    counted.
+    counted. `content`: the map file written from `wanted`, when the caller has it (its lines are read from it).
 
     As sets of lines, which C does nearly alone: sorting both 200k-entry lists, then parsing every line into a
     pair, took most of a drift check's time at 100k routes, every converge, on every node. When neither side
     repeats a line, the maps hold the same entries exactly when the lines only one side has parse to the same
     entries (they can differ only in how an empty value is printed); a repeated line is counted in full."""
-    want = _wanted_lines(wanted)
+    want = _file_lines(content) if content is not None else _wanted_lines(wanted)
+    if len(want) != len(wanted) and content is not None:
+        want = _wanted_lines(wanted)  # a repeated line, or a file not written from these entries
     have = set(live)
     if len(want) != len(wanted) or len(have) != len(live):
         return sorted(map_entries(live)) == sorted(wanted)

@@ -107,7 +107,7 @@ def read_live_drift(conn: NodeConn, bundle: ConfigBundle, servers: dict[tuple[st
                 continue
             lines = stats.show_map_lines(name)
             plain = name not in RUNTIME_VALUE_MAPS and name != ACME_CHALLENGE_MAP
-            if plain and same_entries(lines, wanted):
+            if plain and same_entries(lines, wanted, bundle.files.get(name)):
                 continue
             if plain and first_only:
                 drift.maps[name] = wanted

@@ -6,8 +6,10 @@ ConfigBundle for one node. Values here are not trusted: the renderer re-validate
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import accumulate
 from typing import Literal
 
 from apps.fleets.digest import set_digest
@@ -173,10 +175,13 @@ class RoutesMapOwners(Sequence[Owner]):
     """Owners of a routes map's entries, made when asked: a 100k-route map then costs the renderer
     one list of host classes (shared strings) and one owner per distinct action, not an object per line."""
 
-    __slots__ = ("_actions", "_classes", "_entries")
+    __slots__ = ("_actions", "_classes", "_entries", "_lb")
 
-    def __init__(self, entries: list[tuple[str, str]], classes: list[str], actions: dict[str, Owner]) -> None:
-        self._entries, self._classes, self._actions = entries, classes, actions
+    def __init__(self, entries: list[tuple[str, str]], classes: Sequence[str], actions: dict[str, Owner],
+                 lb: str = "") -> None:
+        """`actions`: the owner of each value, or of each pool/split value when `lb` is given: a redirect's value
+        (`u<route id>`) then names its owner, that route of LB `lb`."""
+        self._entries, self._classes, self._actions, self._lb = entries, classes, actions, lb
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -184,8 +189,36 @@ class RoutesMapOwners(Sequence[Owner]):
     def __getitem__(self, index):  # type: ignore[no-untyped-def]
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        action = self._actions[self._entries[index][1]]
+        value = self._entries[index][1]
+        action = self._actions.get(value)
+        if action is None:
+            if not self._lb or not value.startswith("u"):
+                raise KeyError(value)
+            action = Owner(lb=self._lb, route=int(value[1:]), action=value)
         return replace(action, host=self._classes[index])
+
+
+class RunClasses(Sequence[str]):
+    """The host class of each entry of a routes map written as one run per class: `order`'s classes, with
+    runs of these lengths. An entry's class is found by its position (a list of one per entry is 200k at
+    100k routes, made for each route-lane revision and read only for an owner someone asks about)."""
+
+    __slots__ = ("_ends", "_order")
+
+    def __init__(self, order: list[str], lengths: Iterable[int]) -> None:
+        self._order, self._ends = order, list(accumulate(lengths))
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self._order[bisect_right(self._ends, index)]
 
 
 class RedirectOwners(Sequence[Owner]):

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from itertools import pairwise
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -116,6 +117,7 @@ def lb_revision(fb: FleetBench) -> int:
 POST_MS: list[float] = []  # the API's share of each change: POST until its 201
 SENT_WAIT_MS: list[float] = []  # sustained run: due until a sender took it
 SENT_POST_MS: list[float] = []  # sustained run: POST until its 201
+SLOWEST: list[tuple[float, float]] = []  # sustained run: (latency ms, due at s after the start)
 
 
 def one_change(fb: FleetBench, i: int, marks: list[tuple[float, float]]) -> float:
@@ -145,6 +147,7 @@ def sustained(fb: FleetBench, rate_per_min: int, duration_s: float) -> tuple[int
     latencies: list[float] = []
     errors = 0
     stop = threading.Event()
+    started_at = time.monotonic()
 
     def watch() -> None:
         while not stop.is_set() or pending:
@@ -158,6 +161,7 @@ def sustained(fb: FleetBench, rate_per_min: int, duration_s: float) -> tuple[int
                 with lock:
                     for item in [p for p in pending if done or p[0] <= covered]:
                         latencies.append((now - item[1]) * 1000.0)
+                        SLOWEST.append(((now - item[1]) * 1000.0, item[1] - started_at))
                         pending.remove(item)
             if stop.is_set() and time.monotonic() > deadline + 60:
                 break
@@ -229,6 +233,32 @@ def pipeline_report(since: float) -> None:
           + f"; node results {results}")
 
 
+def stalls_report(since: float) -> None:
+    """Where the slowest sustained changes waited: their due times, each fleet's longest rollouts and the
+    longest gaps between one rollout's end and the next one's start (a reconcile busy elsewhere)."""
+    import datetime as dt
+
+    from apps.fleets.models import Rollout
+
+    worst = sorted(SLOWEST, reverse=True)[:8]
+    print("slowest sustained changes (ms @ due s): " + ", ".join(f"{ms:.0f} @ {at:.1f}" for ms, at in worst))
+    at = dt.datetime.fromtimestamp(since, dt.UTC)
+    rows = list(Rollout.objects.filter(created_at__gte=at, started_at__isnull=False, finished_at__isnull=False)
+                .order_by("fleet_id", "started_at").values_list("fleet_id", "started_at", "finished_at",
+                                                                  "revision__created_at"))
+    for fleet_id in sorted({r[0] for r in rows}):
+        mine = [r for r in rows if r[0] == fleet_id]
+        runs = sorted(mine, key=lambda r: r[2] - r[1], reverse=True)[:4]
+        gaps = sorted(((b[1] - a[2]).total_seconds() * 1000.0, (a[2] - at).total_seconds())
+                      for a, b in pairwise(mine))[::-1][:4]
+        waits = sorted(((r[1] - r[3]).total_seconds() * 1000.0, (r[3] - at).total_seconds()) for r in mine)[::-1][:4]
+        print(f"fleet {fleet_id}: longest rollouts (ms @ s) "
+              + ", ".join(f"{(r[2] - r[1]).total_seconds() * 1000:.0f} @ {(r[1] - at).total_seconds():.1f}"
+                          for r in runs)
+              + "; longest idle gaps " + ", ".join(f"{ms:.0f} @ {s:.1f}" for ms, s in gaps)
+              + "; revision stored -> rollout started " + ", ".join(f"{ms:.0f} @ {s:.1f}" for ms, s in waits))
+
+
 def cpu_by_process() -> dict[str, float]:
     """CPU seconds used so far by each kind of process on this machine (live processes only)."""
     kinds = (("gunicorn", "web (gunicorn)"), ("celery", "worker (celery)"), ("haproxy", "nodes (haproxy)"),
@@ -297,6 +327,7 @@ def main() -> None:
         since = time.time()
         sent, latencies, change_errors, wrk_out = sustained(fb, args.rate, args.sustained_s)
         pipeline_report(since)
+        stalls_report(since)
         if SENT_POST_MS:
             print(f"sustained senders, ms: wait for a sender p50 {percentile(SENT_WAIT_MS, 50):.0f} "
                   f"p99 {percentile(SENT_WAIT_MS, 99):.0f}; POST p50 {percentile(SENT_POST_MS, 50):.0f} "

@@ -183,3 +183,57 @@ def test_the_periodic_check_reads_live_maps_as_they_fall_due_and_check_drift_rea
     _stats(n1).command(f"set server {old_backend}/old-1 state maint")
     report = fleet_drift_report(fleet=fleet2.fleet, all_maps=False)
     assert report.repaired == {"n1": [f"server {old_backend}/old-1: maint weight 100 (should be active weight 100)"]}
+
+
+def test_the_periodic_check_puts_off_a_fleet_its_rollouts_move_and_check_drift_does_not(
+        fleet2: LocalFleet, monkeypatch) -> None:
+    """A first look that a rollout ran beside saw nodes between two revisions, not drift: the periodic check
+    does not then hold the fleet's lease (route changes would wait for its reads) but looks again at the next
+    converge, until it has been put off for MAX_DEFER_S. "Check drift" checks at once."""
+    from apps.fleets import drift
+    from apps.fleets.models import ConfigRevision, Rollout
+
+    monkeypatch.setattr(drift, "LIVE_MAPS_EVERY_S", 0.0)
+    monkeypatch.setattr(drift, "_DEFERRED_SINCE", {})
+    add_route(fleet2.lb, fleet2.listener.default_pool, "/r", 10)
+    reconcile(fleet2.fleet)
+    n1 = fleet2.nodes[0]
+    routes_map = "maps/live.http.routes.map"
+    default = f"p{fleet2.listener.default_pool_id}"
+    fleet2.fleet.refresh_from_db()
+    revision = ConfigRevision.objects.get(fleet=fleet2.fleet, number=fleet2.fleet.desired_revision)
+    assert _stats(n1).command(f"add map {routes_map} */edited/ {default}").strip() == ""
+
+    # A rollout that starts while the first look reads the nodes.
+    look = drift._looks_clean
+
+    def look_beside_a_rollout(fleet, all_maps):
+        found = look(fleet, all_maps)
+        Rollout.objects.create(fleet=fleet, revision=revision, status=Rollout.Status.SUCCEEDED)
+        return found
+
+    monkeypatch.setattr(drift, "_looks_clean", look_beside_a_rollout)
+    report = fleet_drift_report(fleet=fleet2.fleet, all_maps=False)
+    assert report.skipped and not report.repaired and "*/edited/" in dict(_stats(n1).show_map(routes_map))
+    monkeypatch.setattr(drift, "_looks_clean", look)
+    # A rollout pending or running when the look begins: the same.
+    active = Rollout.objects.create(fleet=fleet2.fleet, revision=revision, status=Rollout.Status.PENDING)
+    assert fleet_drift_report(fleet=fleet2.fleet, all_maps=False).skipped
+    assert not AuditEvent.objects.filter(action="node.drift").exists()
+
+    # Put off for MAX_DEFER_S: the periodic check takes the lease and repairs.
+    monkeypatch.setattr(drift, "MAX_DEFER_S", 0.0)
+    report = fleet_drift_report(fleet=fleet2.fleet, all_maps=False)
+    assert list(report.repaired) == ["n1"] and "*/edited/" not in dict(_stats(n1).show_map(routes_map))
+    monkeypatch.setattr(drift, "MAX_DEFER_S", 300.0)
+
+    # "Check drift" does not wait for the rollout.
+    _stats(n1).command(f"add map {routes_map} */edited/ {default}")
+    assert not fleet_drift_report(fleet=fleet2.fleet, all_maps=False).repaired
+    assert list(fleet_drift_report(fleet=fleet2.fleet).repaired) == ["n1"]
+    # Once no rollout runs, the periodic check looks, finds and repairs as before.
+    active.status = Rollout.Status.SUCCEEDED
+    active.save(update_fields=["status"])
+    _stats(n1).command(f"add map {routes_map} */edited/ {default}")
+    assert list(fleet_drift_report(fleet=fleet2.fleet, all_maps=False).repaired) == ["n1"]
+    assert AuditEvent.objects.filter(action="node.drift").count() == 3

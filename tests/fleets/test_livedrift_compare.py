@@ -24,6 +24,22 @@ def test_live_map_comparison_counts_every_entry_in_any_order() -> None:
     assert not same_entries(lines([*wanted, wanted[1]]), repeated)
 
 
+def test_the_map_file_gives_the_same_verdicts_as_the_entries() -> None:
+    """Callers holding the map's file (a bundle's bytes) compare against its lines: every verdict above holds."""
+    wanted = [(f"/p{i}", f"v{i % 3}") for i in range(1000)] + [("/empty", "")]
+    content = "".join(f"{key} {value}\n" for key, value in wanted).encode()
+    assert same_entries(lines(list(reversed(wanted))), wanted, content)
+    assert same_entries(["/empty", *lines(wanted[:-1])], wanted, content)  # an empty value printed bare
+    assert not same_entries(lines(wanted[:-1]), wanted, content)
+    assert not same_entries(lines([*wanted, ("/x", "v0")]), wanted, content)
+    assert not same_entries(lines([*wanted[:-2], ("/p999", "v9"), wanted[-1]]), wanted, content)
+    assert not same_entries(lines([*wanted[:-2], wanted[0], wanted[0]]), wanted, content)
+    repeated = [*wanted, wanted[0]]
+    repeated_file = content + f"{wanted[0][0]} {wanted[0][1]}\n".encode()
+    assert same_entries(lines(list(reversed(repeated))), repeated, repeated_file)
+    assert not same_entries(lines([*wanted, wanted[1]]), repeated, repeated_file)
+
+
 def test_values_with_spaces_or_none_read_back_as_written() -> None:
     wanted = [("/a", "deny 403 now"), ("/b", ""), ("/c", "p1")]
     assert map_entries(lines(wanted)) == wanted

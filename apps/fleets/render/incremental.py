@@ -24,7 +24,7 @@ import bisect
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import chain
 
 from apps.fleets.hotmaps import MAX_DELTA_KEYS, MapDelta
 from apps.fleets.render.frontends import _action_owner, listener_action_keys, map_prefix, split_ids
@@ -37,7 +37,7 @@ from apps.fleets.render.routing import (
     class_order,
     wildcard_list,
 )
-from apps.fleets.snapshot import ListenerSpec, Owner, RedirectOwners, RoutesMapOwners, RouteSpec
+from apps.fleets.snapshot import ListenerSpec, Owner, RedirectOwners, RoutesMapOwners, RouteSpec, RunClasses
 
 
 @dataclass(frozen=True)
@@ -90,12 +90,15 @@ class ListenerRoutes:
         self._order_keys = [class_order(c) for c in self.order]
         self.chunks = {c: self._chunk(run) for c, run in self.runs.items()}
         self.redirects = {f"u{r.id}": r.redirect_url for r in listener.routes if r.redirect_url is not None}
-        # The redirects map in its written order and its lines, kept up to date from the first change that moves
-        # it: sorting, formatting and owning 50k redirects again for each new redirect was a lane step's largest cost.
+        # The redirects map in its written order (keys, entries, lines side by side), kept up to date from the first
+        # change that moves it: sorting, formatting and owning 50k redirects again for each new redirect was a lane
+        # step's largest cost, and then looking each of them up again (list, join) still half of it.
         self._redirect_order: list[str] | None = None
-        self._redirect_lines: dict[str, bytes] = {}
-        # {written action: owner} of every action and redirect, made at the first change and then kept up to date:
-        # building it for 100k routes (an owner per action) on every change was most of a lane step's time.
+        self._redirect_entries: list[tuple[str, str]] = []
+        self._redirect_lines: list[bytes] = []
+        # {written action: owner} of every pool/split action, made at the first change; it cannot move while the
+        # lane continues (apply declines when the action set would), so every revision's owners share it.
+        # Redirects own themselves (RoutesMapOwners names the route from the key).
         self._owners: dict[str, Owner] | None = None
 
     # --- index -------------------------------------------------------------------------------------
@@ -140,8 +143,7 @@ class ListenerRoutes:
     def apply(self, upserts: Iterable[RouteSpec], deletes: Iterable[int]) -> list[MapUpdate] | None:
         """Change the listener's routes (checked routes in, ids out); the maps that changed, or None when
         haproxy.cfg itself would change (the state is then stale: drop it and render in full)."""
-        exact_before = {p for p in self.by_pattern if not p.startswith("*.")}
-        wild_before = {p for p in self.by_pattern if p.startswith("*.")}
+        patterns_before = set(self.by_pattern)
         redirects_before: dict[str, str | None] = {}  # the redirects this change touches, as they were
         touched: set[str] = set()
         for route_id, new in [*((r.id, r) for r in upserts), *((i, None) for i in deletes)]:
@@ -165,9 +167,7 @@ class ListenerRoutes:
         keys = set(self.actions) | ({self.default_key} if self.default_key else set())
         if keys != self.keys:
             return None  # split ids and per-pool rules in haproxy.cfg move: not a maps-only change
-        self._owners_follow(redirects_moved)
         wildcard_set = {p for p in self.by_pattern if p.startswith("*.")}
-        exact = {p for p in self.by_pattern if not p.startswith("*.")}
         for host_class in list(touched):  # classes under a wildcard that appeared or went away
             if host_class.startswith("*."):
                 suffix = host_class[1:]
@@ -189,12 +189,15 @@ class ListenerRoutes:
             routes_new.update(run)
         if routes_old != routes_new:
             updates.append(self._routes_update(_delta(routes_old, routes_new)))
+        patterns_moved = self.by_pattern.keys() != patterns_before
+        exact_before = {p for p in patterns_before if not p.startswith("*.")} if patterns_moved else set()
+        exact = {p for p in self.by_pattern if not p.startswith("*.")} if patterns_moved else set()
         if exact != exact_before:
             hosts = sorted(exact)
             updates.append(MapUpdate(
                 f"{self.prefix}.hosts.map", [(h, h) for h in hosts], [Owner(lb=self.lb, host=h) for h in hosts],
                 _lines((h, h) for h in hosts), _delta({h: h for h in exact_before}, {h: h for h in exact})))
-        if wildcard_set != wild_before:
+        if patterns_moved and wildcard_set != {p for p in patterns_before if p.startswith("*.")}:
             wildcards = wildcard_list(wildcard_set)
             updates.append(MapUpdate(f"{self.prefix}.wildcards.map", wildcards,
                                      [Owner(lb=self.lb, host=p) for _, p in wildcards], _lines(wildcards), None))
@@ -204,25 +207,29 @@ class ListenerRoutes:
 
     def _redirects_update(self, moved: dict[str, tuple[str | None, str | None]]) -> MapUpdate:
         """The redirects map after `moved` ({key: (value before, value now)}, None: absent): written in key order."""
-        order, lines = self._redirect_order, self._redirect_lines
+        order, entries, lines = self._redirect_order, self._redirect_entries, self._redirect_lines
         if order is None:
             order = self._redirect_order = sorted(self.redirects)
-            lines.update((key, f"{key} {self.redirects[key]}\n".encode()) for key in order)
+            entries += ((key, self.redirects[key]) for key in order)
+            lines += (f"{key} {value}\n".encode() for key, value in entries)
         else:
             for key, (was, now) in moved.items():
+                at = bisect.bisect_left(order, key)
+                if now is None:
+                    del order[at], entries[at], lines[at]
+                    continue
                 if was is None:
-                    bisect.insort(order, key)
-                elif now is None:
-                    del order[bisect.bisect_left(order, key)]
-                    del lines[key]
-                if now is not None:
-                    lines[key] = f"{key} {now}\n".encode()
-        entries = list(zip(order, map(self.redirects.__getitem__, order), strict=True))
+                    order.insert(at, key)
+                    entries.insert(at, (key, now))
+                    lines.insert(at, f"{key} {now}\n".encode())
+                else:
+                    entries[at], lines[at] = (key, now), f"{key} {now}\n".encode()
+        entries = entries.copy()  # this revision's: later changes move the kept list
         delta = MapDelta(tuple((k, now) for k, (was, now) in moved.items() if was is None and now is not None),
                          tuple((k, now) for k, (was, now) in moved.items() if was is not None and now is not None),
                          tuple(k for k, (_, now) in moved.items() if now is None))
         return MapUpdate(f"{self.prefix}.redirects.map", entries, RedirectOwners(entries),
-                         b"".join(map(lines.__getitem__, order)), delta if len(delta) <= MAX_DELTA_KEYS else None)
+                         b"".join(lines), delta if len(delta) <= MAX_DELTA_KEYS else None)
 
     def _set_run(self, host_class: str, run: list[tuple[str, str]]) -> None:
         position = bisect.bisect_left(self._order_keys, class_order(host_class))
@@ -240,26 +247,14 @@ class ListenerRoutes:
     def _routes_update(self, delta: MapDelta | None) -> MapUpdate:
         runs = [self.runs[c] for c in self.order]
         entries = list(chain.from_iterable(runs))
-        classes = list(chain.from_iterable(repeat(c, len(run)) for c, run in zip(self.order, runs, strict=True)))
-        # Every action a route has (a superset of the map's values is harmless: owners are looked up by value).
-        # A copy: an earlier bundle's owners must not change with later routes.
+        # Each entry's host class, found when an owner is asked for (a list of 200k was a lane step's cost).
+        classes = RunClasses(self.order.copy(), map(len, runs))
         content = b"".join(self.chunks[c] for c in self.order)
-        return MapUpdate(f"{self.prefix}.routes.map", entries, RoutesMapOwners(entries, classes, dict(self._owned())),
-                         content, delta)
+        owners = RoutesMapOwners(entries, classes, self._owned(), self.lb)
+        return MapUpdate(f"{self.prefix}.routes.map", entries, owners, content, delta)
 
     def _owned(self) -> dict[str, Owner]:
         if self._owners is None:
-            self._owners = {self.ids.get(a, a): _action_owner(self.lb, a, self.ids.get(a, a))
-                            for a in (*self.actions, *self.redirects)}
+            self._owners = {self.ids.get(a, a): _action_owner(self.lb, a, self.ids.get(a, a)) for a in self.actions}
         return self._owners
-
-    def _owners_follow(self, moved: dict[str, tuple[str | None, str | None]]) -> None:
-        """Owners after a change: the action set cannot move here (apply declines when it would), redirects can."""
-        if self._owners is None:
-            return
-        for key, (was, now) in moved.items():
-            if now is None:
-                self._owners.pop(self.ids.get(key, key), None)
-            elif was is None:
-                self._owners[self.ids.get(key, key)] = _action_owner(self.lb, key, self.ids.get(key, key))
 
