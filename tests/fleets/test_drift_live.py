@@ -156,6 +156,7 @@ def test_the_periodic_check_reads_live_maps_as_they_fall_due_and_check_drift_rea
     from apps.fleets import drift
 
     monkeypatch.setattr(drift, "LIVE_MAPS_EVERY_S", 1.5)
+    monkeypatch.setattr(drift, "QUIET_S", 0.0)  # the fleet counts as quiet right after its rollouts
     new = tiny_backend("new")
     pool = add_pool(fleet2.lb, "new", (new.address, new.port))
     add_route(fleet2.lb, pool, "/new", 10)
@@ -189,12 +190,17 @@ def test_the_periodic_check_puts_off_a_fleet_its_rollouts_move_and_check_drift_d
         fleet2: LocalFleet, monkeypatch) -> None:
     """A first look that a rollout ran beside saw nodes between two revisions, not drift: the periodic check
     does not then hold the fleet's lease (route changes would wait for its reads) but looks again at the next
-    converge, until it has been put off for MAX_DEFER_S. "Check drift" checks at once."""
+    converge. While rollouts run it leaves the live maps (CPU in the process rolling changes out) until they are
+    MAX_DEFER_S overdue, then reads them under the lease. "Check drift" checks everything at once."""
+    from django.utils import timezone
+
     from apps.fleets import drift
     from apps.fleets.models import ConfigRevision, Rollout
 
     monkeypatch.setattr(drift, "LIVE_MAPS_EVERY_S", 0.0)
+    monkeypatch.setattr(drift, "QUIET_S", 0.0)
     monkeypatch.setattr(drift, "_DEFERRED_SINCE", {})
+    monkeypatch.setattr(drift, "_MAPS_READ", {})
     add_route(fleet2.lb, fleet2.listener.default_pool, "/r", 10)
     reconcile(fleet2.fleet)
     n1 = fleet2.nodes[0]
@@ -207,8 +213,8 @@ def test_the_periodic_check_puts_off_a_fleet_its_rollouts_move_and_check_drift_d
     # A rollout that starts while the first look reads the nodes.
     look = drift._looks_clean
 
-    def look_beside_a_rollout(fleet, all_maps):
-        found = look(fleet, all_maps)
+    def look_beside_a_rollout(fleet, due_after_s):
+        found = look(fleet, due_after_s)
         Rollout.objects.create(fleet=fleet, revision=revision, status=Rollout.Status.SUCCEEDED)
         return found
 
@@ -216,12 +222,13 @@ def test_the_periodic_check_puts_off_a_fleet_its_rollouts_move_and_check_drift_d
     report = fleet_drift_report(fleet=fleet2.fleet, all_maps=False)
     assert report.skipped and not report.repaired and "*/edited/" in dict(_stats(n1).show_map(routes_map))
     monkeypatch.setattr(drift, "_looks_clean", look)
-    # A rollout pending or running when the look begins: the same.
+    # A rollout pending or running: the maps wait (the rest is checked and clean).
     active = Rollout.objects.create(fleet=fleet2.fleet, revision=revision, status=Rollout.Status.PENDING)
-    assert fleet_drift_report(fleet=fleet2.fleet, all_maps=False).skipped
+    report = fleet_drift_report(fleet=fleet2.fleet, all_maps=False)
+    assert report.checked == 2 and not report.repaired and "*/edited/" in dict(_stats(n1).show_map(routes_map))
     assert not AuditEvent.objects.filter(action="node.drift").exists()
 
-    # Put off for MAX_DEFER_S: the periodic check takes the lease and repairs.
+    # MAX_DEFER_S overdue: the maps are read, and the check takes the lease and repairs.
     monkeypatch.setattr(drift, "MAX_DEFER_S", 0.0)
     report = fleet_drift_report(fleet=fleet2.fleet, all_maps=False)
     assert list(report.repaired) == ["n1"] and "*/edited/" not in dict(_stats(n1).show_map(routes_map))
@@ -231,9 +238,15 @@ def test_the_periodic_check_puts_off_a_fleet_its_rollouts_move_and_check_drift_d
     _stats(n1).command(f"add map {routes_map} */edited/ {default}")
     assert not fleet_drift_report(fleet=fleet2.fleet, all_maps=False).repaired
     assert list(fleet_drift_report(fleet=fleet2.fleet).repaired) == ["n1"]
-    # Once no rollout runs, the periodic check looks, finds and repairs as before.
+    # Once no rollout runs, the periodic check reads the maps, finds and repairs as before.
     active.status = Rollout.Status.SUCCEEDED
     active.save(update_fields=["status"])
     _stats(n1).command(f"add map {routes_map} */edited/ {default}")
     assert list(fleet_drift_report(fleet=fleet2.fleet, all_maps=False).repaired) == ["n1"]
     assert AuditEvent.objects.filter(action="node.drift").count() == 3
+    # A rollout that ended less than QUIET_S ago counts as running: changes are still coming.
+    monkeypatch.setattr(drift, "QUIET_S", 60.0)
+    Rollout.objects.filter(pk=active.pk).update(finished_at=timezone.now())
+    _stats(n1).command(f"add map {routes_map} */edited/ {default}")
+    assert not fleet_drift_report(fleet=fleet2.fleet, all_maps=False).repaired
+    assert "*/edited/" in dict(_stats(n1).show_map(routes_map))
