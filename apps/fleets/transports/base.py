@@ -241,8 +241,9 @@ class FileSetTransport(ABC):
         """The last ``max_bytes`` of a file, None if it does not exist."""
 
     @abstractmethod
-    def _rename(self, src: str, dst: str) -> None:
-        """rename(2): atomically replaces ``dst`` (file or symlink)."""
+    def _rename(self, src: str, dst: str, sync: bool = True) -> None:
+        """rename(2): atomically replaces ``dst`` (file or symlink); `sync`: durable before it returns, where the
+        transport can make it so (a later synced rename in the same directory makes this one durable too)."""
 
     @abstractmethod
     def _symlink(self, target: str, link: str) -> None: ...
@@ -397,9 +398,11 @@ class FileSetTransport(ABC):
         self._rename(staging, final)
         old = self._readlink(self.node.current_dir)
         # previous first: a crash between the two swaps leaves previous == current
-        # (a harmless no-op rollback) rather than a rollback to an older set.
+        # (a harmless no-op rollback) rather than a rollback to an older set. Both links are in one directory,
+        # whose sync after the second swap makes both durable (one directory fsync less per push: ext4 keeps
+        # the two renames in order in its journal).
         if old:
-            self._swap_link(self.node.previous_dir, old)
+            self._swap_link(self.node.previous_dir, old, sync=False)
         self._swap_link(self.node.current_dir, posixpath.join("sets", set_id))
         self._after_push()
         return PushResult(True, sha, output, (time.monotonic() - start) * 1000.0, set_id)
@@ -408,10 +411,10 @@ class FileSetTransport(ABC):
         """Collect the sets a push left behind; subclasses may do it later, off the push's path."""
         self._gc_sets()
 
-    def _swap_link(self, link: str, target: str) -> None:
+    def _swap_link(self, link: str, target: str, sync: bool = True) -> None:
         tmp = f"{link}.tmp-{secrets.token_hex(4)}"
         self._symlink(target, tmp)
-        self._rename(tmp, link)
+        self._rename(tmp, link, sync)
 
     def _gc_sets(self) -> None:
         """Remove every set but ``current`` and ``previous`` that is older than ``current``.

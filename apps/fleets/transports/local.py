@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from apps.fleets.runtime import Sender, unix_socket_sender, write_file_atomic
 from apps.fleets.transports.base import FileSetTransport, NodeConn, PushResult, TransportError, file_mode
 
-WRITE_THREADS, WRITE_THREADS_FROM = 8, 16
+WRITE_THREADS = 8
 # Files at least this large are shared between the pushes of this process's local nodes (_write_shared).
 SHARE_FROM, SHARE_WAIT_S = 256 * 1024, 10.0
 
@@ -194,15 +194,24 @@ class LocalTransport(FileSetTransport):
         nodes share their maps: render.patch_maps) is written once and hard-linked by the others, like
         _link_unchanged: one host's nodes wrote and fsynced a 5 MB routes map each per route change at 100k
         routes, side by side on one disk."""
-        files = dict(files)
-        for name in sorted(n for n, data in files.items() if len(data) >= SHARE_FROM):
-            self._write_shared(os.path.join(set_dir, name), files.pop(name), file_mode(name))
-        if len(files) < WRITE_THREADS_FROM:
-            super()._write_files(set_dir, files)
+        def write(name: str) -> None:
+            path, data, mode = os.path.join(set_dir, name), files[name], file_mode(name)
+            if len(data) >= SHARE_FROM:
+                self._write_shared(path, data, mode)
+            else:
+                self._write_file(path, data, mode)
+
+        shared = sorted(n for n, data in files.items() if len(data) >= SHARE_FROM)
+        names = shared + sorted(n for n in files if n not in shared)
+        if len(names) < 2:
+            for name in names:
+                write(name)
             return
-        with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
-            list(pool.map(lambda name: self._write_file(os.path.join(set_dir, name), files[name], file_mode(name)),
-                          sorted(files)))
+        # Side by side from two files on (a route change writes haproxy.cfg, the routes map and the redirects
+        # map): their fsyncs then share a journal commit instead of waiting for one each. Each shared file has a
+        # thread of its own, so one this push claimed is written at once, whatever another node's push waits for.
+        with ThreadPoolExecutor(max_workers=max(len(shared), min(WRITE_THREADS, len(names)))) as pool:
+            list(pool.map(write, names))
 
     def _write_shared(self, path: str, data: bytes, mode: int) -> None:
         entry, mine = _share_claim(data)
@@ -235,8 +244,10 @@ class LocalTransport(FileSetTransport):
         except FileNotFoundError:
             return None
 
-    def _rename(self, src: str, dst: str) -> None:
+    def _rename(self, src: str, dst: str, sync: bool = True) -> None:
         os.replace(src, dst)
+        if not sync:
+            return
         with contextlib.suppress(OSError):
             fd = os.open(os.path.dirname(dst) or ".", os.O_RDONLY)
             try:

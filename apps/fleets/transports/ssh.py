@@ -313,7 +313,7 @@ class SshTransport(FileSetTransport):
 
         return self._call(op)
 
-    def _rename(self, src: str, dst: str) -> None:
+    def _rename(self, src: str, dst: str, sync: bool = True) -> None:  # SFTP offers no fsync of a directory
         async def op(_conn: asyncssh.SSHClientConnection, sftp: asyncssh.SFTPClient) -> None:
             await sftp.posix_rename(src, dst)
 
