@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun
+from celery.signals import task_postrun, task_prerun, worker_init, worker_process_init
 from django.db import close_old_connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
@@ -31,6 +31,15 @@ def _tune_sqlalchemy_transport() -> None:
 
 _tune_sqlalchemy_transport()
 app.autodiscover_tasks()
+
+
+@worker_init.connect
+@worker_process_init.connect
+def _log_long_gc_pauses(**kwargs) -> None:
+    from apps.core import gcpause
+
+    gcpause.install()
+
 
 @app.on_after_finalize.connect
 def _register_periodic_tasks(sender: Celery, **kwargs) -> None:
