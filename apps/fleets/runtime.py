@@ -125,6 +125,15 @@ def _check_map(name: str) -> str:
     return name
 
 
+# HAProxy reads the CLI's lines up to its buffer size (tune.bufsize, 16 kB by default).
+BATCH_BYTES = 8 * 1024
+
+
+def _cli_escape(text: str) -> str:
+    """A command argument as the CLI parses it: `;` separates commands and `\\` escapes, so both are escaped."""
+    return text.replace("\\", "\\\\").replace(";", "\\;")
+
+
 def _map_line(key: str, value: str) -> str:
     # A key with whitespace would split differently; an empty line would end the payload early.
     if not key or any(c.isspace() for c in key) or "\n" in value or "\r" in value or not value.strip():
@@ -295,19 +304,53 @@ class HAProxySocket:
         read back as intended (the caller then replaces or reloads).
         """
         _check_map(name)
-        for key, value in delta.added:
-            self._set(f"add map {name} {_map_line(key, value)}")
-        for key, value in delta.changed:
-            self._set(f"set map {name} {_map_line(key, value)}")
-        for key in delta.removed:
-            self.del_map_entry(name, key)
-        for key, value in (*delta.added, *delta.changed):
-            if self.map_lookup(name, key) != (key, value):
+        moves = [f"add map {name} {_cli_escape(_map_line(key, value))}" for key, value in delta.added]
+        moves += [f"set map {name} {_cli_escape(_map_line(key, value))}" for key, value in delta.changed]
+        removes = [f"del map {name} {_cli_escape(_map_line(key, '-').partition(' ')[0])}" for key in delta.removed]
+        wanted = (*delta.added, *delta.changed)
+        reads = [f"get map {name} {_cli_escape(key)}" for key, _ in wanted]
+        reads += [f"get map {name} {_cli_escape(key)}" for key in delta.removed]
+        answers = self.batch([*moves, *removes, *reads])
+        for command, answer in zip(moves, answers, strict=False):
+            if answer.strip():
+                raise RuntimeApiError(command, answer)
+        for command, answer in zip(removes, answers[len(moves):], strict=False):
+            if answer.strip() and "not found" not in answer.lower():
+                raise RuntimeApiError(command, answer)
+        found = [parse_get_map(answer) for answer in answers[len(moves) + len(removes):]]
+        for (key, value), live in zip(wanted, found[:len(wanted)], strict=True):
+            if live != (key, value):
                 raise RuntimeApiError(f"get map {name} {key}", f"not {value!r} after the update")
-        for key in delta.removed:
-            found = self.map_lookup(name, key)
-            if found is not None and found[0] == key:
+        for key, live in zip(delta.removed, found[len(wanted):], strict=True):
+            if live is not None and live[0] == key:
                 raise RuntimeApiError(f"get map {name} {key}", "still present after `del map`")
+
+    def batch(self, commands: list[str]) -> list[str]:
+        """Each command's answer, the commands sent `;`-separated over as few connections as fit HAProxy's line
+        (BATCH_BYTES): a route change's map update and its read-back were a connection per command, each a wait
+        for a busy HAProxy to accept it. Answers are told apart as HAProxy ends each: with an empty line (an
+        empty answer is that empty line alone)."""
+        answers: list[str] = []
+        start = 0
+        while start < len(commands):
+            end, size = start, 0
+            while end < len(commands) and (end == start or size + len(commands[end]) + 1 <= BATCH_BYTES):
+                size += len(commands[end]) + 1
+                end += 1
+            text = self.command(";".join(commands[start:end]))
+            at = 0
+            for command in commands[start:end]:
+                if text.startswith("\n", at):
+                    answers.append("")
+                    at += 1
+                    continue
+                stop = text.find("\n\n", at)
+                if stop < 0:
+                    raise RuntimeApiError(command, text[at:] or "no answer")
+                answers.append(text[at:stop + 1])
+                at = stop + 2
+            start = end
+        return answers
 
     def set_ssl_cert(self, name: str, pem: bytes) -> str:
         """Replace a loaded certificate (chain + key PEM) in one step, without a reload; its new serial.

@@ -208,3 +208,40 @@ frontend fe
     with pytest.raises(RuntimeApiError):
         stats.replace_map("maps/not-loaded.map", entries)
     assert _serving(port, "/a/x") == "second", "a refused update leaves the live map as it was"
+
+
+def test_a_map_delta_and_its_read_back_go_over_few_connections_and_hostile_characters_stay_data(
+        haproxy_node: HAProxyNodeFactory, free_port, monkeypatch) -> None:
+    """apply_map_delta sends its `add/set/del map` and `get map` commands `;`-separated, a few kB a connection:
+    600 moved keys (several batches) land and read back; a value holding `;` or `\\` is that value, never a
+    second command; a key that cannot be set is reported, not taken for done."""
+    from apps.fleets.hotmaps import MapDelta
+    from apps.fleets.runtime import RuntimeApiError
+
+    port = free_port()
+    node, _proc = haproxy_node(
+        f"""
+frontend fe
+    bind 127.0.0.1:{port}
+    http-request return status 200 content-type text/plain lf-string "%[path,map_beg(maps/r.map,none)]"
+""",
+        files={"maps/r.map": b"/old gone\n/keep kept\n/change before\n"},
+    )
+    stats = HAProxySocket(node.stats_socket_path)
+    connections = []
+    send = stats._send
+    monkeypatch.setattr(stats, "_send", lambda command, timeout: connections.append(command) or send(command, timeout))
+    added = tuple((f"/k{i}", f"value-{i}") for i in range(600)) + (
+        ("/semi", "https://r.test/a?x=1;help"), ("/slash", "a\\;b\\\\c"))
+    stats.apply_map_delta("maps/r.map", MapDelta(added=added, changed=(("/change", "after"),), removed=("/old",)))
+
+    assert 2 <= len(connections) <= 12, len(connections)  # 1,206 commands
+    live = dict(stats.show_map("maps/r.map"))
+    assert live["/semi"] == "https://r.test/a?x=1;help" and live["/keep"] == "kept"
+    assert live["/slash"] == "a\\;b\\\\c" and live["/change"] == "after" and "/old" not in live
+    assert all(live[key] == value for key, value in added)
+    _status, body = http_get(f"http://127.0.0.1:{port}/semi")
+    assert body.strip() == "https://r.test/a?x=1;help"
+
+    with pytest.raises(RuntimeApiError, match="entry not found|not found"):
+        stats.apply_map_delta("maps/r.map", MapDelta(changed=(("/never-added", "x"),)))
