@@ -37,8 +37,10 @@ app.autodiscover_tasks()
 @worker_process_init.connect
 def _log_long_gc_pauses(**kwargs) -> None:
     from apps.core import gcpause
+    from apps.fleets import routelane
 
     gcpause.install()
+    routelane.FREEZE = True  # a worker keeps the lanes it renders
 
 
 @app.on_after_finalize.connect

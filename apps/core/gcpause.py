@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import queue
 import threading
 import time
 
@@ -29,11 +30,29 @@ def _timed(phase: str, info: dict) -> None:
         return
     paused_ms = (time.perf_counter() - started) * 1000.0
     if paused_ms >= SLOW_MS:
+        # Logged from a thread of its own: a collection can start inside a log handler's write, and writing again
+        # from its callback would re-enter the stream. SimpleQueue.put is safe there (made for __del__ and such).
+        _pauses.put((info.get("generation"), paused_ms, info.get("collected")))
+
+
+_pauses: queue.SimpleQueue = queue.SimpleQueue()
+
+
+def _log_pauses() -> None:
+    while True:
+        generation, paused_ms, collected = _pauses.get()
         logger.warning("garbage collection of generation %s paused this process for %.0f ms (%s objects freed)",
-                       info.get("generation"), paused_ms, info.get("collected"))
+                       generation, paused_ms, collected)
+
+
+_logger_thread: threading.Thread | None = None
 
 
 def install() -> None:
     """Log this process's long collections (idempotent)."""
+    global _logger_thread
+    if _logger_thread is None or not _logger_thread.is_alive():
+        _logger_thread = threading.Thread(target=_log_pauses, name="spillway-gc-log", daemon=True)
+        _logger_thread.start()
     if _timed not in gc.callbacks:
         gc.callbacks.append(_timed)

@@ -23,7 +23,6 @@ import time
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from apps.audit.services import audit_record
@@ -94,15 +93,17 @@ _MAPS_READ: dict[int, float] = {}  # node id -> when (monotonic) this process la
 _MAPS_READ_LOCK = threading.Lock()
 
 
-def _maps_due(node: Node, due_after_s: float) -> bool:
-    """Whether a node's live maps are read now: `due_after_s` since this process last found them clean (a node it
-    has not read yet counts from the first time it asks)."""
-    if due_after_s <= 0:
-        return True
+def _maps_age(node_id: int) -> float:
+    """Seconds since this process last found a node's live maps clean (a node it has not read yet counts from the
+    first time it asks, as due; one whose maps differed counts as never read until they are found clean)."""
     now = time.monotonic()
     with _MAPS_READ_LOCK:
-        last = _MAPS_READ.setdefault(node.pk, now - LIVE_MAPS_EVERY_S)
-    return now - last >= due_after_s
+        return now - _MAPS_READ.setdefault(node_id, now - LIVE_MAPS_EVERY_S)
+
+
+def _maps_due(node: Node, due_after_s: float) -> bool:
+    """Whether a node's live maps are read now: `due_after_s` since they were last found clean (never: inf)."""
+    return due_after_s <= 0 or (due_after_s != float("inf") and _maps_age(node.pk) >= due_after_s)
 
 
 def _read_live(node: Node, conn: NodeConn, bundle: ConfigBundle, servers: dict[tuple[str, str], ServerWanted],
@@ -110,9 +111,9 @@ def _read_live(node: Node, conn: NodeConn, bundle: ConfigBundle, servers: dict[t
     """read_live_drift with the maps when they are due; remembers when they were last found clean."""
     maps, read_at = _maps_due(node, due_after_s), time.monotonic()
     drift = read_live_drift(conn, bundle, servers, challenges, maps=maps, first_only=first_only)
-    if maps and not drift.maps:
+    if maps:
         with _MAPS_READ_LOCK:
-            _MAPS_READ[node.pk] = read_at
+            _MAPS_READ[node.pk] = read_at if not drift.maps else float("-inf")
     return drift
 
 
@@ -161,7 +162,7 @@ def _looks_clean(fleet: Fleet, due_after_s: float) -> int | None:
 # (then it takes the fleet's lease, and route changes wait for the check). "Check drift" never waits.
 MAX_DEFER_S = float(getattr(settings, "FLEET_DRIFT_MAX_DEFER_S", 300.0))
 _DEFERRED_SINCE: dict[int, float] = {}  # fleet id -> when (monotonic) its periodic check was first put off
-# A fleet whose last rollout ended this recently is busy: its live maps wait (_maps_due_after).
+# A fleet whose last rollout ended this recently is busy: its first look leaves the live maps (fleet_drift_report).
 QUIET_S = 2.0
 
 
@@ -177,10 +178,11 @@ class _Marks:
 
 
 def _rollout_marks(fleet: Fleet) -> _Marks:
-    """Equal (newest, active) before and after a look when no rollout started, ran or ended meanwhile."""
-    marks = Rollout.objects.filter(fleet=fleet).aggregate(
-        newest=Max("pk"), active=Count("pk", filter=Q(status__in=Rollout.ACTIVE)), last_finished=Max("finished_at"))
-    return _Marks(marks["newest"], marks["active"], marks["last_finished"])
+    """Equal (newest, active) before and after a look when no rollout started, ran or ended meanwhile. Two indexed
+    reads, whatever the fleet's history (rollouts are kept)."""
+    newest = Rollout.objects.filter(fleet=fleet).order_by("-pk").values_list("pk", "finished_at").first()
+    active = Rollout.objects.filter(fleet=fleet, status__in=Rollout.ACTIVE).count()
+    return _Marks(newest[0] if newest else None, active, newest[1] if newest else None)
 
 
 def _moved_under(fleet: Fleet, before: _Marks) -> bool:
@@ -189,17 +191,10 @@ def _moved_under(fleet: Fleet, before: _Marks) -> bool:
     return bool(before.active) or (after.newest, after.active) != (before.newest, before.active)
 
 
-def _maps_due_after(all_maps: bool, marks: _Marks) -> float:
-    """How long after a node's maps were last found clean this check reads them again: at once for "Check drift";
-    LIVE_MAPS_EVERY_S for the periodic check of a quiet fleet, and MAX_DEFER_S more while rollouts run.
-
-    Reading 200k lines a node back and comparing them is CPU and GIL time in the process that rolls the fleet's
-    changes out (its shard worker): in bench-scale's sustained run, the converges' map reads made that process's
-    rollouts take 1-3 s instead of ~0.2 s, every 10 s. And while changes roll out continuously the read is
-    inconclusive anyway (keys move under it), so it is left for a quiet moment, within MAX_DEFER_S."""
-    if all_maps:
-        return 0.0
-    return LIVE_MAPS_EVERY_S + (MAX_DEFER_S if marks.busy() else 0.0)
+def _maps_overdue(fleet: Fleet) -> bool:
+    """A node's live maps have waited for a quiet moment past MAX_DEFER_S (the leased check then reads them)."""
+    return any(_maps_age(pk) >= LIVE_MAPS_EVERY_S + MAX_DEFER_S
+               for pk in selectors.enabled_nodes(fleet).values_list("pk", flat=True))
 
 
 def _defer(fleet_id: int) -> bool:
@@ -224,14 +219,22 @@ def fleet_drift_report(*, fleet: Fleet, all_maps: bool = True) -> DriftReport:
     nodes moving between revisions, not drift, and the leased check would hold every route change for as long
     as it reads (1-2 s at 100k routes, every converge, in bench-scale's sustained run). It looks again at the
     next converge, and takes the lease once it has been put off for MAX_DEFER_S; each rollout reads back every
-    key it moves meanwhile."""
+    key it moves meanwhile.
+
+    Nor does its first look read a busy fleet's live maps (a rollout pending or running, or one ended within
+    QUIET_S): 200k lines a node, read and compared in the process that rolls the fleet's changes out (its shard
+    worker), made that process's rollouts take 1-3 s instead of ~0.2 s, every 10 s, in the same run, and while
+    changes roll out continuously the read is inconclusive anyway (keys move under it). They are read at the
+    first quiet converge once due (LIVE_MAPS_EVERY_S), or under the lease once MAX_DEFER_S overdue."""
     before = _rollout_marks(fleet)
-    due_after_s = _maps_due_after(all_maps, before)
+    busy = not all_maps and before.busy()
+    due_after_s = 0.0 if all_maps else (float("inf") if busy else LIVE_MAPS_EVERY_S)
     clean = _looks_clean(fleet, due_after_s)
-    if clean is not None:
+    if clean is not None and not (busy and _maps_overdue(fleet)):
         _checked(fleet.pk)
         return DriftReport(checked=clean)
-    if not all_maps and _moved_under(fleet, before) and _defer(fleet.pk):
+    due_after_s = 0.0 if all_maps else LIVE_MAPS_EVERY_S + (MAX_DEFER_S if busy else 0.0)
+    if clean is None and not all_maps and _moved_under(fleet, before) and _defer(fleet.pk):
         logger.info("fleet %s: rollouts ran during the drift check's first look; checking at the next converge",
                     fleet.pk)
         return DriftReport(skipped=True)
@@ -289,7 +292,11 @@ def fleet_drift_report(*, fleet: Fleet, all_maps: bool = True) -> DriftReport:
                 drift = _read_live(node, conn, bundle, servers, challenges, due_after_s)
             except NODE_ERRORS as exc:
                 return None, f"live state unreadable: {exc}"
-            return drift, (repair_live_drift(conn, drift) if drift else None)
+            problem = repair_live_drift(conn, drift) if drift else None
+            if drift.maps and problem is None:  # put back and read back: clean as of now
+                with _MAPS_READ_LOCK:
+                    _MAPS_READ[node.pk] = time.monotonic()
+            return drift, problem
 
         for (node, _bundle), (drift, problem) in zip(live_jobs, _parallel(live, live_jobs) if live_jobs else [],
                                                      strict=True):

@@ -108,7 +108,7 @@ def parse_get_map(answer: str) -> tuple[str, str] | None:
 
 # The wanted entries of recent bundles as `show map` lines ("key value"), by the identity of their list (a
 # bundle is rendered once per revision and node and kept: engine._BundleCache).
-_wanted_lines = IdentityMemo(lambda wanted: frozenset(f"{key} {value}" for key, value in wanted), size=64)
+_wanted_lines = IdentityMemo(lambda wanted: frozenset(f"{key} {value}" for key, value in wanted), size=16)
 
 
 def map_entries(lines: list[str]) -> list[tuple[str, str]]:
@@ -127,7 +127,7 @@ def _split_file(content: bytes) -> frozenset[str]:
 # render.manifest.map_file, incremental._lines), by the identity of its bytes. Splitting the text is C's work;
 # formatting 200k pairs into lines again was a third of a drift check's CPU at 100k routes, once per route-lane
 # revision (every revision's routes map is a new list), in the process whose threads roll the changes out.
-_file_lines = IdentityMemo(_split_file, size=64)
+_file_lines = IdentityMemo(_split_file, size=16)  # ~30 MB each at 100k routes
 
 
 def same_entries(live: list[str], wanted: list[tuple[str, str]], content: bytes | None = None) -> bool:

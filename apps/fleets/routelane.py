@@ -100,11 +100,14 @@ def remember(*, fleet_id: int, revision: ConfigRevision, snap: FleetSnapshot, bu
     with _LOCK:
         _LANES[fleet_id] = _Lane(revision.pk, revision.number, revision.sha256, change_seq, route_seq,
                                  {k: int(v) for k, v in revision.lb_revisions.items()}, bundle, checked, listeners)
-    if sum(len(state.routes) for state in listeners.values()) >= FREEZE_FROM_ROUTES:
+    if FREEZE and sum(len(state.routes) for state in listeners.values()) >= FREEZE_FROM_ROUTES:
         _freeze()
 
 
 FREEZE_FROM_ROUTES = 10_000
+# Set in Celery workers (controlplane/celery.py), which hold lanes: a web process renders only when someone pushes,
+# and freezing there would keep its requests' objects out of cycle collection for good.
+FREEZE = False
 
 
 def _freeze() -> None:

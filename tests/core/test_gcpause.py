@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
 
 import pytest
 
@@ -23,6 +24,7 @@ def test_a_collection_at_least_slow_ms_long_is_logged_with_its_generation(instal
     caplog.set_level(logging.WARNING, logger="spillway.gc")
     monkeypatch.setattr(gcpause, "SLOW_MS", 10_000.0)
     gc.collect()
+    time.sleep(0.1)
     assert not caplog.records
     monkeypatch.setattr(gcpause, "SLOW_MS", 0.0)
     cycles = [[] for _ in range(1000)]
@@ -30,5 +32,8 @@ def test_a_collection_at_least_slow_ms_long_is_logged_with_its_generation(instal
         a.append(b)
     del cycles, a, b
     gc.collect()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not any("generation 2" in r.getMessage() for r in caplog.records):
+        time.sleep(0.01)  # logged from gcpause's own thread
     full = [r.getMessage() for r in caplog.records if "generation 2 paused this process for" in r.getMessage()]
     assert len(full) == 1 and int(full[0].rpartition("(")[2].split()[0]) >= 1000, full

@@ -190,8 +190,9 @@ def test_the_periodic_check_puts_off_a_fleet_its_rollouts_move_and_check_drift_d
         fleet2: LocalFleet, monkeypatch) -> None:
     """A first look that a rollout ran beside saw nodes between two revisions, not drift: the periodic check
     does not then hold the fleet's lease (route changes would wait for its reads) but looks again at the next
-    converge. While rollouts run it leaves the live maps (CPU in the process rolling changes out) until they are
-    MAX_DEFER_S overdue, then reads them under the lease. "Check drift" checks everything at once."""
+    converge. While rollouts run it leaves live maps last found clean (CPU in the process rolling changes out)
+    until they are MAX_DEFER_S overdue, then reads them under the lease; maps found differing are read at the
+    next check. "Check drift" checks everything at once."""
     from django.utils import timezone
 
     from apps.fleets import drift
@@ -222,13 +223,17 @@ def test_the_periodic_check_puts_off_a_fleet_its_rollouts_move_and_check_drift_d
     report = fleet_drift_report(fleet=fleet2.fleet, all_maps=False)
     assert report.skipped and not report.repaired and "*/edited/" in dict(_stats(n1).show_map(routes_map))
     monkeypatch.setattr(drift, "_looks_clean", look)
-    # A rollout pending or running: the maps wait (the rest is checked and clean).
+    assert not AuditEvent.objects.filter(action="node.drift").exists()
+    # Maps found differing are read at the next check, busy or not (here a rollout is pending).
     active = Rollout.objects.create(fleet=fleet2.fleet, revision=revision, status=Rollout.Status.PENDING)
     report = fleet_drift_report(fleet=fleet2.fleet, all_maps=False)
-    assert report.checked == 2 and not report.repaired and "*/edited/" in dict(_stats(n1).show_map(routes_map))
-    assert not AuditEvent.objects.filter(action="node.drift").exists()
+    assert list(report.repaired) == ["n1"] and "*/edited/" not in dict(_stats(n1).show_map(routes_map))
 
-    # MAX_DEFER_S overdue: the maps are read, and the check takes the lease and repairs.
+    # Maps last found clean wait while the rollout is pending (the rest is checked, and clean).
+    _stats(n1).command(f"add map {routes_map} */edited/ {default}")
+    report = fleet_drift_report(fleet=fleet2.fleet, all_maps=False)
+    assert report.checked == 2 and not report.repaired and "*/edited/" in dict(_stats(n1).show_map(routes_map))
+    # MAX_DEFER_S overdue: the check takes the lease, reads them and repairs.
     monkeypatch.setattr(drift, "MAX_DEFER_S", 0.0)
     report = fleet_drift_report(fleet=fleet2.fleet, all_maps=False)
     assert list(report.repaired) == ["n1"] and "*/edited/" not in dict(_stats(n1).show_map(routes_map))
@@ -243,7 +248,7 @@ def test_the_periodic_check_puts_off_a_fleet_its_rollouts_move_and_check_drift_d
     active.save(update_fields=["status"])
     _stats(n1).command(f"add map {routes_map} */edited/ {default}")
     assert list(fleet_drift_report(fleet=fleet2.fleet, all_maps=False).repaired) == ["n1"]
-    assert AuditEvent.objects.filter(action="node.drift").count() == 3
+    assert AuditEvent.objects.filter(action="node.drift").count() == 4
     # A rollout that ended less than QUIET_S ago counts as running: changes are still coming.
     monkeypatch.setattr(drift, "QUIET_S", 60.0)
     Rollout.objects.filter(pk=active.pk).update(finished_at=timezone.now())

@@ -115,3 +115,19 @@ def test_a_change_of_the_listeners_actions_is_refused() -> None:
     assert updates is not None  # a redirect on a new host moves three maps, and nothing else
     assert {u.name for u in updates} == {"maps/web.http.routes.map", "maps/web.http.hosts.map",
                                          "maps/web.http.redirects.map"}
+
+
+def test_a_first_route_to_the_default_pool_is_owned_like_any_other() -> None:
+    """The default pool is one of the listener's keys before any route uses it: a route to it later is a lane
+    change, and its map entries have owners (the revision's problems and diff name them)."""
+    routes = {1: RouteSpec(id=1, priority=1, hosts=("a.test",), path_match="prefix", path="/x", targets=(
+        RouteTargetSpec(pool_id=2, weight=1),))}
+    state = ListenerRoutes(check_snapshot(_snap(routes, 1)).listeners[0])
+    redirect = replace(routes[1], id=2, path="/r", targets=(), redirect_url="https://r.test/")
+    assert state.apply([redirect], []) is not None  # the owners are made here, before pool 1 has a route
+    to_default = replace(routes[1], id=3, path="/d", targets=(RouteTargetSpec(pool_id=1, weight=1),))
+    updates = state.apply([to_default], [])
+    assert updates is not None
+    routes_map = next(u for u in updates if u.name.endswith(".routes.map"))
+    owners = {key: owner for (key, _), owner in zip(routes_map.entries, routes_map.owners, strict=True)}
+    assert owners["a.test/d/"].pools == (1,) and owners["a.test/r/"].route == 2

@@ -244,6 +244,7 @@ def test_a_large_lanes_state_is_left_out_of_full_garbage_collections(fleet3: Loc
     import gc
 
     monkeypatch.setattr(routelane, "FREEZE_FROM_ROUTES", 1)
+    monkeypatch.setattr(routelane, "FREEZE", True)  # as in a Celery worker (controlplane/celery.py)
     new = tiny_backend("new")
     pool_new = add_pool(fleet3.lb, "new", (new.address, new.port))
     save_route(fleet3, Route(), hosts=["a.example.com"], path="/first", priority=10,

@@ -230,9 +230,10 @@ frontend fe
     stats = HAProxySocket(node.stats_socket_path)
     connections = []
     send = stats._send
-    monkeypatch.setattr(stats, "_send", lambda command, timeout: connections.append(command) or send(command, timeout))
-    added = tuple((f"/k{i}", f"value-{i}") for i in range(600)) + (
-        ("/semi", "https://r.test/a?x=1;help"), ("/slash", "a\\;b\\\\c"))
+    monkeypatch.setattr(stats, "_send",
+                        lambda command, timeout: connections.append(command) or send(command, timeout))
+    added = (*((f"/k{i}", f"value-{i}") for i in range(600)),
+             ("/semi", "https://r.test/a?x=1;help"), ("/slash", "a\\;b\\\\c"))
     stats.apply_map_delta("maps/r.map", MapDelta(added=added, changed=(("/change", "after"),), removed=("/old",)))
 
     assert 2 <= len(connections) <= 12, len(connections)  # 1,206 commands
@@ -243,5 +244,5 @@ frontend fe
     _status, body = http_get(f"http://127.0.0.1:{port}/semi")
     assert body.strip() == "https://r.test/a?x=1;help"
 
-    with pytest.raises(RuntimeApiError, match="entry not found|not found"):
+    with pytest.raises(RuntimeApiError, match="not found"):
         stats.apply_map_delta("maps/r.map", MapDelta(changed=(("/never-added", "x"),)))

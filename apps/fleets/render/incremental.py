@@ -97,7 +97,7 @@ class ListenerRoutes:
         self._redirect_entries: list[tuple[str, str]] = []
         self._redirect_lines: list[bytes] = []
         # {written action: owner} of every pool/split action, made at the first change; it cannot move while the
-        # lane continues (apply declines when the action set would), so every revision's owners share it.
+        # lane continues (apply declines when the listener's keys would), so every revision's owners share it.
         # Redirects own themselves (RoutesMapOwners names the route from the key).
         self._owners: dict[str, Owner] | None = None
 
@@ -255,6 +255,8 @@ class ListenerRoutes:
 
     def _owned(self) -> dict[str, Owner]:
         if self._owners is None:
-            self._owners = {self.ids.get(a, a): _action_owner(self.lb, a, self.ids.get(a, a)) for a in self.actions}
+            # From the listener's keys (its routes' actions and its default pool), which cannot move while the lane
+            # continues: the actions in use can (a first route to the default pool).
+            self._owners = {self.ids.get(a, a): _action_owner(self.lb, a, self.ids.get(a, a)) for a in self.keys}
         return self._owners
 
