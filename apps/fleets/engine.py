@@ -35,6 +35,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.core import wakeups
+from apps.core.commits import fast_commit
 from apps.fleets import emit, routelane, selectors
 from apps.fleets.delivery import (
     NodeOutcome,
@@ -91,8 +92,9 @@ def lease_claim(fleet_id: int, owner: str) -> bool:
     now = timezone.now()
     until = now + timedelta(seconds=LEASE_S)
     free = Q(lease_owner="") | Q(lease_until__lt=now) | Q(lease_until__isnull=True) | Q(lease_owner=owner)
-    if Fleet.objects.filter(free, pk=fleet_id).update(lease_owner=owner, lease_until=until):
-        return True
+    with fast_commit():  # a lease lost with a database crash expires (LEASE_S)
+        if Fleet.objects.filter(free, pk=fleet_id).update(lease_owner=owner, lease_until=until):
+            return True
     holder = Fleet.objects.filter(pk=fleet_id).values_list("lease_owner", flat=True).first()
     if holder and _owner_gone(holder):
         logger.warning("fleet %s: taking over the lease of %s (process gone)", fleet_id, holder)
@@ -103,11 +105,13 @@ def lease_claim(fleet_id: int, owner: str) -> bool:
 
 def lease_renew(fleet_id: int, owner: str) -> bool:
     until = timezone.now() + timedelta(seconds=LEASE_S)
-    return bool(Fleet.objects.filter(pk=fleet_id, lease_owner=owner).update(lease_until=until))
+    with fast_commit():
+        return bool(Fleet.objects.filter(pk=fleet_id, lease_owner=owner).update(lease_until=until))
 
 
 def lease_release(fleet_id: int, owner: str) -> None:
-    Fleet.objects.filter(pk=fleet_id, lease_owner=owner).update(lease_owner="", lease_until=None)
+    with fast_commit():
+        Fleet.objects.filter(pk=fleet_id, lease_owner=owner).update(lease_owner="", lease_until=None)
 
 
 def lease_free(fleet_id: int) -> bool:
@@ -154,7 +158,8 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
                 # routes it read too): marking only `seq` made the next loop render that change again,
                 # with nothing recorded since the route lane's state, which sends it to the full render.
                 covered = max(seq, getattr(revision, "covered_seq", seq))
-                Fleet.objects.filter(pk=fleet_id, rendered_seq__lt=covered).update(rendered_seq=covered)
+                with fast_commit():  # lost with a crash: the converge renders the change again (missed)
+                    Fleet.objects.filter(pk=fleet_id, rendered_seq__lt=covered).update(rendered_seq=covered)
                 if revision.validation_ok and revision.number != fleet.desired_revision:
                     # Only certificate contents moved (a renewal): no config change for a canary to try
                     # first, and each certificate was checked when stored; every node at once halves
@@ -163,8 +168,9 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
                     # A route-lane revision moves map entries only (haproxy.cfg is the base's), each read back
                     # from every node: a canary would try nothing the other nodes do not check themselves.
                     lane = revision.base_id is not None
-                    rollout_create(fleet=fleet, revision=revision, enqueue=False,
-                                   canary=False if certs_only or lane else None)
+                    with fast_commit():  # the engine's own rollout: lost with a crash, the converge makes it again
+                        rollout_create(fleet=fleet, revision=revision, enqueue=False,
+                                       canary=False if certs_only or lane else None)
             rollout = _next_rollout(fleet)
             if rollout is not None:
                 _execute(rollout, owner)
@@ -301,22 +307,30 @@ def _parallel(fn, items: list) -> list:
 def _finish(rollout: Rollout, status: str, error: str = "") -> None:
     now = timezone.now()
     started = rollout.started_at or now
-    Rollout.objects.filter(pk=rollout.pk).update(
-        status=status, error=error[:20000], finished_at=now,
-        duration_ms=(now - started).total_seconds() * 1000.0 if rollout.started_at else None,
-    )
-    open_results = [NodeResult.Status.PENDING, NodeResult.Status.RUNNING]
-    NodeResult.objects.filter(rollout=rollout, status__in=open_results).update(
-        status=NodeResult.Status.SKIPPED, error="not attempted: the rollout stopped first")
-    rollout.status = status
-    if status == Rollout.Status.SUCCEEDED and rollout.rollback_of_id:
-        Rollout.objects.filter(pk=rollout.rollback_of_id).update(status=Rollout.Status.ROLLED_BACK)
+    with fast_commit():
+        Rollout.objects.filter(pk=rollout.pk).update(
+            status=status, error=error[:20000], finished_at=now,
+            duration_ms=(now - started).total_seconds() * 1000.0 if rollout.started_at else None,
+        )
+        open_results = [NodeResult.Status.PENDING, NodeResult.Status.RUNNING]
+        NodeResult.objects.filter(rollout=rollout, status__in=open_results).update(
+            status=NodeResult.Status.SKIPPED, error="not attempted: the rollout stopped first")
+        rollout.status = status
+        if status == Rollout.Status.SUCCEEDED and rollout.rollback_of_id:
+            Rollout.objects.filter(pk=rollout.rollback_of_id).update(status=Rollout.Status.ROLLED_BACK)
     emit.rollout_finished(rollout, status, error)
 
 
 def _record(batch: list[NodeResult], outcomes: list[NodeOutcome], rollout: Rollout) -> None:
     """A batch's node results and nodes in a few statements, whatever the batch size (three statements per
-    node were ~8 ms a node on a route change's path, before the `applied` long-polls could see it)."""
+    node were ~8 ms a node on a route change's path, before the `applied` long-polls could see it), in one
+    transaction that does not wait for the disk (apps.core.commits: a node record lost with a database crash
+    makes the node look drifted, and the converge pushes it again)."""
+    with fast_commit():
+        _record_in(batch, outcomes, rollout)
+
+
+def _record_in(batch: list[NodeResult], outcomes: list[NodeOutcome], rollout: Rollout) -> None:
     now = timezone.now()
     statuses = {"succeeded": NodeResult.Status.SUCCEEDED, "rolled_back": NodeResult.Status.ROLLED_BACK}
     before = {n.pk: n for n in Node.objects.filter(pk__in=[r.node_id for r in batch])
@@ -360,8 +374,9 @@ def _record(batch: list[NodeResult], outcomes: list[NodeOutcome], rollout: Rollo
 def _execute(rollout: Rollout, owner: str) -> Rollout:
     """Canary first, then batches; stop at the first failing batch. Safe to call again."""
     fleet_id = rollout.fleet_id
-    Rollout.objects.filter(pk=rollout.pk).update(status=Rollout.Status.RUNNING,
-                                                 started_at=Coalesce("started_at", Value(timezone.now())))
+    with fast_commit():
+        Rollout.objects.filter(pk=rollout.pk).update(status=Rollout.Status.RUNNING,
+                                                     started_at=Coalesce("started_at", Value(timezone.now())))
     rollout = (Rollout.objects.select_related("fleet", "revision")
                .defer(*(f"revision__{f}" for f in REVISION_BULK_FIELDS)).get(pk=rollout.pk))
     results = list(rollout.results.select_related("node__applied_revision")
@@ -421,8 +436,9 @@ def _execute(rollout: Rollout, owner: str) -> Rollout:
         if newer.exists():
             _finish(rollout, Rollout.Status.SUPERSEDED, "superseded by a newer rollout")
             return rollout
-        NodeResult.objects.filter(pk__in=[r.pk for r in batch]).update(
-            status=NodeResult.Status.RUNNING, started_at=timezone.now())
+        with fast_commit():
+            NodeResult.objects.filter(pk__in=[r.pk for r in batch]).update(
+                status=NodeResult.Status.RUNNING, started_at=timezone.now())
         outcomes = _parallel(lambda r: apply_node(plans[r.pk]), batch)
         _record(batch, outcomes, rollout)
         failed = [(r, o) for r, o in zip(batch, outcomes, strict=True) if not o.ok]

@@ -38,6 +38,7 @@ from typing import Any
 from django.db import transaction
 
 from apps.balancers.models import LoadBalancer, Route, RouteChange, RouteTarget
+from apps.core.commits import fast_commit
 from apps.core.snapshots import one_snapshot
 from apps.fleets import selectors
 from apps.fleets.codec import content_sha256, lane_delta_to_json
@@ -268,7 +269,9 @@ def _apply(fleet: Fleet, lane: _Lane, latest: ConfigRevision, lbs: dict[int, str
     if changes:
         reason = changes if reason in ("", "desired state changed") else f"{reason}: {changes}"
     marks["reason"] = time.monotonic()
-    with transaction.atomic():
+    # Without waiting for the disk (apps.core.commits): a revision lost with a database crash is rendered again
+    # from the journal, which the route writes committed durably.
+    with fast_commit():
         Fleet.objects.select_for_update().get(pk=fleet.pk)
         marks["lock"] = time.monotonic()
         if selectors.latest_revision_pk(fleet) != latest.pk:
