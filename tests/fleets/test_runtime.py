@@ -179,17 +179,23 @@ def test_reload_of_a_broken_config_is_reported_as_failed_and_the_old_worker_serv
     assert _serving(port) == "v1"
 
 
-def test_replace_map_swaps_a_large_map_without_a_reload(haproxy_node: HAProxyNodeFactory, free_port) -> None:
-    """3,000 entries (several 8 kB payloads) replace a map's content in one commit; the worker stays."""
-    port = free_port()
+def _answers_from_map(haproxy_node: HAProxyNodeFactory, port: int, routes_map: bytes):  # type: ignore[no-untyped-def]
+    """A node answering each request with what maps/r.map gives its path (map_beg), or `none`."""
     node, _proc = haproxy_node(
         f"""
 frontend fe
     bind 127.0.0.1:{port}
     http-request return status 200 content-type text/plain lf-string "%[path,map_beg(maps/r.map,none)]"
 """,
-        files={"maps/r.map": b"/a first\n"},
+        files={"maps/r.map": routes_map},
     )
+    return node
+
+
+def test_replace_map_swaps_a_large_map_without_a_reload(haproxy_node: HAProxyNodeFactory, free_port) -> None:
+    """3,000 entries (several 8 kB payloads) replace a map's content in one commit; the worker stays."""
+    port = free_port()
+    node = _answers_from_map(haproxy_node, port, b"/a first\n")
     master = MasterSocket(node.master_socket_path)
     worker = master.show_proc().current_worker.pid
     stats = HAProxySocket(node.stats_socket_path)
@@ -219,14 +225,7 @@ def test_a_map_delta_and_its_read_back_go_over_few_connections_and_hostile_chara
     from apps.fleets.runtime import RuntimeApiError
 
     port = free_port()
-    node, _proc = haproxy_node(
-        f"""
-frontend fe
-    bind 127.0.0.1:{port}
-    http-request return status 200 content-type text/plain lf-string "%[path,map_beg(maps/r.map,none)]"
-""",
-        files={"maps/r.map": b"/old gone\n/keep kept\n/change before\n"},
-    )
+    node = _answers_from_map(haproxy_node, port, b"/old gone\n/keep kept\n/change before\n")
     stats = HAProxySocket(node.stats_socket_path)
     connections = []
     send = stats._send
