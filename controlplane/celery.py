@@ -35,7 +35,8 @@ app.autodiscover_tasks()
 
 @worker_init.connect
 @worker_process_init.connect
-def _log_long_gc_pauses(**kwargs) -> None:
+def _worker_process_setup(**kwargs) -> None:
+    """A worker process logs its long GC pauses and freezes the large route lanes it keeps (routelane._freeze)."""
     from apps.core import gcpause
     from apps.fleets import routelane
 

@@ -90,36 +90,42 @@ def _audit_drift(node: Node, lines: list[str], repair: str) -> None:
 # else (disk, worker, server states, ACME answers) is read every time, and "Check drift" reads every map.
 LIVE_MAPS_EVERY_S = float(getattr(settings, "FLEET_LIVE_MAPS_EVERY_S", 30.0))
 _MAPS_READ: dict[int, float] = {}  # node id -> when (monotonic) this process last read its maps and found them clean
-_MAPS_READ_LOCK = threading.Lock()
+_STATE_LOCK = threading.Lock()  # _MAPS_READ and _DEFERRED_SINCE (checks run in threads)
 
 
 def _maps_age(node_id: int) -> float:
     """Seconds since this process last found a node's live maps clean (a node it has not read yet counts from the
     first time it asks, as due; one whose maps differed counts as never read until they are found clean)."""
     now = time.monotonic()
-    with _MAPS_READ_LOCK:
+    with _STATE_LOCK:
         return now - _MAPS_READ.setdefault(node_id, now - LIVE_MAPS_EVERY_S)
 
 
-def _maps_due(node: Node, due_after_s: float) -> bool:
-    """Whether a node's live maps are read now: `due_after_s` since they were last found clean (never: inf)."""
-    return due_after_s <= 0 or (due_after_s != float("inf") and _maps_age(node.pk) >= due_after_s)
+def _maps_due(node: Node, due_after_s: float | None) -> bool:
+    """Whether a node's live maps are read now: `due_after_s` since they were last found clean (None: not now)."""
+    return due_after_s is not None and (due_after_s <= 0 or _maps_age(node.pk) >= due_after_s)
+
+
+def _maps_read(node_id: int, clean_at: float) -> None:
+    """Remember when a node's live maps were found clean (-inf: found differing, read them at the next check)."""
+    with _STATE_LOCK:
+        _MAPS_READ[node_id] = clean_at
 
 
 def _read_live(node: Node, conn: NodeConn, bundle: ConfigBundle, servers: dict[tuple[str, str], ServerWanted],
-               challenges: dict[str, str], due_after_s: float, first_only: bool = False) -> LiveDrift:
+               challenges: dict[str, str], due_after_s: float | None, first_only: bool = False) -> LiveDrift:
     """read_live_drift with the maps when they are due; remembers when they were last found clean."""
     maps, read_at = _maps_due(node, due_after_s), time.monotonic()
     drift = read_live_drift(conn, bundle, servers, challenges, maps=maps, first_only=first_only)
     if maps:
-        with _MAPS_READ_LOCK:
-            _MAPS_READ[node.pk] = read_at if not drift.maps else float("-inf")
+        _maps_read(node.pk, read_at if not drift.maps else float("-inf"))
     return drift
 
 
-def _looks_clean(fleet: Fleet, due_after_s: float) -> int | None:
+def _looks_clean(fleet: Fleet, due_after_s: float | None) -> int | None:
     """A first look without the fleet's lease: the number of nodes checked when every enabled node is up,
-    runs its verified config and worker, and serves exactly its bundle's maps and server states; else None.
+    runs its verified config and worker, and serves exactly its bundle's server states and the maps that are due
+    (`due_after_s`, _maps_due); else None.
 
     Reading every node's maps back takes seconds at 100k routes, and a route change waits for the fleet's
     lease: checks that find nothing (nearly all of them) no longer hold it. A rollout moving a node meanwhile
@@ -200,13 +206,13 @@ def _maps_overdue(fleet: Fleet) -> bool:
 def _defer(fleet_id: int) -> bool:
     """Whether the periodic check may put this fleet off again (MAX_DEFER_S since it was first put off)."""
     now = time.monotonic()
-    with _MAPS_READ_LOCK:
+    with _STATE_LOCK:
         since = _DEFERRED_SINCE.setdefault(fleet_id, now)
     return now - since < MAX_DEFER_S
 
 
 def _checked(fleet_id: int) -> None:
-    with _MAPS_READ_LOCK:
+    with _STATE_LOCK:
         _DEFERRED_SINCE.pop(fleet_id, None)
 
 
@@ -228,7 +234,7 @@ def fleet_drift_report(*, fleet: Fleet, all_maps: bool = True) -> DriftReport:
     first quiet converge once due (LIVE_MAPS_EVERY_S), or under the lease once MAX_DEFER_S overdue."""
     before = _rollout_marks(fleet)
     busy = not all_maps and before.busy()
-    due_after_s = 0.0 if all_maps else (float("inf") if busy else LIVE_MAPS_EVERY_S)
+    due_after_s = 0.0 if all_maps else (None if busy else LIVE_MAPS_EVERY_S)
     clean = _looks_clean(fleet, due_after_s)
     if clean is not None and not (busy and _maps_overdue(fleet)):
         _checked(fleet.pk)
@@ -294,8 +300,7 @@ def fleet_drift_report(*, fleet: Fleet, all_maps: bool = True) -> DriftReport:
                 return None, f"live state unreadable: {exc}"
             problem = repair_live_drift(conn, drift) if drift else None
             if drift.maps and problem is None:  # put back and read back: clean as of now
-                with _MAPS_READ_LOCK:
-                    _MAPS_READ[node.pk] = time.monotonic()
+                _maps_read(node.pk, time.monotonic())
             return drift, problem
 
         for (node, _bundle), (drift, problem) in zip(live_jobs, _parallel(live, live_jobs) if live_jobs else [],

@@ -134,6 +134,23 @@ def _cli_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace(";", "\\;")
 
 
+def _map_key(key: str) -> str:
+    _map_line(key, "-")
+    return key
+
+
+def _set_answer(command: str, answer: str) -> None:
+    # Set commands answer an empty line on success and a sentence on failure.
+    if answer.strip():
+        raise RuntimeApiError(command, answer)
+
+
+def _del_answer(command: str, answer: str) -> None:
+    # A key that is not there is not an error.
+    if answer.strip() and "not found" not in answer.lower():
+        raise RuntimeApiError(command, answer)
+
+
 def _map_line(key: str, value: str) -> str:
     # A key with whitespace would split differently; an empty line would end the payload early.
     if not key or any(c.isspace() for c in key) or "\n" in value or "\r" in value or not value.strip():
@@ -223,10 +240,7 @@ class HAProxySocket:
         return self._send(command, self.timeout_s)
 
     def _set(self, command: str) -> None:
-        # Set commands answer an empty line on success and a sentence on failure.
-        answer = self.command(command)
-        if answer.strip():
-            raise RuntimeApiError(command, answer)
+        _set_answer(command, self.command(command))
 
     def show_stat(self) -> list[StatRow]:
         return parse_show_stat(self.command("show stat"))
@@ -285,16 +299,13 @@ class HAProxySocket:
 
     def del_map_entry(self, name: str, key: str) -> None:
         """Remove every entry for `key`; a key that is not there is not an error."""
-        _map_line(key, "-")  # the key check
-        answer = self.command(f"del map {_check_map(name)} {key}")
-        if answer.strip() and "not found" not in answer.lower():
-            raise RuntimeApiError(f"del map {name} {key}", answer)
+        command = f"del map {_check_map(name)} {_map_key(key)}"
+        _del_answer(command, self.command(command))
 
     def map_lookup(self, name: str, key: str) -> tuple[str, str] | None:
         """The live entry `get map` matches for `key` with the map's own match (longest prefix for
         map_beg), None when none does."""
-        _map_line(key, "-")  # the key check
-        return parse_get_map(self.command(f"get map {_check_map(name)} {key}"))
+        return parse_get_map(self.command(f"get map {_check_map(name)} {_map_key(key)}"))
 
     def apply_map_delta(self, name: str, delta: MapDelta) -> None:
         """Add, change and remove single entries of a live map, then check each moved key with `get map`.
@@ -306,17 +317,15 @@ class HAProxySocket:
         _check_map(name)
         moves = [f"add map {name} {_cli_escape(_map_line(key, value))}" for key, value in delta.added]
         moves += [f"set map {name} {_cli_escape(_map_line(key, value))}" for key, value in delta.changed]
-        removes = [f"del map {name} {_cli_escape(_map_line(key, '-').partition(' ')[0])}" for key in delta.removed]
+        removes = [f"del map {name} {_cli_escape(_map_key(key))}" for key in delta.removed]
         wanted = (*delta.added, *delta.changed)
         reads = [f"get map {name} {_cli_escape(key)}" for key, _ in wanted]
         reads += [f"get map {name} {_cli_escape(key)}" for key in delta.removed]
         answers = self.batch([*moves, *removes, *reads])
-        for command, answer in zip(moves, answers, strict=False):
-            if answer.strip():
-                raise RuntimeApiError(command, answer)
-        for command, answer in zip(removes, answers[len(moves):], strict=False):
-            if answer.strip() and "not found" not in answer.lower():
-                raise RuntimeApiError(command, answer)
+        for command, answer in zip(moves, answers[:len(moves)], strict=True):
+            _set_answer(command, answer)
+        for command, answer in zip(removes, answers[len(moves):len(moves) + len(removes)], strict=True):
+            _del_answer(command, answer)
         found = [parse_get_map(answer) for answer in answers[len(moves) + len(removes):]]
         for (key, value), live in zip(wanted, found[:len(wanted)], strict=True):
             if live != (key, value):
