@@ -263,3 +263,32 @@ def test_a_large_lanes_state_is_left_out_of_full_garbage_collections(fleet3: Loc
         nodes_serve_a_full_render(fleet3)
     finally:
         gc.unfreeze()  # the test process goes on collecting everything
+
+
+def test_semicolons_a_tenant_may_write_in_paths_and_redirects_reach_the_nodes_as_data(
+        fleet3: LocalFleet, tiny_backend) -> None:
+    """`;` is a path and redirect character the validators accept, and HAProxy's CLI separates commands with it:
+    a route change's keys and values go to the nodes escaped (runtime._cli_escape), so `;help` is part of the URL
+    the nodes answer with, not a command run on them, and the change stays hot (no reload, no fallback)."""
+    import http.client
+
+    new = tiny_backend("new")
+    pool_new = add_pool(fleet3.lb, "new", (new.address, new.port))
+    save_route(fleet3, Route(), hosts=["a.example.com"], path="/first", priority=10,
+               targets=[{"pool": pool_new, "weight": 100}])
+    rolled_out(fleet3)
+    before = workers(fleet3)
+    save_route(fleet3, Route(), hosts=["a.example.com"], path="/x;help", priority=11, targets=[],
+               redirect_url="https://r.example/to;help?a=1;quit")
+    revision = lane_rollout(fleet3)
+    assert revision.base_id is not None
+    nodes_serve_a_full_render(fleet3)
+    assert workers(fleet3) == before
+    for node in fleet3.nodes:
+        conn = http.client.HTTPConnection(node.bind_address, fleet3.port, timeout=2)
+        try:
+            conn.request("GET", "/x;help/y", headers={"Host": "a.example.com", "Connection": "close"})
+            response = conn.getresponse()
+            assert (response.status, response.getheader("Location")) == (302, "https://r.example/to;help?a=1;quit")
+        finally:
+            conn.close()
