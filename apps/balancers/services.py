@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Func, Q, QuerySet, Value, prefetch_related_objects
+from django.db.models import BooleanField, ExpressionWrapper, F, Func, Q, QuerySet, Value, prefetch_related_objects
 from django.utils import timezone
 
 from apps.accounts.principal import Principal
@@ -42,16 +42,28 @@ def lb_touch(lb_id: int, *, route_ids: Iterable[int] = ()) -> None:
     (RouteChange) with the revision, so a fleet can apply it without reading every route again; the
     signal says `routes_only` so fleets know no full read is due. Without it, the change is anything else.
     """
-    # One round trip (RETURNING: PostgreSQL, SQLite >= 3.35): the ORM's update() returns no rows.
+    # One round trip (RETURNING: PostgreSQL, SQLite >= 3.35): the ORM's update() returns no rows. The LB's row
+    # stays locked from here to the commit, so every route write of the LB waits through this.
+    ids, now = sorted(set(route_ids)), timezone.now()
+    routes_only = bool(ids)
+    bump = f"UPDATE {LoadBalancer._meta.db_table} SET revision = revision + 1, updated_at = %s WHERE id = %s"  # noqa: S608
     with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {LoadBalancer._meta.db_table} SET revision = revision + 1, updated_at = %s "  # noqa: S608
-                       "WHERE id = %s RETURNING revision", [timezone.now(), lb_id])
-        revision = cursor.fetchone()[0]
-    ids = sorted(set(route_ids))
+        if ids and connection.vendor == "postgresql":
+            # The journal rows in the same statement: one round trip less under that lock.
+            cursor.execute(
+                f"WITH bumped AS ({bump} RETURNING revision) INSERT INTO {RouteChange._meta.db_table} "  # noqa: S608
+                "(lb_id, lb_revision, route_id, created_at) SELECT %s, bumped.revision, route_id, %s "
+                "FROM bumped, unnest(%s::bigint[]) AS route_id RETURNING lb_revision",
+                [now, lb_id, lb_id, now, ids])
+            revision = cursor.fetchone()[0]
+            ids = []
+        else:
+            cursor.execute(f"{bump} RETURNING revision", [now, lb_id])
+            revision = cursor.fetchone()[0]
     if ids:
         RouteChange.objects.bulk_create([RouteChange(lb_id=lb_id, lb_revision=revision, route_id=pk) for pk in ids])
     transaction.on_commit(lambda: lb_changed.send(sender=LoadBalancer, lb_id=lb_id, revision=revision,
-                                                  routes_only=bool(ids)))
+                                                  routes_only=routes_only))
 
 
 ROUTE_CHANGES_KEEP = dt.timedelta(hours=1)
@@ -254,13 +266,40 @@ def _check_route(*, route: Route, targets: list[dict[str, Any]]) -> None:
     _check_hosts_owned(org=route.org, hosts=route.hosts)
 
 
-def _check_route_siblings(route: Route) -> None:
-    """No other route of the LB matches the same host, path and match (reads other routes: under the lock)."""
+def _peer_rows(route: Route) -> list[tuple[routing.RouteRow, bool, bool, bool]]:
+    """The LB's other routes a write is checked against, in one query (run under the LB's lock, whose holder's
+    time is the LB's whole write rate): (row, same path and match: a sibling, same org and priority, may cover
+    the route or be covered by it).
+
+    Only routes that can overlap are reachability peers: host routes of the same org (hostnames are owned, so
+    other tenants' host routes never match the same request) or any-host routes (which rank after every host
+    route, apps.balancers.routing); and of those only the routes on the same path line can cover it or be
+    covered by it: a handful, where loading every route of the scope cost ~20 ms a write at 20k any-host
+    routes (and grew with them).
+    """
+    sibling = Q(path=route.path, path_match=route.path_match)
+    # A route without a priority yet takes a free one (route_save): none taken to look for.
+    taken = Q(org_id=route.org_id, priority=route.priority) if route.priority is not None else None
+    peer = Q(org_id=route.org_id) & ~Q(hosts=[]) if route.hosts else Q(hosts=[])
+    rows = Route.objects.filter(lb_id=route.lb_id).exclude(pk=route.pk)
+    ancestors, base = routing.related_bases(route.path)
+    if base is not None:
+        rows = rows.annotate(base=Func(F("path"), Value("/"), function="rtrim"))
+        peer &= Q(base__in=ancestors) | Q(base__startswith=base + "/")
+    flags = {"is_sibling": sibling, "is_taken": taken, "is_peer": peer}
+    rows = rows.annotate(**{k: ExpressionWrapper(q, output_field=BooleanField()) if q is not None else Value(False)
+                            for k, q in flags.items()})
+    scope = sibling | peer if taken is None else sibling | taken | peer
+    return [(routing.RouteRow(id=pk, priority=priority, hosts=tuple(hosts), path_match=match, path=path),
+             is_sibling, is_taken, is_peer)
+            for pk, priority, hosts, match, path, is_sibling, is_taken, is_peer in rows.filter(scope)
+            .values_list("id", "priority", "hosts", "path_match", "path", *flags)]
+
+
+def _check_route_siblings(route: Route, siblings: list[routing.RouteRow]) -> None:
+    """No other route of the LB matches the same host, path and match."""
     wanted = {hostnames.normalize(h) for h in route.hosts}
-    siblings = Route.objects.filter(lb_id=route.lb_id, path=route.path, path_match=route.path_match)
-    if route.pk:
-        siblings = siblings.exclude(pk=route.pk)
-    for other in siblings.only("hosts"):
+    for other in siblings:
         other_hosts = {hostnames.normalize(h) for h in other.hosts}
         if (not wanted and not other_hosts) or wanted & other_hosts:
             raise Conflict("route_conflict",
@@ -279,35 +318,21 @@ def _describe(principal: Principal, row: routing.RouteRow) -> str:
             f"{row.path_match} {row.path})")
 
 
-def _check_reachable(*, principal: Principal, route: Route) -> None:
-    """Refuse a route that could never serve a request, and one that would leave another never serving.
-
-    Only routes that can overlap are loaded: host routes of the same org (hostnames are owned, so other
-    tenants' host routes never match the same request) or any-host routes (which rank after every host
-    route, apps.balancers.routing).
-    """
+def _check_reachable(*, principal: Principal, route: Route, peers: list[routing.RouteRow]) -> None:
+    """Refuse a route that could never serve a request, and one that would leave another never serving
+    (`peers`: the routes that can overlap it, _peer_rows)."""
     candidate = routing.RouteRow(id=route.pk or 0, priority=route.priority, hosts=tuple(route.hosts),
-                          path_match=route.path_match, path=route.path)
-    peers = Route.objects.filter(lb_id=route.lb_id).exclude(pk=route.pk)
-    peers = peers.filter(org_id=route.org_id).exclude(hosts=[]) if route.hosts else peers.filter(hosts=[])
-    # Only routes on the same path line can cover it or be covered by it: a handful, where loading every
-    # route of the scope cost ~20 ms a write at 20k any-host routes (and grew with them).
-    ancestors, base = routing.related_bases(route.path)
-    if base is not None:
-        peers = peers.annotate(base=Func(F("path"), Value("/"), function="rtrim")).filter(
-            Q(base__in=ancestors) | Q(base__startswith=base + "/"))
-    rows = [routing.RouteRow(id=pk, priority=priority, hosts=tuple(hosts), path_match=match, path=path)
-            for pk, priority, hosts, match, path in peers.values_list("id", "priority", "hosts", "path_match", "path")]
+                                 path_match=route.path_match, path=route.path)
     if not route.pk:
         candidate = replace(candidate, id=NEW_ROUTE_ID)
-    shadows = routing.shadowing_routes(rows, candidate)
+    shadows = routing.shadowing_routes(peers, candidate)
     if shadows:
         names = "; ".join(_describe(principal, row) for row in shadows)
         raise DomainError("route_shadowed",
                           f"This route would never serve a request: {names} matches every request it covers "
                           "first. Give it a better (lower) priority or a narrower host or path.",
                           field="priority", status=422)
-    for victim in routing.newly_shadowed(rows, candidate):
+    for victim in routing.newly_shadowed(peers, candidate):
         raise DomainError("route_shadows",
                           f"This route would leave {_describe(principal, victim)} never serving a request "
                           "(it would match every request that route covers first). Give it a worse (higher) "
@@ -335,17 +360,18 @@ def route_save(*, principal: Principal, route: Route, data: dict[str, Any]) -> R
             targets = ([{"pool": t.pool, "weight": t.weight} for t in route.targets.select_related("pool")]
                        if route.pk else [])
             _check_route(route=route, targets=targets)
-        _check_route_siblings(route)
+        rows = _peer_rows(route)
+        _check_route_siblings(route, [row for row, sibling, _, _ in rows if sibling])
         # Priorities are per organization: another tenant's numbers are neither taken nor revealed.
-        own = Route.objects.filter(lb_id=route.lb_id, org_id=route.org_id).exclude(pk=route.pk)
         if route.priority is None:
+            own = Route.objects.filter(lb_id=route.lb_id, org_id=route.org_id).exclude(pk=route.pk)
             route.priority = routing.default_priority(route.path, route.path_match,
                                                       set(own.values_list("priority", flat=True)))
-        elif own.filter(priority=route.priority).exists():
+        elif any(taken for _, _, taken, _ in rows):
             raise Conflict("priority_taken",
                            f"Priority {route.priority} is already used by another of your routes on this load "
                            "balancer.", field="priority")
-        _check_reachable(principal=principal, route=route)
+        _check_reachable(principal=principal, route=route, peers=[row for row, _, _, peer in rows if peer])
         route.save()
         if before is not None:  # a new route has no targets to replace
             route.targets.all().delete()

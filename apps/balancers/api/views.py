@@ -137,6 +137,8 @@ class RouteViewSet(TenantViewSet):
     prefetch_related = ("targets",)
     filterset_fields = ["lb", "path_match", "priority"]
     ordering_fields = ["priority", "created_at"]
+    # route_save is one transaction, under the LB's lock: a savepoint in ours was two more round trips held there.
+    create_in_transaction = False
 
     def _save(self, serializer, route: Route):
         return services.route_save(principal=self.principal, route=route, data=serializer.validated_data)

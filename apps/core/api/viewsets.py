@@ -8,6 +8,7 @@ Subclasses narrow or annotate the scoped queryset in `scope_queryset`, never rep
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -36,6 +37,9 @@ class TenantViewSet(viewsets.ModelViewSet):
     prefetch_related: tuple[str, ...] = ()
     # Response keys never stored for an Idempotency-Key replay (secrets shown once, e.g. a new token).
     idempotency_redact: tuple[str, ...] = ()
+    # perform_create in a transaction of its own; False where the service already writes in one (and a savepoint
+    # inside ours would cost round trips under a lock).
+    create_in_transaction = True
 
     @property
     def principal(self):
@@ -149,7 +153,7 @@ class TenantViewSet(viewsets.ModelViewSet):
     def _create(self, request, *args, **kwargs):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        with transaction.atomic():
+        with transaction.atomic() if self.create_in_transaction else contextlib.nullcontext():
             self.perform_create(serializer)
         data = self.get_serializer(serializer.instance).data
         return Response(data, status=status.HTTP_201_CREATED, headers={"ETag": etag_for(data)})
