@@ -13,6 +13,7 @@ from apps.fleets import services
 from apps.fleets.drift import fleet_drift_report
 from apps.fleets.livedrift import parse_servers_state
 from apps.fleets.models import Node
+from apps.fleets.render.frontends import map_bucket, routes_map_name
 from apps.fleets.runtime import HAProxySocket
 
 from .fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
@@ -42,7 +43,7 @@ def test_an_out_of_band_map_edit_and_server_state_change_are_found_audited_and_r
     reconcile(fleet2.fleet)
     n1, n2 = fleet2.nodes
     assert fleet2.get(n1, "/new/x")[1] == "new"
-    routes_map = "maps/live.http.routes.map"
+    routes_map = routes_map_name("maps/live.http", map_bucket("*"))
     old_backend = f"p{fleet2.listener.default_pool_id}_us-east"
 
     # Someone with the stats socket re-points /new on n1 and puts n2's only old server in maint.
@@ -162,7 +163,7 @@ def test_the_periodic_check_reads_live_maps_as_they_fall_due_and_check_drift_rea
     add_route(fleet2.lb, pool, "/new", 10)
     reconcile(fleet2.fleet)
     n1 = fleet2.nodes[0]
-    routes_map = "maps/live.http.routes.map"
+    routes_map = routes_map_name("maps/live.http", map_bucket("*"))
     default = f"p{fleet2.listener.default_pool_id}"
     assert services.fleet_drift_check(fleet=fleet2.fleet, all_maps=False) == []  # maps read: clean
 
@@ -205,7 +206,7 @@ def test_the_periodic_check_puts_off_a_fleet_its_rollouts_move_and_check_drift_d
     add_route(fleet2.lb, fleet2.listener.default_pool, "/r", 10)
     reconcile(fleet2.fleet)
     n1 = fleet2.nodes[0]
-    routes_map = "maps/live.http.routes.map"
+    routes_map = routes_map_name("maps/live.http", map_bucket("*"))
     default = f"p{fleet2.listener.default_pool_id}"
     fleet2.fleet.refresh_from_db()
     revision = ConfigRevision.objects.get(fleet=fleet2.fleet, number=fleet2.fleet.desired_revision)

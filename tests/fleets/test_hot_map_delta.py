@@ -15,13 +15,15 @@ from apps.balancers.models import Route, RouteTarget
 from apps.fleets import selectors
 from apps.fleets.models import Node, Rollout
 from apps.fleets.render import render
+from apps.fleets.render.frontends import map_bucket, routes_map_name
 from apps.fleets.runtime import HAProxySocket, MasterSocket
 
 from .fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
 
-ROUTES_MAP = "maps/web.http.routes.map"
+# The bucket of the test routes' host class (frontends.MAP_BUCKETS).
+ROUTES_MAP = routes_map_name("maps/web.http", map_bucket("a.example.com"))
 
 
 def workers(local: LocalFleet) -> dict[str, int]:

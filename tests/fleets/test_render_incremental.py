@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from apps.fleets.hotmaps import map_delta
 from apps.fleets.render import patch_maps, render
+from apps.fleets.render.frontends import map_bucket, redirects_map_name, routes_map_name
 from apps.fleets.render.guard import check_snapshot
 from apps.fleets.render.incremental import ListenerRoutes
 from apps.fleets.snapshot import NodeSpec, RouteSpec, RouteTargetSpec
@@ -113,8 +114,9 @@ def test_a_change_of_the_listeners_actions_is_refused() -> None:
     state = ListenerRoutes(check_snapshot(_snap(routes, 1)).listeners[0])
     updates = state.apply([redirect], [])
     assert updates is not None  # a redirect on a new host moves three maps, and nothing else
-    assert {u.name for u in updates} == {"maps/web.http.routes.map", "maps/web.http.hosts.map",
-                                         "maps/web.http.redirects.map"}
+    moved = {u.name for u in updates}
+    assert moved == {routes_map_name("maps/web.http", map_bucket("b.test")), "maps/web.http.hosts.map",
+                     redirects_map_name("maps/web.http", map_bucket("u3"))}
 
 
 def test_a_first_route_to_the_default_pool_is_owned_like_any_other() -> None:
@@ -128,6 +130,6 @@ def test_a_first_route_to_the_default_pool_is_owned_like_any_other() -> None:
     to_default = replace(routes[1], id=3, path="/d", targets=(RouteTargetSpec(pool_id=1, weight=1),))
     updates = state.apply([to_default], [])
     assert updates is not None
-    routes_map = next(u for u in updates if u.name.endswith(".routes.map"))
+    routes_map = next(u for u in updates if u.name == routes_map_name("maps/web.http", map_bucket("a.test")))
     owners = {key: owner for (key, _), owner in zip(routes_map.entries, routes_map.owners, strict=True)}
     assert owners["a.test/d/"].pools == (1,) and owners["a.test/r/"].route == 2

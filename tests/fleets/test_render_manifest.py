@@ -15,6 +15,7 @@ import pytest
 from apps.fleets.codec import display_lines
 from apps.fleets.delivery import bundle_binds, bundle_proxies, floating_binds, hot_changes
 from apps.fleets.render import render
+from apps.fleets.render.frontends import map_bucket, routes_map_files, routes_map_name
 from apps.fleets.snapshot import NodeSpec, VrrpSpec
 
 from .test_render import NODE, RULE_FORM, listener, pool, rich_snapshot, route, snapshot
@@ -81,8 +82,7 @@ def test_a_routes_map_entry_is_owned_by_its_host_class_and_its_action() -> None:
               route(3, 3, "/old", hosts=("a.example.com",), redirect="https://example.com/new"))
     bundle = render(snapshot((listener(8080, routes),), (pool(1, {"eu": ()}), pool(2, {"eu": ()}))), NODE)
     facts = bundle.manifest
-    name = "maps/web.http.routes.map"
-    owned = {key: (o.host, o.route, o.pools, o.action)
+    owned = {key: (o.host, o.route, o.pools, o.action) for name in routes_map_files("maps/web.http")
              for (key, _), o in zip(facts.maps[name], facts.map_owners[name], strict=True)}
     assert owned["a.example.com/a/"] == ("a.example.com", None, (1,), "p1")
     # The any-host route is listed once, under `*` (looked up when a host's own class has no match).
@@ -99,8 +99,9 @@ def test_a_route_change_is_a_hot_map_change_read_from_the_manifest() -> None:
     after = render(snapshot((listener(8080, (route(1, 1, "/a", 1), route(2, 2, "/b", 1))),), pools, 2), NODE)
     changes = hot_changes(before, after)
     assert changes is not None and not changes.certs
-    assert changes.maps == {"maps/web.http.routes.map": after.manifest.maps["maps/web.http.routes.map"]}
-    assert ("*/b/", "p1") in changes.maps["maps/web.http.routes.map"]
+    any_host = routes_map_name("maps/web.http", map_bucket("*"))
+    assert changes.maps == {any_host: after.manifest.maps[any_host]}
+    assert ("*/b/", "p1") in changes.maps[any_host]
 
 
 def test_no_consumer_of_rendered_config_imports_re() -> None:

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from apps.fleets.render import resolve_route
-from apps.fleets.render.frontends import ACME_CHALLENGE_MAP
+from apps.fleets.render.frontends import ACME_CHALLENGE_MAP, map_bucket, routes_map_files, routes_map_name
 from apps.fleets.render.routing import RouteMaps, build_route_maps
 from apps.fleets.snapshot import FleetSnapshot
 
@@ -95,7 +95,7 @@ def test_map_form_routes_a_corpus_exactly_like_the_rule_form(haproxy_node, backe
     # The rule form uses no route maps (chain maps and the always-present, empty ACME challenge map are not).
     assert not any(k.startswith("maps/") and not k.startswith("maps/chain.") and k != ACME_CHALLENGE_MAP
                    for k in rule_bundle.files)
-    assert "maps/web.http.routes.map" in map_bundle.files
+    assert set(routes_map_files("maps/web.http")) <= set(map_bundle.files)
 
     hosts = [
         "a.test",
@@ -223,8 +223,10 @@ def test_a_route_change_alters_only_map_files_and_a_new_pool_alters_the_config()
 
     changes = hot_map_changes(before, after)
 
-    assert changes is not None and set(changes) == {"maps/web.http.routes.map", "maps/web.http.hosts.map"}
-    assert ("b.test/b/", "p1") in changes["maps/web.http.routes.map"]
+    # The new class's bucket only: the any-host route's bucket keeps its file.
+    b_routes = routes_map_name("maps/web.http", map_bucket("b.test"))
+    assert changes is not None and set(changes) == {b_routes, "maps/web.http.hosts.map"}
+    assert ("b.test/b/", "p1") in changes[b_routes]
     to_new_pool = (route(1, 1, "/a", 1), route(2, 2, "/b", 2))
     other = render(snapshot((listener(8080, to_new_pool, default_pool_id=1),), pools), NODE)
     assert hot_map_changes(before, other) is None, "a pool's first route adds its rules: reload"

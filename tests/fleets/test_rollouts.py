@@ -46,7 +46,7 @@ def test_a_three_node_fleet_converges_on_a_new_route(fleet3: LocalFleet, tiny_ba
     rollout = Rollout.objects.get(pk=result["rollouts"][-1])
     assert rollout.status == Rollout.Status.SUCCEEDED, rollout.error
     revision = rollout.revision
-    # The route is a routes.map entry (any-host class "*", its path, its pool's action key).
+    # The route is a routes map entry (any-host class "*", its path, its pool's action key).
     entry = f"*/new/ p{route.targets.get().pool_id}"
     assert entry in revision.text and f"+{entry}" in revision.diff
     assert revision.validation_ok and "valid" in revision.validation_output.lower()

@@ -27,7 +27,16 @@ from dataclasses import dataclass
 from itertools import chain
 
 from apps.fleets.hotmaps import MAX_DELTA_KEYS, MapDelta
-from apps.fleets.render.frontends import _action_owner, listener_action_keys, map_prefix, split_ids
+from apps.fleets.render.frontends import (
+    MAP_BUCKETS,
+    _action_owner,
+    listener_action_keys,
+    map_bucket,
+    map_prefix,
+    redirects_map_name,
+    routes_map_name,
+    split_ids,
+)
 from apps.fleets.render.routing import (
     ANY_HOST_CLASS,
     _prepared,
@@ -86,16 +95,19 @@ class ListenerRoutes:
         ids = self.ids
         for (key, action), host_class in zip(maps.entries, maps.classes, strict=True):
             self.runs.setdefault(host_class, []).append((key, ids.get(action, action)))
-        self.order = sorted(self.runs, key=class_order)
-        self._order_keys = [class_order(c) for c in self.order]
+        # Each bucket's classes in map order (frontends.MAP_BUCKETS: a change rewrites only its classes' buckets).
+        self.orders: list[list[str]] = [[] for _ in range(MAP_BUCKETS)]
+        for host_class in sorted(self.runs, key=class_order):
+            self.orders[map_bucket(host_class)].append(host_class)
+        self._order_keys = [[class_order(c) for c in order] for order in self.orders]
         self.chunks = {c: self._chunk(run) for c, run in self.runs.items()}
         self.redirects = {f"u{r.id}": r.redirect_url for r in listener.routes if r.redirect_url is not None}
-        # The redirects map in its written order (keys, entries, lines side by side), kept up to date from the first
-        # change that moves it: sorting, formatting and owning 50k redirects again for each new redirect was a lane
-        # step's largest cost, and then looking each of them up again (list, join) still half of it.
-        self._redirect_order: list[str] | None = None
-        self._redirect_entries: list[tuple[str, str]] = []
-        self._redirect_lines: list[bytes] = []
+        # Each bucket's redirects map in its written order (keys, entries, lines side by side), kept up to date from
+        # the first change that moves it: sorting, formatting and owning 50k redirects again for each new redirect
+        # was a lane step's largest cost, and then looking each of them up again (list, join) still half of it.
+        self._redirect_order: list[list[str]] | None = None
+        self._redirect_entries: list[list[tuple[str, str]]] = [[] for _ in range(MAP_BUCKETS)]
+        self._redirect_lines: list[list[bytes]] = [[] for _ in range(MAP_BUCKETS)]
         # {written action: owner} of every pool/split action, made at the first change; it cannot move while the
         # lane continues (apply declines when the listener's keys would), so every revision's owners share it.
         # Redirects own themselves (RoutesMapOwners names the route from the key).
@@ -173,22 +185,24 @@ class ListenerRoutes:
                 suffix = host_class[1:]
                 touched.update(p for p in self.by_pattern if p.endswith(suffix))
         updates: list[MapUpdate] = []
-        routes_old: dict[str, str] = {}
-        routes_new: dict[str, str] = {}
+        routes_old: dict[int, dict[str, str]] = {}  # by bucket
+        routes_new: dict[int, dict[str, str]] = {}
         any_host = list(self.any_host.values())
 
         def named(pattern: str) -> list[RouteSpec]:
             return list(self.by_pattern.get(pattern, {}).values())
 
         for host_class in touched:
-            routes_old.update(self.runs.get(host_class, ()))
+            bucket = map_bucket(host_class)
+            routes_old.setdefault(bucket, {}).update(self.runs.get(host_class, ()))
             live = host_class in self.by_pattern or (host_class == ANY_HOST_CLASS and self.any_host)
             run = [(key, self.ids.get(action, action)) for key, action in class_entries(
                 host_class, class_members(host_class, named, any_host, wildcard_set), _prepared)] if live else []
             self._set_run(host_class, run)
-            routes_new.update(run)
-        if routes_old != routes_new:
-            updates.append(self._routes_update(_delta(routes_old, routes_new)))
+            routes_new.setdefault(bucket, {}).update(run)
+        for bucket in sorted(routes_old):
+            if routes_old[bucket] != routes_new[bucket]:
+                updates.append(self._routes_update(bucket, _delta(routes_old[bucket], routes_new[bucket])))
         patterns_moved = self.by_pattern.keys() != patterns_before
         exact_before = {p for p in patterns_before if not p.startswith("*.")} if patterns_moved else set()
         exact = {p for p in self.by_pattern if not p.startswith("*.")} if patterns_moved else set()
@@ -202,18 +216,25 @@ class ListenerRoutes:
             updates.append(MapUpdate(f"{self.prefix}.wildcards.map", wildcards,
                                      [Owner(lb=self.lb, host=p) for _, p in wildcards], _lines(wildcards), None))
         if redirects_moved:
-            updates.append(self._redirects_update(redirects_moved))
+            updates += self._redirects_updates(redirects_moved)
         return updates
 
-    def _redirects_update(self, moved: dict[str, tuple[str | None, str | None]]) -> MapUpdate:
-        """The redirects map after `moved` ({key: (value before, value now)}, None: absent): written in key order."""
-        order, entries, lines = self._redirect_order, self._redirect_entries, self._redirect_lines
-        if order is None:
-            order = self._redirect_order = sorted(self.redirects)
-            entries += ((key, self.redirects[key]) for key in order)
-            lines += (f"{key} {value}\n".encode() for key, value in entries)
+    def _redirects_updates(self, moved: dict[str, tuple[str | None, str | None]]) -> list[MapUpdate]:
+        """The redirects maps after `moved` ({key: (value before, value now)}, None: absent), each bucket's in key
+        order: one update per bucket a key moved in."""
+        if self._redirect_order is None:
+            # Built from the redirects as they are now, this change's included.
+            self._redirect_order = [[] for _ in range(MAP_BUCKETS)]
+            for key in sorted(self.redirects):
+                bucket = map_bucket(key)
+                self._redirect_order[bucket].append(key)
+                self._redirect_entries[bucket].append((key, self.redirects[key]))
+                self._redirect_lines[bucket].append(f"{key} {self.redirects[key]}\n".encode())
         else:
             for key, (was, now) in moved.items():
+                bucket = map_bucket(key)
+                order, entries, lines = (self._redirect_order[bucket], self._redirect_entries[bucket],
+                                         self._redirect_lines[bucket])
                 at = bisect.bisect_left(order, key)
                 if now is None:
                     del order[at], entries[at], lines[at]
@@ -224,34 +245,42 @@ class ListenerRoutes:
                     lines.insert(at, f"{key} {now}\n".encode())
                 else:
                     entries[at], lines[at] = (key, now), f"{key} {now}\n".encode()
-        entries = entries.copy()  # this revision's: later changes move the kept list
-        delta = MapDelta(tuple((k, now) for k, (was, now) in moved.items() if was is None and now is not None),
-                         tuple((k, now) for k, (was, now) in moved.items() if was is not None and now is not None),
-                         tuple(k for k, (_, now) in moved.items() if now is None))
-        return MapUpdate(f"{self.prefix}.redirects.map", entries, RedirectOwners(entries),
-                         b"".join(lines), delta if len(delta) <= MAX_DELTA_KEYS else None)
+        updates = []
+        for bucket in sorted({map_bucket(key) for key in moved}):
+            entries = self._redirect_entries[bucket].copy()  # this revision's: later changes move the kept list
+            mine = {k: v for k, v in moved.items() if map_bucket(k) == bucket}
+            delta = MapDelta(tuple((k, now) for k, (was, now) in mine.items() if was is None and now is not None),
+                             tuple((k, now) for k, (was, now) in mine.items() if was is not None and now is not None),
+                             tuple(k for k, (_, now) in mine.items() if now is None))
+            updates.append(MapUpdate(redirects_map_name(self.prefix, bucket), entries, RedirectOwners(entries),
+                                     b"".join(self._redirect_lines[bucket]),
+                                     delta if len(delta) <= MAX_DELTA_KEYS else None))
+        return updates
 
     def _set_run(self, host_class: str, run: list[tuple[str, str]]) -> None:
-        position = bisect.bisect_left(self._order_keys, class_order(host_class))
-        present = position < len(self.order) and self.order[position] == host_class
+        bucket = map_bucket(host_class)
+        order, order_keys = self.orders[bucket], self._order_keys[bucket]
+        position = bisect.bisect_left(order_keys, class_order(host_class))
+        present = position < len(order) and order[position] == host_class
         if run:
             self.runs[host_class] = run
             self.chunks[host_class] = self._chunk(run)
             if not present:
-                self.order.insert(position, host_class)
-                self._order_keys.insert(position, class_order(host_class))
+                order.insert(position, host_class)
+                order_keys.insert(position, class_order(host_class))
         elif present:
             del self.runs[host_class], self.chunks[host_class]
-            del self.order[position], self._order_keys[position]
+            del order[position], order_keys[position]
 
-    def _routes_update(self, delta: MapDelta | None) -> MapUpdate:
-        runs = [self.runs[c] for c in self.order]
+    def _routes_update(self, bucket: int, delta: MapDelta | None) -> MapUpdate:
+        order = self.orders[bucket]
+        runs = [self.runs[c] for c in order]
         entries = list(chain.from_iterable(runs))
-        # Each entry's host class, found when an owner is asked for (a list of 200k was a lane step's cost).
-        classes = RunClasses(self.order.copy(), map(len, runs))
-        content = b"".join(self.chunks[c] for c in self.order)
+        # Each entry's host class, found when an owner is asked for (a list per entry was a lane step's cost).
+        classes = RunClasses(order.copy(), map(len, runs))
+        content = b"".join(self.chunks[c] for c in order)
         owners = RoutesMapOwners(entries, classes, self._owned(), self.lb)
-        return MapUpdate(f"{self.prefix}.routes.map", entries, owners, content, delta)
+        return MapUpdate(routes_map_name(self.prefix, bucket), entries, owners, content, delta)
 
     def _owned(self) -> dict[str, Owner]:
         if self._owners is None:
