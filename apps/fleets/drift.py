@@ -133,7 +133,7 @@ def _looks_clean(fleet: Fleet, due_after_s: float | None) -> int | None:
     nodes = list(selectors.enabled_nodes(fleet))
     if any(n.status != Node.Status.UP or n.applied_revision_id is None for n in nodes):
         return None
-    states = _parallel(lambda n: read_state(selectors.node_conn(n)), nodes) if nodes else []
+    states = _parallel(lambda n: read_state(selectors.node_conn(n), fresh=True), nodes) if nodes else []
     renderer = _BundleCache()
     jobs = []
     for node, state in zip(nodes, states, strict=True):
@@ -252,7 +252,7 @@ def fleet_drift_report(*, fleet: Fleet, all_maps: bool = True) -> DriftReport:
     try:
         nodes = list(selectors.enabled_nodes(fleet))
         report.checked = len(nodes)
-        states = _parallel(lambda n: read_state(selectors.node_conn(n), recorded_sha256=n.applied_sha256),
+        states = _parallel(lambda n: read_state(selectors.node_conn(n), recorded_sha256=n.applied_sha256, fresh=True),
                            nodes) if nodes else []
         renderer = _BundleCache()
         servers = _wanted_servers(fleet)

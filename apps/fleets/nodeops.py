@@ -80,15 +80,16 @@ class NodeState:
     on_disk_sha256_v1: str | None = None
 
 
-def read_state(conn: NodeConn, with_stats: bool = False, recorded_sha256: str = "") -> NodeState:
+def read_state(conn: NodeConn, with_stats: bool = False, recorded_sha256: str = "", fresh: bool = False) -> NodeState:
     """What a node runs: config hash on disk, current worker, failed reloads, optionally show stat.
 
     `recorded_sha256` (what the database says the node verified): when the files on disk do not hash to it,
-    their digest by the earlier definition is read too (NodeState.on_disk_sha256_v1, digest.set_digest_v1)."""
+    their digest by the earlier definition is read too (NodeState.on_disk_sha256_v1, digest.set_digest_v1).
+    `fresh`: the files are read and hashed, never answered from a digest the transport remembers (drift checks)."""
     transport = _transport(conn)
     try:
         proc = transport.show_proc()
-        sha = transport.config_sha256()
+        sha = transport.config_sha256(fresh=fresh)
         legacy = None
         if recorded_sha256 and sha is not None and sha != recorded_sha256:
             legacy = set_digest_v1(transport._read_tree(conn.current_dir))

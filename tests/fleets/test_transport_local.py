@@ -119,8 +119,8 @@ def test_a_pushed_sets_digest_is_remembered_and_an_edit_on_disk_is_still_seen(
     haproxy_node: HAProxyNodeFactory, free_port
 ) -> None:
     """Every rollout asks a node for its config's digest; a set this process pushed is not read and hashed
-    again (5 MB per node and change at 100k routes), while an edit on disk, even one that keeps the size and
-    the mtime, is hashed and differs (drift checks rely on it)."""
+    again (6 MB per node and change at 100k routes), while an edit on disk is hashed and differs. An edit that
+    keeps the size and has its mtime set back by hand is seen by a drift check's fresh read."""
     port = free_port()
     node, _proc = haproxy_node(text_config(port, "v1"))
     pushed = LocalTransport(node).push(bundle_for(node, text_config(port, "v1"), {"maps/m.map": b"a 1\n"}))
@@ -134,11 +134,16 @@ def test_a_pushed_sets_digest_is_remembered_and_an_edit_on_disk_is_still_seen(
 
     path = Path(node.current_dir).resolve() / "maps/m.map"
     before = path.stat()
-    path.write_bytes(b"a 2\n")  # same size
-    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # and the old mtime
+    path.write_bytes(b"a 2\n")  # same size, a new mtime
     on_disk = LocalTransport(node).config_sha256()
     assert on_disk != pushed.sha256
     assert on_disk == bundle_sha256(LocalTransport(node)._read_tree(node.current_dir))
+
+    path.write_bytes(b"a 3\n")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # the old mtime, set back by hand
+    fresh = LocalTransport(node).config_sha256(fresh=True)
+    assert fresh not in (pushed.sha256, on_disk)
+    assert fresh == bundle_sha256(LocalTransport(node)._read_tree(node.current_dir))
 
 
 def test_old_sets_are_collected_after_a_push_but_never_a_newer_one(haproxy_node: HAProxyNodeFactory, free_port) -> None:

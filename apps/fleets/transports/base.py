@@ -193,7 +193,7 @@ class Transport(Protocol):
 
     def rollback(self, timeout_s: float = 10.0) -> ReloadResult: ...
 
-    def config_sha256(self) -> str | None: ...
+    def config_sha256(self, fresh: bool = False) -> str | None: ...
 
     def runtime(self, command: str) -> str: ...
 
@@ -495,8 +495,9 @@ class FileSetTransport(ABC):
             self._swap_link(self.node.previous_dir, current)
         return self.activate(timeout_s)
 
-    def config_sha256(self) -> str | None:
-        """``bundle_sha256`` of the files under ``current`` as the node has them now."""
+    def config_sha256(self, fresh: bool = False) -> str | None:
+        """``bundle_sha256`` of the files under ``current`` as the node has them now. `fresh`: read and hashed
+        whatever a subclass remembers (drift checks)."""
         if self._readlink(self.node.current_dir) is None:
             return None
         return bundle_sha256(self._read_tree(self.node.current_dir))

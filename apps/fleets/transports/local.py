@@ -76,11 +76,14 @@ def _link_same(source: str, path: str, data: bytes, mode: int) -> bool:
 # cannot remove a push in flight.
 _COLLECTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spillway-set-gc")
 
-# A config set's digest by its real path, valid while every file in it keeps the (inode, size, mtime,
-# ctime) recorded with it. Sets are never changed in place (a push writes a new one), so only an edit on
-# disk changes a signature, and an edit always moves the ctime: then the set is read and hashed again, and
-# drift checks see it. Reading and hashing a 100k-route set (5 MB) cost every node ~10-25 ms per route change.
-_SET_DIGESTS: OrderedDict[str, tuple[tuple, str]] = OrderedDict()
+# A config set's digest (and, for a set this process pushed, its files as pushed) by its real path, valid while every
+# file in it keeps the (mode, inode, size, mtime) recorded with it. Sets are never changed in place (a push writes a
+# new one), so only an edit on disk changes a signature: an edit moves the mtime (unless someone sets it back by
+# hand, with the same size), and a replaced file has a new inode; then the set is read and hashed again, and drift
+# checks see it. Not the ctime: every hard link to a shared file (unchanged files between sets, large files between
+# this host's nodes: _write_shared) and every unlink of an old set moves it, for every set sharing the inode, so
+# each push made the other nodes' next rollout read and hash their whole set again (~30 ms per node at 100k routes).
+_SET_DIGESTS: OrderedDict[str, tuple[tuple, str, Mapping[str, bytes] | None]] = OrderedDict()
 _SET_DIGESTS_SIZE = 256
 _SET_DIGESTS_LOCK = threading.Lock()
 
@@ -91,16 +94,30 @@ def _set_signature(root: str) -> tuple:
         for name in names:
             info = os.lstat(os.path.join(dirpath, name))
             entries.append((os.path.relpath(os.path.join(dirpath, name), root), info.st_mode, info.st_ino,
-                            info.st_size, info.st_mtime_ns, info.st_ctime_ns))
+                            info.st_size, info.st_mtime_ns))
     return tuple(sorted(entries))
 
 
-def _remember_digest(root: str, signature: tuple, digest: str) -> None:
+def _remember_digest(root: str, signature: tuple, digest: str, files: Mapping[str, bytes] | None = None) -> None:
     with _SET_DIGESTS_LOCK:
-        _SET_DIGESTS[root] = (signature, digest)
+        _SET_DIGESTS[root] = (signature, digest, files)
         _SET_DIGESTS.move_to_end(root)
         while len(_SET_DIGESTS) > _SET_DIGESTS_SIZE:
             _SET_DIGESTS.popitem(last=False)
+
+
+def _known(root: str) -> tuple[str, Mapping[str, bytes] | None] | None:
+    """(digest, files as pushed or None) of the set at `root` while it is as recorded; None otherwise."""
+    with _SET_DIGESTS_LOCK:
+        known = _SET_DIGESTS.get(root)
+    if known is None:
+        return None
+    try:
+        if _set_signature(root) != known[0]:
+            return None
+    except OSError:
+        return None
+    return known[1], known[2]
 
 
 class LocalTransport(FileSetTransport):
@@ -118,47 +135,33 @@ class LocalTransport(FileSetTransport):
             # The files just written hash to the bundle's digest (the same definition, bundle_sha256).
             root = os.path.realpath(os.path.join(self.node.sets_dir, result.set_id))
             with contextlib.suppress(OSError):
-                _remember_digest(root, _set_signature(root), result.sha256)
+                _remember_digest(root, _set_signature(root), result.sha256, dict(bundle.files))
         return result
 
     def _after_push(self) -> None:
         _COLLECTOR.submit(self._collect)
 
     def _collect(self) -> None:
-        """_gc_sets, keeping the remembered digests of the sets that remain: unlinking an old set's files moves
-        the ctime of the inodes other sets share with it (unchanged files are hard links, within a node and,
-        for large files, between this host's nodes: _write_shared), which would make the next rollout read and
-        hash those whole sets again (~30 ms per node at 100k routes). Digests of sets gone are dropped."""
-        with _SET_DIGESTS_LOCK:
-            known = dict(_SET_DIGESTS)
-        valid = {}
-        for root, (signature, digest) in known.items():
-            try:
-                if os.path.isdir(root) and _set_signature(root) == signature:
-                    valid[root] = digest
-            except OSError:
-                continue
+        """_gc_sets, then forget the digests of the sets gone."""
         self._gc_sets()
-        for root in known:
-            if root in valid and os.path.isdir(root):
-                with contextlib.suppress(OSError):
-                    _remember_digest(root, _set_signature(root), valid[root])
-            elif not os.path.isdir(root):
-                with _SET_DIGESTS_LOCK:
-                    _SET_DIGESTS.pop(root, None)
+        with _SET_DIGESTS_LOCK:
+            for root in [r for r in _SET_DIGESTS if not os.path.isdir(r)]:
+                _SET_DIGESTS.pop(root, None)
 
-    def config_sha256(self) -> str | None:
+    def config_sha256(self, fresh: bool = False) -> str | None:
+        """A rollout's question (is the node on its last good set?) is answered from the remembered digest while the
+        set's signature holds; a drift check (`fresh`) reads and hashes the files, so an edit that kept the size and
+        had its mtime set back is seen too."""
         if self._readlink(self.node.current_dir) is None:
             return None
         root = os.path.realpath(self.node.current_dir)
+        known = None if fresh else _known(root)
+        if known is not None:
+            return known[0]
         try:
             signature = _set_signature(root)
         except OSError:
             return super().config_sha256()
-        with _SET_DIGESTS_LOCK:
-            known = _SET_DIGESTS.get(root)
-        if known is not None and known[0] == signature:
-            return known[1]
         digest = super().config_sha256()
         if digest is not None:
             _remember_digest(root, signature, digest)
@@ -182,9 +185,23 @@ class LocalTransport(FileSetTransport):
         current = os.path.realpath(self.node.current_dir)
         if not os.path.isdir(current) or os.path.realpath(set_dir) == current:
             return set()
-        # A file that cannot be linked is written the ordinary way instead.
-        return {name for name, data in files.items()
-                if _link_same(os.path.join(current, name), os.path.join(set_dir, name), data, file_mode(name))}
+        # The current set as this process pushed it, untouched since: a file holding the very content wanted (the
+        # same bytes object: a route change keeps every map bucket it does not move) is linked without reading it
+        # back (34 of a 100k-route set's 36 files, 6 MB, per node and change).
+        known = _known(current)
+        pushed = known[1] if known is not None and known[1] is not None else {}
+        linked = set()
+        for name, data in files.items():
+            source, path = os.path.join(current, name), os.path.join(set_dir, name)
+            if pushed.get(name) is data:
+                with contextlib.suppress(OSError):
+                    os.link(source, path)
+                    linked.add(name)
+                    continue
+            # A file that cannot be linked is written the ordinary way instead.
+            if _link_same(source, path, data, file_mode(name)):
+                linked.add(name)
+        return linked
 
     def _write_files(self, set_dir: str, files: Mapping[str, bytes]) -> None:
         """Threads from two files on: ext4 commits concurrent fsyncs together (100 certificate files took
