@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import BooleanField, ExpressionWrapper, F, Func, Q, QuerySet, Value, prefetch_related_objects
 from django.utils import timezone
 
@@ -353,37 +353,67 @@ def route_save(*, principal: Principal, route: Route, data: dict[str, Any]) -> R
     if targets is not None:
         _check_route(route=route, targets=targets)
     _ = principal.name  # the audit record's words for the caller: a query, cached on the principal
-    with transaction.atomic():
-        # One writer per LB at a time: the uniqueness and shadowing rules span rows.
-        list(LoadBalancer.objects.select_for_update().filter(pk=lb_id))
-        if targets is None:  # a partial update keeps the current targets
-            targets = ([{"pool": t.pool, "weight": t.weight} for t in route.targets.select_related("pool")]
-                       if route.pk else [])
-            _check_route(route=route, targets=targets)
-        rows = _peer_rows(route)
-        _check_route_siblings(route, [row for row, sibling, _, _ in rows if sibling])
-        # Priorities are per organization: another tenant's numbers are neither taken nor revealed.
-        if route.priority is None:
-            own = Route.objects.filter(lb_id=route.lb_id, org_id=route.org_id).exclude(pk=route.pk)
-            route.priority = routing.default_priority(route.path, route.path_match,
-                                                      set(own.values_list("priority", flat=True)))
-        elif any(taken for _, _, taken, _ in rows):
-            raise Conflict("priority_taken",
-                           f"Priority {route.priority} is already used by another of your routes on this load "
-                           "balancer.", field="priority")
-        _check_reachable(principal=principal, route=route, peers=[row for row, _, _, peer in rows if peer])
-        route.save()
-        if before is not None:  # a new route has no targets to replace
-            route.targets.all().delete()
-        RouteTarget.objects.bulk_create(
-            [RouteTarget(route=route, pool=t["pool"], weight=t["weight"]) for t in targets])
-        # Read once for the audit record and the caller's answer (each read them again).
-        getattr(route, "_prefetched_objects_cache", {}).pop("targets", None)
-        prefetch_related_objects([route], "targets")
-        audit_record(principal=principal, org=route.org, action="route.create" if before is None else "route.update",
-                     obj=route, before=before, after=audit_snapshot(route))
-        lb_touch(route.lb_id, route_ids=[route.pk])
+    try:
+        with transaction.atomic():
+            if targets is None:  # a partial update keeps the current targets
+                targets = ([{"pool": t.pool, "weight": t.weight} for t in route.targets.select_related("pool")]
+                           if route.pk else [])
+                _check_route(route=route, targets=targets)
+            if route.priority is None:
+                # A free priority is picked from the org's own, under the lock, before anything is written.
+                _lock_lb(lb_id)
+                own = Route.objects.filter(lb_id=route.lb_id, org_id=route.org_id).exclude(pk=route.pk)
+                route.priority = routing.default_priority(route.path, route.path_match,
+                                                          set(own.values_list("priority", flat=True)))
+                _check_peers(principal, route)
+                _write_route(principal, route, targets, before)
+            else:
+                # Checked, written, then checked again under the lock: only a write that committed in between can
+                # change the answer, and the lock is held for one query, the revision bump and the commit instead of
+                # the whole write (its holder's time is the LB's whole write rate).
+                _check_peers(principal, route)
+                _write_route(principal, route, targets, before)
+                _lock_lb(lb_id)
+                _check_peers(principal, route)
+            lb_touch(route.lb_id, route_ids=[route.pk])
+    except IntegrityError as exc:
+        # The same priority written by a concurrent write of the org, which committed first.
+        if "route_unique_org_priority" not in str(exc):
+            raise
+        raise _priority_taken(route) from None
     return route
+
+
+def _lock_lb(lb_id: int) -> None:
+    """One route writer per LB at a time from here to the commit: the uniqueness and shadowing rules span rows."""
+    list(LoadBalancer.objects.select_for_update().filter(pk=lb_id))
+
+
+def _priority_taken(route: Route) -> Conflict:
+    return Conflict("priority_taken", f"Priority {route.priority} is already used by another of your routes on this "
+                    "load balancer.", field="priority")
+
+
+def _check_peers(principal: Principal, route: Route) -> None:
+    """The rules that read the LB's other routes: same host, path and match; the org's priority; reachability."""
+    rows = _peer_rows(route)
+    _check_route_siblings(route, [row for row, sibling, _, _ in rows if sibling])
+    # Priorities are per organization: another tenant's numbers are neither taken nor revealed.
+    if any(taken for _, _, taken, _ in rows):
+        raise _priority_taken(route)
+    _check_reachable(principal=principal, route=route, peers=[row for row, _, _, peer in rows if peer])
+
+
+def _write_route(principal: Principal, route: Route, targets: list[dict[str, Any]], before: dict | None) -> None:
+    route.save()
+    if before is not None:  # a new route has no targets to replace
+        route.targets.all().delete()
+    RouteTarget.objects.bulk_create([RouteTarget(route=route, pool=t["pool"], weight=t["weight"]) for t in targets])
+    # Read once for the audit record and the caller's answer (each read them again).
+    getattr(route, "_prefetched_objects_cache", {}).pop("targets", None)
+    prefetch_related_objects([route], "targets")
+    audit_record(principal=principal, org=route.org, action="route.create" if before is None else "route.update",
+                 obj=route, before=before, after=audit_snapshot(route))
 
 
 # --- static IPs --------------------------------------------------------------------------
