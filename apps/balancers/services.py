@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import F, Func, Q, QuerySet, Value, prefetch_related_objects
 from django.utils import timezone
 
@@ -361,34 +361,21 @@ def route_save(*, principal: Principal, route: Route, data: dict[str, Any]) -> R
     if targets is not None:
         _check_route(route=route, targets=targets)
     _ = principal.name  # the audit record's words for the caller: a query, cached on the principal
-    try:
-        with transaction.atomic():
-            if targets is None:  # a partial update keeps the current targets
-                targets = ([{"pool": t.pool, "weight": t.weight} for t in route.targets.select_related("pool")]
-                           if route.pk else [])
-                _check_route(route=route, targets=targets)
-            if route.priority is None:
-                # A free priority is picked from the org's own, under the lock, before anything is written.
-                _lock_lb(lb_id)
-                own = Route.objects.filter(lb_id=route.lb_id, org_id=route.org_id).exclude(pk=route.pk)
-                route.priority = routing.default_priority(route.path, route.path_match,
-                                                          set(own.values_list("priority", flat=True)))
-                _check_peers(principal, route)
-                _write_route(principal, route, targets, before)
-            else:
-                # Checked, written, then checked again under the lock: only a write that committed in between can
-                # change the answer, and the lock is held for one query, the revision bump and the commit instead of
-                # the whole write (its holder's time is the LB's whole write rate).
-                _check_peers(principal, route)
-                _write_route(principal, route, targets, before)
-                _lock_lb(lb_id)
-                _check_peers(principal, route)
-            lb_touch(route.lb_id, route_ids=[route.pk])
-    except IntegrityError as exc:
-        # The same priority written by a concurrent write of the org, which committed first.
-        if "route_unique_org_priority" not in str(exc):
-            raise
-        raise _priority_taken(route) from None
+    with transaction.atomic():
+        # Taken before anything is written: a write holding an uncommitted priority while it waited for the lock could
+        # deadlock with the holder writing that same priority (a default one, or a config-code apply's next route).
+        _lock_lb(lb_id)
+        if targets is None:  # a partial update keeps the current targets
+            targets = ([{"pool": t.pool, "weight": t.weight} for t in route.targets.select_related("pool")]
+                       if route.pk else [])
+            _check_route(route=route, targets=targets)
+        if route.priority is None:  # a free one of the org's own
+            own = Route.objects.filter(lb_id=route.lb_id, org_id=route.org_id).exclude(pk=route.pk)
+            route.priority = routing.default_priority(route.path, route.path_match,
+                                                      set(own.values_list("priority", flat=True)))
+        _check_peers(principal, route)
+        _write_route(principal, route, targets, before)
+        lb_touch(route.lb_id, route_ids=[route.pk])
     return route
 
 

@@ -1,8 +1,8 @@
 """Route writes that race: the rules spanning routes hold when two writes of one LB arrive at once.
 
-A route is checked, written, then checked again under the LB's lock (services.route_save): these tests send
-two conflicting writes through the API at the same instant, many times, on PostgreSQL, and expect exactly one of
-them to land each time, with the coded answer a single writer gets.
+Every route write of an LB is checked and written under the LB's lock (services.route_save): these tests send two
+conflicting writes through the API at the same instant, many times, on PostgreSQL, and expect exactly one of them
+to land each time, with the coded answer a single writer gets.
 """
 
 from __future__ import annotations
@@ -86,3 +86,23 @@ def test_a_route_and_the_route_that_would_shadow_it_at_once_never_both_land(post
         results = _race(alice, [_body(world, f"/s{i}", 2000 + 2 * i), _body(world, f"/s{i}/x", 2001 + 2 * i)])
         _one_landed(results, {"route_shadowed", "route_shadows"})
     assert Route.objects.filter(lb=world.acme_lb, path__startswith="/s").count() == ROUNDS
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_named_priority_and_the_same_default_priority_at_once_never_deadlock(postgres_only, world, alice):
+    """One write names priority P, the other names none and would pick P by default (same path length). Whichever
+    takes the LB's lock first gets P: the unnamed one always lands (with P, or a free one after the named one), the
+    named one lands or is told priority_taken; never a 500 (a write waiting on another's uncommitted priority while
+    holding the lock would deadlock)."""
+    from apps.balancers.routing import default_priority
+
+    for i in range(ROUNDS):
+        path, other = f"/d{i:03d}", f"/e{i:03d}"
+        taken = set(Route.objects.filter(lb=world.acme_lb, org=alice.org).values_list("priority", flat=True))
+        named = _body(world, path, default_priority(other, "prefix", taken))
+        unnamed = {k: v for k, v in _body(world, other, 0).items() if k != "priority"}
+        (named_status, named_body), (unnamed_status, unnamed_body) = _race(alice, [named, unnamed])
+        assert unnamed_status == 201, unnamed_body
+        assert named_status == 201 or (named_status == 409 and named_body["code"] == "priority_taken"), named_body
+        if named_status == 201:
+            assert unnamed_body["priority"] != named_body["priority"]

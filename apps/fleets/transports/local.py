@@ -164,7 +164,12 @@ class LocalTransport(FileSetTransport):
             return super().config_sha256()
         digest = super().config_sha256()
         if digest is not None:
-            _remember_digest(root, signature, digest)
+            with _SET_DIGESTS_LOCK:
+                before = _SET_DIGESTS.get(root)
+            # Found as pushed: the files stay known, so the next push still links what it keeps without reading it.
+            # Found otherwise (edited): only the digest is remembered, and the next push compares every file it links.
+            same = before is not None and before[0] == signature and before[1] == digest
+            _remember_digest(root, signature, digest, before[2] if same else None)
         return digest
 
     def _makedirs(self, path: str, mode: int) -> None:
