@@ -45,7 +45,6 @@ def lb_touch(lb_id: int, *, route_ids: Iterable[int] = ()) -> None:
     # One round trip (RETURNING: PostgreSQL, SQLite >= 3.35): the ORM's update() returns no rows. The LB's row
     # stays locked from here to the commit, so every route write of the LB waits through this.
     ids, now = sorted(set(route_ids)), timezone.now()
-    routes_only = bool(ids)
     bump = f"UPDATE {LoadBalancer._meta.db_table} SET revision = revision + 1, updated_at = %s WHERE id = %s"  # noqa: S608
     with connection.cursor() as cursor:
         if ids and connection.vendor == "postgresql":
@@ -56,14 +55,14 @@ def lb_touch(lb_id: int, *, route_ids: Iterable[int] = ()) -> None:
                 "FROM bumped, unnest(%s::bigint[]) AS route_id RETURNING lb_revision",
                 [now, lb_id, lb_id, now, ids])
             revision = cursor.fetchone()[0]
-            ids = []
         else:
             cursor.execute(f"{bump} RETURNING revision", [now, lb_id])
             revision = cursor.fetchone()[0]
-    if ids:
-        RouteChange.objects.bulk_create([RouteChange(lb_id=lb_id, lb_revision=revision, route_id=pk) for pk in ids])
+            if ids:
+                RouteChange.objects.bulk_create([RouteChange(lb_id=lb_id, lb_revision=revision, route_id=pk)
+                                                 for pk in ids])
     transaction.on_commit(lambda: lb_changed.send(sender=LoadBalancer, lb_id=lb_id, revision=revision,
-                                                  routes_only=routes_only))
+                                                  routes_only=bool(ids)))
 
 
 ROUTE_CHANGES_KEEP = dt.timedelta(hours=1)
@@ -362,9 +361,10 @@ def route_save(*, principal: Principal, route: Route, data: dict[str, Any]) -> R
         _check_route(route=route, targets=targets)
     _ = principal.name  # the audit record's words for the caller: a query, cached on the principal
     with transaction.atomic():
-        # Taken before anything is written: a write holding an uncommitted priority while it waited for the lock could
-        # deadlock with the holder writing that same priority (a default one, or a config-code apply's next route).
-        _lock_lb(lb_id)
+        # One writer per LB at a time: the uniqueness and shadowing rules span rows. Taken before anything is
+        # written: a write holding an uncommitted priority while it waited for the lock could deadlock with the
+        # holder writing that same priority (a default one, or a config-code apply's next route).
+        list(LoadBalancer.objects.select_for_update().filter(pk=lb_id))
         if targets is None:  # a partial update keeps the current targets
             targets = ([{"pool": t.pool, "weight": t.weight} for t in route.targets.select_related("pool")]
                        if route.pk else [])
@@ -374,19 +374,18 @@ def route_save(*, principal: Principal, route: Route, data: dict[str, Any]) -> R
             route.priority = routing.default_priority(route.path, route.path_match,
                                                       set(own.values_list("priority", flat=True)))
         _check_peers(principal, route)
-        _write_route(principal, route, targets, before)
+        route.save()
+        if before is not None:  # a new route has no targets to replace
+            route.targets.all().delete()
+        RouteTarget.objects.bulk_create(
+            [RouteTarget(route=route, pool=t["pool"], weight=t["weight"]) for t in targets])
+        # Read once for the audit record and the caller's answer (each read them again).
+        getattr(route, "_prefetched_objects_cache", {}).pop("targets", None)
+        prefetch_related_objects([route], "targets")
+        audit_record(principal=principal, org=route.org, action="route.create" if before is None else "route.update",
+                     obj=route, before=before, after=audit_snapshot(route))
         lb_touch(route.lb_id, route_ids=[route.pk])
     return route
-
-
-def _lock_lb(lb_id: int) -> None:
-    """One route writer per LB at a time from here to the commit: the uniqueness and shadowing rules span rows."""
-    list(LoadBalancer.objects.select_for_update().filter(pk=lb_id))
-
-
-def _priority_taken(route: Route) -> Conflict:
-    return Conflict("priority_taken", f"Priority {route.priority} is already used by another of your routes on this "
-                    "load balancer.", field="priority")
 
 
 def _check_peers(principal: Principal, route: Route) -> None:
@@ -395,20 +394,10 @@ def _check_peers(principal: Principal, route: Route) -> None:
     _check_route_siblings(route, [row for row, sibling, _, _ in rows if sibling])
     # Priorities are per organization: another tenant's numbers are neither taken nor revealed.
     if any(taken for _, _, taken, _ in rows):
-        raise _priority_taken(route)
+        raise Conflict("priority_taken",
+                       f"Priority {route.priority} is already used by another of your routes on this load "
+                       "balancer.", field="priority")
     _check_reachable(principal=principal, route=route, peers=[row for row, _, _, peer in rows if peer])
-
-
-def _write_route(principal: Principal, route: Route, targets: list[dict[str, Any]], before: dict | None) -> None:
-    route.save()
-    if before is not None:  # a new route has no targets to replace
-        route.targets.all().delete()
-    RouteTarget.objects.bulk_create([RouteTarget(route=route, pool=t["pool"], weight=t["weight"]) for t in targets])
-    # Read once for the audit record and the caller's answer (each read them again).
-    getattr(route, "_prefetched_objects_cache", {}).pop("targets", None)
-    prefetch_related_objects([route], "targets")
-    audit_record(principal=principal, org=route.org, action="route.create" if before is None else "route.update",
-                 obj=route, before=before, after=audit_snapshot(route))
 
 
 # --- static IPs --------------------------------------------------------------------------

@@ -207,10 +207,6 @@ def routes_map_files(prefix: str) -> list[str]:
     return [routes_map_name(prefix, k) for k in range(MAP_BUCKETS)]
 
 
-def redirects_map_files(prefix: str) -> list[str]:
-    return [redirects_map_name(prefix, k) for k in range(MAP_BUCKETS)]
-
-
 def split_runs(entries: list[tuple[str, str]], classes: list[str]) -> list[tuple[list[tuple[str, str]], list[str]]]:
     """(entries, their classes) per bucket, each in the map's order: a class's entries are one run."""
     buckets: list[tuple[list[tuple[str, str]], list[str]]] = [([], []) for _ in range(MAP_BUCKETS)]

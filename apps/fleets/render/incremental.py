@@ -222,6 +222,9 @@ class ListenerRoutes:
     def _redirects_updates(self, moved: dict[str, tuple[str | None, str | None]]) -> list[MapUpdate]:
         """The redirects maps after `moved` ({key: (value before, value now)}, None: absent), each bucket's in key
         order: one update per bucket a key moved in."""
+        by_bucket: dict[int, dict[str, tuple[str | None, str | None]]] = {}
+        for key, change in moved.items():
+            by_bucket.setdefault(map_bucket(key), {})[key] = change
         if self._redirect_order is None:
             # Built from the redirects as they are now, this change's included.
             self._redirect_order = [[] for _ in range(MAP_BUCKETS)]
@@ -231,24 +234,23 @@ class ListenerRoutes:
                 self._redirect_entries[bucket].append((key, self.redirects[key]))
                 self._redirect_lines[bucket].append(f"{key} {self.redirects[key]}\n".encode())
         else:
-            for key, (was, now) in moved.items():
-                bucket = map_bucket(key)
+            for bucket, mine in by_bucket.items():
                 order, entries, lines = (self._redirect_order[bucket], self._redirect_entries[bucket],
                                          self._redirect_lines[bucket])
-                at = bisect.bisect_left(order, key)
-                if now is None:
-                    del order[at], entries[at], lines[at]
-                    continue
-                if was is None:
-                    order.insert(at, key)
-                    entries.insert(at, (key, now))
-                    lines.insert(at, f"{key} {now}\n".encode())
-                else:
-                    entries[at], lines[at] = (key, now), f"{key} {now}\n".encode()
+                for key, (was, now) in mine.items():
+                    at = bisect.bisect_left(order, key)
+                    if now is None:
+                        del order[at], entries[at], lines[at]
+                        continue
+                    if was is None:
+                        order.insert(at, key)
+                        entries.insert(at, (key, now))
+                        lines.insert(at, f"{key} {now}\n".encode())
+                    else:
+                        entries[at], lines[at] = (key, now), f"{key} {now}\n".encode()
         updates = []
-        for bucket in sorted({map_bucket(key) for key in moved}):
+        for bucket, mine in sorted(by_bucket.items()):
             entries = self._redirect_entries[bucket].copy()  # this revision's: later changes move the kept list
-            mine = {k: v for k, v in moved.items() if map_bucket(k) == bucket}
             delta = MapDelta(tuple((k, now) for k, (was, now) in mine.items() if was is None and now is not None),
                              tuple((k, now) for k, (was, now) in mine.items() if was is not None and now is not None),
                              tuple(k for k, (_, now) in mine.items() if now is None))
