@@ -181,8 +181,12 @@ def test_draining_the_holder_moves_its_vip_before_its_traffic_drains(topo, ops, 
     principal = Principal(org=ops, role=otto.role, user_id=otto.user.pk)
     services.node_save(principal=principal, node=node, data={"drained": True})
     services.fleet_reconcile(fleet_id=fleet.pk)
+    # keepalived takes the new file on SIGHUP and runs the drained check within its 1 s interval, so
+    # the old holder may still hold the VIP when the reconcile returns: wait for it to leave.
+    assert wait_for(lambda: len(topo.holders(vip)) == 1 and topo.holders(vip) != [holder], 5.0), topo.holders(vip)
     new_holder = one_holder(topo, vip)
-    assert new_holder != holder and served_by(vip) == new_holder
+    assert new_holder != holder
+    assert wait_for(lambda: served_by(vip) == new_holder, 3.0), served_by(vip)
     # The drained node still runs its HAProxy (its connections finish there); only the VIP left.
     host = next(h for h in topo.hosts if h.name == holder)
     assert host.procs["haproxy"].poll() is None
