@@ -16,6 +16,7 @@ from apps.traffic.observe import parse_backend
 # What a customer's LB event says of a failed rollout (the words of its rollout page): the error itself names
 # the operator's nodes and addresses and may quote other tenants' config lines.
 CUSTOMER_ROLLOUT_ERROR = "The rollout failed; an operator can see the details."
+_IS_CACHED = {name: Rollout._meta.get_field(name).is_cached for name in ("revision", "fleet")}
 
 
 def _changed_lbs(revision: ConfigRevision) -> dict[int, int]:
@@ -26,12 +27,15 @@ def _changed_lbs(revision: ConfigRevision) -> dict[int, int]:
 
 
 def rollout_finished(rollout: Rollout, status: str, error: str = "") -> None:
-    # Its number and coverage only: the text and snapshot are megabytes at 100k routes.
-    revision = (ConfigRevision.objects.select_related("fleet").defer(*REVISION_BULK_FIELDS)
-                .filter(pk=rollout.revision_id).first())
-    if revision is None:
-        return
-    fleet = revision.fleet
+    if _IS_CACHED["revision"](rollout) and _IS_CACHED["fleet"](rollout):  # the engine's rollout has both loaded
+        revision, fleet = rollout.revision, rollout.fleet
+    else:
+        # Its number and coverage only: the text and snapshot are megabytes at 100k routes.
+        revision = (ConfigRevision.objects.select_related("fleet").defer(*REVISION_BULK_FIELDS)
+                    .filter(pk=rollout.revision_id).first())
+        if revision is None:
+            return
+        fleet = revision.fleet
     changed = _changed_lbs(revision)
     lbs = list(LoadBalancer.objects.filter(pk__in=changed).select_related("org")) if changed else []
     if status == Rollout.Status.FAILED:

@@ -4,7 +4,7 @@ It runs every 250 ms in the `enforcer` process (management command; beat's `flee
 every 1 s, is its fallback while none holds the lease). Each run reads, from every enabled node
 serving an HAProxy LB, the per-pool demand (`show table chain_demand`: the enforcer turns the
 counts into a rate that follows a change within ~0.25 s, `DemandMeter`), the backends' status
-(`show stat`) and the live chain maps; computes each node's limits with `traffic.shares`
+(`show stat -1 2 -1`) and the live chain maps; computes each node's limits with `traffic.shares`
 (demand-proportional when every node of the LB answered, the static floor share otherwise); and
 sends the entries that differ with `set map` (no reload). A reload or a hot map swap restores the
 rendered static shares; the next run corrects them, since it compares with what the node serves
@@ -35,7 +35,7 @@ from apps.fleets import selectors
 from apps.fleets.delivery import NODE_ERRORS
 from apps.fleets.models import Node
 from apps.fleets.render.chain import DEMAND_TABLE, LIMITS_MAP, RATES_TABLE, UNLIMITED, USABLE_MAP, backend_name
-from apps.fleets.runtime import parse_show_stat
+from apps.fleets.showstat import parse_backend_statuses, parse_show_stat
 from apps.fleets.transports import transport_for
 from apps.fleets.transports.base import NodeConn
 from apps.traffic.overflow import PlanInputError
@@ -194,8 +194,7 @@ def read_node(node: Node, region: str, run: Callable[[str], str] | None = None) 
         at = time.monotonic()
         demand = {int(k): v for k, v in parse_show_table(table).items() if k.isdigit()}
         counts = {int(k): v for k, v in parse_show_table_counts(table).items() if k.isdigit()}
-        usable = {row.pxname: int(row.status == "UP") for row in parse_show_stat(run("show stat"))
-                  if row.svname == "BACKEND"}
+        usable = {be: int(status == "UP") for be, status in parse_backend_statuses(run("show stat -1 2 -1")).items()}
         return NodeReading(node.pk, region, True, demand, counts, at, usable,
                            _parse_map(run(f"show map {LIMITS_MAP}")), _parse_map(run(f"show map {USABLE_MAP}")),
                            parse_show_table(run(f"show table {RATES_TABLE}")))
@@ -316,7 +315,8 @@ def sync_usable(conn: NodeConn, *, leaving: str | None = None, backends: Collect
     none left for it (marked only after, a request arriving in between is answered 503)."""
     transport = transport_for(conn)
     try:
-        rows = parse_show_stat(transport.runtime("show stat"))
+        # Backends' rows, and servers' only where a server's own status is needed.
+        rows = parse_show_stat(transport.runtime(f"show stat -1 {6 if backends else 2} -1"))
         usable = {row.pxname: int(row.status == "UP") for row in rows if row.svname == "BACKEND"}
         for be in backends:
             if not any(_available(r.status) for r in rows

@@ -35,6 +35,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.core import wakeups
+from apps.core.bulk import bulk_set
 from apps.core.commits import fast_commit
 from apps.fleets import emit, routelane, selectors
 from apps.fleets.delivery import (
@@ -333,13 +334,14 @@ def _record(batch: list[NodeResult], outcomes: list[NodeOutcome], rollout: Rollo
 def _record_in(batch: list[NodeResult], outcomes: list[NodeOutcome], rollout: Rollout) -> None:
     now = timezone.now()
     statuses = {"succeeded": NodeResult.Status.SUCCEEDED, "rolled_back": NodeResult.Status.ROLLED_BACK}
-    before = {n.pk: n for n in Node.objects.filter(pk__in=[r.node_id for r in batch])
+    before = {n.pk: n for n in Node.objects.filter(pk__in=[r.node_id for r in batch]).order_by()
               .only("pk", "name", "fleet_id", "status")}
     updates: dict[int, dict[str, Any]] = {}
     for result, outcome in zip(batch, outcomes, strict=True):
         node_update: dict[str, Any] = {"last_seen": now}
         if outcome.ok:
-            # Recorded only now, after `show proc`, the listener probes and `show stat` agreed.
+            # Recorded only now, once the node proved it: after a reload `show proc`, the listener probes and
+            # proxies (delivery.verify); after a runtime update, every moved key or certificate read back.
             node_update.update(applied_revision=rollout.revision, applied_sha256=outcome.sha256,
                                worker_pid=outcome.worker_pid, status=Node.Status.UP, status_detail="")
         elif outcome.unreachable:
@@ -356,10 +358,10 @@ def _record_in(batch: list[NodeResult], outcomes: list[NodeOutcome], rollout: Ro
     for node_id, node_update in updates.items():
         by_fields.setdefault(tuple(sorted(node_update)), []).append(Node(pk=node_id, **node_update))
     for fields, nodes in by_fields.items():
-        Node.objects.bulk_update(nodes, list(fields))
+        bulk_set(Node, nodes, fields)
     if any(outcome.ok for outcome in outcomes):
         wakeups.notify("applied")  # parked `applied` long-polls re-check now (controlplane/asgi.py)
-    NodeResult.objects.bulk_update([
+    bulk_set(NodeResult, [
         NodeResult(pk=result.pk, status=statuses.get(outcome.status, NodeResult.Status.FAILED),
                    error=outcome.error[:20000], unreachable=outcome.unreachable, duration_ms=outcome.duration_ms,
                    push_ms=outcome.push_ms or None, reload_ms=outcome.reload_ms or None, finished_at=now)

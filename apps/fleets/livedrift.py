@@ -1,9 +1,10 @@
 """Drift in what a node runs *now*: its live maps and servers against the desired state (no Django).
 
 The on-disk hash and the worker PID (nodeops.read_state) cannot see a change made over the stats
-socket: `set map`, `set server ... state maint`, `set weight`. This module reads the live state
-(`show map` for every map of the verified bundle, `show servers state` for every server), says
-what differs in lines a person can read, and puts it back through the same runtime API.
+socket: `set map`, `set server ... state maint`, `set weight`, `disable frontend`. This module reads the
+live state (`show map` for every map of the verified bundle, `show servers state` for every server,
+`show stat -1 1 -1` for every frontend), says what differs in lines a person can read, and puts it back
+through the same runtime API (a frontend shut down for good, `shutdown frontend`, needs a reload).
 
 Desired servers come from the database's members (what Spillway itself last sent through the runtime
 API, balancers writing first): a member changed a moment ago and not yet applied is then repaired
@@ -14,13 +15,15 @@ to exactly what the pending change sends, never to an older value. Servers the n
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from apps.fleets.delivery import NODE_ERRORS, _transport
+from apps.fleets.delivery import NODE_ERRORS, SERVING_FRONTEND, _transport
 from apps.fleets.hotmaps import map_entries, same_entries
 from apps.fleets.nodeops import _STATE_FOR_ADMIN
 from apps.fleets.render.chain import LIMITS_MAP, USABLE_MAP
 from apps.fleets.render.frontends import ACME_CHALLENGE_MAP
+from apps.fleets.runtime import HAProxySocket
 from apps.fleets.snapshot import ConfigBundle
 from apps.fleets.transports import NodeConn
 
@@ -43,9 +46,10 @@ class LiveDrift:
     maps: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # map name -> desired entries
     servers: dict[tuple[str, str], ServerWanted] = field(default_factory=dict)
     challenges: dict[str, str] = field(default_factory=dict)  # open HTTP-01 answers the node lacks
+    frontends: dict[str, str] = field(default_factory=dict)  # frontend -> its live status, when not serving
 
     def __bool__(self) -> bool:
-        return bool(self.maps or self.servers or self.challenges)
+        return bool(self.maps or self.servers or self.challenges or self.frontends)
 
 
 def parse_servers_state(text: str) -> dict[tuple[str, str], tuple[str, int]]:
@@ -131,6 +135,11 @@ def read_live_drift(conn: NodeConn, bundle: ConfigBundle, servers: dict[tuple[st
                 continue
             drift.maps[name] = wanted
             drift.lines += _map_lines(name, live, wanted)
+        # Paused or shut down over the socket: route changes prove themselves by read-back without probing
+        # listeners (delivery._hot_apply), so this check is what sees a frontend that stopped listening.
+        drift.frontends = _frontends_not_serving(stats, bundle.facts.frontends)
+        drift.lines += [f"frontend {name}: {status} (should be OPEN: it does not accept connections)"
+                        for name, status in sorted(drift.frontends.items())]
         live_servers = parse_servers_state(stats.show_servers_state())
         for key, wanted_server in sorted(servers.items()):
             live_server = live_servers.get(key)
@@ -144,6 +153,12 @@ def read_live_drift(conn: NodeConn, bundle: ConfigBundle, servers: dict[tuple[st
     if len(drift.lines) > MAX_DIFF_LINES:
         drift.lines = [*drift.lines[:MAX_DIFF_LINES], f"... and {len(drift.lines) - MAX_DIFF_LINES} more"]
     return drift
+
+
+def _frontends_not_serving(stats: HAProxySocket, names: Iterable[str]) -> dict[str, str]:
+    """{frontend: live status} of these frontends where it does not accept connections ("absent": not listed)."""
+    live = stats.frontend_statuses()
+    return {name: live.get(name, "absent") for name in names if live.get(name) not in SERVING_FRONTEND}
 
 
 def repair_live_drift(conn: NodeConn, drift: LiveDrift) -> str | None:
@@ -169,7 +184,14 @@ def repair_live_drift(conn: NodeConn, drift: LiveDrift) -> str | None:
             stats.set_server_state(backend, server, _STATE_FOR_ADMIN[wanted.admin_state])  # type: ignore[arg-type]
         live = parse_servers_state(stats.show_servers_state())
         left = [f"{b}/{s}" for (b, s), w in drift.servers.items() if _server_differs(live[(b, s)], w)]
-        return f"server(s) still differ: {', '.join(left)}" if left else None
+        if left:
+            return f"server(s) still differ: {', '.join(left)}"
+        for name, status in drift.frontends.items():
+            if status == "PAUSED":
+                stats.enable_frontend(name)
+        closed = _frontends_not_serving(stats, drift.frontends) if drift.frontends else {}
+        return (f"frontend(s) not accepting connections: {', '.join(f'{n} {s}' for n, s in sorted(closed.items()))}"
+                if closed else None)
     except NODE_ERRORS as exc:
         return str(exc)
     finally:

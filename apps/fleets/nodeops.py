@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from apps.fleets.delivery import NODE_ERRORS, _transport
 from apps.fleets.digest import set_digest_v1
-from apps.fleets.runtime import RuntimeApiError, StatRow, parse_show_stat
+from apps.fleets.runtime import RuntimeApiError
+from apps.fleets.showstat import StatRow, parse_show_stat
 from apps.fleets.transports import NodeConn
 
 # --- runtime API ---------------------------------------------------------------------------------

@@ -17,21 +17,20 @@ Measured on HAProxy 2.6.12 (see docs in ``MasterSocket.reload_and_verify``).
 from __future__ import annotations
 
 import contextlib
-import csv
 import errno
-import io
 import os
 import re
 import socket
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import repeat
 from operator import itemgetter
 from typing import Literal, NamedTuple
 
 from apps.fleets.hotmaps import MapDelta, parse_get_map
+from apps.fleets.showstat import StatRow, int_or_none, parse_show_stat
 
 ServerState = Literal["ready", "drain", "maint"]
 
@@ -164,67 +163,6 @@ def _check_name(kind: str, value: str) -> str:
     return value
 
 
-def _int_or_none(value: str | None) -> int | None:
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        return None
-
-
-@dataclass(frozen=True)
-class StatRow:
-    """One line of ``show stat``; numeric fields are None where HAProxy leaves them empty."""
-
-    pxname: str
-    svname: str
-    type: int  # 0 frontend, 1 backend, 2 server, 3 listener
-    scur: int | None
-    slim: int | None
-    status: str
-    weight: int | None
-    rate: int | None  # per second; requests/s for HTTP backends and servers
-    check_status: str
-    check_code: int | None
-    req_rate: int | None  # frontends only
-    req_tot: int | None
-    raw: dict[str, str] = field(repr=False, compare=False, default_factory=dict)
-
-    @property
-    def is_server(self) -> bool:
-        return self.type == 2
-
-
-def parse_show_stat(text: str) -> list[StatRow]:
-    """Parse ``show stat`` CSV by header name, so new columns in later versions don't shift us."""
-    lines = text.splitlines()
-    if not lines or not lines[0].startswith("# "):
-        raise ValueError(f"not a show stat answer: {text[:200]!r}")
-    header = [h for h in lines[0][2:].split(",")]
-    rows: list[StatRow] = []
-    for values in csv.reader(io.StringIO("\n".join(line for line in lines[1:] if line.strip()))):
-        raw = dict(zip(header, values, strict=False))
-        rows.append(
-            StatRow(
-                pxname=raw.get("pxname", ""),
-                svname=raw.get("svname", ""),
-                type=_int_or_none(raw.get("type")) or 0,
-                scur=_int_or_none(raw.get("scur")),
-                slim=_int_or_none(raw.get("slim")),
-                status=raw.get("status", ""),
-                weight=_int_or_none(raw.get("weight")),
-                rate=_int_or_none(raw.get("rate")),
-                check_status=raw.get("check_status", ""),
-                check_code=_int_or_none(raw.get("check_code")),
-                req_rate=_int_or_none(raw.get("req_rate")),
-                req_tot=_int_or_none(raw.get("req_tot")),
-                raw=raw,
-            )
-        )
-    return rows
-
-
 class HAProxySocket:
     """Client for the stats socket (``level admin``). One command per connection."""
 
@@ -257,6 +195,14 @@ class HAProxySocket:
         if state not in ("ready", "drain", "maint"):
             raise ValueError(f"state must be ready, drain or maint, not {state!r}")
         self._set(f"set server {_check_name('backend', backend)}/{_check_name('server', server)} state {state}")
+
+    def frontend_statuses(self) -> dict[str, str]:
+        """{frontend: status} (OPEN, FULL, PAUSED, STOP) from the frontends' rows of `show stat` alone."""
+        return {r.pxname: r.status for r in parse_show_stat(self.command("show stat -1 1 -1")) if r.type == 0}
+
+    def enable_frontend(self, frontend: str) -> None:
+        """Undo `disable frontend` (PAUSED); a frontend stopped by `shutdown frontend` refuses (reload it)."""
+        self._set(f"enable frontend {_check_name('frontend', frontend)}")
 
     def set_server_weight(self, backend: str, server: str, weight: int) -> None:
         if not 0 <= weight <= 256:
@@ -496,7 +442,7 @@ def parse_show_proc(text: str) -> ProcInfo:
         if len(parts) < 3 or not parts[0].isdigit():
             continue
         pid, kind = int(parts[0]), parts[1]
-        reloads = _int_or_none(parts[2]) or 0
+        reloads = int_or_none(parts[2]) or 0
         if kind == "master":
             master_pid, master_reloads = pid, reloads
             failed = int(failed_match.group(1)) if failed_match else 0

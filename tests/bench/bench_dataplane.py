@@ -19,7 +19,10 @@ tree and returns the longest match) and the pool's chain from maps; no rule per 
 
     python tests/bench/bench_dataplane.py [--routes 100000] [--seconds 2] [--rounds 7]
 
-Last line: ``RESULT overhead_us_first=... overhead_us_last=... last_first_ratio=...``
+Then, on the big node, what a reload costs at that many pools: the master's reload until `show proc` lists the
+new worker, and delivery.verify after it, beside the whole `show stat` it used to read (every server's row).
+
+Last line: ``RESULT overhead_us_first=... overhead_us_last=... last_first_ratio=... reload_ms=... verify_ms=...``
 Goal (issue 14): last_first_ratio <= 1.2 and overhead <= 50 us.
 """
 
@@ -36,6 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -83,9 +87,13 @@ def build_snapshot(n_routes: int, port: int, origin_port: int) -> FleetSnapshot:
     return FleetSnapshot(fleet="bench", region="eu", revision=1, listeners=(listener,), pools=pools)
 
 
-def _start(base: Path, name: str, cfg: str, files: dict[str, bytes] | None = None):
-    conn = NodeConn(name=name, address="127.0.0.1", runtime_dir=str(base / "run" / name),
+def _conn(base: Path, name: str) -> NodeConn:
+    return NodeConn(name=name, address="127.0.0.1", runtime_dir=str(base / "run" / name),
                     config_dir=str(base / name / "etc"), haproxy_bin=shutil.which("haproxy") or "haproxy")
+
+
+def _start(base: Path, name: str, cfg: str, files: dict[str, bytes] | None = None):
+    conn = _conn(base, name)
     from apps.fleets.snapshot import ConfigBundle
 
     bundle = ConfigBundle.of({"haproxy.cfg": cfg.encode(), **(files or {})})
@@ -150,6 +158,46 @@ def wrk_p50_us(url: str, host: str, seconds: float) -> float:
         raise SystemExit(f"wrk output not understood or errors:\n{out}")
     value, unit = float(match.group(1)), match.group(2)
     return value * {"us": 1.0, "ms": 1000.0, "s": 1e6}[unit]
+
+
+def delivery_at_scale(base: Path, bundle) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """What a reload costs on the big node, through the engine's own calls: the master's reload until `show proc`
+    lists the new worker, then delivery.verify (listener probes, frontends, backend names); beside it, the whole
+    `show stat` answered and parsed (what verify read before, every server's row). Median of 3 each."""
+    from apps.fleets.delivery import verify
+    from apps.fleets.enforce import read_node
+    from apps.fleets.runtime import MasterSocket
+    from apps.fleets.showstat import parse_show_stat
+
+    conn = _conn(base, "big")
+    transport = LocalTransport(conn)
+    master = MasterSocket(f"{conn.runtime_dir}/master.sock", timeout_s=60)
+    timings: dict[str, list[float]] = {"reload": [], "verify": [], "whole_show_stat": [], "enforce_read": []}
+    for _ in range(3):
+        started = time.monotonic()
+        result = master.reload_and_verify(timeout_s=60)
+        if not result.ok:
+            raise SystemExit(f"reload failed: {result}")
+        timings["reload"].append((time.monotonic() - started) * 1000.0)
+        started = time.monotonic()
+        problem = verify(transport, bundle, conn.address)
+        timings["verify"].append((time.monotonic() - started) * 1000.0)
+        if problem:
+            raise SystemExit(f"verify: {problem}")
+        started = time.monotonic()
+        rows = parse_show_stat(transport.runtime("show stat"))
+        timings["whole_show_stat"].append((time.monotonic() - started) * 1000.0)
+        started = time.monotonic()
+        reading = read_node(SimpleNamespace(pk=0), "bench", run=transport.runtime)  # type: ignore[arg-type]
+        timings["enforce_read"].append((time.monotonic() - started) * 1000.0)
+        if not reading.reachable or len(reading.usable) != len(bundle.facts.backends):
+            raise SystemExit(f"enforce read: {reading.error or len(reading.usable)}")
+    out = {k: statistics.median(v) for k, v in timings.items()}
+    print(f"delivery at {len(bundle.facts.backends)} backends ({len(rows)} show stat rows): reload (show proc: "
+          f"new worker) {out['reload']:.0f} ms, verify {out['verify']:.0f} ms; the whole show stat answered "
+          f"and parsed {out['whole_show_stat']:.0f} ms; the enforcement loop's reading of the node (every 250 ms) "
+          f"{out['enforce_read']:.0f} ms")
+    return out
 
 
 def main() -> None:
@@ -218,13 +266,16 @@ def main() -> None:
         print("per-round overhead first: " + " ".join(f"{d:.0f}" for d in d_first)
               + " | last: " + " ".join(f"{d:.0f}" for d in d_last)
               + " | last/first: " + " ".join(f"{x:.2f}" for x in ratios))
+        delivery = delivery_at_scale(base, bundle)
         load_after = os.getloadavg()
         print(f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
               f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
         print(f"RESULT overhead_us_first={statistics.median(d_first):.0f} "
               f"overhead_us_last={statistics.median(d_last):.0f} "
               f"last_first_ratio={statistics.median(ratios):.2f} frontend_rules={n_rules} "
-              f"routes={args.routes} pools={n_pools} load1={load_after[0]:.2f}")
+              f"routes={args.routes} pools={n_pools} load1={load_after[0]:.2f} "
+              f"reload_ms={delivery['reload']:.0f} verify_ms={delivery['verify']:.0f} "
+              f"whole_show_stat_ms={delivery['whole_show_stat']:.0f} enforce_read_ms={delivery['enforce_read']:.0f}")
     finally:
         for proc in reversed(procs):
             stop_master(proc, soft_timeout_s=1.0, term_timeout_s=2.0)

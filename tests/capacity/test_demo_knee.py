@@ -18,7 +18,8 @@ from apps.fleets import demo
 from apps.fleets import selectors as fleet_selectors
 from apps.fleets.models import Node
 from apps.fleets.render.chain import backend_name
-from apps.fleets.runtime import HAProxySocket, parse_show_stat
+from apps.fleets.runtime import HAProxySocket
+from apps.fleets.showstat import parse_show_stat
 from tests.capacity.conftest import wait_for_run
 from tests.fleets.conftest import demo_fleet_addresses, haproxy_bin  # noqa: F401 (fixtures)
 

@@ -12,7 +12,7 @@ from apps.audit.models import AuditEvent
 from apps.fleets import services
 from apps.fleets.drift import fleet_drift_report
 from apps.fleets.livedrift import parse_servers_state
-from apps.fleets.models import Node
+from apps.fleets.models import Node, NodeResult
 from apps.fleets.render.frontends import map_bucket, routes_map_name
 from apps.fleets.runtime import HAProxySocket
 
@@ -65,6 +65,39 @@ def test_an_out_of_band_map_edit_and_server_state_change_are_found_audited_and_r
     assert {e.object_repr for e in events} >= {str(n1), str(n2)}
     assert "put back through the runtime API" in events.last().after["repair"]
 
+    assert fleet_drift_report(fleet=fleet2.fleet).summary().startswith("No drift: all 2 node(s)")
+
+
+def test_a_frontend_paused_or_shut_down_over_the_socket_is_found_and_serves_again(fleet2: LocalFleet) -> None:
+    """Route changes no longer probe the listeners (their read-back proves them), so the drift check looks:
+    a frontend paused with `disable frontend` is enabled again through the runtime API (same worker); one
+    stopped with `shutdown frontend` cannot be, so the node shows drifted and the converge reloads it."""
+    reconcile(fleet2.fleet)
+    n1, n2 = fleet2.nodes
+    workers = {n.name: n.worker_pid for n in (n1, n2)}
+    frontend = f"fe_{fleet2.lb.name}.http"  # the listener's (render/frontends)
+    assert {r.pxname for r in _stats(n1).show_stat() if r.svname == "FRONTEND"} >= {frontend}
+    _stats(n1).command(f"disable frontend {frontend}")
+    _stats(n2).command(f"shutdown frontend {frontend}")
+    assert fleet2.get(n1)[0] == 0 and fleet2.get(n2)[0] == 0  # refused
+
+    report = fleet_drift_report(fleet=fleet2.fleet)
+
+    assert report.repaired == {"n1": [f"frontend {frontend}: PAUSED (should be OPEN: it does not accept "
+                                      "connections)"]}
+    assert fleet2.get(n1) == (200, "old")
+    assert list(report.drifted) == ["n2"]
+    assert f"frontend {frontend}: STOP" in report.drifted["n2"][0] and "a reload repairs it" in report.drifted["n2"][-1]
+    assert AuditEvent.objects.filter(action="node.drift", object_id=str(n2.pk)).exists()
+
+    services.fleet_converge(fleet=fleet2.fleet, check_drift=False, enqueue=False)
+    services.fleet_reconcile(fleet_id=fleet2.fleet.pk)
+    # The master still holds a stopped frontend's socket (a probe's connect succeeds): verify reads its status.
+    result = NodeResult.objects.filter(node=n2).latest("id")
+    assert "frontend(s) not accepting connections: fe_live.http (STOP): reloading" in result.error, result.error
+    assert fleet2.get(n2) == (200, "old")
+    after = {n.name: n.worker_pid for n in fleet2.nodes}
+    assert after["n1"] == workers["n1"] and after["n2"] != workers["n2"]
     assert fleet_drift_report(fleet=fleet2.fleet).summary().startswith("No drift: all 2 node(s)")
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from apps.balancers.models import Route, RouteTarget
-from apps.fleets import selectors
+from apps.fleets import delivery, selectors
 from apps.fleets.models import Node, Rollout
 from apps.fleets.render import render
 from apps.fleets.render.frontends import map_bucket, routes_map_name
@@ -62,8 +62,13 @@ def fleet3(haproxy_bin, tiny_backend) -> Iterator[LocalFleet]:
 
 
 def test_route_create_update_delete_move_only_their_keys_and_end_as_a_full_render(
-    fleet3: LocalFleet, tiny_backend
+    fleet3: LocalFleet, tiny_backend, monkeypatch
 ) -> None:
+    # The moved keys' read-back is the proof of a route-only change: no listener probes or `show stat`
+    # (verify), which lists every backend and server of the node; a reload is still verified.
+    verified: list[str] = []
+    real_verify = delivery.verify
+    monkeypatch.setattr(delivery, "verify", lambda *args: verified.append(args[2]) or real_verify(*args))
     new, other = tiny_backend("new"), tiny_backend("other")
     pool_new = add_pool(fleet3.lb, "new", (new.address, new.port))
     pool_other = add_pool(fleet3.lb, "other", (other.address, other.port))
@@ -72,6 +77,8 @@ def test_route_create_update_delete_move_only_their_keys_and_end_as_a_full_rende
     reconcile(fleet3.fleet)
     before = workers(fleet3)
     live_maps_equal_a_full_render(fleet3)
+    assert sorted(verified) == sorted(n.address for n in fleet3.nodes)  # the pools' reload: verified
+    verified.clear()
 
     # Create: the new keys are added to the live map (appended: HAProxy lists them last), not swapped in.
     created = add_route(fleet3.lb, pool_new, "/hot", 11, hosts=["a.example.com"])
@@ -102,6 +109,7 @@ def test_route_create_update_delete_move_only_their_keys_and_end_as_a_full_rende
     live_maps_equal_a_full_render(fleet3)
     assert {fleet3.get(n, "/w/1", host="x.b.example.com")[1] for n in fleet3.nodes} == {"new"}
     assert workers(fleet3) == before, "route-only changes must not reload"
+    assert verified == []
 
     # Not map-only: a pool's first route adds its backend to haproxy.cfg, so every node reloads.
     third = tiny_backend("third")
@@ -109,6 +117,7 @@ def test_route_create_update_delete_move_only_their_keys_and_end_as_a_full_rende
               hosts=["a.example.com"])
     rollout = rolled_out(fleet3)
     assert all(r.reload_ms is not None for r in rollout.results.all())
+    assert sorted(verified) == sorted(n.address for n in fleet3.nodes)
     assert "Configuration file is valid" in rollout.revision.validation_output, "a new haproxy.cfg is checked"
     after = workers(fleet3)
     assert all(after[name] != pid for name, pid in before.items())

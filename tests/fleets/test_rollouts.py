@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
 from apps.balancers.models import Member
 from apps.events.models import Event
-from apps.fleets import services
+from apps.fleets import selectors, services
+from apps.fleets.delivery import verify
 from apps.fleets.models import Certificate, ConfigRevision, Node, NodeResult, Rollout
+from apps.fleets.render import render
 from apps.fleets.runtime import HAProxySocket, MasterSocket, RuntimeApiError
+from apps.fleets.transports import transport_for
 
 from .fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
 
@@ -607,3 +611,26 @@ def _system(local: LocalFleet):
     from apps.accounts.principal import Principal
 
     return Principal(org=local.lb.org, role="admin")
+
+
+def test_verify_finds_every_proxy_the_bundle_declares_and_names_the_ones_the_worker_lacks(
+    fleet3: LocalFleet, tiny_backend
+) -> None:
+    """verify() reads the worker's frontends (`show stat -1 1 -1`) and backends (`show backend`), not the whole
+    `show stat` with every server: the rolled-out bundle passes on every node, and one that declares a proxy the
+    running worker does not have is named."""
+    new = tiny_backend("new")
+    add_route(fleet3.lb, add_pool(fleet3.lb, "new", (new.address, new.port)), "/new", 10)
+    reconcile(fleet3.fleet)
+    for node in Node.objects.filter(fleet=fleet3.fleet).select_related("applied_revision"):
+        bundle = render(selectors.revision_snapshot(node.applied_revision), selectors.node_spec(node))
+        assert len(bundle.facts.backends) >= 2 and bundle.facts.frontends
+        transport = transport_for(selectors.node_conn(node))
+        try:
+            assert verify(transport, bundle, node.address) is None, node.name
+            ghost = replace(bundle, manifest=replace(bundle.facts, frontends=(*bundle.facts.frontends, "fe_ghost"),
+                                                     backends=(*bundle.facts.backends, "p999_ghost")))
+            problem = verify(transport, ghost, node.address)
+            assert problem == "the worker does not list frontend fe_ghost, backend p999_ghost", problem
+        finally:
+            transport.close()

@@ -15,6 +15,7 @@ from apps.fleets.runtime import (
     RuntimeUnavailable,
     parse_show_proc,
 )
+from apps.fleets.showstat import parse_backend_statuses, parse_show_stat
 
 from .conftest import HAProxyNodeFactory, http_get, pool_config
 
@@ -245,3 +246,59 @@ def test_a_map_delta_and_its_read_back_go_over_few_connections_and_hostile_chara
 
     with pytest.raises(RuntimeApiError, match="not found"):
         stats.apply_map_delta("maps/r.map", MapDelta(changed=(("/never-added", "x"),)))
+
+
+def test_show_stat_rows_are_read_by_header_name_whatever_the_quoting(haproxy_node: HAProxyNodeFactory,
+                                                                     free_port, tiny_backend) -> None:
+    """parse_show_stat splits an unquoted line on commas and hands a quoted one (a check's text holding a comma
+    or a quote) to the csv module: each row's columns are what csv reads, by header name, on a real worker's
+    answer and on a line HAProxy quotes."""
+    import csv
+
+    port = free_port()
+    node, _ = haproxy_node(pool_config(port, tiny_backend("a"), tiny_backend("b")))
+    text = HAProxySocket(node.stats_socket_path).command("show stat")
+    header = text.splitlines()[0][2:].split(",")
+    rows = parse_show_stat(text)
+    by_csv = list(csv.reader(line for line in text.splitlines()[1:] if line.strip()))
+    assert len(rows) == len(by_csv) >= 3
+    for row, values in zip(rows, by_csv, strict=True):
+        assert dict(row.raw) == dict(zip(header, values, strict=False))
+        assert (row.pxname, row.svname, row.status) == (values[0], values[1], values[header.index("status")])
+
+    quoted = values[:]
+    quoted[header.index("last_chk")] = 'Layer4 connection problem, info: "Connection refused"'
+    line = ",".join(f'"{v.replace(chr(34), chr(34) * 2)}"' if ("," in v or '"' in v) else v for v in quoted)
+    (row,) = parse_show_stat(text.splitlines()[0] + "\n" + line + "\n")
+    assert row.raw["last_chk"] == 'Layer4 connection problem, info: "Connection refused"'
+    assert (row.pxname, row.svname, row.type) == (values[0], values[1], int(values[header.index("type")]))
+    assert row.raw.get("no_such_column") is None and "no_such_column" not in row.raw
+    assert len(row.raw) == len(list(row.raw)) == len(header)
+
+
+def test_backend_statuses_read_from_the_backends_rows_alone(haproxy_node: HAProxyNodeFactory, free_port,
+                                                            tiny_backend) -> None:
+    """The enforcement loop asks for `show stat -1 2 -1` and splits off only the columns up to `status`: what it
+    reads equals the BACKEND rows of the whole `show stat`, an emptied backend included, and a quoted line is read
+    whole."""
+    port = free_port()
+    cfg = pool_config(port, tiny_backend("a")) + f"""
+backend emptied
+    server gone {tiny_backend("b").server_line_addr}
+"""
+    node, _ = haproxy_node(cfg)
+    stats = HAProxySocket(node.stats_socket_path)
+    stats.set_server_state("emptied", "gone", "maint")
+    backends_only = stats.command("show stat -1 2 -1")
+    assert "FRONTEND" not in backends_only and ",gone," not in backends_only
+
+    statuses = parse_backend_statuses(backends_only)
+    whole = {r.pxname: r.status for r in parse_show_stat(stats.command("show stat")) if r.svname == "BACKEND"}
+    assert statuses == whole and statuses["pool"] == "UP" and statuses["emptied"] == "DOWN"
+
+    header, row = backends_only.splitlines()[0], next(x for x in backends_only.splitlines() if x.startswith("pool,"))
+    quoted = row.split(",")
+    quoted[-2] = '"text, with a comma and ""quotes"""'
+    assert parse_backend_statuses(f"{header}\n{','.join(quoted)}\n") == {"pool": "UP"}
+    with pytest.raises(ValueError, match="not a show stat answer"):
+        parse_backend_statuses("Unknown command.\n")

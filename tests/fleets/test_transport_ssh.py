@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from apps.fleets.runtime import HAProxySocket
 from apps.fleets.transports.base import HostKeyMismatch, NodeConn, TransportError, bundle_sha256
 from apps.fleets.transports.ssh import SshTransport
 
@@ -99,6 +100,25 @@ def test_runtime_api_and_probes_go_through_the_ssh_connection(ssh_node, free_por
         ("127.0.0.1", port): True,
         ("127.0.0.1", closed): False,
     }
+
+
+def test_a_large_runtime_answer_arrives_whole_over_ssh(ssh_node) -> None:
+    """An answer of megabytes (`show map` of a big map, `show stat` at many pools) reaches the caller whole
+    over the forwarding channel, as the node's own socket gives it: SSHReader.read(n) returns what has arrived
+    so far, and a reader that took that for the answer cut it at the first packets."""
+    node, transport, port = ssh_node
+    entries = "".join(f"host{i:06d}.example.com/some/longer/path/{i} p{i % 977}_us\n" for i in range(60_000))
+    config = standard_global(node) + text_config(port, "v2").replace(
+        "    http-request return",
+        "    http-request set-var(txn.p) path,map_beg(maps/big.map)\n    http-request return")
+    pushed = transport.push(SimpleBundle.of({"haproxy.cfg": config.encode(), "maps/big.map": entries.encode()}))
+    assert pushed.ok, pushed.validation_output
+    assert transport.activate().ok
+
+    over_ssh = transport.runtime("show map maps/big.map")
+    local = HAProxySocket(node.stats_socket_path, timeout_s=30).command("show map maps/big.map")
+    assert len(local) > 3_000_000 and local.count("\n") >= 60_000
+    assert over_ssh == local
 
 
 def _other_host_key(tmp_path: Path) -> str:

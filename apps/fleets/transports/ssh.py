@@ -45,6 +45,19 @@ _KEYTYPE_PREFIXES = ("ssh-", "ecdsa-", "sk-ssh-", "sk-ecdsa-", "rsa-sha2-")
 _MAX_SOCKET_ANSWER_BYTES = 64 * 1024 * 1024
 
 
+async def _read_to_eof(reader: asyncssh.SSHReader, socket_path: str) -> bytes:
+    """The whole answer: `reader.read(n)` returns as soon as any data has arrived, so one call cut a large
+    answer (`show map`, `show stat` at many pools) at the first packets the channel held."""
+    chunks: list[bytes] = []
+    received = 0
+    while chunk := await reader.read(1 << 20):
+        received += len(chunk)
+        if received > _MAX_SOCKET_ANSWER_BYTES:
+            raise RuntimeUnavailable(socket_path, "response larger than 64 MiB")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 class _LoopThread:
     """One asyncio loop in a daemon thread per process (re-created after a fork,
     since a forked Celery worker does not inherit the parent's threads)."""
@@ -237,7 +250,7 @@ class SshTransport(FileSetTransport):
                 try:
                     writer.write(command.encode() + b"\n")
                     writer.write_eof()  # the master CLI answers and closes only after EOF
-                    data = await asyncio.wait_for(reader.read(_MAX_SOCKET_ANSWER_BYTES), timeout_s)
+                    data = await asyncio.wait_for(_read_to_eof(reader, socket_path), timeout_s)
                 except TimeoutError as exc:
                     raise RuntimeUnavailable(socket_path, f"no complete answer within {timeout_s:.1f}s") from exc
                 except (asyncssh.Error, OSError):

@@ -1,0 +1,151 @@
+"""`show stat` answers read by header name: every row (`parse_show_stat`), or only the backends' statuses
+(`parse_backend_statuses`, what the enforcement loop needs four times a second).
+
+Pure Python, no Django. HAProxy 2.6 prints one CSV line per proxy and server after a `# ` header; a field is
+quoted only when it holds a comma or a quote (a check's text).
+"""
+
+from __future__ import annotations
+
+import csv
+import gc
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+def int_or_none(value: str | None) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class StatRow:
+    """One line of ``show stat``; numeric fields are None where HAProxy leaves them empty."""
+
+    pxname: str
+    svname: str
+    type: int  # 0 frontend, 1 backend, 2 server, 3 listener
+    scur: int | None
+    slim: int | None
+    status: str
+    weight: int | None
+    rate: int | None  # per second; requests/s for HTTP backends and servers
+    check_status: str
+    check_code: int | None
+    req_rate: int | None  # frontends only
+    req_tot: int | None
+    raw: Mapping[str, str] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def is_server(self) -> bool:
+        return self.type == 2
+
+
+class _Columns(Mapping[str, str]):
+    """One row's columns by header name, read from its values when asked: with the split below, this took the
+    parse of 60k rows (20k pools) from 650-680 ms to 480-500 ms, where a dict of ~100 columns was built per row."""
+
+    __slots__ = ("_index", "_values")
+
+    def __init__(self, index: dict[str, int], values: list[str]) -> None:
+        self._index = index
+        self._values = values
+
+    def __getitem__(self, name: str) -> str:
+        at = self._index[name]
+        if at >= len(self._values):
+            raise KeyError(name)
+        return self._values[at]
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, at in self._index.items() if at < len(self._values))
+
+    def __len__(self) -> int:
+        return min(len(self._index), len(self._values))
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Keep the cyclic garbage collector out of a parse that allocates three objects a row and frees none of them:
+    at 60k rows it ran full collections over the worker's whole heap, 45-65% of the parse (measured: 780-1200 ms
+    with it, 370 ms without, on 20k pools' rows). Nothing allocated here forms a cycle. Where the collector was
+    already off (another thread's parse), it is left to whoever turned it off."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def parse_show_stat(text: str) -> list[StatRow]:
+    """Parse ``show stat`` CSV by header name, so new columns in later versions don't shift us."""
+    with _collector_paused():
+        return _parse_show_stat(text)
+
+
+def _parse_show_stat(text: str) -> list[StatRow]:
+    lines = text.splitlines()
+    if not lines or not lines[0].startswith("# "):
+        raise ValueError(f"not a show stat answer: {text[:200]!r}")
+    index = {name: at for at, name in enumerate(lines[0][2:].split(","))}
+
+    def column(name: str) -> Callable[[list[str]], str]:
+        at = index.get(name)
+        if at is None:  # a column this HAProxy does not print
+            return lambda values: ""
+        return lambda values: values[at] if at < len(values) else ""
+
+    px, sv, kind, scur, slim, status, weight, rate, check_status, check_code, req_rate, req_tot = (
+        column(name) for name in ("pxname", "svname", "type", "scur", "slim", "status", "weight", "rate",
+                                  "check_status", "check_code", "req_rate", "req_tot"))
+    rows: list[StatRow] = []
+    for line in lines[1:]:
+        if not line.strip():
+            continue
+        # HAProxy quotes a field only when it holds a comma or a quote (a check's text): a line without a quote
+        # splits on commas exactly as the csv module reads it, without its per-line reader.
+        values = line.split(",") if '"' not in line else next(csv.reader([line]))
+        rows.append(
+            StatRow(
+                pxname=px(values),
+                svname=sv(values),
+                type=int_or_none(kind(values)) or 0,
+                scur=int_or_none(scur(values)),
+                slim=int_or_none(slim(values)),
+                status=status(values),
+                weight=int_or_none(weight(values)),
+                rate=int_or_none(rate(values)),
+                check_status=check_status(values),
+                check_code=int_or_none(check_code(values)),
+                req_rate=int_or_none(req_rate(values)),
+                req_tot=int_or_none(req_tot(values)),
+                raw=_Columns(index, values),
+            )
+        )
+    return rows
+
+
+def parse_backend_statuses(text: str) -> dict[str, str]:
+    """{backend: status} from the BACKEND rows of a `show stat` answer (ask for `show stat -1 2 -1`, the
+    backends' rows alone). Only the columns up to `status` are split off each line: the enforcement loop reads
+    this from every node four times a second, and a full parse of every row would not fit at thousands of
+    pools."""
+    lines = text.splitlines()
+    if not lines or not lines[0].startswith("# "):
+        raise ValueError(f"not a show stat answer: {text[:200]!r}")
+    index = {name: at for at, name in enumerate(lines[0][2:].split(","))}
+    px, sv, st = index["pxname"], index["svname"], index["status"]
+    split_at = max(px, sv, st) + 1
+    statuses: dict[str, str] = {}
+    for line in lines[1:]:
+        values = line.split(",", split_at) if '"' not in line else next(csv.reader([line]))
+        if len(values) > split_at - 1 and values[sv] == "BACKEND":
+            statuses[values[px]] = values[st]
+    return statuses
