@@ -35,7 +35,7 @@ from apps.fleets import selectors
 from apps.fleets.delivery import NODE_ERRORS
 from apps.fleets.models import Node
 from apps.fleets.render.chain import DEMAND_TABLE, LIMITS_MAP, RATES_TABLE, UNLIMITED, USABLE_MAP, backend_name
-from apps.fleets.showstat import parse_backend_statuses, parse_show_stat
+from apps.fleets.showstat import backend_usable, parse_backend_usable, parse_show_stat
 from apps.fleets.transports import transport_for
 from apps.fleets.transports.base import NodeConn
 from apps.traffic.overflow import PlanInputError
@@ -194,7 +194,7 @@ def read_node(node: Node, region: str, run: Callable[[str], str] | None = None) 
         at = time.monotonic()
         demand = {int(k): v for k, v in parse_show_table(table).items() if k.isdigit()}
         counts = {int(k): v for k, v in parse_show_table_counts(table).items() if k.isdigit()}
-        usable = {be: int(status == "UP") for be, status in parse_backend_statuses(run("show stat -1 2 -1")).items()}
+        usable = {be: int(ok) for be, ok in parse_backend_usable(run("show stat -1 2 -1")).items()}
         return NodeReading(node.pk, region, True, demand, counts, at, usable,
                            _parse_map(run(f"show map {LIMITS_MAP}")), _parse_map(run(f"show map {USABLE_MAP}")),
                            parse_show_table(run(f"show table {RATES_TABLE}")))
@@ -317,7 +317,8 @@ def sync_usable(conn: NodeConn, *, leaving: str | None = None, backends: Collect
     try:
         # Backends' rows, and servers' only where a server's own status is needed.
         rows = parse_show_stat(transport.runtime(f"show stat -1 {6 if backends else 2} -1"))
-        usable = {row.pxname: int(row.status == "UP") for row in rows if row.svname == "BACKEND"}
+        usable = {row.pxname: int(backend_usable(row.status, row.raw.get("act", ""), row.raw.get("bck", "")))
+                  for row in rows if row.svname == "BACKEND"}
         for be in backends:
             if not any(_available(r.status) for r in rows
                        if r.pxname == be and r.svname not in ("BACKEND", "FRONTEND", leaving)):

@@ -1,5 +1,5 @@
-"""`show stat` answers read by header name: every row (`parse_show_stat`), or only the backends' statuses
-(`parse_backend_statuses`, what the enforcement loop needs four times a second).
+"""`show stat` answers read by header name: every row (`parse_show_stat`), or only whether each backend has a
+server to send to (`parse_backend_usable`, what the enforcement loop needs four times a second).
 
 Pure Python, no Django. HAProxy 2.6 prints one CSV line per proxy and server after a `# ` header; a field is
 quoted only when it holds a comma or a quote (a check's text).
@@ -132,20 +132,28 @@ def _parse_show_stat(text: str) -> list[StatRow]:
     return rows
 
 
-def parse_backend_statuses(text: str) -> dict[str, str]:
-    """{backend: status} from the BACKEND rows of a `show stat` answer (ask for `show stat -1 2 -1`, the
-    backends' rows alone). Only the columns up to `status` are split off each line: the enforcement loop reads
-    this from every node four times a second, and a full parse of every row would not fit at thousands of
-    pools."""
+def parse_backend_usable(text: str) -> dict[str, bool]:
+    """{backend: whether it has a server to send to}, from the BACKEND rows of a `show stat` answer (ask for
+    `show stat -1 2 -1`, the backends' rows alone). Only the columns up to `status`, `act` and `bck` are split off
+    each line: the enforcement loop reads this from every node four times a second, and a full parse of every
+    row would not fit at thousands of pools.
+
+    Usable is status UP with at least one usable server (`act` + `bck`): HAProxy 2.6 reports a backend without
+    any server as UP (a pool's region before its first member), which no request should be sent to."""
     lines = text.splitlines()
     if not lines or not lines[0].startswith("# "):
         raise ValueError(f"not a show stat answer: {text[:200]!r}")
     index = {name: at for at, name in enumerate(lines[0][2:].split(","))}
-    px, sv, st = index["pxname"], index["svname"], index["status"]
-    split_at = max(px, sv, st) + 1
-    statuses: dict[str, str] = {}
+    px, sv, st, act, bck = (index[name] for name in ("pxname", "svname", "status", "act", "bck"))
+    split_at = max(px, sv, st, act, bck) + 1
+    usable: dict[str, bool] = {}
     for line in lines[1:]:
         values = line.split(",", split_at) if '"' not in line else next(csv.reader([line]))
         if len(values) > split_at - 1 and values[sv] == "BACKEND":
-            statuses[values[px]] = values[st]
-    return statuses
+            usable[values[px]] = backend_usable(values[st], values[act], values[bck])
+    return usable
+
+
+def backend_usable(status: str, act: str, bck: str) -> bool:
+    """A BACKEND row's status and its counts of usable active and backup servers (parse_backend_usable)."""
+    return status == "UP" and (int_or_none(act) or 0) + (int_or_none(bck) or 0) > 0

@@ -200,7 +200,19 @@ def delivery_at_scale(base: Path, bundle) -> dict[str, float]:  # type: ignore[n
     return out
 
 
+def _django() -> None:
+    """The enforcement loop's reading (enforce.read_node) lives beside Django models; given `run`, it reaches no
+    database, so bench-only settings do."""
+    import django
+
+    for key, value in (("DJANGO_SETTINGS_MODULE", "controlplane.settings"), ("SECRET_KEY", "bench-only-secret-key"),
+                       ("FIELD_ENCRYPTION_KEY", "bench-only-field-key")):
+        os.environ.setdefault(key, value)
+    django.setup()
+
+
 def main() -> None:
+    _django()
     parser = argparse.ArgumentParser()
     parser.add_argument("--routes", type=int, default=100_000)
     parser.add_argument("--seconds", type=int, default=2)

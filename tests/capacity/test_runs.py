@@ -93,7 +93,7 @@ def test_knee_is_found_through_celery_and_applying_it_bumps_the_lb_revision(worl
     assert again.status_code == 409 and again.json()["code"] == "already_applied"
 
 
-def test_progress_is_live_and_cancel_stops_the_shards_within_a_second(world, alice):
+def test_progress_is_live_and_cancel_stops_the_shards_within_two_seconds(world, alice):
     with ServerProcess("ok") as srv:
         listener = world.listener(srv.port)
         run_id = _create_and_start(alice.client, name="long", listener=listener.pk, steps=[[100, 10], [200, 10]])
@@ -112,7 +112,8 @@ def test_progress_is_live_and_cancel_stops_the_shards_within_a_second(world, ali
                  timeout_s=5, interval_s=0.02)
         stop_s = time.monotonic() - cancelled_t
         run = wait_for_run(run_id)
-    assert stop_s < 1.5, f"shard took {stop_s:.2f} s to stop"
+    # ~0.3-0.5 s here (monitor every 0.2 s, engine every 50 ms, the records written): 2 s holds on a slower machine.
+    assert stop_s < 2.0, f"shard took {stop_s:.2f} s to stop"
     assert run.status == CapacityRun.Status.CANCELLED
     assert run.knee_capacity_rps is None and run.recommended_max_rate_per_member is None
     shard = CapacityShard.objects.get(run=run)

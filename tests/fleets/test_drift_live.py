@@ -189,7 +189,8 @@ def test_the_periodic_check_reads_live_maps_as_they_fall_due_and_check_drift_rea
     An out-of-band map edit is repaired by the first periodic check after that, and at once by "Check drift"."""
     from apps.fleets import drift
 
-    monkeypatch.setattr(drift, "LIVE_MAPS_EVERY_S", 1.5)
+    # Long enough that the check, the edit and the next look all fall inside it on a slow machine.
+    monkeypatch.setattr(drift, "LIVE_MAPS_EVERY_S", 3.0)
     monkeypatch.setattr(drift, "QUIET_S", 0.0)  # the fleet counts as quiet right after its rollouts
     new = tiny_backend("new")
     pool = add_pool(fleet2.lb, "new", (new.address, new.port))
@@ -203,7 +204,7 @@ def test_the_periodic_check_reads_live_maps_as_they_fall_due_and_check_drift_rea
     _stats(n1).command(f"set map {routes_map} */new/ {default}")
     assert fleet_drift_report(fleet=fleet2.fleet, all_maps=False).summary().startswith("No drift")  # not due
     assert fleet2.get(n1, "/new/x")[1] == "old"
-    time.sleep(1.6)
+    time.sleep(3.1)
     report = fleet_drift_report(fleet=fleet2.fleet, all_maps=False)
     assert list(report.repaired) == ["n1"] and f"*/new/ -> {default} (should be p{pool.pk})" in report.repaired["n1"][0]
     assert fleet2.get(n1, "/new/x")[1] == "new"

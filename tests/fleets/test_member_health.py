@@ -57,8 +57,9 @@ def test_up_down_and_drain_as_the_nodes_report_them(haproxy_bin, tiny_backend) -
         services.member_runtime_apply(member_id=alive.pk)
         rows = NodeHealth.objects.filter(proxy__startswith=f"p{pool.pk}_", server="old-1")
         # The nodes themselves report the drain (not only the desired state in the database).
-        health = _collect_until(local.fleet, [alive], lambda h: all(r.status.startswith("DRAIN") for r in rows))
-        assert sorted(r.status for r in rows) == ["DRAIN", "DRAIN"]
+        # rows.all(): a fresh read each time (a QuerySet keeps the rows of its first evaluation).
+        health = _collect_until(local.fleet, [alive], lambda h: all(r.status.startswith("DRAIN") for r in rows.all()))
+        assert sorted(r.status for r in rows.all()) == ["DRAIN", "DRAIN"]
         assert health[alive.pk].state == "drain" and health[alive.pk].sessions == 0
         assert health[alive.pk].label == "drain: 0 sessions open"
     finally:

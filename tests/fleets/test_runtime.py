@@ -15,7 +15,7 @@ from apps.fleets.runtime import (
     RuntimeUnavailable,
     parse_show_proc,
 )
-from apps.fleets.showstat import parse_backend_statuses, parse_show_stat
+from apps.fleets.showstat import parse_backend_usable, parse_show_stat
 
 from .conftest import HAProxyNodeFactory, http_get, pool_config
 
@@ -276,29 +276,39 @@ def test_show_stat_rows_are_read_by_header_name_whatever_the_quoting(haproxy_nod
     assert len(row.raw) == len(list(row.raw)) == len(header)
 
 
-def test_backend_statuses_read_from_the_backends_rows_alone(haproxy_node: HAProxyNodeFactory, free_port,
-                                                            tiny_backend) -> None:
-    """The enforcement loop asks for `show stat -1 2 -1` and splits off only the columns up to `status`: what it
-    reads equals the BACKEND rows of the whole `show stat`, an emptied backend included, and a quoted line is read
-    whole."""
+def test_backend_usable_read_from_the_backends_rows_alone(haproxy_node: HAProxyNodeFactory, free_port,
+                                                          tiny_backend) -> None:
+    """The enforcement loop asks for `show stat -1 2 -1` and splits off only the columns it needs: a backend is
+    usable where the whole `show stat` has it UP with a server taking requests. An emptied (maint) or drained
+    backend is not, nor one without servers, which HAProxy itself reports UP. A quoted line is read whole."""
     port = free_port()
     cfg = pool_config(port, tiny_backend("a")) + f"""
 backend emptied
     server gone {tiny_backend("b").server_line_addr}
+
+backend drained
+    server leaving {tiny_backend("c").server_line_addr}
+
+backend empty
 """
     node, _ = haproxy_node(cfg)
     stats = HAProxySocket(node.stats_socket_path)
     stats.set_server_state("emptied", "gone", "maint")
+    stats.set_server_state("drained", "leaving", "drain")
     backends_only = stats.command("show stat -1 2 -1")
     assert "FRONTEND" not in backends_only and ",gone," not in backends_only
 
-    statuses = parse_backend_statuses(backends_only)
-    whole = {r.pxname: r.status for r in parse_show_stat(stats.command("show stat")) if r.svname == "BACKEND"}
-    assert statuses == whole and statuses["pool"] == "UP" and statuses["emptied"] == "DOWN"
+    usable = parse_backend_usable(backends_only)
+    assert usable == {"pool": True, "emptied": False, "drained": False, "empty": False}
+    rows = parse_show_stat(stats.command("show stat"))
+    status = {r.pxname: r.status for r in rows if r.svname == "BACKEND"}
+    assert status["empty"] == "UP"  # HAProxy's own word for a backend without servers
+    serving = {r.pxname for r in rows if r.is_server and (r.status.startswith("UP") or r.status == "no check")}
+    assert usable == {be: status[be] == "UP" and be in serving for be in status}
 
     header, row = backends_only.splitlines()[0], next(x for x in backends_only.splitlines() if x.startswith("pool,"))
     quoted = row.split(",")
     quoted[-2] = '"text, with a comma and ""quotes"""'
-    assert parse_backend_statuses(f"{header}\n{','.join(quoted)}\n") == {"pool": "UP"}
+    assert parse_backend_usable(f"{header}\n{','.join(quoted)}\n") == {"pool": True}
     with pytest.raises(ValueError, match="not a show stat answer"):
-        parse_backend_statuses("Unknown command.\n")
+        parse_backend_usable("Unknown command.\n")

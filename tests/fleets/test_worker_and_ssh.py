@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -44,11 +45,16 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _sigkill_worker(pid: int) -> None:
-    """SIGKILL a Celery worker and its pool processes, by PID (never a process group we do not own)."""
-    for child in _children(pid):
-        os.kill(child, signal.SIGKILL)
+def _sigkill_worker(pid: int, pool: list[int]) -> None:
+    """SIGKILL a Celery worker and its pool processes, by PID (never a process group we do not own). The pool's
+    PIDs are read before (reading /proc at the moment of the kill let a slow machine finish the node first)."""
+    for child in pool:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
     os.kill(pid, signal.SIGKILL)
+    for child in _children(pid):  # a pool process started since
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
 
 
 def _diagnose(rollout: Rollout, tmp_path: Path) -> str:
@@ -70,13 +76,15 @@ def test_a_worker_killed_mid_rollout_leaves_no_node_half_applied_and_the_next_ru
     new = tiny_backend("new")
     add_route(fleet3.lb, add_pool(fleet3.lb, "new", (new.address, new.port)), "/new", 10)
     worker = celery_worker_factory(name="w1")
+    pool = _children(worker.pid)
+    assert pool, "the prefork worker has no pool process"
 
     services.fleet_change_record(fleet=fleet3.fleet)  # what the lb_changed receiver does
     # Kill the worker while it is in the middle of a node (the canary is done, n2 is being applied).
     assert wait_for(lambda: NodeResult.objects.filter(node__name="n2", status="running",
                                                       rollout__fleet=fleet3.fleet).exists(),
                     timeout_s=30, interval_s=0.002)
-    _sigkill_worker(worker.pid)
+    _sigkill_worker(worker.pid, pool)
     worker.wait(5)
 
     rollout = Rollout.objects.filter(fleet=fleet3.fleet).order_by("-id").first()

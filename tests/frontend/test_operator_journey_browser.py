@@ -5,6 +5,7 @@ started by the test, as the host's own service manager would (Spillway only push
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 
@@ -69,7 +70,9 @@ def test_operator_builds_an_lb_from_nothing_and_it_serves(page, settings, celery
         _fill(page, Name="shop")
         page.get_by_label("Fleet").select_option(label="edge")
         page.get_by_role("button", name="Save load balancer").click()
-        page.wait_for_url("**/load-balancers/*/")
+        # Not "**/load-balancers/*/": the form's own /load-balancers/new/ matches that, so it returned before the
+        # htmx redirect and "Reserve" could be clicked on a page htmx had not wired up yet.
+        page.wait_for_url(re.compile(r".*/load-balancers/\d+/$"))
         page.get_by_role("button", name="Reserve").click()
         page.locator("#static-ips", has_text="127.0.82.").wait_for()
         page.locator("#new-listener").click()
