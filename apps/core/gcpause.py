@@ -4,6 +4,9 @@ A worker holding fleets' route lanes keeps millions of objects alive (every rout
 revisions it rolls out). A collection of the oldest generation walks all of them while every thread of the
 process waits: a route change then waits too, with nothing in its own path to explain it. Each pause of at least
 SLOW_MS is logged with its generation, so a slow change can be matched to one.
+
+Work that allocates many acyclic objects at once (a render, a `show stat` parse at thousands of pools) pauses the
+collector instead (`collector_paused`), counted across threads.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 logger = logging.getLogger("spillway.gc")
 
@@ -56,3 +61,28 @@ def install() -> None:
         _logger_thread.start()
     if _timed not in gc.callbacks:
         gc.callbacks.append(_timed)
+
+
+_paused_lock = threading.Lock()
+_paused_depth = 0
+_was_enabled = False
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic collector off while the block runs. Several threads of a worker do this at once (one per node
+    read), so the pause is counted: the first thread in turns the collector off, the last one out turns it back
+    on if it was on. Per-thread isenabled()/disable() pairs could interleave and leave it off for good."""
+    global _paused_depth, _was_enabled
+    with _paused_lock:
+        if _paused_depth == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _paused_depth += 1
+    try:
+        yield
+    finally:
+        with _paused_lock:
+            _paused_depth -= 1
+            if _paused_depth == 0 and _was_enabled:
+                gc.enable()

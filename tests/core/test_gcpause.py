@@ -37,3 +37,41 @@ def test_a_collection_at_least_slow_ms_long_is_logged_with_its_generation(instal
         time.sleep(0.01)  # logged from gcpause's own thread
     full = [r.getMessage() for r in caplog.records if "generation 2 paused this process for" in r.getMessage()]
     assert len(full) == 1 and int(full[0].rpartition("(")[2].split()[0]) >= 1000, full
+
+
+def test_the_collector_stays_off_until_the_last_overlapping_pause_ends_and_then_is_on_again() -> None:
+    """Two threads' pauses overlapping the way that used to lose it: A in, B in, A out (still off: B parses),
+    B out (on again). A pause inside a process whose collector is off leaves it off."""
+    import threading
+
+    assert gc.isenabled()
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen: dict[str, bool] = {}
+
+    def a() -> None:
+        with gcpause.collector_paused():
+            a_in.set()
+            b_in.wait(5)
+        a_out.set()
+
+    def b() -> None:
+        a_in.wait(5)
+        with gcpause.collector_paused():
+            b_in.set()
+            a_out.wait(5)
+            seen["after A left"] = gc.isenabled()
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert seen == {"after A left": False} and gc.isenabled()
+
+    gc.disable()
+    try:
+        with gcpause.collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

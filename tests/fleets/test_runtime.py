@@ -312,3 +312,6 @@ backend empty
     assert parse_backend_usable(f"{header}\n{','.join(quoted)}\n") == {"pool": True}
     with pytest.raises(ValueError, match="not a show stat answer"):
         parse_backend_usable("Unknown command.\n")
+    # A ValueError, which the loop counts as that node's failure, not a KeyError that would end its whole run.
+    with pytest.raises(ValueError, match="lacks act, bck"):
+        parse_backend_usable("# pxname,svname,status\npool,BACKEND,UP\n")
