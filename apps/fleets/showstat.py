@@ -77,11 +77,16 @@ def parse_show_stat(text: str) -> list[StatRow]:
         return _parse_show_stat(text)
 
 
-def _parse_show_stat(text: str) -> list[StatRow]:
+def _header(text: str) -> tuple[list[str], dict[str, int]]:
+    """The answer's lines and its columns' positions by name (the `# ` header line)."""
     lines = text.splitlines()
     if not lines or not lines[0].startswith("# "):
         raise ValueError(f"not a show stat answer: {text[:200]!r}")
-    index = {name: at for at, name in enumerate(lines[0][2:].split(","))}
+    return lines, {name: at for at, name in enumerate(lines[0][2:].split(","))}
+
+
+def _parse_show_stat(text: str) -> list[StatRow]:
+    lines, index = _header(text)
 
     def column(name: str) -> Callable[[list[str]], str]:
         at = index.get(name)
@@ -127,10 +132,7 @@ def parse_backend_usable(text: str) -> dict[str, bool]:
 
     Usable is status UP with at least one usable server (`act` + `bck`): HAProxy 2.6 reports a backend without
     any server as UP (a pool's region before its first member), which no request should be sent to."""
-    lines = text.splitlines()
-    if not lines or not lines[0].startswith("# "):
-        raise ValueError(f"not a show stat answer: {text[:200]!r}")
-    index = {name: at for at, name in enumerate(lines[0][2:].split(","))}
+    lines, index = _header(text)
     wanted = ("pxname", "svname", "status", "act", "bck")
     if missing := [name for name in wanted if name not in index]:
         raise ValueError(f"show stat header lacks {', '.join(missing)}: {lines[0][:200]!r}")
