@@ -51,10 +51,12 @@ def _sigkill_worker(pid: int, pool: list[int]) -> None:
     for child in pool:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
-    os.kill(pid, signal.SIGKILL)
-    for child in _children(pid):  # a pool process started since
+    # Then any pool process started since, found while the worker still has them as its children (once it is
+    # killed they are re-parented and no longer found).
+    for child in _children(pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
 
 
 def _diagnose(rollout: Rollout, tmp_path: Path) -> str:
