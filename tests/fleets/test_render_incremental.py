@@ -13,8 +13,10 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import pytest
+
 from apps.fleets.hotmaps import map_delta
-from apps.fleets.render import patch_maps, render
+from apps.fleets.render import incremental, patch_maps, render
 from apps.fleets.render.frontends import map_bucket, redirects_map_name, routes_map_name
 from apps.fleets.render.guard import check_snapshot
 from apps.fleets.render.incremental import ListenerRoutes
@@ -55,7 +57,11 @@ def _assert_same(patched, full) -> None:  # type: ignore[no-untyped-def]
     assert patched.sha256 == full.sha256
 
 
-def test_random_route_changes_patch_the_bundle_exactly_as_a_full_render() -> None:
+@pytest.mark.parametrize("large_class", [incremental.LARGE_CLASS, 1], ids=["as-shipped", "every-class-kept"])
+def test_random_route_changes_patch_the_bundle_exactly_as_a_full_render(large_class: int, monkeypatch) -> None:
+    """Also with every class kept key by key (render/classrun.py), which the shipped threshold keeps for classes
+    larger than this corpus's."""
+    monkeypatch.setattr(incremental, "LARGE_CLASS", large_class)
     rng = random.Random(20261123)
     routes = {i: _random_route(rng, i, [1, 2], rare=0.0) for i in range(1, 120)}
     bundle = render(_snap(routes, 1), NODE)

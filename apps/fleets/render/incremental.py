@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from itertools import chain
 
 from apps.fleets.hotmaps import MAX_DELTA_KEYS, MapDelta
+from apps.fleets.render.classrun import ClassRun, Moves
 from apps.fleets.render.frontends import (
     MAP_BUCKETS,
     _action_owner,
@@ -39,6 +40,7 @@ from apps.fleets.render.frontends import (
 )
 from apps.fleets.render.routing import (
     ANY_HOST_CLASS,
+    _parent_wildcards,
     _prepared,
     build_route_maps,
     class_entries,
@@ -47,6 +49,11 @@ from apps.fleets.render.routing import (
     wildcard_list,
 )
 from apps.fleets.snapshot import ListenerSpec, Owner, RedirectOwners, RoutesMapOwners, RouteSpec, RunClasses
+
+# A class of this many member routes is kept key by key (ClassRun) rather than laid out again at each change. Below
+# it, laying a class out again costs tens of microseconds, and keeping every class's candidates (5,000 host classes
+# of 20 routes in bench-scale) would add a copy of the listener's keys to the lane's memory for nothing.
+LARGE_CLASS = 64
 
 
 @dataclass(frozen=True)
@@ -65,14 +72,6 @@ def _lines(entries: Iterable[tuple[str, str]]) -> bytes:
     return "".join(f"{key} {value}\n" for key, value in entries).encode()
 
 
-def _delta(old: dict[str, str], new: dict[str, str]) -> MapDelta | None:
-    added = tuple((k, v) for k, v in new.items() if k not in old)
-    changed = tuple((k, v) for k, v in new.items() if k in old and old[k] != v)
-    removed = tuple(k for k in old if k not in new)
-    delta = MapDelta(added, changed, removed)
-    return delta if len(delta) <= MAX_DELTA_KEYS else None
-
-
 class ListenerRoutes:
     """One checked HTTP listener's routes and route maps (the map layout of frontends.classify_with_maps)."""
 
@@ -85,6 +84,7 @@ class ListenerRoutes:
         self.ids = split_ids(keys)
         self.routes: dict[int, RouteSpec] = {r.id: r for r in listener.routes}
         self.by_pattern: dict[str, dict[int, RouteSpec]] = {}
+        self.wildcards: set[str] = set()  # the wildcard patterns of by_pattern
         self.any_host: dict[int, RouteSpec] = {}
         self.actions: Counter[str] = Counter()
         for route in listener.routes:
@@ -112,6 +112,8 @@ class ListenerRoutes:
         # lane continues (apply declines when the listener's keys would), so every revision's owners share it.
         # Redirects own themselves (RoutesMapOwners names the route from the key).
         self._owners: dict[str, Owner] | None = None
+        # Classes of LARGE_CLASS routes or more, kept key by key from their first change (render/classrun.py).
+        self._class_runs: dict[str, ClassRun] = {}
 
     # --- index -------------------------------------------------------------------------------------
 
@@ -120,6 +122,8 @@ class ListenerRoutes:
             if route.hosts:
                 for pattern in route.hosts:
                     self.by_pattern.setdefault(pattern, {})[route.id] = route
+                    if pattern.startswith("*."):
+                        self.wildcards.add(pattern)
             else:
                 self.any_host[route.id] = route
         else:
@@ -129,12 +133,16 @@ class ListenerRoutes:
                     named.pop(route.id, None)
                     if not named:
                         del self.by_pattern[pattern]
+                        self.wildcards.discard(pattern)
             if not route.hosts:
                 self.any_host.pop(route.id, None)
         if route.redirect_url is None:
             self.actions[_prepared(route)[2]] += sign
             if self.actions[_prepared(route)[2]] <= 0:
                 del self.actions[_prepared(route)[2]]
+
+    def _written(self, action: str) -> str:
+        return self.ids.get(action, action)
 
     @staticmethod
     def _chunk(run: list[tuple[str, str]]) -> bytes:
@@ -155,12 +163,21 @@ class ListenerRoutes:
     def apply(self, upserts: Iterable[RouteSpec], deletes: Iterable[int]) -> list[MapUpdate] | None:
         """Change the listener's routes (checked routes in, ids out); the maps that changed, or None when
         haproxy.cfg itself would change (the state is then stale: drop it and render in full)."""
-        patterns_before = set(self.by_pattern)
+        upserts, deletes = list(upserts), list(deletes)
+        # The host patterns this change could add or remove (those of its routes, old and new versions), as they
+        # were: copying every pattern of a 5,000-host listener to find out cost more than the rest of a change.
+        olds = (self.routes.get(i) for i in chain((r.id for r in upserts), deletes))
+        named_here = {p for route in chain(upserts, (o for o in olds if o is not None)) for p in route.hosts}
+        exact_before = {p for p in named_here if p in self.by_pattern and not p.startswith("*.")}
+        wildcards_before = self.wildcards.copy()
         redirects_before: dict[str, str | None] = {}  # the redirects this change touches, as they were
         touched: set[str] = set()
+        left: list[int] = []  # ids of the routes whose old version went (deleted or replaced)
+        arrived: list[RouteSpec] = []
         for route_id, new in [*((r.id, r) for r in upserts), *((i, None) for i in deletes)]:
             old = self.routes.pop(route_id, None)
             if old is not None:
+                left.append(route_id)
                 touched |= self._classes_of(old)
                 self._index(old, -1)
                 key = f"u{old.id}"
@@ -168,6 +185,7 @@ class ListenerRoutes:
                 self.redirects.pop(key, None)
             if new is not None:
                 self.routes[route_id] = new
+                arrived.append(new)
                 self._index(new, +1)
                 touched |= self._classes_of(new)
                 if new.redirect_url is not None:
@@ -179,39 +197,60 @@ class ListenerRoutes:
         keys = set(self.actions) | ({self.default_key} if self.default_key else set())
         if keys != self.keys:
             return None  # split ids and per-pool rules in haproxy.cfg move: not a maps-only change
-        wildcard_set = {p for p in self.by_pattern if p.startswith("*.")}
+        wildcard_set = self.wildcards
         for host_class in list(touched):  # classes under a wildcard that appeared or went away
             if host_class.startswith("*."):
                 suffix = host_class[1:]
                 touched.update(p for p in self.by_pattern if p.endswith(suffix))
+        if wildcard_set != wildcards_before:
+            self._class_runs.clear()  # classes gained or lost a parent wildcard: their members moved wholesale
         updates: list[MapUpdate] = []
-        routes_old: dict[int, dict[str, str]] = {}  # by bucket
-        routes_new: dict[int, dict[str, str]] = {}
+        moved: dict[int, Moves] = {}  # by bucket
         any_host = list(self.any_host.values())
 
         def named(pattern: str) -> list[RouteSpec]:
             return list(self.by_pattern.get(pattern, {}).values())
 
         for host_class in touched:
-            bucket = map_bucket(host_class)
-            routes_old.setdefault(bucket, {}).update(self.runs.get(host_class, ()))
-            live = host_class in self.by_pattern or (host_class == ANY_HOST_CLASS and self.any_host)
-            run = [(key, self.ids.get(action, action)) for key, action in class_entries(
-                host_class, class_members(host_class, named, any_host, wildcard_set), _prepared)] if live else []
-            self._set_run(host_class, run)
-            routes_new.setdefault(bucket, {}).update(run)
-        for bucket in sorted(routes_old):
-            if routes_old[bucket] != routes_new[bucket]:
-                updates.append(self._routes_update(bucket, _delta(routes_old[bucket], routes_new[bucket])))
-        patterns_moved = self.by_pattern.keys() != patterns_before
-        exact_before = {p for p in patterns_before if not p.startswith("*.")} if patterns_moved else set()
-        exact = {p for p in self.by_pattern if not p.startswith("*.")} if patterns_moved else set()
+            live = host_class in self.by_pattern or (host_class == ANY_HOST_CLASS and bool(self.any_host))
+            if not live:
+                self._class_runs.pop(host_class, None)
+            state = self._class_runs.get(host_class)
+            if state is not None:
+                parents = set(_parent_wildcards(host_class, wildcard_set))
+                moves = state.change(left, [
+                    route for route in arrived
+                    if (not route.hosts if host_class == ANY_HOST_CLASS else
+                        host_class in route.hosts or not parents.isdisjoint(route.hosts))])
+                self._set_run(host_class, state.entries, state.chunk())
+            else:
+                members = class_members(host_class, named, any_host, wildcard_set) if live else []
+                if len(members) >= LARGE_CLASS:
+                    state = self._class_runs[host_class] = ClassRun(host_class, members, _prepared, self._written)
+                    run = state.entries
+                else:
+                    run = [(key, self._written(action))
+                           for key, action in class_entries(host_class, members, _prepared)]
+                before, now = dict(self.runs.get(host_class, ())), dict(run)
+                moves = ([(k, v) for k, v in run if k not in before],
+                         [(k, v) for k, v in run if k in before and before[k] != v],
+                         [k for k in before if k not in now])
+                self._set_run(host_class, run, state.chunk() if state is not None else None)
+            for mine, theirs in zip(moved.setdefault(map_bucket(host_class), ([], [], [])), moves, strict=True):
+                mine += theirs
+        for bucket, (added, changed_keys, removed) in sorted(moved.items()):
+            delta = MapDelta(tuple(added), tuple(changed_keys), tuple(removed))
+            if len(delta):
+                updates.append(self._routes_update(bucket, delta if len(delta) <= MAX_DELTA_KEYS else None))
+        exact = {p for p in named_here if p in self.by_pattern and not p.startswith("*.")}
         if exact != exact_before:
-            hosts = sorted(exact)
+            hosts = sorted(p for p in self.by_pattern if not p.startswith("*."))
+            delta = MapDelta(tuple((h, h) for h in sorted(exact - exact_before)), (),
+                             tuple(sorted(exact_before - exact)))
             updates.append(MapUpdate(
                 f"{self.prefix}.hosts.map", [(h, h) for h in hosts], [Owner(lb=self.lb, host=h) for h in hosts],
-                _lines((h, h) for h in hosts), _delta({h: h for h in exact_before}, {h: h for h in exact})))
-        if patterns_moved and wildcard_set != {p for p in patterns_before if p.startswith("*.")}:
+                _lines((h, h) for h in hosts), delta if len(delta) <= MAX_DELTA_KEYS else None))
+        if wildcard_set != wildcards_before:
             wildcards = wildcard_list(wildcard_set)
             updates.append(MapUpdate(f"{self.prefix}.wildcards.map", wildcards,
                                      [Owner(lb=self.lb, host=p) for _, p in wildcards], _lines(wildcards), None))
@@ -259,14 +298,14 @@ class ListenerRoutes:
                                      delta if len(delta) <= MAX_DELTA_KEYS else None))
         return updates
 
-    def _set_run(self, host_class: str, run: list[tuple[str, str]]) -> None:
+    def _set_run(self, host_class: str, run: list[tuple[str, str]], chunk: bytes | None = None) -> None:
         bucket = map_bucket(host_class)
         order, order_keys = self.orders[bucket], self._order_keys[bucket]
         position = bisect.bisect_left(order_keys, class_order(host_class))
         present = position < len(order) and order[position] == host_class
         if run:
             self.runs[host_class] = run
-            self.chunks[host_class] = self._chunk(run)
+            self.chunks[host_class] = self._chunk(run) if chunk is None else chunk
             if not present:
                 order.insert(position, host_class)
                 order_keys.insert(position, class_order(host_class))
