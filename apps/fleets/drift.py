@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from apps.audit.services import audit_record
@@ -366,6 +367,11 @@ def fleet_converge(*, fleet: Fleet, check_drift: bool = True, enqueue: bool = Tr
         return None
     if check_drift:  # the periodic path (converge_fleet_task): maps as they fall due
         fleet_drift_check(fleet=fleet, all_maps=False)
+    # On the fleet as it is after the check, which lasts long enough for the engine to roll newer revisions out:
+    # with the desired revision read before it, nodes the engine had moved on looked "off" between two of its
+    # rollouts, and the converge pushed the older revision back onto them, superseding the engine's pending rollout
+    # (bench-scale's sustained run: routes served a moment before went away until the next change).
+    fleet.refresh_from_db(fields=["desired_revision"])
     if Rollout.objects.filter(fleet=fleet, status__in=Rollout.ACTIVE).exists():
         return None
     desired = ConfigRevision.objects.filter(fleet=fleet, number=fleet.desired_revision).first()
@@ -380,5 +386,12 @@ def fleet_converge(*, fleet: Fleet, check_drift: bool = True, enqueue: bool = Tr
             candidates.append(node)
     if not candidates:
         return None
-    return rollout_create(fleet=fleet, revision=desired, kind=Rollout.Kind.CONVERGE, canary=False,
-                          nodes=candidates, enqueue=enqueue)
+    # Confirmed under the fleet's row lock, which every rollout_create and route-lane revision takes: a revision
+    # the engine rolled out since the look above leaves this converge to the next one.
+    with transaction.atomic():
+        fleet = Fleet.objects.select_for_update().get(pk=fleet.pk)
+        if (fleet.desired_revision != desired.number
+                or Rollout.objects.filter(fleet=fleet, status__in=Rollout.ACTIVE).exists()):
+            return None
+        return rollout_create(fleet=fleet, revision=desired, kind=Rollout.Kind.CONVERGE, canary=False,
+                              nodes=candidates, enqueue=enqueue)

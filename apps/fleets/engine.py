@@ -29,7 +29,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -141,10 +141,13 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
         rollout_create,
     )
 
-    Fleet.objects.filter(pk=fleet_id).update(reconcile_queued=False)
     owner = new_owner()
     if not lease_claim(fleet_id, owner):
+        # The holder loops until quiet, then clears reconcile_queued and queues again for what it missed
+        # (request_reconcile_if_due). Clearing the flag here made every route change queue a task that only
+        # found the lease taken: 1,400 of 1,450 tasks of a shard worker in bench-scale's sustained run.
         return {"busy": True}
+    Fleet.objects.filter(pk=fleet_id).update(reconcile_queued=False)
     ran: list[int] = []
     rendered: list[int] = []
     try:
@@ -183,8 +186,10 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
                 break
     finally:
         lease_release(fleet_id, owner)
-    # A change or rollout that arrived after our last look found the lease taken and gave up.
-    request_reconcile_if_due(fleet_id)
+        # A change or rollout that arrived after our last look found the lease taken and gave up, leaving
+        # reconcile_queued set for this holder: looked at when this loop failed too, or they would wait for the
+        # converge (and every change after them, which finds the flag set).
+        request_reconcile_if_due(fleet_id)
     return {"rendered": rendered, "rollouts": ran}
 
 
@@ -193,12 +198,14 @@ def request_reconcile_if_due(fleet_id: int) -> None:
     found the lease taken gave up and left it to the holder)."""
     from apps.fleets.services import request_reconcile
 
+    # Cleared first, then read: a change recorded before the clear is seen by the read (its row lock makes the clear
+    # wait for its commit), and one after it finds the flag clear and queues its own reconcile.
+    Fleet.objects.filter(pk=fleet_id, reconcile_queued=True).update(reconcile_queued=False)
     fleet = Fleet.objects.filter(pk=fleet_id).first()
     if fleet is None:
         return
     missed = fleet.auto_rollout and fleet.change_seq > fleet.rendered_seq
     if missed or _next_rollout(fleet) is not None:
-        Fleet.objects.filter(pk=fleet_id).update(reconcile_queued=False)
         request_reconcile(fleet_id)
 
 
@@ -298,11 +305,27 @@ def _batches(items: list[NodeResult], canary: bool, batch_size: int) -> list[lis
     return batches
 
 
+# Kept across rollouts: starting a thread waits for it to take the interpreter lock, up to a switch interval (5 ms)
+# while other threads compute, and a rollout started one per node twice (preflight, apply): a tenth of a shard
+# worker's lock time in bench-scale's sustained run went to Thread.start.
+_NODES = ThreadPoolExecutor(max_workers=2 * NODE_THREADS, thread_name_prefix="spillway-nodes")
+
+
 def _parallel(fn, items: list) -> list:
     if len(items) == 1:
         return [fn(items[0])]
-    with ThreadPoolExecutor(max_workers=min(NODE_THREADS, len(items))) as pool:
-        return list(pool.map(fn, items))
+    if threading.current_thread().name.startswith("spillway-nodes"):
+        # Called from one of _NODES' own threads: waiting there on the same pool could wait for good.
+        with ThreadPoolExecutor(max_workers=min(NODE_THREADS, len(items))) as pool:
+            return list(pool.map(fn, items))
+
+    def run(item):  # type: ignore[no-untyped-def]
+        try:
+            return fn(item)
+        finally:
+            connections.close_all()  # a query made here leaves no connection behind in a thread that lives on
+
+    return list(_NODES.map(run, items))
 
 
 def _finish(rollout: Rollout, status: str, error: str = "") -> None:

@@ -1,7 +1,8 @@
 """The control path at 100k routes: 2 fleets x 3 local HAProxy nodes (loopback), real gunicorn + Celery.
 
-1. 100k routes (5k hostnames x 20 paths, one LB served by both fleets) are written to the database and
-   rolled out; then, in this process: one fleet's snapshot + render + `haproxy -c -dW` (render_validate).
+1. 100k routes (5k hostnames x 20 paths, one LB served by both fleets) are written to the database; in this
+   process, one fleet's snapshot + render + `haproxy -c -dW` (render_validate), while the workers are idle;
+   then the routes are rolled out.
 2. A reload of one node at that size, timed through the master socket (`show proc`), and every
    node's worker memory (VmRSS).
 3. `--changes` route creations through the REST API, each waited for with the `applied` long-poll
@@ -306,10 +307,14 @@ def main() -> None:
     try:
         fb.initial_rollout()
         seed_routes(fb, args.routes)
+        # Before the rollout: after it, the shard workers set up their route lanes and the periodic drift check
+        # reads every node's 200k-line maps for the first time, and this figure measured that contention too
+        # (1.2-2.0 s over six runs, for ~1.0 s of its own on an idle machine).
+        snapshot_ms, render_validate_ms = render_validate(fb)
+        print(f"snapshot from the database {snapshot_ms:.0f} ms; render + haproxy -c {render_validate_ms:.0f} ms "
+              f"(load {os.getloadavg()[0]:.1f})")
         first_s = rollout_all(fb, 900)
         print(f"{args.routes} routes rolled out to 6 nodes (first apply, reloads) in {first_s:.1f} s")
-        snapshot_ms, render_validate_ms = render_validate(fb)
-        print(f"snapshot from the database {snapshot_ms:.0f} ms; render + haproxy -c {render_validate_ms:.0f} ms")
         reload_ms, rss = reload_and_memory(fb)
         print(f"reload of one node (show proc: new worker) {reload_ms:.0f} ms; worker RSS per node MB: {rss}")
         # Each worker process takes the route lane for a fleet once it has rendered that fleet in full
@@ -334,7 +339,11 @@ def main() -> None:
                   f"p99 {percentile(SENT_POST_MS, 99):.0f}")
         per_min = len(latencies) / (args.sustained_s / 60.0)
         errors = change_errors + wrk_errors(wrk_out)
-        print(f"sustained: {sent} changes sent, {len(latencies)} live within the run; wrk:\n{wrk_out}")
+        print(f"sustained: {sent} changes sent, {len(latencies)} live within the run", end="")
+        if latencies:
+            print(", due -> live on every node, ms: " + ", ".join(
+                f"p{q} {percentile(latencies, q):.0f}" for q in (50, 90, 99)) + f", max {max(latencies):.0f}", end="")
+        print(f"; wrk:\n{wrk_out}")
         print(f"load after: {os.getloadavg()}")
         print(f"RESULT render_validate_ms_100k={render_validate_ms:.0f} "
               f"change_p50_ms_100k={percentile(changes, 50):.0f} change_p99_ms_100k={percentile(changes, 99):.0f} "

@@ -11,7 +11,7 @@ from apps.balancers.models import Member
 from apps.events.models import Event
 from apps.fleets import selectors, services
 from apps.fleets.delivery import verify
-from apps.fleets.models import Certificate, ConfigRevision, Node, NodeResult, Rollout
+from apps.fleets.models import Certificate, ConfigRevision, Fleet, Node, NodeResult, Rollout
 from apps.fleets.render import render
 from apps.fleets.runtime import HAProxySocket, MasterSocket, RuntimeApiError
 from apps.fleets.transports import transport_for
@@ -479,6 +479,20 @@ def test_a_drift_check_finding_nothing_leaves_the_fleet_to_route_changes(fleet3:
     assert claimed == [True, True, True]
 
 
+def _drifted_with_queued_reconciles(fleet3: LocalFleet, tiny_backend, monkeypatch):  # type: ignore[no-untyped-def]
+    """A served pool "new", a node marked drifted (the next drift check takes the lease), and the fleet ids of the
+    reconcile tasks queued from now on (recorded, not sent)."""
+    from apps.fleets.tasks import reconcile_task
+
+    new = tiny_backend("new")
+    pool = add_pool(fleet3.lb, "new", (new.address, new.port))
+    reconcile(fleet3.fleet)
+    Node.objects.filter(pk=fleet3.nodes[0].pk).update(status=Node.Status.DRIFTED)
+    queued: list[int] = []
+    monkeypatch.setattr(reconcile_task, "apply_async", lambda args, **kw: queued.append(args[0]))
+    return pool, queued
+
+
 def test_a_change_arriving_while_a_drift_check_holds_the_lease_is_reconciled_after_it(
     fleet3: LocalFleet, tiny_backend, monkeypatch
 ) -> None:
@@ -486,14 +500,8 @@ def test_a_change_arriving_while_a_drift_check_holds_the_lease_is_reconciled_aft
     arriving then gives up (the lease is taken) and the check queues one when it lets go, instead of the
     change waiting for the next converge (10 s)."""
     from apps.fleets import drift
-    from apps.fleets.tasks import reconcile_task
 
-    new = tiny_backend("new")
-    pool = add_pool(fleet3.lb, "new", (new.address, new.port))
-    reconcile(fleet3.fleet)
-    Node.objects.filter(pk=fleet3.nodes[0].pk).update(status=Node.Status.DRIFTED)  # the check takes the lease
-    queued = []
-    monkeypatch.setattr(reconcile_task, "apply_async", lambda args, **kw: queued.append(args[0]))
+    pool, queued = _drifted_with_queued_reconciles(fleet3, tiny_backend, monkeypatch)
     real = drift.read_state
     busy = []
 
@@ -514,6 +522,102 @@ def test_a_change_arriving_while_a_drift_check_holds_the_lease_is_reconciled_aft
     monkeypatch.setattr(drift, "read_state", real)
     reconcile(fleet3.fleet)
     assert set(fleet3.bodies("/during/x").values()) == {"new"}
+
+
+def test_changes_arriving_while_the_lease_is_held_queue_one_reconcile_not_one_each(
+    fleet3: LocalFleet, tiny_backend, monkeypatch
+) -> None:
+    """Route changes arriving while a holder runs (here a drift check that found something) queue one reconcile
+    between them, not one per change that wakes only to find the lease taken (1,000 a minute in bench-scale);
+    once the holder lets go, it queues the one that applies them, and the next change queues its own."""
+    from apps.fleets import drift
+
+    pool, queued = _drifted_with_queued_reconciles(fleet3, tiny_backend, monkeypatch)
+    real = drift.read_state
+    during: list[int] = []
+
+    def reading(*args, **kwargs):
+        if not during:
+            for n in range(3):
+                add_route(fleet3.lb, pool, f"/during{n}", 20 + n)
+                services.fleets_change_record(fleet_ids=[fleet3.fleet.pk])
+                during.append(len(queued))
+                assert services.fleet_reconcile(fleet_id=fleet3.fleet.pk) == {"busy": True}
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(drift, "read_state", reading)
+    monkeypatch.setattr(drift, "_parallel", lambda fn, items: [fn(i) for i in items])  # this test's connection
+    queued.clear()
+    services.fleet_drift_report(fleet=fleet3.fleet)
+
+    assert during == [1, 1, 1], "each change while the lease was held queued another reconcile"
+    assert queued == [fleet3.fleet.pk] * 2, "the check let go of the lease without queueing the waiting changes"
+    monkeypatch.setattr(drift, "read_state", real)
+    reconcile(fleet3.fleet)
+    assert {tuple(set(fleet3.bodies(f"/during{n}/x").values())) for n in range(3)} == {("new",)}
+    queued.clear()
+    add_route(fleet3.lb, pool, "/after", 30)
+    services.fleets_change_record(fleet_ids=[fleet3.fleet.pk])
+    assert queued == [fleet3.fleet.pk], "a change after the holder let go waited for the converge"
+
+
+def test_a_reconcile_that_fails_still_queues_one_for_the_changes_that_waited_on_it(
+    fleet3: LocalFleet, tiny_backend, monkeypatch
+) -> None:
+    """A change arriving while a reconcile holds the lease leaves it to the holder (reconcile_queued stays set). A
+    holder that fails (its render raised) must still queue a reconcile when it lets go: else that change, and
+    every later one (they find the flag set), waited for the converge."""
+    from apps.fleets import services as fleet_services
+
+    pool, queued = _drifted_with_queued_reconciles(fleet3, tiny_backend, monkeypatch)
+    add_route(fleet3.lb, pool, "/first", 15)
+    services.fleets_change_record(fleet_ids=[fleet3.fleet.pk])
+
+    def failing(**kwargs):  # type: ignore[no-untyped-def]
+        add_route(fleet3.lb, pool, "/waiting", 16)
+        services.fleets_change_record(fleet_ids=[fleet3.fleet.pk])
+        assert services.fleet_reconcile(fleet_id=fleet3.fleet.pk) == {"busy": True}
+        raise RuntimeError("the render failed")
+
+    monkeypatch.setattr(fleet_services, "fleet_render", failing)
+    queued.clear()
+    with pytest.raises(RuntimeError):
+        services.fleet_reconcile(fleet_id=fleet3.fleet.pk)
+
+    # The change's own task (run above: it found the lease taken), then the one the holder queued as it let go.
+    assert queued == [fleet3.fleet.pk] * 2, "the failed holder let go without queueing the waiting change"
+    monkeypatch.undo()
+    reconcile(fleet3.fleet)
+    assert set(fleet3.bodies("/waiting/x").values()) == {"new"}
+
+
+def test_a_converge_does_not_push_back_a_revision_the_engine_moved_past_during_its_drift_check(
+    fleet3: LocalFleet, tiny_backend, monkeypatch
+) -> None:
+    """The periodic converge checks drift first, which takes long enough for the engine to roll a newer revision
+    out meanwhile. The converge must decide on the fleet as it is after the check: with the desired revision
+    read before it, every node looked "off" and the converge pushed the older revision back onto them (routes
+    served a moment before went away; seen in bench-scale's sustained run)."""
+    from apps.fleets import drift
+
+    new = tiny_backend("new")
+    pool = add_pool(fleet3.lb, "new", (new.address, new.port))
+    reconcile(fleet3.fleet)
+    before = Fleet.objects.get(pk=fleet3.fleet.pk).desired_revision
+    real = drift.fleet_drift_check
+
+    def checking(*, fleet, all_maps):  # type: ignore[no-untyped-def]
+        add_route(fleet3.lb, pool, "/meanwhile", 14)  # a change the engine renders and rolls out during the check
+        reconcile(fleet3.fleet)
+        return real(fleet=fleet, all_maps=all_maps)
+
+    monkeypatch.setattr(drift, "fleet_drift_check", checking)
+    rollout = services.fleet_converge(fleet=fleet3.fleet, enqueue=False)
+
+    fleet = Fleet.objects.get(pk=fleet3.fleet.pk)
+    assert fleet.desired_revision > before
+    assert rollout is None, f"the converge pushed revision {rollout.revision.number}, not {fleet.desired_revision}"
+    assert set(fleet3.bodies("/meanwhile/x").values()) == {"new"}
 
 
 def test_health_collection_keeps_a_hot_copy_per_server(fleet3: LocalFleet) -> None:

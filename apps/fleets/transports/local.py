@@ -76,6 +76,12 @@ def _link_same(source: str, path: str, data: bytes, mode: int) -> bool:
 # cannot remove a push in flight.
 _COLLECTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spillway-set-gc")
 
+# The threads _write_files writes on, kept across pushes (a pool per push started 3 threads per node and route
+# change, each start waiting up to a switch interval for the interpreter lock). Large enough that every push of
+# two rollouts at once has its threads: a shared file's writer must not queue behind the pushes waiting for it
+# (they would wait SHARE_WAIT_S and write it themselves).
+_WRITES = ThreadPoolExecutor(max_workers=8 * WRITE_THREADS, thread_name_prefix="spillway-write")
+
 # A config set's digest (and, for a set this process pushed, its files as pushed) by its real path, valid while every
 # file in it keeps the (mode, inode, size, mtime) recorded with it. Sets are never changed in place (a push writes a
 # new one), so only an edit on disk changes a signature: an edit moves the mtime (unless someone sets it back by
@@ -232,8 +238,7 @@ class LocalTransport(FileSetTransport):
         # Side by side from two files on (a route change writes haproxy.cfg, the routes map and the redirects
         # map): their fsyncs then share a journal commit instead of waiting for one each. Each shared file has a
         # thread of its own, so one this push claimed is written at once, whatever another node's push waits for.
-        with ThreadPoolExecutor(max_workers=max(len(shared), min(WRITE_THREADS, len(names)))) as pool:
-            list(pool.map(write, names))
+        list(_WRITES.map(write, names))
 
     def _write_shared(self, path: str, data: bytes, mode: int) -> None:
         entry, mine = _share_claim(data)
