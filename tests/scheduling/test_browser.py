@@ -57,7 +57,12 @@ def test_form_errors_show_next_to_the_field(page, alice) -> None:
     page.goto("/jobs/new/")
     page.get_by_label("Name").fill("bad-cron")
     page.get_by_label("Cron (minute hour day month weekday)").fill("61 * * * *")
-    page.get_by_role("button", name="Create job").click()
+    # Waited for by its answer, so a failure says which side failed: the POST (never sent, slow, or not a 422)
+    # or the swap of its answer (CI once timed out on the error with neither known).
+    with page.expect_response(lambda r: r.request.method == "POST" and r.url.endswith("/jobs/new/"),
+                              timeout=30_000) as answer:
+        page.get_by_role("button", name="Create job").click()
+    assert answer.value.status == 422
     page.locator("#job-cron-err").wait_for()
     assert "61" in page.locator("#job-cron-err").inner_text()
     assert not Job.objects.filter(name="bad-cron").exists()
