@@ -27,6 +27,14 @@ Prepared = Callable[[RouteSpec], tuple[tuple[str, ...], Rank, str]]
 Moves = tuple[list[tuple[str, str]], list[tuple[str, str]], list[str]]  # added, changed (key, new value), removed
 
 
+def entry_moves(before: dict[str, str], now: list[tuple[str, str]]) -> Moves:
+    """The entries added, changed and removed from `before` (key: value) to `now` (in key order)."""
+    after = dict(now)
+    return ([(k, v) for k, v in now if k not in before],
+            [(k, v) for k, v in now if k in before and before[k] != v],
+            [k for k in before if k not in after])
+
+
 class ClassRun:
     """A host class's kept entries (key, written action), in key order, and their map lines."""
 
@@ -128,12 +136,8 @@ class ClassRun:
         high = low
         while high < len(self._kept) and self._kept[high].startswith(root):
             high += 1
-        before = dict(self.entries[low:high])
-        now = dict(kept)
-        added, changed, removed = moves
-        added += [(k, v) for k, v in kept if k not in before]
-        changed += [(k, v) for k, v in kept if k in before and before[k] != v]
-        removed += [k for k in before if k not in now]
+        for mine, found in zip(moves, entry_moves(dict(self.entries[low:high]), kept), strict=True):
+            mine += found
         self._kept[low:high] = [key for key, _ in kept]
         self.entries[low:high] = kept
         self._lines[low:high] = [f"{key} {value}\n".encode() for key, value in kept]

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from itertools import chain
 
 from apps.fleets.hotmaps import MAX_DELTA_KEYS, MapDelta
-from apps.fleets.render.classrun import ClassRun, Moves
+from apps.fleets.render.classrun import ClassRun, Moves, entry_moves
 from apps.fleets.render.frontends import (
     MAP_BUCKETS,
     _action_owner,
@@ -231,10 +231,7 @@ class ListenerRoutes:
                 else:
                     run = [(key, self._written(action))
                            for key, action in class_entries(host_class, members, _prepared)]
-                before, now = dict(self.runs.get(host_class, ())), dict(run)
-                moves = ([(k, v) for k, v in run if k not in before],
-                         [(k, v) for k, v in run if k in before and before[k] != v],
-                         [k for k in before if k not in now])
+                moves = entry_moves(dict(self.runs.get(host_class, ())), run)
                 self._set_run(host_class, run, state.chunk() if state is not None else None)
             for mine, theirs in zip(moved.setdefault(map_bucket(host_class), ([], [], [])), moves, strict=True):
                 mine += theirs
