@@ -28,6 +28,11 @@ if not SECRET_KEY:
     else:
         raise ImproperlyConfigured("SECRET_KEY is required outside DEBUG (or SECRET_KEY_FILE)")
 
+if TESTING:
+    # The suite only: PBKDF2 costs ~0.3 s per set_password on these machines and fixtures make ~700 users (about
+    # 1.8 min of a run). Processes the suite starts (workers, servers) get SPILLWAY_TESTING and agree on it.
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
 # Key for credentials encrypted at rest (node SSH keys, TLS private keys). Separate
 # from SECRET_KEY so rotating sessions does not make stored secrets unreadable.
 FIELD_ENCRYPTION_KEY = envsecret("FIELD_ENCRYPTION_KEY")
@@ -232,6 +237,10 @@ else:
     }
 
 # --- REST framework -------------------------------------------------------------
+# Request bodies: every API view reads at most API_MAX_BODY_BYTES (a view may allow more, e.g. a config
+# document), answering 413 past it (apps/core/api/parsers.py). Django's own ceiling sits above the largest.
+API_MAX_BODY_BYTES = envint("API_MAX_BODY_BYTES", 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, 8 * 1024 * 1024) + 1024
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "apps.accounts.authentication.BearerTokenAuthentication",

@@ -31,6 +31,12 @@ KINDS: Final[dict[str, tuple[str, ...]]] = {
     "jobs": ("name",),
 }
 EXPORT_ONLY: Final[tuple[str, ...]] = ()
+# Fields that name other rows, and the shape each name must have ("lb/name" is a name on a load balancer).
+# The planner and the resolver read these; every other field goes to the API's serializer as it is.
+REFERENCES: Final[dict[str, dict[str, str]]] = {
+    "listeners": {"default_pool": "name", "certificate": "name"},
+    "capacity_tests": {"listener": "lb/name", "route": "lb/priority", "pool": "lb/name", "region": "name"},
+}
 
 
 class DocumentError(ValueError):
@@ -68,6 +74,8 @@ def canonical(doc: Any) -> dict[str, Any]:
         if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
             raise DocumentError("invalid_document", f"{kind} must be a list of mappings.")
         rows = [_value(i) for i in items]
+        for row in rows:
+            _check_row(kind, row)
         if kind == "routes":
             for row in rows:
                 row["targets"] = sorted(row.get("targets") or [], key=lambda t: str(t.get("pool")))
@@ -77,6 +85,34 @@ def canonical(doc: Any) -> dict[str, Any]:
             raise DocumentError("duplicate_key", f"{kind} has two entries with the same {names}.")
         out[kind] = sorted(rows, key=lambda r: key_of(kind, r))
     return out
+
+
+def _check_row(kind: str, row: dict[str, Any]) -> None:
+    """A row's keys and references have the shapes the planner relies on (else a clear invalid_document)."""
+    where = f"{kind} entry"
+    for key in KINDS[kind]:
+        value = row.get(key)
+        if key == "priority":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise DocumentError("invalid_document", f"Each {where} needs a whole-number priority.")
+        elif not isinstance(value, str) or not value:
+            raise DocumentError("invalid_document", f"Each {where} needs {key!r} as a non-empty name.")
+    for name, shape in REFERENCES.get(kind, {}).items():
+        value = row.get(name)
+        if value is None:
+            continue
+        parts = value.split("/", 1) if isinstance(value, str) else []
+        if shape == "name" and not (isinstance(value, str) and value):
+            raise DocumentError("invalid_document", f"{where} {row.get('name')!r}: {name} must be a name.")
+        if shape.startswith("lb/") and not (len(parts) == 2 and all(parts)):
+            raise DocumentError("invalid_document", f"{where} {row.get('name')!r}: {name} must be written "
+                                f"{shape!r} (for example 'web/{'10' if shape.endswith('priority') else 'api'}').")
+    if kind == "routes":
+        targets = row.get("targets")
+        if targets is not None and not (isinstance(targets, list) and all(
+                isinstance(t, dict) and isinstance(t.get("pool"), str) and t["pool"] for t in targets)):
+            raise DocumentError("invalid_document", f"route {row.get('lb')}/{row.get('priority')}: targets must be "
+                                "a list of mappings, each with a pool name (and a weight).")
 
 
 def etag(doc: dict[str, Any]) -> str:

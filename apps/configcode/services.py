@@ -21,7 +21,7 @@ from apps.capacity.api.views import CapacityTestViewSet
 from apps.capacity.models import CapacityTest
 from apps.configcode import document, selectors
 from apps.core.errors import DomainError
-from apps.core.tenancy import Action, restricted
+from apps.core.tenancy import Action, restricted, scope_for
 from apps.fleets.models import Certificate
 from apps.scheduling.api.views import JobViewSet
 from apps.scheduling.models import Job
@@ -43,10 +43,13 @@ def _one(qs, what: str):
 
 
 class _Resolver:
-    """Names in the file → rows the principal may use (a foreign name answers like a missing one)."""
+    """Names in the file → rows the target org may use (a foreign name answers like a missing one).
+
+    Names resolve in the org the document is applied to, whoever sends it (`scope_for`): an operator applying
+    acme's file must not land acme's listener on globex's same-named LB or certificate."""
 
     def __init__(self, principal: Any, org: Organization) -> None:
-        self.principal, self.org = principal, org
+        self.principal, self.org = scope_for(principal, org), org
 
     def lb(self, name: str) -> LoadBalancer:
         return _one(restricted(LoadBalancer, self.principal, Action.USE).filter(name=name), f"load balancer {name!r}")
@@ -131,6 +134,7 @@ def org_plan(*, org: Organization, doc: Any) -> tuple[dict[str, Any], list[docum
 
 def org_apply(*, request: Any, org: Organization, doc: Any, if_match: str | None) -> list[document.Change]:
     """Apply `doc` all-or-nothing; `if_match` must be the etag of the export the file was made from."""
+    document.canonical(doc)  # a malformed file is a 400 before anything else is asked of it
     wanted = (if_match or (doc.get("etag") if isinstance(doc, dict) else "") or "").strip().strip('"')
     if not wanted:
         raise DomainError("precondition_required", "Send the etag of the export this file starts from "

@@ -16,6 +16,7 @@ Operators see and use everything, except where a model says otherwise.
 
 from __future__ import annotations
 
+import dataclasses
 from enum import StrEnum
 from typing import Any
 
@@ -89,3 +90,17 @@ def restricted(model: type[models.Model], principal: Any, action: Action | str =
     if not hasattr(manager, "restrict"):
         raise TypeError(f"{model.__name__} has no restrict(); give it a RestrictedQuerySet before exposing it")
     return manager.restrict(principal, action)
+
+
+def scope_for(principal: Any, org: Any) -> Any:
+    """The principal whose scope a write into `org` resolves its references in: `org`'s own, whoever writes.
+
+    An operator acting on a tenant's behalf (an API call with `org=acme`, an applied document, a job, a
+    renewal) may see every row, but what it writes into acme must only name rows acme itself may use: an
+    acme route on globex's private LB, or acme's listener serving globex's certificate, would otherwise be
+    one request away. The scope is acme's; the actor stays the operator (audit and labels are unchanged,
+    since only `restrict` reads the returned principal's org).
+    """
+    if principal is None or org is None or getattr(principal, "org_id", None) == org.pk:
+        return principal
+    return dataclasses.replace(principal, org=org)

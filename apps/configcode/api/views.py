@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.models import Organization
-from apps.configcode import document, services
+from apps.configcode import document, parse, services
 from apps.configcode.selectors import org_export
 from apps.core.api.errors import ApiError
 from apps.core.api.serializers import StrictSerializer
@@ -30,11 +30,11 @@ def _org(request) -> Organization:
 
 
 def load(text: str | bytes) -> Any:
-    """A document from YAML or JSON text (JSON is YAML); safe_load never builds Python objects."""
+    """A document from YAML or JSON text (JSON is YAML), bounded while it is read (apps.configcode.parse)."""
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise document.DocumentError("invalid_document", f"Not YAML or JSON: {exc}") from None
+        return parse.load(text)
+    except parse.ParseRefused as exc:
+        raise document.DocumentError(exc.code, exc.message) from None
 
 
 def dump_yaml(doc: dict[str, Any]) -> str:
@@ -72,6 +72,7 @@ class ApplyView(APIView):
 
     serializer_class = ApplyRequest
     error_statuses = (412, 428)  # If-Match stale, or missing on a real apply
+    max_body_bytes = 2 * parse.MAX_BYTES  # a large org's document, as YAML text inside JSON (escapes grow it)
 
     @extend_schema(parameters=[OpenApiParameter("org", str)], request=ApplyRequest,
                    responses={200: OpenApiTypes.OBJECT})
@@ -82,12 +83,13 @@ class ApplyView(APIView):
         raw = body.validated_data["document"]
         try:
             doc = load(raw) if isinstance(raw, str) else raw
+            parse.check_plain(doc)
             if body.validated_data["dry_run"]:
                 current, changes = services.org_plan(org=org, doc=doc)
                 return Response({"dry_run": True, "applied": False, "etag": current["etag"],
                                  "changes": [c.as_dict() for c in changes]})
             changes = services.org_apply(request=request, org=org, doc=doc, if_match=request.headers.get("If-Match"))
-        except document.DocumentError as exc:
+        except (document.DocumentError, parse.ParseRefused) as exc:
             raise ApiError(exc.code, exc.message) from None
         return Response({"dry_run": False, "applied": True, "etag": org_export(org)["etag"],
                          "changes": [c.as_dict() for c in changes]})

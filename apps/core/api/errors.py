@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.db import DataError, IntegrityError
 from django.http import Http404
 from rest_framework import exceptions, status
@@ -64,6 +65,9 @@ def exception_handler(exc, context):
                         status=exc.status_code)
     if isinstance(exc, IntegrityError | DataError):
         return _database_refused(exc)
+    if isinstance(exc, RequestDataTooBig):  # over DATA_UPLOAD_MAX_MEMORY_SIZE, the ceiling above every view's own
+        return Response({"code": "request_too_large", "detail": "The request body is too large.", "fields": {}},
+                        status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):

@@ -13,7 +13,7 @@ from rest_framework import serializers
 
 from apps.core import validators as v
 from apps.core.api.strict import StrictFieldsMixin
-from apps.core.tenancy import Action, restricted
+from apps.core.tenancy import Action, restricted, scope_for
 
 
 def allowlisted(check: Callable[[Any], Any]) -> Callable[[Any], None]:
@@ -102,7 +102,83 @@ class ScopedSlugRelatedField(serializers.SlugRelatedField):
         return restricted(self.model, _principal(self), self.scope_action)
 
 
-class TenantModelSerializer(StrictFieldsMixin, serializers.ModelSerializer):
+SCOPED_FIELDS = (ScopedRelatedField, ScopedSlugRelatedField)
+
+
+def _foreign_to(serializer: serializers.BaseSerializer, attrs: Any, scope: Any) -> dict[str, Any]:
+    """Errors for every reference in `attrs` (this serializer's validated data, nested rows included) that
+    `scope` may not use, worded exactly as a missing row's, so a foreign row is no oracle."""
+    if isinstance(serializer, serializers.ListSerializer):
+        serializer = serializer.child
+    if not isinstance(attrs, dict):
+        return {}
+    errors: dict[str, Any] = {}
+    for name, field in serializer.fields.items():
+        if field.read_only or field.source not in attrs or attrs[field.source] is None:
+            continue
+        value = attrs[field.source]
+        if isinstance(field, serializers.ManyRelatedField) and isinstance(field.child_relation, SCOPED_FIELDS):
+            relation, values = field.child_relation, list(value)
+        elif isinstance(field, SCOPED_FIELDS):
+            relation, values = field, [value]
+        elif isinstance(field, serializers.BaseSerializer):
+            rows = value if isinstance(value, list) else [value]
+            nested = {str(i): e for i, row in enumerate(rows) if (e := _foreign_to(field, row, scope))}
+            if nested:  # as the API words a nested row's errors: keyed by the row's index
+                errors[name] = nested if isinstance(value, list) else nested["0"]
+            continue
+        else:
+            continue
+        allowed = set(restricted(relation.model, scope, relation.scope_action)
+                      .filter(pk__in=[v.pk for v in values]).values_list("pk", flat=True))
+        foreign = [v for v in values if v.pk not in allowed]
+        if foreign:
+            sent = getattr(foreign[0], relation.slug_field, foreign[0].pk) if isinstance(
+                relation, ScopedSlugRelatedField) else foreign[0].pk
+            errors[name] = [serializers.ErrorDetail(
+                relation.error_messages["does_not_exist"].format(pk_value=sent, slug_name=getattr(
+                    relation, "slug_field", ""), value=sent), code="does_not_exist")]
+    return errors
+
+
+class ActingForMixin:
+    """Every reference a write names resolves in the scope of the org it writes into (`scope_for`).
+
+    The relation fields already resolve among rows the *caller* may use; for an operator writing into a
+    tenant's org that is every row. So the root serializer checks each reference again, nested rows
+    included, in the scope of the org the write lands in (`target_org`), before its own `validate` rules.
+    A customer writes only into its own org, where both scopes are one: the check costs nothing there.
+    """
+
+    def target_org(self, attrs: dict[str, Any]) -> Any:
+        """The org this write lands in: along the model's TENANT_PATH from the validated data (or the object
+        being changed), or an `org` field for a serializer that is not a model's. None: no tenant."""
+        meta = getattr(self, "Meta", None)
+        path = getattr(getattr(meta, "model", None), "TENANT_PATH", None) or "org"
+        first, *rest = path.split("__")
+        target = attrs[first] if first in attrs else getattr(getattr(self, "instance", None), first, None)
+        for part in rest:
+            target = getattr(target, part, None)
+        return target if hasattr(target, "is_operator") else None
+
+    def validate(self, attrs):
+        # Before the subclasses' own checks (they call super() first): a foreign row is refused exactly as a
+        # missing one would be, not by whichever rule happens to look at it next.
+        attrs = super().validate(attrs)  # type: ignore[misc]
+        parent = getattr(self, "parent", None)
+        if parent is not None and not (isinstance(parent, serializers.ListSerializer) and parent.parent is None):
+            return attrs  # a nested row: its root checks it with the root's org
+        principal = _principal(self)  # type: ignore[arg-type]
+        org = self.target_org(attrs) if isinstance(attrs, dict) else None
+        if principal is None or org is None or org.pk == principal.org_id:
+            return attrs
+        errors = _foreign_to(self, attrs, scope_for(principal, org))  # type: ignore[arg-type]
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
+
+
+class TenantModelSerializer(ActingForMixin, StrictFieldsMixin, serializers.ModelSerializer):
     """Base of every model serializer of the API: relation fields it builds are scoped by default.
 
     A ModelSerializer builds a PrimaryKeyRelatedField over *every* row for each foreign key it

@@ -5,12 +5,17 @@
   document here covers every field, including ones added later.
 - Nesting is bounded: 100k-deep brackets made `json.loads` raise RecursionError (a 500), and a
   document just under the interpreter's limit would make every recursive walker after it fail.
+- Size is bounded: a body over the view's `max_body_bytes` (API_MAX_BODY_BYTES, 1 MiB by default; config
+  documents allow more) answers 413 `request_too_large` before it is parsed. The stream is read to one
+  byte past the limit, so a body without Content-Length (chunked) is bounded too.
 """
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
+from django.conf import settings
 from rest_framework import parsers
 from rest_framework.exceptions import ParseError
 
@@ -50,8 +55,32 @@ def check_document(data: Any) -> None:
                 stack.append((item, depth + 1, name))
 
 
+class RequestTooLarge(ApiError):
+    def __init__(self, limit: int) -> None:
+        super().__init__("request_too_large", f"The request body is larger than {limit:,} bytes; send less at "
+                         "once (several requests, or a bulk endpoint).", status_code=413)
+
+
+def max_body_bytes(parser_context: dict | None) -> int:
+    view = (parser_context or {}).get("view")
+    return int(getattr(view, "max_body_bytes", None) or getattr(settings, "API_MAX_BODY_BYTES", 1024 * 1024))
+
+
+def bounded(stream, limit: int, parser_context: dict | None):
+    """The body as a stream of at most `limit` bytes, or RequestTooLarge."""
+    request = (parser_context or {}).get("request")
+    declared = getattr(request, "META", {}).get("CONTENT_LENGTH") if request is not None else None
+    if declared and str(declared).isdigit() and int(declared) > limit:
+        raise RequestTooLarge(limit)
+    body = stream.read(limit + 1) if stream is not None else b""
+    if len(body) > limit:
+        raise RequestTooLarge(limit)
+    return io.BytesIO(body)
+
+
 class JSONParser(parsers.JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
+        stream = bounded(stream, max_body_bytes(parser_context), parser_context)
         try:
             data = super().parse(stream, media_type, parser_context)
         except RecursionError:

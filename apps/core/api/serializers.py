@@ -1,11 +1,13 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from apps.core.api.fields import ActingForMixin
 from apps.core.api.strict import StrictFieldsMixin
 
 
-class StrictSerializer(StrictFieldsMixin, serializers.Serializer):
-    """Base of request bodies that are not a model's (actions): unknown fields answer 400 by name."""
+class StrictSerializer(ActingForMixin, StrictFieldsMixin, serializers.Serializer):
+    """Base of request bodies that are not a model's (actions): unknown fields answer 400 by name, and
+    references resolve in the scope of the `org` the body names (ActingForMixin)."""
 
 
 @extend_schema_field({"anyOf": [{"type": "array", "items": {}}, {"type": "object"}]})
