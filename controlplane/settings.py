@@ -186,6 +186,7 @@ LONGPOLL_SLOTS_PER_PROCESS = envint("LONGPOLL_SLOTS_PER_PROCESS", 2, minimum=0)
 LONGPOLL_SLOTS_PER_PRINCIPAL = envint("LONGPOLL_SLOTS_PER_PRINCIPAL", 2, minimum=0)
 # The suite logs in from loopback hundreds of times across parallel workers and live servers; the throttle's own
 # tests set the limit they exercise (5) explicitly.
+NO_ORG_URL = "/invitations/"  # where a signed-in person in no organization lands (their invitations)
 LOGIN_THROTTLE_ATTEMPTS = envint("LOGIN_THROTTLE_ATTEMPTS", 1000 if TESTING else 5, minimum=1)
 LOGIN_THROTTLE_WINDOW_S = envint("LOGIN_THROTTLE_WINDOW_S", 300, minimum=1)
 

@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from apps.accounts.models import Scope
-from apps.accounts.services import token_authenticate
+from apps.accounts.services import principal_for_token, token_authenticate
 from apps.core import metrics as _metrics  # noqa: F401  (registers collectors)
 from apps.core import netpolicy
 from apps.core.api.errors import server_error_body
@@ -31,7 +31,8 @@ def _metrics_allowed(request: HttpRequest) -> bool:
     if not header.startswith("Bearer "):
         return False
     token = token_authenticate(header.removeprefix("Bearer ").strip())
-    return token is not None and token.org.is_operator and Scope.READ in token.scopes
+    principal = principal_for_token(token) if token is not None else None  # its owner still a member
+    return principal is not None and principal.is_operator and Scope.READ in principal.scopes
 
 
 def metrics(request: HttpRequest) -> HttpResponse:

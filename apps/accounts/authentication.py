@@ -20,9 +20,10 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         if len(parts) != 2:
             raise exceptions.AuthenticationFailed("Malformed Authorization header; use 'Bearer <token>'.")
         token = token_authenticate(parts[1])
-        if token is None:
+        principal = principal_for_token(token) if token is not None else None
+        if principal is None:  # unknown, expired, revoked, or its owner left the org: one answer for all
             raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
-        request.principal = principal_for_token(token)
+        request.principal = principal
         return (token.user, token)
 
     def authenticate_header(self, request) -> str:

@@ -18,7 +18,12 @@ class PrincipalMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         user = getattr(request, "user", None)
-        request.principal = (  # type: ignore[attr-defined]
-            principal_for_user(user, request.session.get("org")) if user is not None and user.is_authenticated
-            else None)
+        principal = None
+        if user is not None and user.is_authenticated:
+            chosen = request.session.get("org")
+            principal = principal_for_user(user, chosen)
+            if principal is not None and chosen and principal.org.slug != chosen:
+                # No longer a member of the org the session chose (removed): it lands in one the user has.
+                request.session["org"] = principal.org.slug
+        request.principal = principal  # type: ignore[attr-defined]
         return self.get_response(request)

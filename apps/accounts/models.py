@@ -96,6 +96,70 @@ class Membership(models.Model):
         return {"user": self.user.get_username(), "org": self.org.slug}
 
 
+class InvitationQuerySet(RestrictedQuerySet):
+    """An org's invitations (its admins manage them), and the ones addressed to the caller (to accept)."""
+
+    def for_user(self, user_id: int | None) -> InvitationQuerySet:
+        """The invitations addressed to a person (by their username), whatever org they act in, or none."""
+        from django.contrib.auth import get_user_model
+
+        if user_id is None:
+            return self.none()
+        me = get_user_model().objects.filter(pk=user_id, is_active=True).values("username")
+        return self.filter(username__in=me)
+
+    def addressed_to(self, principal) -> InvitationQuerySet:
+        return self.for_user(principal.user_id)
+
+    def visible_to(self, principal) -> InvitationQuerySet:
+        if principal.is_operator:
+            return self
+        return self.filter(org_id=principal.org_id) | self.addressed_to(principal)
+
+    def writable_by(self, principal) -> InvitationQuerySet:
+        if not principal.role_at_least(Role.ADMIN):
+            return self.none()
+        return self if principal.is_operator else self.filter(org_id=principal.org_id)
+
+
+class Invitation(models.Model):
+    """An offer of a role in an org, made by its admins, that becomes a membership only when the invited user
+    accepts it. Made for any username, existing or not, and answered the same way: no oracle of who exists."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        ACCEPTED = "accepted"
+        DECLINED = "declined"
+        REVOKED = "revoked"
+
+    TENANT_PATH = "org"
+
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="invitations")
+    username = models.CharField(max_length=150)
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    invited_by = models.CharField(max_length=200, blank=True, default="")  # the inviter, in words
+    expires_at = models.DateTimeField()
+    decided_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    audit_fields = ("username", "role", "status")
+
+    objects = InvitationQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["org", "username"], condition=models.Q(status="pending"),
+                                               name="invitation_one_pending_per_user")]
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.username} → {self.org_id} as {self.role}"
+
+    @property
+    def expired(self) -> bool:
+        return self.expires_at <= timezone.now()
+
+
 class Scope(models.TextChoices):
     READ = "read"
     WRITE = "write"

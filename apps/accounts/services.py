@@ -13,9 +13,10 @@ from django.db import transaction
 from django.db.models import Case, When
 from django.utils import timezone
 
-from apps.accounts.models import ApiToken, Membership, Organization, Role, Scope, SsoIdentity
+from apps.accounts.models import ApiToken, Invitation, Membership, Organization, Role, Scope, SsoIdentity
 from apps.accounts.principal import Principal
 from apps.audit.services import AuditAction, audit_record, audited_delete, audited_save
+from apps.core import lifecycle
 from apps.core.errors import DomainError
 
 TOKEN_PREFIX = "spw"  # noqa: S105  (a public marker, not a secret)
@@ -120,26 +121,35 @@ def token_authenticate(raw: str) -> ApiToken | None:
     return token
 
 
-def principal_for_token(token: ApiToken) -> Principal:
+def principal_for_token(token: ApiToken) -> Principal | None:
+    """Who a token acts as, or None: a person's token works only while they are an active member of its org
+    (removal revokes it too, apps.core.lifecycle; this is the second lock)."""
     role = Role.ADMIN
     if token.user_id is not None:
-        membership = Membership.objects.filter(user_id=token.user_id, org_id=token.org_id).first()
+        membership = Membership.objects.filter(user_id=token.user_id, org_id=token.org_id,
+                                               user__is_active=True).first()
+        if membership is None:
+            return None
         # A token never has more power than the user who owns it.
-        role = membership.role if membership else Role.VIEWER
+        role = membership.role
     return Principal(org=token.org, role=role, user_id=token.user_id, token_id=token.pk,
                      scopes=frozenset(token.scopes), token_name=token.name)
 
 
 def principal_for_user(user, org_slug: str | None = None) -> Principal | None:
+    """The session's principal: in the chosen org while the user is a member there, else in the org they
+    would sign in to (a removed member's session lands in an org they still have; none: signed out)."""
     if not user or not user.is_authenticated:
         return None
-    # Without a chosen org: an operator membership first, then the oldest. Never by name: any org's admin can
-    # add a user it names, and that must not move the user's next sign-in into the adder's org.
+    # Without a chosen org: an operator membership first, then the oldest. Never by name or invitation time:
+    # that must not move the user's next sign-in into an inviter's org.
     memberships = Membership.objects.filter(user=user).select_related("org").order_by(
         Case(When(org__kind=Organization.Kind.OPERATOR, then=0), default=1), "created_at", "pk")
+    membership = None
     if org_slug:
-        memberships = memberships.filter(org__slug=org_slug)
-    membership = memberships.first()
+        membership = memberships.filter(org__slug=org_slug).first()
+    if membership is None:
+        membership = memberships.first()
     if membership is None:
         return None
     return Principal(org=membership.org, role=membership.role, user_id=user.pk)
@@ -179,17 +189,73 @@ def _check_not_last_owner(m: Membership) -> None:
                           field="role", status=409)
 
 
-def membership_add(*, principal: Principal, org: Organization, username: str, role: str) -> Membership:
-    user = get_user_model().objects.filter(username=username, is_active=True).first()
-    if user is None:
-        raise DomainError("unknown_user", f"No active user {username!r}; they sign in once (or an operator "
-                          "creates them) before they can be added.", field="username")
+INVITATION_TTL_S = 14 * 86400
+MAX_PENDING_INVITATIONS = 200  # per org: an invitation costs nothing to send, so bound how many wait
+
+
+def invitation_create(*, principal: Principal, org: Organization, username: str, role: str) -> Invitation:
+    """Invite `username` into `org` with `role`. The same answer whether or not such a user exists: the user
+    sees it at their next sign-in (or when their account is made) and accepts or declines it there."""
+    username = username.strip()
+    if not username or len(username) > 150 or any(c.isspace() or not c.isprintable() for c in username):
+        raise DomainError("invalid_username", "Give the username of the person to invite.", field="username")
     _check_role_change(principal, old=None, new=role)
-    if Membership.objects.filter(org=org, user=user).exists():
+    if Membership.objects.filter(org=org, user__username=username).exists():
         raise DomainError("already_member", f"{username} is already a member of {org.slug}.", field="username",
                           status=409)
-    return audited_save(principal=principal, obj=Membership(org=org, user=user), action=AuditAction.CREATE,
-                        data={"role": role})
+    with transaction.atomic():
+        Organization.objects.select_for_update().filter(pk=org.pk).first()  # one count per org at a time
+        pending = Invitation.objects.filter(org=org, status=Invitation.Status.PENDING)
+        invitation = pending.filter(username=username).first()
+        if invitation is None and pending.count() >= MAX_PENDING_INVITATIONS:
+            raise DomainError("quota_exceeded", f"{org.slug} has {MAX_PENDING_INVITATIONS} invitations waiting; "
+                              "revoke some before inviting more.", status=429)
+        data = {"role": role, "invited_by": principal.label[:200],
+                "expires_at": timezone.now() + timezone.timedelta(seconds=INVITATION_TTL_S)}
+        return audited_save(principal=principal, obj=invitation or Invitation(org=org, username=username), data=data)
+
+
+def _pending(invitation: Invitation) -> Invitation:
+    invitation = Invitation.objects.select_for_update().select_related("org").get(pk=invitation.pk)
+    if invitation.status != Invitation.Status.PENDING or invitation.expired:
+        raise DomainError("invitation_closed", "This invitation was already answered, revoked or has expired; ask "
+                          "for a new one.", status=409)
+    return invitation
+
+
+def invitation_accept(*, user, invitation: Invitation) -> Membership:
+    """The invited person (only them: their own username) takes the offered role. They may belong to no org
+    yet, so the audit names them as the new member of the inviting org."""
+    with transaction.atomic():
+        invitation = _pending(invitation)
+        if not user.is_active or invitation.username != user.get_username():
+            raise DomainError("not_found", "Not found.", status=404)
+        membership, _ = Membership.objects.get_or_create(user=user, org=invitation.org,
+                                                         defaults={"role": invitation.role})
+        principal = Principal(org=invitation.org, role=membership.role, user_id=user.pk)
+        audited_save(principal=principal, obj=invitation, data={"status": Invitation.Status.ACCEPTED,
+                                                                "decided_at": timezone.now()})
+        audit_record(principal=principal, org=invitation.org, action="membership.create", obj=membership,
+                     after={"user": user.get_username(), "role": membership.role, "invitation": invitation.pk})
+    return membership
+
+
+def invitation_decline(*, user, invitation: Invitation) -> Invitation:
+    with transaction.atomic():
+        invitation = _pending(invitation)
+        if invitation.username != user.get_username():
+            raise DomainError("not_found", "Not found.", status=404)
+        principal = Principal(org=invitation.org, role=Role.VIEWER, user_id=user.pk)
+        return audited_save(principal=principal, obj=invitation, data={"status": Invitation.Status.DECLINED,
+                                                                       "decided_at": timezone.now()})
+
+
+def invitation_revoke(*, principal: Principal, invitation: Invitation) -> Invitation:
+    with transaction.atomic():
+        invitation = _pending(invitation)
+        _check_role_change(principal, old=None, new=invitation.role)
+        return audited_save(principal=principal, obj=invitation, data={"status": Invitation.Status.REVOKED,
+                                                                       "decided_at": timezone.now()})
 
 
 def membership_set_role(*, principal: Principal, membership: Membership, role: str) -> Membership:
@@ -202,12 +268,34 @@ def membership_set_role(*, principal: Principal, membership: Membership, role: s
         return audited_save(principal=principal, obj=membership, action=AuditAction.UPDATE, data={"role": role})
 
 
-def membership_remove(*, principal: Principal, membership: Membership) -> None:
+def membership_remove(*, principal: Principal | None, membership: Membership,
+                      checked: bool = True) -> lifecycle.Offboarded:
+    """End a membership and, in the same transaction, the member's authority in the org (apps.core.lifecycle):
+    their tokens there are revoked and what they own that acts for them stops. `checked=False` only for
+    single sign-on, where the IdP's claims are the authority."""
     with transaction.atomic():
         membership = Membership.objects.select_for_update().select_related("user", "org").get(pk=membership.pk)
-        _check_role_change(principal, old=membership.role, new=None)
-        _check_not_last_owner(membership)
+        if checked:
+            _check_role_change(principal, old=membership.role, new=None)
+            _check_not_last_owner(membership)
         audited_delete(principal=principal, obj=membership)
+        return member_offboard(principal=principal, user=membership.user, org=membership.org)
+
+
+def member_offboard(*, principal: Principal | None, user, org: Organization) -> lifecycle.Offboarded:
+    """Revoke the user's tokens in `org` and stop what acts there on their authority (call with the membership
+    gone, inside the transaction that removed it)."""
+    tokens = ApiToken.objects.filter(org=org, user=user).values_list("pk", flat=True)
+    actors = {f"user:{user.pk}", *(f"token:{pk}" for pk in tokens)}  # every actor they were in the org
+    done = lifecycle.Offboarded()
+    live = list(ApiToken.objects.filter(org=org, user=user, revoked_at__isnull=True))
+    for token in live:  # each with the tokens it minted (a child already revoked is left as it is)
+        token_revoke(token=token, principal=principal)
+    done.tokens_revoked = len(live)
+    done.stopped = lifecycle.stop_owned(org=org, actors=actors, principal=principal)
+    audit_record(principal=principal, org=org, action="membership.offboard", obj=user,
+                 after={"user": user.get_username(), **done.as_dict()})
+    return done
 
 
 def memberships_of(user) -> list[Membership]:
@@ -240,19 +328,20 @@ def sso_user_sync(*, issuer: str, subject: str, username: str, email: str, grant
     """The user behind an IdP subject, made on first sign-in, with memberships as the IdP's claims say.
 
     Orgs named in the mapping (`managed_orgs`) follow the claims at every sign-in (granted, role changed or
-    removed); memberships in other orgs, added by hand, are left alone. Refused (SsoNoOrg, nothing written)
-    when the claims grant no existing org.
+    removed, a removal ending the member's tokens and owned objects there as any removal does); memberships in
+    other orgs, added by hand, are left alone. When the claims grant no existing org the sign-in is refused
+    (SsoNoOrg), after the memberships the IdP no longer grants are removed: deprovisioning at the IdP ends
+    access here too, not only the next sign-in.
     """
     orgs = {o.slug: o for o in Organization.objects.filter(slug__in=grants)}
-    if not orgs:
-        raise SsoNoOrg(f"Your single sign-on account ({username}) is not in any group that Spillway maps to an "
-                       "organization, so it cannot sign in. Ask your Spillway operator to map one of your groups.")
     user_model = get_user_model()
     with transaction.atomic():
         identity = SsoIdentity.objects.select_for_update().select_related("user").filter(
             issuer=issuer, subject=subject).first()
+        if identity is None and not orgs:
+            raise SsoNoOrg(_no_org_message(username))
         if identity is None:
-            user = user_model(username=_free_username(username), email=email)
+            user = user_model(username=_free_username(_clean_username(username)), email=email)
             user.set_unusable_password()  # a password can never open this account
             user.save()
             identity = SsoIdentity.objects.create(user=user, issuer=issuer, subject=subject)
@@ -276,5 +365,24 @@ def sso_user_sync(*, issuer: str, subject: str, username: str, email: str, grant
             if slug in managed_orgs and slug not in orgs:
                 audit_record(principal=None, org=m.org, action="membership.sso_sync", obj=user,
                              before={"role": m.role}, after=None)
-                m.delete()
+                membership_remove(principal=None, membership=m, checked=False)
+    if not orgs:  # committed above: the removals stand although nobody signs in
+        raise SsoNoOrg(_no_org_message(username))
     return user
+
+
+def _no_org_message(username: str) -> str:
+    return (f"Your single sign-on account ({_clean_username(username)}) is not in any group that Spillway maps to "
+            "an organization, so it cannot sign in. Ask your Spillway operator to map one of your groups.")
+
+
+def _clean_username(raw: str) -> str:
+    """A username from the IdP as Spillway stores it: Django's username characters only (letters, digits and
+    @.+-_), NFKC-normalized, invisible and control characters dropped; "sso-user" when nothing is left."""
+    import re
+    import unicodedata
+
+    text = unicodedata.normalize("NFKC", str(raw or ""))
+    text = "".join(c for c in text if unicodedata.category(c)[0] not in ("C", "Z") or c == " ")
+    text = re.sub(r"[^\w.@+-]", "", text.replace(" ", "-"))
+    return text[:140] or "sso-user"

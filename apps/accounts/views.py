@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from django.contrib.auth.mixins import LoginRequiredMixin
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.views import View
 
-from apps.accounts.models import ApiToken, Membership, Role, Scope
+from apps.accounts.models import ApiToken, Invitation, Membership, Role, Scope
 from apps.accounts.services import (
-    membership_add,
+    invitation_accept,
+    invitation_create,
+    invitation_decline,
+    invitation_revoke,
     membership_remove,
     membership_set_role,
     memberships_of,
@@ -55,14 +60,17 @@ class TokenRevokeView(PrincipalView):
 
 
 class MembersView(PrincipalView):
-    """Members of the current org: owners and admins add, change roles and remove (only owners touch owners)."""
+    """Members of the current org: owners and admins invite, change roles and remove (only owners touch owners).
+    Removing someone says what it stopped (their tokens, jobs and subscriptions in the org)."""
 
     def _can_admin(self) -> bool:
         return self.principal.can_write and self.principal.role_at_least(Role.ADMIN)
 
     def _render(self, request, status: int = 200, **extra):
         members = self.scoped(Membership).filter(org=self.principal.org).select_related("user", "org")
+        invitations = self.scoped(Invitation).filter(org=self.principal.org, status=Invitation.Status.PENDING)
         return render(request, "accounts/members.html", {"members": members, "roles": Role.values,
+                                                         "invitations": invitations,
                                                          "can_admin": self._can_admin(), **extra}, status=status)
 
     def get(self, request):
@@ -71,22 +79,74 @@ class MembersView(PrincipalView):
     def post(self, request):
         if not self._can_admin():
             return HttpResponse("Only org owners and admins manage members.", status=403)
+        saved = "Saved."
         try:
             pk = request.POST.get("membership")
+            revoke = request.POST.get("revoke_invitation", "")
             if pk:
                 membership = self.get_changeable(Membership, pk=int(pk) if pk.isdigit() else 0)
                 if request.POST.get("remove"):
-                    membership_remove(principal=self.principal, membership=membership)
+                    name = membership.user.get_username()
+                    done = membership_remove(principal=self.principal, membership=membership)
+                    saved = _offboard_words(name, done)
                 else:
                     membership_set_role(principal=self.principal, membership=membership,
                                         role=_role(request.POST.get("role")))
+            elif revoke:
+                invitation = self.get_changeable(Invitation, pk=int(revoke) if revoke.isdigit() else 0)
+                invitation_revoke(principal=self.principal, invitation=invitation)
+                saved = f"The invitation of {invitation.username} was revoked."
             else:
-                membership_add(principal=self.principal, org=self.principal.org,
-                               username=request.POST.get("username", "").strip()[:150],
-                               role=_role(request.POST.get("role")))
+                invitation = invitation_create(principal=self.principal, org=self.principal.org,
+                                               username=request.POST.get("username", "").strip()[:150],
+                                               role=_role(request.POST.get("role")))
+                saved = (f"{invitation.username} is invited as {invitation.role}; they join when they accept "
+                         "(on their Invitations page, after they sign in).")
         except DomainError as exc:
             return self._render(request, status=400, error=exc.detail)
-        return self._render(request, saved=True)
+        return self._render(request, saved=saved)
+
+
+def _offboard_words(name: str, done) -> str:
+    parts = [f"{name} was removed"]
+    if done.tokens_revoked:
+        parts.append(f"{done.tokens_revoked} API token{'s' if done.tokens_revoked != 1 else ''} revoked")
+    labels = {"scheduling.Job": ("job", "paused"), "events.Subscription": ("event subscription", "disabled")}
+    for label, count in done.stopped.items():
+        noun, verb = labels.get(label, (label, "stopped"))
+        parts.append(f"{count} {noun}{'s' if count != 1 else ''} they made {verb}")
+    return "; ".join(parts) + "."
+
+
+class InvitationsView(LoginRequiredMixin, View):
+    """The invitations addressed to the signed-in person: accept (join with the offered role) or decline.
+    Open to someone in no org yet (a new account lands here: apps.core.ui.PrincipalView)."""
+
+    def _render(self, request, status: int = 200, **extra):
+        pending = Invitation.objects.for_user(request.user.pk).filter(
+            status=Invitation.Status.PENDING).select_related("org")
+        return render(request, "accounts/invitations.html",
+                      {"invitations": pending, "no_org": getattr(request, "principal", None) is None, **extra},
+                      status=status)
+
+    def get(self, request):
+        return self._render(request)
+
+    def post(self, request):
+        pk = request.POST.get("invitation", "")
+        invitation = Invitation.objects.for_user(request.user.pk).filter(
+            pk=int(pk) if pk.isdigit() else 0).select_related("org").first()
+        if invitation is None:
+            return HttpResponse("No such invitation.", status=404)
+        try:
+            if request.POST.get("answer") == "accept":
+                invitation_accept(user=request.user, invitation=invitation)
+                request.session["org"] = invitation.org.slug  # they accepted to act there: go there now
+                return redirect("/")
+            invitation_decline(user=request.user, invitation=invitation)
+        except DomainError as exc:
+            return self._render(request, status=400, error=exc.detail)
+        return self._render(request, saved=f"You declined the invitation to {invitation.org.slug}.")
 
 
 def _role(value: str | None) -> str:

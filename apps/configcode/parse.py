@@ -47,7 +47,7 @@ class _Loader(yaml.SafeLoader):
         self._depth = 0
         self._nodes = 0
 
-    def compose_node(self, parent, index):  # noqa: ANN001, ANN201 (PyYAML's signature)
+    def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise ParseRefused("yaml_alias", f"YAML aliases (*{event.anchor}) are not accepted in a config "

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
-from django.shortcuts import get_object_or_404
+from django.shortcuts import get_object_or_404, redirect
 from django.views import View
 
 from apps.core.errors import DomainError
@@ -24,7 +24,8 @@ class PrincipalView(LoginRequiredMixin, View):
 
     def dispatch(self, request, *args, **kwargs):
         if request.user.is_authenticated and getattr(request, "principal", None) is None:
-            raise Http404("Your account belongs to no organization.")
+            # In no organization (new, or removed from the last one): the one page that can change that.
+            return redirect(settings.NO_ORG_URL)
         return super().dispatch(request, *args, **kwargs)
 
     @property

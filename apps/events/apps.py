@@ -4,3 +4,10 @@ from django.apps import AppConfig
 class EventsConfig(AppConfig):
     name = "apps.events"
     label = "events"
+
+    def ready(self) -> None:
+        from apps.core import lifecycle
+        from apps.events.models import Subscription
+        from apps.events.services import subscriptions_stop_for
+
+        lifecycle.register(Subscription, stop=subscriptions_stop_for)

@@ -48,10 +48,13 @@ class Subscription(models.Model):
     types = models.JSONField(default=list, blank=True)  # event type names; empty = every type
     secret_encrypted = models.TextField(blank=True)  # Fernet, see apps.core.crypto
     enabled = models.BooleanField(default=True)
+    # Whose authority it sends on (`user:<id>` / `token:<id>`): disabled when they leave the org
+    # (apps.core.lifecycle); whoever enables it again takes it over.
+    created_by = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     # What the audit log keeps (apps.audit.services.audit_snapshot): whether a secret is set, not the secret.
-    audit_fields = ("name", "url", "format", "types", "enabled")
+    audit_fields = ("name", "url", "format", "types", "enabled", "created_by")
 
     objects = TenantQuerySet.as_manager()
 

@@ -93,6 +93,8 @@ def subscription_save(*, principal: Any, subscription: Subscription, data: dict[
                       secret: str | None = None) -> Subscription:
     if subscription.pk is None:
         subscription.org = principal.org
+    if principal is not None and (subscription.pk is None or (data.get("enabled") and not subscription.enabled)):
+        data = {**data, "created_by": principal.actor}  # made, or turned on again: it sends on this one's authority
     org = subscription.org
     url = data.get("url", subscription.url)
     try:
@@ -114,6 +116,15 @@ def subscription_save(*, principal: Any, subscription: Subscription, data: dict[
         raise DomainError("secret_required", "A signing secret is required (receivers verify the signature with it).",
                           field="secret")
     return audited_save(principal=principal, obj=subscription, data=data)
+
+
+def subscriptions_stop_for(org: Any, actors: set[str], principal: Any) -> int:
+    """Disable the org's subscriptions made by a member who left (apps.core.lifecycle)."""
+    stopped = 0
+    for subscription in Subscription.objects.filter(org=org, created_by__in=actors, enabled=True):
+        audited_save(principal=principal, obj=subscription, data={"enabled": False})
+        stopped += 1
+    return stopped
 
 
 def subscription_delete(*, principal: Any, subscription: Subscription) -> None:

@@ -118,6 +118,14 @@ def job_pause(*, principal: Principal | None, job: Job) -> Job:
     return job
 
 
+def jobs_stop_for(org, actors: set[str], principal: Principal | None) -> int:
+    """Pause the org's jobs made (or last taken over) by a member who left (apps.core.lifecycle)."""
+    jobs = list(Job.objects.filter(org=org, created_by__in=actors, enabled=True))
+    for job in jobs:
+        job_pause(principal=principal, job=job)
+    return len(jobs)
+
+
 def job_resume(*, principal: Principal | None, job: Job) -> Job:
     """Fire again from now on: slots that passed while paused are not misfires and do not run."""
     now = timezone.now()

@@ -35,9 +35,26 @@ class TestOrganizations(TenancyContract):
 class TestMemberships(TenancyContract):
     url = "/api/v1/memberships/"
     update = {"role": "editor"}
+    creatable = False  # people join by accepting an invitation
 
     def make(self, request):
         return MembershipFactory(user=UserFactory(), org=request.getfixturevalue("acme"), role=Role.VIEWER)
 
     def payload(self, request):
         return {"username": UserFactory().username, "role": "viewer"}
+
+
+class TestInvitations(TenancyContract):
+    url = "/api/v1/invitations/"
+    deletable = False  # revoked, kept for the audit trail
+
+    def make(self, request):
+        from django.utils import timezone
+
+        from apps.accounts.models import Invitation
+
+        return Invitation.objects.create(org=request.getfixturevalue("acme"), username="someone", role=Role.VIEWER,
+                                         expires_at=timezone.now() + timezone.timedelta(days=1))
+
+    def payload(self, request):
+        return {"username": "newcomer", "role": "viewer"}

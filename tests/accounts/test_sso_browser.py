@@ -88,7 +88,7 @@ def test_sso_sign_in_lands_the_user_in_the_org_and_role_their_groups_map_to(page
     assert {(m.org.slug, m.role) for m in Membership.objects.filter(user=user)} == {("acme", Role.ADMIN)}
     # Admin rights are real: the members page offers the admin form to her.
     page.goto("/members/")
-    assert page.get_by_role("button", name="Add member").is_visible()
+    assert page.get_by_role("button", name="Invite").is_visible()
 
 
 def test_sso_roles_follow_the_idp_at_every_sign_in(page, sso, settings, orgs):

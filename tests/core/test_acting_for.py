@@ -16,13 +16,18 @@ import pytest
 from apps.balancers.models import Listener, LoadBalancer, Pool, Route, StaticIP
 from apps.capacity.models import CapacityTest
 from apps.fleets.models import Certificate
-from tests.core.test_hostile_references import CASES, MISSING_ID, _put, _shape, sides  # noqa: F401
+from tests.core.test_hostile_references import CASES, _put, _shape, make_sides
 
 # endpoint → the field that decides the org the write lands in (the model's TENANT_PATH head).
 TARGET_FIELD = {"load-balancers": "org", "listeners": "lb", "pools": "org", "pool-regions": "pool",
                 "members": "pool", "routes": "org", "hostname-claims": "org", "static-ips": "org",
                 "certificates": "org", "managed-certificates": "org", "capacity-tests": "org", "jobs": "org",
                 "cloud-targets": "org", "cloud-applies": "target"}
+@pytest.fixture
+def sides(acme, globex, ops):
+    return make_sides(acme, globex)
+
+
 OPERATOR_CASES = [c for c in CASES if c[2] != TARGET_FIELD[c[0].split("/")[3]]]
 
 
@@ -93,7 +98,7 @@ def _apply(persona, org: str, doc: dict):
 
 @pytest.mark.parametrize("kind", ["listeners", "pools", "routes", "members"])
 def test_an_operator_applying_acmes_file_cannot_write_onto_globexs_private_lb(sides, otto, kind):
-    acme_side, globex_side = sides
+    _, globex_side = sides
     doc = _export(otto, "acme")
     edited = copy.deepcopy(doc)
     g_lb, g_pool = globex_side.lb.name, globex_side.pool.name

@@ -65,6 +65,11 @@ def _side(org, n: int, ip_pool: IpPool) -> Side:
 
 @pytest.fixture
 def sides(acme, globex, ops):
+    return make_sides(acme, globex)
+
+
+def make_sides(acme, globex) -> tuple[Side, Side]:
+    """acme's and globex's objects of every kind a write can reference."""
     RegionFactory(slug="us-east")
     ip_pool = IpPoolFactory(name="ips", cidr="192.0.2.0/28")
     HostnameClaimFactory(org=acme, hostname="shop.acme.test", status="approved")

@@ -4,7 +4,7 @@ import ipaddress
 
 from rest_framework import serializers
 
-from apps.accounts.models import ApiToken, Membership, Organization, Role, Scope
+from apps.accounts.models import ApiToken, Invitation, Membership, Organization, Role, Scope
 from apps.core.api.fields import SlugNameField, TenantModelSerializer
 
 
@@ -44,7 +44,7 @@ class ApiTokenSerializer(TenantModelSerializer):
 class MembershipSerializer(TenantModelSerializer):
     org = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     username = serializers.CharField(source="user.username", max_length=150,
-                                     help_text="An existing user's username (set on create only).")
+                                     help_text="The member's username (fixed: members join by invitation).")
     role = serializers.ChoiceField(choices=Role.choices)
 
     class Meta:
@@ -57,3 +57,16 @@ class MembershipSerializer(TenantModelSerializer):
             raise serializers.ValidationError("A membership's user cannot change; remove it and add the other user.",
                                               code="immutable")
         return value
+
+
+class InvitationSerializer(TenantModelSerializer):
+    org = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    username = serializers.CharField(max_length=150, help_text="Who is invited. Any username: the answer is the same "
+                                     "whether or not the account exists yet.")
+    role = serializers.ChoiceField(choices=Role.choices)
+
+    class Meta:
+        model = Invitation
+        fields = ["id", "org", "username", "role", "status", "invited_by", "expires_at", "decided_at", "created_at"]
+        read_only_fields = ["id", "org", "status", "invited_by", "expires_at", "decided_at", "created_at"]
+        validators: list = []  # one pending per user and org: the service refreshes the pending one

@@ -172,7 +172,10 @@ class ActingForMixin:
         org = self.target_org(attrs) if isinstance(attrs, dict) else None
         if principal is None or org is None or org.pk == principal.org_id:
             return attrs
-        errors = _foreign_to(self, attrs, scope_for(principal, org))  # type: ignore[arg-type]
+        # Operator-only fields (placement on a fleet) are the operator's own choice, not the tenant's reference.
+        own = set(getattr(getattr(self, "Meta", None), "operator_only_fields", ()))
+        errors = _foreign_to(self, {k: v for k, v in attrs.items() if k not in own},  # type: ignore[arg-type]
+                             scope_for(principal, org))
         if errors:
             raise serializers.ValidationError(errors)
         return attrs
