@@ -358,7 +358,10 @@ SCHEDULING_TENANT_URL_ALLOW_CIDRS = envlist("SCHEDULING_TENANT_URL_ALLOW_CIDRS",
 # Event deliveries (apps.events): attempts per delivery, first retry delay (then 4 times longer each time), timeout.
 EVENTS_MAX_ATTEMPTS = envint("EVENTS_MAX_ATTEMPTS", 6, minimum=1)
 EVENTS_RETRY_BASE_S = float(envstr("EVENTS_RETRY_BASE_S", "10"))
-EVENTS_TIMEOUT_S = float(envstr("EVENTS_TIMEOUT_S", "5"))
+EVENTS_TIMEOUT_S = float(envstr("EVENTS_TIMEOUT_S", "5"))  # the whole attempt (apps.core.outbound)
+# Deliveries of one org sending at once: one org's slow receivers hold at most this many worker threads.
+EVENTS_ORG_CONCURRENCY = envint("EVENTS_ORG_CONCURRENCY", 2, minimum=1)
+OUTBOUND_DEFAULT_DEADLINE_S = float(envstr("OUTBOUND_DEFAULT_DEADLINE_S", "30"))
 # ACME (apps.acme): the CA's directory (e.g. https://acme-v02.api.letsencrypt.org/directory; empty = off), a CA
 # bundle to trust it by (tests: pebble's), and the RFC 2136 server dns-01 updates go to (TSIG-signed).
 ACME_DIRECTORY_URL = envstr("ACME_DIRECTORY_URL", "")

@@ -36,6 +36,7 @@ from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.utils import import_from_settings
 
 from apps.accounts.models import Role
+from apps.core import outbound
 
 log = logging.getLogger(__name__)
 
@@ -114,10 +115,11 @@ def discovery() -> dict[str, Any]:
         if hit and time.monotonic() - hit[0] < DISCOVERY_TTL_S:
             return hit[1]
     try:
-        reply = requests.get(f"{issuer}/.well-known/openid-configuration", timeout=settings.SSO_TIMEOUT_S)
-        reply.raise_for_status()
-        doc = reply.json()
-    except (requests.RequestException, ValueError) as exc:
+        with outbound.deadline(float(settings.SSO_TIMEOUT_S), "the identity provider's discovery document"):
+            reply = requests.get(f"{issuer}/.well-known/openid-configuration", timeout=settings.SSO_TIMEOUT_S)
+            reply.raise_for_status()
+            doc = reply.json()
+    except (requests.RequestException, ValueError, OSError) as exc:
         raise SsoUnavailable(f"the identity provider {issuer} does not answer: {exc}") from None
     if str(doc.get("issuer", "")).rstrip("/") != issuer:
         raise SsoUnavailable(f"the discovery document of {issuer} names another issuer ({doc.get('issuer')!r})")
@@ -184,7 +186,15 @@ class SsoBackend(OIDCAuthenticationBackend):
     def authenticate(self, request, **kwargs):
         if not enabled() or request is None or "code" not in request.GET:
             return None
-        return super().authenticate(request, **kwargs)
+        # The token, key and user-information requests share one deadline (apps.core.outbound): an IdP that
+        # trickles its answers fails the sign-in in seconds instead of holding a web thread.
+        try:
+            with outbound.deadline(2 * float(settings.SSO_TIMEOUT_S), "signing in at the identity provider"):
+                return super().authenticate(request, **kwargs)
+        except (outbound.DeadlineExceeded, requests.RequestException) as exc:
+            log.warning("SSO: the identity provider did not answer: %s", exc)
+            raise SsoRefused("The identity provider did not answer in time; nobody was signed in. Try again in "
+                             "a minute.") from None
 
     def get_payload_data(self, token, key):
         """Signature, expiry, and — unlike the library's default — issuer and audience (and azp)."""

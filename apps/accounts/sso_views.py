@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.exceptions import SuspiciousOperation
-from django.http import Http404
+from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
@@ -53,6 +53,12 @@ class SsoCallbackView(OIDCAuthenticationCallbackView):
     def get(self, request):
         if not sso.enabled():
             raise Http404("Single sign-on is not configured.")
+        if "error" in request.GET and request.GET.get("state") not in (request.session.get("oidc_states") or {}):
+            # An error answer to no sign-in this session started: a link anyone can plant (logout CSRF). The
+            # library would sign the session out; a session it did not start is left alone.
+            if request.user.is_authenticated:
+                return HttpResponseRedirect("/")
+            return login_page(request, GENERIC, 403)
         try:
             return super().get(request)
         except sso.SsoRefused as exc:

@@ -20,6 +20,8 @@ from acme import crypto_util as acme_crypto
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from apps.core import outbound
+
 USER_AGENT = "spillway-acme"
 # Seconds between polls of a pending authorization or a processing order: soon first (a CA often
 # validates within milliseconds), then backing off to once a second.
@@ -207,15 +209,17 @@ def begin(*, directory_url: str, account_key_pem: str, account_uri: str, hostnam
     """Open an order for `hostnames` and work out its `kind` challenges (nothing published yet)."""
     jwk, _ = _jwk(account_key_pem)
     try:
-        acme, account_uri = _client(directory_url, account_key_pem, account_uri, ca_bundle, contact_email,
-                                    timeout_s)
+        with outbound.deadline(timeout_s, "reaching the CA"):
+            acme, account_uri = _client(directory_url, account_key_pem, account_uri, ca_bundle, contact_email,
+                                        timeout_s)
     except (errors.Error, messages.Error, OSError) as exc:
         raise AcmeFailure("ca_unreachable", f"The CA at {directory_url} could not be reached or refused "
                           f"the account: {exc}") from exc
     key_pem = new_private_key_pem()
     csr_pem = acme_crypto.make_csr(key_pem.encode(), hostnames)
     try:
-        order = acme.new_order(csr_pem)
+        with outbound.deadline(timeout_s, "placing the order"):
+            order = acme.new_order(csr_pem)
     except messages.Error as exc:
         code = "rate_limited" if "rateLimited" in str(exc.typ) else "order_refused"
         raise AcmeFailure(code, f"The CA refused the order: {exc.detail or exc}") from exc
@@ -233,14 +237,17 @@ def complete(pending: Pending, timeout_s: float = 60.0, timings: dict[str, float
     steps = timings if timings is not None else {}
     started = time.monotonic()
     try:
-        for chall, response in pending.answers:
-            acme.answer_challenge(chall, response)  # type: ignore[arg-type]
-        deadline = dt.datetime.now() + dt.timedelta(seconds=timeout_s)
-        order = acme.poll_authorizations(pending.order, deadline)  # what poll_and_finalize does, timed
-        steps["authorize_s"] = time.monotonic() - started
-        started = time.monotonic()
-        order = acme.finalize_order(order, deadline)
-        steps["finalize_s"] = time.monotonic() - started
+        # The CA's own polling deadline bounds the waits between requests; the outbound one bounds the
+        # requests themselves (a CA that trickles an answer is cut), a little later so the CA's fires first.
+        with outbound.deadline(timeout_s + 10.0, "validating and finalizing the order"):
+            for chall, response in pending.answers:
+                acme.answer_challenge(chall, response)  # type: ignore[arg-type]
+            deadline = dt.datetime.now() + dt.timedelta(seconds=timeout_s)
+            order = acme.poll_authorizations(pending.order, deadline)  # what poll_and_finalize does, timed
+            steps["authorize_s"] = time.monotonic() - started
+            started = time.monotonic()
+            order = acme.finalize_order(order, deadline)
+            steps["finalize_s"] = time.monotonic() - started
     except errors.ValidationError as exc:
         raise AcmeFailure("challenge_failed", _failure_reason(exc)) from exc
     except errors.TimeoutError as exc:

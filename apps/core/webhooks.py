@@ -13,7 +13,9 @@ Guard rails, because a URL typed by a tenant is fetched from inside the control 
 * internal addresses (loopback, RFC 1918, unique-local, CGNAT) only under a policy that
   allows them: the operator's jobs may notify receivers on the operator's own network, a
   tenant's jobs reach public addresses plus the networks the deployment lists;
-* a bounded timeout for connect and read, and a bounded response read.
+* a host name that DNS can carry (RFC 1123 labels; IDNs in their xn-- form), checked when the URL is saved;
+* one deadline for the whole attempt (DNS, connect, TLS, send, every read), however the receiver trickles
+  (apps.core.outbound), and a bounded response read.
 
 Signature (verify it before trusting a payload): the headers carry
 ``X-Spillway-Timestamp: <unix seconds>`` and
@@ -30,12 +32,15 @@ import http.client
 import ipaddress
 import json
 import socket
-import ssl
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
+
+from apps.core import outbound, validators
 
 MAX_URL_LEN: Final = 2048
 MAX_TIMEOUT_S: Final = 30.0
@@ -121,62 +126,91 @@ def parse_url(url: object, policy: AddressPolicy = PUBLIC_ONLY) -> Target:
     literal = _literal_ip(host)
     if literal is not None:
         check_address(literal, policy)
+    else:
+        try:
+            validators.validate_hostname(host, allow_wildcard=False)
+        except validators.InvalidValue:
+            raise UnsafeUrl("invalid_url_host", f"{host!r} is not a host name DNS can resolve: labels of letters, "
+                            "digits and inner hyphens (at most 63 each), separated by single dots; write an "
+                            "international name in its xn-- form.") from None
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     default_port = 443 if parts.scheme == "https" else 80
     return Target(scheme=parts.scheme, host=host, port=port or default_port, path=path)
 
 
 def check_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address,
-                  policy: AddressPolicy = PUBLIC_ONLY) -> None:
+                  policy: AddressPolicy = PUBLIC_ONLY, *, name: str | None = None) -> None:
+    """Raise UnsafeUrl unless `policy` lets a request go to `address`. With `name` (the host as typed), the
+    message names the host, never the address it resolved to: how an internal name resolves is not the
+    tenant's to learn from a delivery log."""
     mapped = getattr(address, "ipv4_mapped", None)
     if mapped is not None:
         address = mapped
+    what = f"{name} resolves to" if name else f"{address} is"
     if address in _METADATA or address.is_link_local:
-        raise UnsafeUrl("forbidden_address", f"{address} is a link-local or cloud metadata address.")
+        raise UnsafeUrl("forbidden_address", f"{what} a link-local or cloud metadata address.")
     if address.is_multicast or address.is_unspecified or (address.is_reserved and not address.is_loopback):
-        raise UnsafeUrl("forbidden_address", f"{address} is not a unicast host address.")
+        raise UnsafeUrl("forbidden_address", f"{name} does not resolve to a unicast host address." if name
+                        else f"{address} is not a unicast host address.")
     if address.is_global or policy.allow_internal or any(address in net for net in policy.allow_networks):
         return
-    raise UnsafeUrl("internal_address", f"{address} is an internal address; this organization's jobs may only "
-                                        "reach public addresses (and networks the operator allows).")
+    raise UnsafeUrl("internal_address", f"{what} an internal address; this organization may only send to public "
+                                        "addresses (and networks the operator allows).")
 
 
-def resolve(target: Target, policy: AddressPolicy = PUBLIC_ONLY) -> str:
-    """The first address of the host, after checking every address it resolves to."""
+_RESOLVER = ThreadPoolExecutor(max_workers=8, thread_name_prefix="webhook-dns")
+
+
+def resolve(target: Target, policy: AddressPolicy = PUBLIC_ONLY, timeout_s: float = 5.0) -> str:
+    """The first address of the host, after checking every address it resolves to.
+
+    The lookup runs on a small pool so a slow DNS server costs the attempt at most `timeout_s` (getaddrinfo
+    itself cannot be interrupted; an abandoned lookup ends on its own in the pool)."""
     literal = _literal_ip(target.host)
     if literal is not None:
         check_address(literal, policy)
         return str(literal)
+    lookup = _RESOLVER.submit(socket.getaddrinfo, target.host, target.port, type=socket.SOCK_STREAM)
     try:
-        infos = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
-    except OSError as exc:
+        infos = lookup.result(timeout=timeout_s)
+    except FuturesTimeout:
+        raise outbound.DeadlineExceeded(f"looking up {target.host} took longer than {timeout_s:g} s") from None
+    except (OSError, UnicodeError) as exc:
         raise UnsafeUrl("unresolvable_host", f"{target.host} does not resolve: {exc}.") from None
     addresses = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
     if not addresses:
         raise UnsafeUrl("unresolvable_host", f"{target.host} does not resolve.")
     for address in addresses:
-        check_address(address, policy)  # one bad address rejects the host: rebinding picks any of them
+        check_address(address, policy, name=target.host)  # one bad address rejects the host: rebinding picks any
     return str(addresses[0])
 
 
 def request(method: str, url: str, *, body: bytes | None = None, headers: dict[str, str] | None = None,
             timeout_s: float = 5.0, policy: AddressPolicy = PUBLIC_ONLY) -> Response:
-    """One HTTP request to a checked address; no redirects. Raises UnsafeUrl or OSError."""
+    """One HTTP request to a checked address; no redirects; `timeout_s` bounds the whole attempt.
+    Raises UnsafeUrl, or OSError (outbound.DeadlineExceeded when the deadline cut it)."""
     target = parse_url(url, policy)
-    address = resolve(target, policy)
     timeout_s = max(0.1, min(float(timeout_s), MAX_TIMEOUT_S))
     started = time.monotonic()
-    conn = _connection(target, address, timeout_s)
-    try:
-        send_headers = {"Host": _host_header(target), "User-Agent": USER_AGENT, "Connection": "close"}
-        send_headers.update(headers or {})
-        conn.request(method, target.path, body=body, headers=send_headers)
-        reply = conn.getresponse()
-        data = reply.read(MAX_RESPONSE_BYTES)
-        return Response(status=reply.status, body=data, elapsed_ms=(time.monotonic() - started) * 1000,
-                        address=address)
-    finally:
-        conn.close()
+    with outbound.deadline(timeout_s, f"the request to {target.host}") as scope:
+        address = resolve(target, policy, timeout_s=timeout_s)
+        conn = _connection(target, address, outbound.per_read_timeout(timeout_s))
+        try:
+            send_headers = {"Host": _host_header(target), "User-Agent": USER_AGENT, "Connection": "close"}
+            send_headers.update(headers or {})
+            conn.request(method, target.path, body=body, headers=send_headers)
+            reply = conn.getresponse()
+            data = reply.read(MAX_RESPONSE_BYTES)
+        except (http.client.HTTPException, ValueError) as exc:
+            if scope.expired:
+                raise  # the deadline turns it into DeadlineExceeded
+            raise ConnectionError(f"the receiver broke the HTTP exchange: {type(exc).__name__}: {exc}") from exc
+        finally:
+            conn.close()
+        if scope.expired:  # a cut read can look like a short, complete answer
+            raise outbound.DeadlineExceeded(f"the request to {target.host} did not finish within {timeout_s:g} s")
+    return Response(status=reply.status, body=data, elapsed_ms=(time.monotonic() - started) * 1000,
+                    address=address)
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:
@@ -223,17 +257,5 @@ def _host_header(target: Target) -> str:
 
 def _connection(target: Target, address: str, timeout_s: float) -> http.client.HTTPConnection:
     if target.scheme == "http":
-        return http.client.HTTPConnection(address, target.port, timeout=timeout_s)
-    return _PinnedHTTPSConnection(target.host, address, target.port, timeout_s)
-
-
-class _PinnedHTTPSConnection(http.client.HTTPSConnection):
-    """TLS to the checked address, with SNI and certificate checks for the URL's host name."""
-
-    def __init__(self, host: str, address: str, port: int, timeout_s: float) -> None:
-        super().__init__(host, port, timeout=timeout_s, context=ssl.create_default_context())
-        self._address = address
-
-    def connect(self) -> None:
-        sock = socket.create_connection((self._address, self.port), self.timeout)
-        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)  # type: ignore[attr-defined]
+        return outbound.HTTPConnection(address, target.port, timeout=timeout_s)
+    return outbound.HTTPSConnection(target.host, address, target.port, timeout_s)

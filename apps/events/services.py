@@ -8,6 +8,11 @@ Delivery guarantees: one Delivery row per (subscription, event); an attempt firs
 with a conditional UPDATE (pending and due → sending), so two workers, a retry and the sweeper never
 send the same attempt twice. A 2xx answer ends it; anything else is retried with backoff
 (`types.backoff_s`) up to EVENTS_MAX_ATTEMPTS; a URL the address policy refuses fails at once.
+
+Fairness: an attempt has one deadline, EVENTS_TIMEOUT_S, for all of it (apps.core.outbound), and an org has
+at most EVENTS_ORG_CONCURRENCY attempts sending at once: a claim beyond that leaves the delivery pending
+and tries again shortly (`deferred`, not an attempt). One org's slow receivers therefore hold at most that
+many of the events worker's threads, and every other org's deliveries go on at once.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ log = logging.getLogger(__name__)
 
 MIN_SECRET_LEN = 16
 STALE_CLAIM_S = 60.0
+DEFER_S = 0.5  # an org at its concurrency: look again this soon
+_ORG_LOCK_NS = 7301  # pg_advisory_xact_lock(namespace, org id): one claim per org at a time
 
 
 def _setting(name: str, default: float) -> float:
@@ -142,7 +149,7 @@ def subscription_send_test(*, principal: Any, subscription: Subscription) -> Eve
 
 @dataclass(frozen=True)
 class Attempt:
-    status: str  # delivered | retry | failed | not_due
+    status: str  # delivered | retry | failed | not_due | deferred
     detail: str = ""
     retry_in_s: float = 0.0
 
@@ -167,15 +174,36 @@ def _log_write() -> Iterator[None]:
         yield
 
 
+def _claim(delivery_id: int, now) -> str:
+    """Claim a due delivery for this attempt: "claimed", "not_due", or "deferred" (its org is at its limit)."""
+    limit = int(_setting("EVENTS_ORG_CONCURRENCY", 2))
+    with _log_write():
+        row = Delivery.objects.filter(pk=delivery_id, status=Delivery.Status.PENDING, next_attempt_at__lte=now
+                                      ).values_list("subscription__org_id", flat=True).first()
+        if row is None:
+            return "not_due"
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:  # count and claim as one step per org
+                cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_ORG_LOCK_NS, row])
+        sending = Delivery.objects.filter(subscription__org_id=row, status=Delivery.Status.SENDING,
+                                          claimed_at__gte=now - timedelta(seconds=STALE_CLAIM_S)).count()
+        pending = Delivery.objects.filter(pk=delivery_id, status=Delivery.Status.PENDING, next_attempt_at__lte=now)
+        if sending >= limit:
+            pending.update(next_attempt_at=now + timedelta(seconds=DEFER_S))
+            return "deferred"
+        claimed = pending.update(status=Delivery.Status.SENDING, claimed_at=now, attempts=F("attempts") + 1)
+    return "claimed" if claimed else "not_due"
+
+
 def delivery_attempt(delivery_id: int) -> Attempt:
     """One attempt of one delivery; safe to call twice at once (the claim lets one through)."""
     now = timezone.now()
+    claim = _claim(delivery_id, now)
+    if claim == "deferred":
+        return Attempt("deferred", retry_in_s=DEFER_S)
+    if claim != "claimed":
+        return Attempt("not_due")
     with _log_write():
-        claimed = Delivery.objects.filter(pk=delivery_id, status=Delivery.Status.PENDING,
-                                          next_attempt_at__lte=now).update(
-            status=Delivery.Status.SENDING, claimed_at=now, attempts=F("attempts") + 1)
-        if not claimed:
-            return Attempt("not_due")
         delivery = Delivery.objects.select_related("subscription__org", "event__org").get(pk=delivery_id)
     sub, event = delivery.subscription, delivery.event
     code, error, elapsed_ms, final = None, "", None, False
@@ -189,8 +217,10 @@ def delivery_attempt(delivery_id: int) -> Attempt:
             error = f"HTTP {reply.status}: {reply.body[:200].decode(errors='replace')}"
     except webhooks.UnsafeUrl as exc:
         error, final = f"{exc.code}: {exc.message}", True
-    except OSError as exc:
+    except OSError as exc:  # refused, reset, or cut at the deadline (outbound.DeadlineExceeded)
         error = f"{type(exc).__name__}: {exc}"
+    except (UnicodeError, ValueError) as exc:  # a URL saved before hosts were checked: it can never be sent
+        error, final = f"invalid_url: {exc}", True
     done = timezone.now()
     row = Delivery.objects.filter(pk=delivery_id)
     if not error:

@@ -10,7 +10,7 @@ from apps.events import services
 @shared_task(name="events.deliver_task", ignore_result=True)
 def deliver_task(delivery_id: int) -> str:
     attempt = services.delivery_attempt(delivery_id)
-    if attempt.status == "retry":
+    if attempt.status in ("retry", "deferred"):
         services._enqueue([delivery_id], countdown_s=attempt.retry_in_s)
     return attempt.status
 

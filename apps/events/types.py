@@ -40,12 +40,18 @@ def summary(event_type: str, object_repr: str, data: dict[str, Any]) -> str:
                                          "object": object_repr}))
 
 
+def slack_escape(text: str) -> str:
+    """Text as Slack shows it literally: `&`, `<` and `>` escaped, so a value a tenant wrote (a job's error, a
+    name) cannot become a mention (`<!channel>`) or a link with another label (`<https://evil|Sign in>`)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def body(fmt: str, event: dict[str, Any]) -> dict[str, Any]:
     """`event`: id, type, at (ISO), org (slug or None), object_type, object_id, object_repr, data."""
     text = summary(event["type"], event["object_repr"], event["data"])
     if fmt == "slack":
         org = f"[{event['org']}] " if event.get("org") else ""
-        return {"text": f"{org}{text}"}
+        return {"text": slack_escape(f"{org}{text}")}
     return {
         "id": event["id"], "type": event["type"], "at": event["at"], "org": event.get("org"),
         "object": {"type": event["object_type"], "id": event["object_id"], "repr": event["object_repr"]},

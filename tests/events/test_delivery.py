@@ -169,3 +169,41 @@ def test_a_committed_event_is_one_log_line_and_a_rolled_back_one_none(acme, capl
         event_emit("job.failed", org=acme, object_type="job", object_id="1", object_repr="nightly")
     lines = [r.getMessage() for r in caplog.records if r.name == "apps.events.services"]
     assert lines == [f"event rollout.failed [{acme.slug}]: Rollout 4 of edge failed: reload failed / bind conflict"]
+
+
+def test_slack_text_a_tenant_wrote_cannot_mention_or_relabel_a_link(acme, receiver, loopback_allowed):
+    subscribe(acme, receiver.url, format="slack")
+    event_emit("job.failed", org=acme, object_type="job", object_id="1", object_repr="nightly",
+               data={"status": "failed", "error": "<!channel> <https://evil.example/login|Sign in again> & more"})
+    assert _drain() == ["delivered"]
+    text = receiver.requests[0].json["text"]
+    assert "<!channel>" not in text and "<https://" not in text
+    assert "&lt;!channel&gt; &lt;https://evil.example/login|Sign in again&gt; &amp; more" in text
+
+
+def test_the_delivery_log_names_the_host_never_the_internal_address_it_resolved_to(acme):
+    subscribe(acme, "http://localhost:9/hook")  # a tenant's internal name (loopback not allowed here)
+    event_emit("drift.found", org=acme, object_type="fleet", object_id="1", data={"detail": "x"})
+    assert _drain() == ["failed"]
+    error = Delivery.objects.get().last_error
+    assert error.startswith("internal_address: localhost resolves to an internal address")
+    assert "127.0.0.1" not in error and "::1" not in error and "jobs" not in error
+
+
+@pytest.mark.parametrize("url", ["https://a..x/", f"https://{'a' * 64}.example/", "https://exa\u2028mple.com/",
+                                 "https://./"])
+def test_a_subscription_to_a_host_dns_cannot_carry_is_refused(alice, url):
+    response = alice.client.post("/api/v1/event-subscriptions/", {"name": "bad", "url": url, "secret": "s" * 20},
+                                 format="json")
+    assert response.status_code == 400, response.content
+    assert response.json()["code"] in ("invalid_url_host", "invalid_url")
+
+
+def test_a_saved_url_that_can_never_be_sent_fails_at_once_instead_of_staying_sending(acme):
+    from apps.events.models import Subscription
+
+    sub = subscribe(acme, "https://ok.example/hook")
+    Subscription.objects.filter(pk=sub.pk).update(url="https://a..x/")  # saved before hosts were checked
+    event_emit("drift.found", org=acme, object_type="fleet", object_id="1", data={"detail": "x"})
+    assert _drain() == ["failed"]
+    assert Delivery.objects.get().status == Delivery.Status.FAILED

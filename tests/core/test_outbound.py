@@ -1,0 +1,198 @@
+"""Every outbound call has a deadline for the whole attempt, and no module opens connections around it.
+
+A peer that trickles (one byte every 0.2 s, forever) defeats a per-read socket timeout. Each outbound path
+Spillway has — webhooks tenants type, the ACME client, single sign-on — is pointed at such a peer and must
+give up within its deadline. The scan at the end fails on any module that opens network connections and
+is not listed here with the reason it may.
+"""
+
+from __future__ import annotations
+
+import ast
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from apps.core import outbound, webhooks
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Trickle:
+    """A TCP server on loopback that reads the request, then sends an HTTP header byte every `every_s`."""
+
+    def __init__(self, every_s: float = 0.2, limit_s: float = 60.0) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.every_s, self.limit_s = every_s, limit_s
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:  # closed
+                return
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn: socket.socket) -> None:
+        started = time.monotonic()
+        with conn:
+            try:
+                conn.settimeout(1.0)
+                conn.recv(65536)
+                payload = b"HTTP/1.1 200 OK\r\n" + b"X-Slow: " + b"a" * 100_000
+                for byte in payload:
+                    if self.stop.is_set() or time.monotonic() - started > self.limit_s:
+                        return
+                    conn.sendall(bytes([byte]))
+                    time.sleep(self.every_s)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+@pytest.fixture
+def trickle() -> Iterator[Trickle]:
+    server = Trickle()
+    yield server
+    server.close()
+
+
+def _timed(fn) -> tuple[float, BaseException | None]:
+    started = time.monotonic()
+    try:
+        fn()
+    except BaseException as exc:  # noqa: BLE001 - the test inspects what came out
+        return time.monotonic() - started, exc
+    return time.monotonic() - started, None
+
+
+def test_a_webhook_to_a_trickling_receiver_ends_at_its_deadline(trickle):
+    elapsed, error = _timed(lambda: webhooks.request("POST", f"{trickle.url}/hook", body=b"{}", timeout_s=1.0,
+                                                     policy=webhooks.INTERNAL_TOO))
+    assert isinstance(error, outbound.DeadlineExceeded), error
+    assert 0.9 < elapsed < 1.8, elapsed
+
+
+def test_requests_under_a_deadline_are_cut_however_the_peer_trickles(trickle):
+    def call() -> None:
+        with outbound.deadline(1.0):
+            requests.get(trickle.url, timeout=5)
+
+    elapsed, error = _timed(call)
+    assert isinstance(error, outbound.DeadlineExceeded), error
+    assert 0.9 < elapsed < 1.8, elapsed
+
+
+def test_without_the_deadline_the_same_call_would_have_run_on(trickle):
+    """The peer really trickles: a 3 s per-read timeout alone does not stop it within 2.5 s."""
+    result: dict[str, object] = {}
+
+    def call() -> None:
+        try:
+            with outbound.deadline(30.0):
+                requests.get(trickle.url, timeout=3)
+        except BaseException as exc:  # noqa: BLE001
+            result["error"] = exc
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(2.5)
+    assert thread.is_alive(), result
+    trickle.close()
+    thread.join(5)
+
+
+def test_single_sign_on_discovery_gives_up_at_its_deadline(trickle, settings):
+    from apps.accounts import sso
+
+    settings.SSO_ISSUER, settings.SSO_TIMEOUT_S = trickle.url, 1.0
+    sso._discovered.clear()
+    elapsed, error = _timed(sso.discovery)
+    assert isinstance(error, sso.SsoUnavailable), error
+    assert elapsed < 1.8, elapsed
+
+
+def test_the_acme_client_gives_up_at_its_deadline(trickle):
+    from apps.acme import client
+
+    elapsed, error = _timed(lambda: client.begin(
+        directory_url=f"{trickle.url}/dir", account_key_pem=client.new_private_key_pem(), account_uri="",
+        hostnames=["a.example"], kind="http-01", timeout_s=1.0))
+    assert isinstance(error, client.AcmeFailure) and error.code == "ca_unreachable", error
+    assert elapsed < 1.8, elapsed
+
+
+def test_a_webhook_connection_outside_a_deadline_is_refused_under_the_suite(trickle):
+    conn = outbound.HTTPConnection("127.0.0.1", trickle.port, timeout=1)
+    with pytest.raises(outbound.OutboundWithoutDeadline):
+        conn.connect()
+    conn.close()
+
+
+@pytest.mark.parametrize("url", ["https://a..x/", f"https://{'a' * 64}.example/", "https://exa\u2028mple.com/",
+                                 "https://./", "https://-bad.example/", "https://b\u00fccher.example/"])
+def test_a_webhook_url_whose_host_dns_cannot_carry_is_refused_when_saved(url):
+    with pytest.raises(webhooks.UnsafeUrl) as refused:
+        webhooks.parse_url(url)
+    assert refused.value.code in ("invalid_url_host", "invalid_url")
+
+
+# Modules that may open network connections themselves, and why.
+ALLOWED = {
+    "apps/core/outbound.py": "the deadline-watched connections everything else uses",
+    "apps/core/webhooks.py": "tenant URLs, through apps.core.outbound under one deadline per attempt",
+    "apps/accounts/sso.py": "the IdP, through requests (watched by apps.core.outbound) under a deadline",
+    "apps/acme/deploy.py": "the operator's own nodes (HTTP-01 answers check), bounded by its timeout",
+    "apps/fleets/transports/local.py": "the operator's own nodes on this host (sockets and probes)",
+    "apps/fleets/transports/ssh.py": "the operator's own nodes over SSH (asyncssh, with its timeouts)",
+    "apps/fleets/transports/__init__.py": "re-exports of the transports",
+    "apps/fleets/runtime.py": "the HAProxy runtime API of the operator's nodes",
+    "apps/fleets/engine.py": "the HAProxy runtime API of the operator's nodes",
+    "apps/fleets/validate.py": "bind checks on this host before a push",
+    "apps/fleets/api/serializers.py": "address parsing only (socket.inet_pton)",
+    "apps/capacity/engine/driver.py": "the load generator itself (bounded by the run's plan)",
+    "apps/capacity/engine/connection.py": "the load generator itself (bounded by the run's plan)",
+    "apps/capacity/safety.py": "resolving a test target to check it (no connection)",
+    "apps/core/ports.py": "checking that this host's ports are free",
+}
+NETWORK_MODULES = {"socket", "http.client", "requests", "urllib3", "urllib.request", "asyncssh", "aiohttp",
+                   "httpx"}
+
+
+def test_no_module_opens_connections_around_the_deadlines():
+    found = {}
+    for root in ("apps", "controlplane", "frontend"):
+        for path in (REPO / root).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    names = [node.module]
+                hit = [n for n in names if n in NETWORK_MODULES or n.split(".")[0] in {"requests", "urllib3",
+                                                                                        "asyncssh", "httpx"}]
+                if hit:
+                    found[str(path.relative_to(REPO))] = hit
+    unexplained = {p: m for p, m in found.items() if p not in ALLOWED}
+    assert not unexplained, (f"these modules open network connections: route them through apps.core.outbound "
+                             f"(or list them in ALLOWED with why they may): {unexplained}")
