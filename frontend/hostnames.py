@@ -12,7 +12,7 @@ from django.shortcuts import get_object_or_404, render
 from apps.balancers import hostnames
 from apps.balancers.api.serializers import HostnameClaimSerializer
 from apps.balancers.models import HostnameClaim, Route
-from apps.balancers.services import hostname_claim_create, hostname_claim_decide
+from apps.balancers.services import hostname_claim_create, hostname_claim_decide, hostname_claim_warnings
 from apps.core.errors import DomainError
 from apps.core.ui import PrincipalView, errors_of
 
@@ -27,6 +27,10 @@ class HostnamesView(PrincipalView):
                                output_field=IntegerField())).order_by("pending_first", "hostname")
         if status in STATUS_FILTERS:
             claims = claims.filter(status=status)
+        if self.principal.is_operator:  # what to know before approving (never shown to the claiming tenant)
+            claims = list(claims)
+            for claim in claims:
+                claim.review_warnings = hostname_claim_warnings(claim)
         return {
             "claims": claims, "status": status, "statuses": STATUS_FILTERS,
             "pending_count": self.scoped(HostnameClaim).filter(status=HostnameClaim.Status.PENDING).count(),

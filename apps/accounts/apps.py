@@ -7,3 +7,8 @@ class AccountsConfig(AppConfig):
 
     def ready(self) -> None:
         from apps.accounts import schema  # noqa: F401  (registers OpenAPI auth schemes)
+        from apps.accounts.models import Invitation
+        from apps.core import quotas
+
+        quotas.count_with("invitations", lambda org: Invitation.objects.filter(
+            org=org, status=Invitation.Status.PENDING).count())

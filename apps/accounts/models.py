@@ -34,6 +34,8 @@ class Organization(models.Model):
     max_test_concurrency = models.PositiveIntegerField(default=200)
     # Private/loopback CIDRs this org's pool members may use (set by operators; see apps.core.netpolicy).
     member_networks = models.JSONField(default=list, blank=True)
+    # Operator-set overrides of the per-org quotas ({name: limit}; apps.core.quotas has the names and defaults).
+    quotas = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

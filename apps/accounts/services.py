@@ -16,7 +16,7 @@ from django.utils import timezone
 from apps.accounts.models import ApiToken, Invitation, Membership, Organization, Role, Scope, SsoIdentity
 from apps.accounts.principal import Principal
 from apps.audit.services import AuditAction, audit_record, audited_delete, audited_save
-from apps.core import lifecycle
+from apps.core import lifecycle, quotas
 from apps.core.errors import DomainError
 
 TOKEN_PREFIX = "spw"  # noqa: S105  (a public marker, not a secret)
@@ -163,6 +163,13 @@ def org_create(*, slug: str, name: str, kind: str, principal: Principal | None =
     return org
 
 
+def org_set_quotas(*, principal: Principal, org: Organization, overrides: dict[str, int]) -> Organization:
+    """An operator sets an org's quota overrides (names and defaults: apps.core.quotas); an empty one removes it."""
+    if not principal.is_operator:
+        raise DomainError("operator_only", "Only an operator sets quotas.", status=403)
+    return audited_save(principal=principal, obj=org, data={"quotas": quotas.validate_overrides(overrides)})
+
+
 def user_create_with_membership(*, username: str, password: str, org: Organization, role: str):
     user_model = get_user_model()
     with transaction.atomic():
@@ -190,7 +197,6 @@ def _check_not_last_owner(m: Membership) -> None:
 
 
 INVITATION_TTL_S = 14 * 86400
-MAX_PENDING_INVITATIONS = 200  # per org: an invitation costs nothing to send, so bound how many wait
 
 
 def invitation_create(*, principal: Principal, org: Organization, username: str, role: str) -> Invitation:
@@ -205,11 +211,9 @@ def invitation_create(*, principal: Principal, org: Organization, username: str,
                           status=409)
     with transaction.atomic():
         Organization.objects.select_for_update().filter(pk=org.pk).first()  # one count per org at a time
-        pending = Invitation.objects.filter(org=org, status=Invitation.Status.PENDING)
-        invitation = pending.filter(username=username).first()
-        if invitation is None and pending.count() >= MAX_PENDING_INVITATIONS:
-            raise DomainError("quota_exceeded", f"{org.slug} has {MAX_PENDING_INVITATIONS} invitations waiting; "
-                              "revoke some before inviting more.", status=429)
+        invitation = Invitation.objects.filter(org=org, status=Invitation.Status.PENDING, username=username).first()
+        if invitation is None:
+            quotas.check_count(org, "invitations")
         data = {"role": role, "invited_by": principal.label[:200],
                 "expires_at": timezone.now() + timezone.timedelta(seconds=INVITATION_TTL_S)}
         return audited_save(principal=principal, obj=invitation or Invitation(org=org, username=username), data=data)

@@ -1,4 +1,4 @@
-"""Tokens page: create (secret shown once), list, revoke."""
+"""Accounts pages: tokens, members and invitations, the invited person's invitations, quotas, the org switcher."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import View
 
-from apps.accounts.models import ApiToken, Invitation, Membership, Role, Scope
+from apps.accounts.models import ApiToken, Invitation, Membership, Organization, Role, Scope
 from apps.accounts.services import (
     invitation_accept,
     invitation_create,
@@ -17,9 +17,11 @@ from apps.accounts.services import (
     membership_remove,
     membership_set_role,
     memberships_of,
+    org_set_quotas,
     token_create,
     token_revoke,
 )
+from apps.core import quotas
 from apps.core.errors import DomainError
 from apps.core.ui import PrincipalView
 
@@ -165,3 +167,44 @@ class SwitchOrgView(PrincipalView):
         request.session["org"] = slug
         target = request.POST.get("next") or "/"
         return redirect(target if url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}) else "/")
+
+
+class QuotasView(PrincipalView):
+    """What an org may hold and do, and what it uses now (apps.core.quotas). Operators pick any org (?org=) and
+    change its limits; everyone else sees their own org's."""
+
+    def _org(self, request):
+        slug = request.GET.get("org") or request.POST.get("org")
+        if slug and self.principal.is_operator:
+            return self.get_scoped(Organization, slug=slug)
+        return self.principal.org
+
+    def _render(self, request, org, status: int = 200, **extra):
+        orgs = self.scoped(Organization).order_by("slug") if self.principal.is_operator else []
+        return render(request, "accounts/quotas.html", {"org": org, "rows": quotas.usage(org), "orgs": orgs,
+                                                        "can_edit": self.principal.is_operator
+                                                        and self.principal.can_write and not org.is_operator,
+                                                        **extra}, status=status)
+
+    def get(self, request):
+        return self._render(request, self._org(request))
+
+    def post(self, request):
+        org = self._org(request)
+        if not (self.principal.is_operator and self.principal.can_write):
+            return HttpResponse("Only an operator sets quotas.", status=403)
+        overrides = dict(org.quotas or {})
+        try:
+            for quota in quotas.QUOTAS.values():
+                raw = request.POST.get(f"quota_{quota.name}", "").strip()
+                if raw == "":
+                    overrides.pop(quota.name, None)  # back to the default
+                elif raw.isdigit():
+                    overrides[quota.name] = int(raw)
+                else:
+                    raise DomainError("invalid_quota", f"{quota.label}: give a whole number, or leave it empty for "
+                                      "the default.", field=quota.name)
+            org = org_set_quotas(principal=self.principal, org=org, overrides=overrides)
+        except (DomainError, ValueError) as exc:
+            return self._render(request, org, status=400, error=getattr(exc, "detail", str(exc)))
+        return self._render(request, org, saved=f"Quotas of {org.slug} saved.")

@@ -35,7 +35,7 @@ from apps.audit.services import audit_record
 from apps.balancers.hostnames import covers
 from apps.balancers.models import HostnameClaim, Listener
 from apps.balancers.services import lb_touch
-from apps.core import crypto
+from apps.core import crypto, quotas
 from apps.core.errors import Conflict, DomainError
 from apps.core.validators import InvalidValue, validate_hostname
 from apps.events.models import Event
@@ -141,6 +141,10 @@ def managed_certificate_update(*, principal: Principal, managed: ManagedCertific
 
 
 def managed_certificate_renew_now(*, principal: Principal, managed: ManagedCertificate) -> None:
+    """Order again now. The claims it relied on are checked again (a name the org no longer holds is not
+    renewed), and a person may ask only so often (quota renewals_per_hour: each order costs the CA's limits)."""
+    check_hostnames_claimed(org=managed.org, hostnames=list(managed.hostnames))
+    quotas.check_rate(managed.org, "renewals_per_hour")
     ManagedCertificate.objects.filter(pk=managed.pk).update(next_attempt_at=timezone.now(), failures=0)
     audit_record(principal=principal, org=managed.org, action="acme.renew_now", obj=managed)
     transaction.on_commit(lambda: _enqueue(managed.pk))
@@ -301,6 +305,10 @@ def _prepare(jobs: list[_Job]) -> None:
     for job in jobs:
         org = job.managed.org
         try:
+            try:  # every order, the scheduled renewals too: the org must still hold each name it asks for
+                check_hostnames_claimed(org=org, hostnames=list(job.managed.hostnames))
+            except DomainError as exc:
+                raise AcmeFailure("hostname_not_claimed", f"{exc.detail} Nothing was ordered.") from None
             if org.pk not in budgets:
                 budgets[org.pk] = budget(org=org)
                 # this batch's orders are already recorded: count them as each is admitted below

@@ -13,28 +13,32 @@ from django.urls import reverse
 from apps.acme import selectors, services
 from apps.acme.api.serializers import ManagedCertificateSerializer
 from apps.acme.models import ManagedCertificate
+from apps.core.errors import DomainError
 from apps.core.service_forms import FormField, ServiceFormView
 from apps.core.ui import PrincipalView
 from apps.fleets.models import Certificate
 
 
 class CertificateListView(PrincipalView):
-    def get(self, request):
+    def get(self, request, error: str = "", status: int = 200):
         certs = self.scoped(Certificate).select_related("org").order_by("name")
         managed = list(self.scoped(ManagedCertificate).select_related("certificate"))
         return render(request, "acme/list.html", {
             "rows": selectors.certificate_rows(certs, managed),
             "budget": services.budget(org=self.principal.org),
-            "can_write": self.principal.can_write,
-        })
+            "can_write": self.principal.can_write, "error": error,
+        }, status=status)
 
 
-class CertificateRenewView(PrincipalView):
+class CertificateRenewView(CertificateListView):
     def post(self, request, pk: int):
         managed = self.get_changeable(ManagedCertificate, pk=pk)  # 404 for another org's
         if not self.principal.can_write:
             raise PermissionDenied("Viewers cannot renew certificates.")
-        services.managed_certificate_renew_now(principal=self.principal, managed=managed)
+        try:
+            services.managed_certificate_renew_now(principal=self.principal, managed=managed)
+        except DomainError as exc:  # a name no longer claimed, or renewals asked for too often
+            return self.get(request, error=f"{managed.name}: {exc.detail}", status=exc.status)
         return redirect("certificates")
 
 

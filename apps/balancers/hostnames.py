@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+
+from publicsuffixlist import PublicSuffixList
+
 
 def normalize(hostname: str) -> str:
     return hostname.strip().lower().rstrip(".")
@@ -39,3 +43,25 @@ def related(host: str) -> tuple[set[str], str | None]:
     labels = bare.split(".")
     names = {host, *("*." + ".".join(labels[i:]) for i in range(1, len(labels)))}
     return names, (host[1:] if host.startswith("*.") else None)
+
+
+@functools.cache
+def _suffixes() -> PublicSuffixList:
+    # The Public Suffix List bundled with the pinned release (private domains such as github.io included).
+    return PublicSuffixList()
+
+
+def is_public_suffix(hostname: str) -> bool:
+    """`co.uk`, `github.io`, `*.github.io`: names under which many unrelated owners register their own."""
+    host = normalize(hostname)
+    bare = host[2:] if host.startswith("*.") else host
+    return bool(bare) and _suffixes().is_public(bare)
+
+
+def inside(host: str, claim: str) -> bool:
+    """Is `host` at or under the name `claim` holds (`x.globex.example.com` inside `globex.example.com` and
+    inside `*.globex.example.com`)?"""
+    host, claim = normalize(host), normalize(claim)
+    base = claim[2:] if claim.startswith("*.") else claim
+    bare = host[2:] if host.startswith("*.") else host
+    return bare == base or bare.endswith("." + base)

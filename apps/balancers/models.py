@@ -62,6 +62,7 @@ class LoadBalancer(models.Model):
         AWS = "aws"
 
     TENANT_PATH = "org"
+    QUOTA = "load_balancers"  # apps.core.quotas, checked by balancers.services.object_save on create
 
     org = models.ForeignKey("accounts.Organization", on_delete=models.PROTECT, related_name="load_balancers")
     name = models.SlugField(max_length=63, unique=True)
@@ -197,7 +198,9 @@ class Pool(models.Model):
     objects = TenantQuerySet.as_manager()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["lb", "name"], name="pool_unique_name")]
+        # Unique per tenant on the LB: on a shared LB one tenant's pool names neither collide with nor reveal another's
+        # (nodes name backends by id).
+        constraints = [models.UniqueConstraint(fields=["lb", "org", "name"], name="pool_unique_org_name")]
         ordering = ["lb__name", "name"]
 
     def __str__(self) -> str:
@@ -341,6 +344,7 @@ class HostnameClaim(models.Model):
         REJECTED = "rejected"
 
     TENANT_PATH = "org"
+    QUOTA = "hostname_claims"  # apps.core.quotas, checked by balancers.services.object_save on create
 
     org = models.ForeignKey("accounts.Organization", on_delete=models.CASCADE, related_name="hostname_claims")
     hostname = models.CharField(max_length=253)

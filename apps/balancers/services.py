@@ -30,7 +30,7 @@ from apps.balancers.models import (
     StaticIP,
 )
 from apps.balancers.signals import lb_changed, member_runtime_changed
-from apps.core import netpolicy, vrrp
+from apps.core import netpolicy, quotas, vrrp
 from apps.core.errors import Conflict, DoesNotExist, DomainError
 from apps.core.locks import xact_lock
 
@@ -96,6 +96,11 @@ def object_save(*, principal: Principal | None, obj, action: AuditAction | str |
         if lb_id is not None:
             lb_touch(lb_id)
 
+    quota = getattr(type(obj), "QUOTA", None)  # a model an org may hold only so many of (apps.core.quotas)
+    if quota and obj.pk is None:
+        org = (data or {}).get("org") or getattr(obj, "org", None)
+        if org is not None:
+            quotas.check_count(org, quota)
     return audited_save(principal=principal, obj=obj, action=action, data=data, after_save=bump)
 
 
@@ -171,6 +176,10 @@ def _check_claim_free(hostname: str, *, org_id: int, exclude_pk: int | None = No
 
 def hostname_claim_create(*, principal: Principal, org, hostname: str) -> HostnameClaim:
     hostname = hostnames.normalize(hostname)
+    if hostnames.is_public_suffix(hostname):
+        raise DomainError("public_suffix", f"'{hostname}' is a public suffix: many unrelated owners register names "
+                          "under it, so no one can claim it whole. Claim your own name under it instead.",
+                          field="hostname")
     with transaction.atomic():
         # Serialise claim creation so two orgs cannot both pass the overlap check.
         xact_lock("hostname-claims")
@@ -179,6 +188,20 @@ def hostname_claim_create(*, principal: Principal, org, hostname: str) -> Hostna
         claim = HostnameClaim(org=org, hostname=hostname, status=status,
                               decided_at=timezone.now() if principal.is_operator else None)
         return object_save(principal=principal, obj=claim, action=AuditAction.CREATE)
+
+
+def hostname_claim_warnings(claim: HostnameClaim) -> list[str]:
+    """What an operator should know before approving a pending claim (never shown to the claiming tenant):
+    it sits inside a name another org holds."""
+    if claim.status != HostnameClaim.Status.PENDING:
+        return []
+    names, _ = hostnames.related(claim.hostname)
+    held = (HostnameClaim.objects.filter(status=HostnameClaim.Status.APPROVED).exclude(org_id=claim.org_id)
+            .select_related("org"))
+    found = [other for other in held.filter(hostname__in={n.removeprefix("*.") for n in names} | names)
+             if hostnames.inside(claim.hostname, other.hostname)]
+    return [f"Inside {other.hostname}, which {other.org.slug} holds: approve only if {other.org.slug} agrees."
+            for other in found]
 
 
 def hostname_claim_decide(*, principal: Principal, claim: HostnameClaim, approve: bool) -> HostnameClaim:
@@ -369,6 +392,8 @@ def route_save(*, principal: Principal, route: Route, data: dict[str, Any]) -> R
             targets = ([{"pool": t.pool, "weight": t.weight} for t in route.targets.select_related("pool")]
                        if route.pk else [])
             _check_route(route=route, targets=targets)
+        if before is None:
+            quotas.check_count(route.org, "routes")
         if route.priority is None:  # a free one of the org's own
             own = Route.objects.filter(lb_id=route.lb_id, org_id=route.org_id).exclude(pk=route.pk)
             route.priority = routing.default_priority(route.path, route.path_match,
@@ -407,14 +432,19 @@ def static_ip_allocate(*, principal: Principal, pool: IpPool, org, address: str 
     """Take one address from the pool, atomically: never the same address twice."""
     with transaction.atomic():
         # The pool row lock serialises allocators of one pool on PostgreSQL; SQLite
-        # serialises all writers anyway.
+        # serialises all writers anyway. The org's row lock makes its quota count exact.
         IpPool.objects.select_for_update().get(pk=pool.pk)
+        type(org).objects.select_for_update().filter(pk=org.pk).first()
+        quotas.check_count(org, "static_ips")
         network = ipaddress.ip_network(pool.cidr, strict=False)
         taken = set(StaticIP.objects.filter(pool=pool).exclude(state=StaticIP.State.FREE)
                     .values_list("address", flat=True))
         if address is not None:
             if ipaddress.ip_address(address) not in network:
                 raise DomainError("address_not_in_pool", f"{address} is not inside {pool.cidr}.", field="address")
+            if ipaddress.ip_address(address) not in set(network.hosts()) and network.num_addresses > 2:
+                raise DomainError("address_not_usable", f"{address} is the network or broadcast address of "
+                                  f"{pool.cidr}; no host can hold it.", field="address")
             if address in taken:
                 raise Conflict("address_taken", f"{address} is already allocated.", field="address")
             chosen = address

@@ -11,11 +11,13 @@ class DomainError(Exception):
 
     status = 400
 
-    def __init__(self, code: str, detail: str, *, field: str | None = None, status: int | None = None) -> None:
+    def __init__(self, code: str, detail: str, *, field: str | None = None, status: int | None = None,
+                 retry_after_s: int | None = None) -> None:
         super().__init__(detail)
         self.code = code
         self.detail = detail
         self.field = field
+        self.retry_after_s = retry_after_s  # sent as Retry-After (a 429 or 503)
         if status is not None:
             self.status = status
 

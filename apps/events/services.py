@@ -30,7 +30,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from apps.audit.services import audited_delete, audited_save
-from apps.core import crypto, webhooks
+from apps.core import crypto, quotas, webhooks
 from apps.core.errors import DomainError
 from apps.events import types
 from apps.events.models import Delivery, Event, Subscription
@@ -100,6 +100,7 @@ def subscription_save(*, principal: Any, subscription: Subscription, data: dict[
                       secret: str | None = None) -> Subscription:
     if subscription.pk is None:
         subscription.org = principal.org
+        quotas.check_count(subscription.org, "event_subscriptions")
     if principal is not None and (subscription.pk is None or (data.get("enabled") and not subscription.enabled)):
         data = {**data, "created_by": principal.actor}  # made, or turned on again: it sends on this one's authority
     org = subscription.org
@@ -140,6 +141,7 @@ def subscription_delete(*, principal: Any, subscription: Subscription) -> None:
 
 def subscription_send_test(*, principal: Any, subscription: Subscription) -> Event | None:
     """The "send test event" button: one `test` event delivered to this subscription only."""
+    quotas.check_rate(subscription.org, "test_sends_per_hour")
     return event_emit("test", org=subscription.org, obj=subscription, only=subscription,
                       data={"sent_by": principal.actor})
 

@@ -36,3 +36,15 @@ def test_sso_endpoints_are_absent_and_the_login_page_has_no_sso_button_when_not_
     assert client.get("/oidc/callback/?code=x&state=y").status_code == 404
     page = client.get("/login/").content.decode()
     assert "single sign-on" not in page and 'type="password"' in page
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("error", ["login_required", "access_denied", "interaction_required"])
+def test_an_idp_error_link_does_not_sign_out_a_session_it_did_not_start(client, settings, alice, error):
+    """GET /oidc/callback/?error=login_required signed out anyone who followed a planted link (logout CSRF)."""
+    settings.SSO_ISSUER = "https://idp.example"
+    client.force_login(alice.user)
+    assert client.get("/members/").status_code == 200
+    response = client.get(f"/oidc/callback/?error={error}&state=planted")
+    assert response.status_code == 302 and response["Location"] == "/"
+    assert client.get("/members/").status_code == 200  # still signed in

@@ -41,6 +41,7 @@ def test_expiry_colour_follows_days_left() -> None:
 
 def test_the_page_shows_issuer_sans_expiry_colour_use_and_the_last_error_and_renews(alice, charlie) -> None:
     soon = _cert(alice.org, "soon", 5.5)
+    claim = HostnameClaim.objects.create(org=alice.org, hostname="soon.acme.test", status="approved")
     ManagedCertificate.objects.create(org=alice.org, name="soon", certificate=soon, hostnames=["soon.acme.test"],
                                       status="failed", last_attempt_at=timezone.now(),
                                       last_error="The CA could not validate soon.acme.test: Connection refused")
@@ -57,6 +58,13 @@ def test_the_page_shows_issuer_sans_expiry_colour_use_and_the_last_error_and_ren
     assert _web(alice).post(f"/certificates/{managed.pk}/renew/").status_code == 302
     managed.refresh_from_db()
     assert managed.next_attempt_at is not None and managed.next_attempt_at <= timezone.now()
+    # The claim it relied on is gone: renewing now is refused, in words, and nothing is ordered.
+    ManagedCertificate.objects.filter(pk=managed.pk).update(next_attempt_at=None)
+    claim.delete()
+    refused = _web(alice).post(f"/certificates/{managed.pk}/renew/")
+    assert refused.status_code == 422 and "not covered by an approved hostname claim" in refused.content.decode()
+    managed.refresh_from_db()
+    assert managed.next_attempt_at is None
 
 
 def test_a_certificate_under_14_days_raises_one_event_a_day(alice) -> None:

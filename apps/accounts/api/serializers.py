@@ -5,6 +5,7 @@ import ipaddress
 from rest_framework import serializers
 
 from apps.accounts.models import ApiToken, Invitation, Membership, Organization, Role, Scope
+from apps.core import quotas
 from apps.core.api.fields import SlugNameField, TenantModelSerializer
 
 
@@ -14,8 +15,22 @@ class OrganizationSerializer(TenantModelSerializer):
     class Meta:
         model = Organization
         fields = ["id", "slug", "name", "kind", "max_test_rate", "max_test_duration_s", "max_test_concurrency",
-                  "member_networks", "created_at"]
+                  "member_networks", "quotas", "usage", "created_at"]
         read_only_fields = ["created_at"]
+
+    quotas = serializers.JSONField(required=False, help_text="Overrides of the per-org quotas, {name: limit}; "
+                                   "names and defaults in `usage`.")
+    usage = serializers.SerializerMethodField(help_text="Every quota: its limit for this org (null: unlimited, the "
+                                              "operator org) and what the org uses now.")
+
+    def get_usage(self, org: Organization) -> list[dict]:
+        return quotas.usage(org)
+
+    def validate_quotas(self, value):
+        try:
+            return quotas.validate_overrides(value)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc), code="invalid_quota") from exc
 
     def validate_member_networks(self, value):
         if not isinstance(value, list) or len(value) > 50:

@@ -183,6 +183,8 @@ class PoolSerializer(OrgOwnedSerializer):
                   "health_rise", "health_fall", "health_expected_status", "regions", "created_at", "updated_at"]
         read_only_fields = ["created_at", "updated_at"]
         create_only_fields = ("lb", "org")
+        # Name uniqueness per tenant on the LB: the database's, answered 409 conflict (apps.core.api.errors).
+        validators: list = []
 
     def to_internal_value(self, data):
         if self.instance is not None and isinstance(data, dict) and "regions" in data:
@@ -271,13 +273,23 @@ class RouteSerializer(OrgOwnedSerializer):
 
 class HostnameClaimSerializer(OrgOwnedSerializer):
     hostname = HostnameField()
+    review_warnings = serializers.SerializerMethodField(
+        help_text="Operators only (empty for anyone else): what to know before approving, e.g. the name sits inside "
+                  "one another org holds.")
 
     class Meta:
         model = HostnameClaim
-        fields = ["id", "org", "hostname", "status", "decided_at", "created_at"]
+        fields = ["id", "org", "hostname", "status", "decided_at", "created_at", "review_warnings"]
         read_only_fields = ["status", "decided_at", "created_at"]
         # Uniqueness (per org, and one approved holder) is the service's call under its lock: 409 claim_overlap.
         validators: list = []
+
+    def get_review_warnings(self, claim: HostnameClaim) -> list[str]:
+        request = self.context.get("request")
+        principal = getattr(request, "principal", None)
+        if principal is None or not principal.is_operator:
+            return []
+        return services.hostname_claim_warnings(claim)
 
 
 class IpPoolSerializer(TenantModelSerializer):

@@ -59,7 +59,9 @@ def _flatten(detail: Any) -> Any:
 def exception_handler(exc, context):
     if isinstance(exc, DomainError):
         fields = {exc.field: [exc.detail]} if exc.field else {}
-        return Response({"code": exc.code, "detail": exc.detail, "fields": fields}, status=exc.status)
+        headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s else None
+        return Response({"code": exc.code, "detail": exc.detail, "fields": fields}, status=exc.status,
+                        headers=headers)
     if isinstance(exc, ApiError):
         return Response({"code": exc.code, "detail": str(exc.detail), "fields": exc.fields},
                         status=exc.status_code)
