@@ -134,3 +134,14 @@ def test_an_operator_applying_acmes_file_picks_acmes_certificate_not_globexs_of_
     applied = _apply(otto, "acme", edited)
     assert applied.status_code == 200, applied.content
     assert Listener.objects.get(name="tls").certificate_id == acme_side.cert.pk
+
+
+def test_every_serializer_that_writes_a_reference_checks_it_in_the_target_orgs_scope():
+    """The one place: a new endpoint whose body names rows inherits the check, or this test names it."""
+    from apps.core.api.fields import ActingForMixin
+    from tests.core.test_relation_scoping import _serializer_classes, _writable_relations
+
+    writing = {(prefix, cls) for prefix, cls in _serializer_classes() if any(_writable_relations(cls(), prefix))}
+    assert len(writing) > 10, writing
+    unchecked = sorted(f"{prefix}:{cls.__name__}" for prefix, cls in writing if not issubclass(cls, ActingForMixin))
+    assert not unchecked, f"derive these from TenantModelSerializer or StrictSerializer: {unchecked}"
