@@ -24,6 +24,7 @@ from apps.fleets.runtime import (
     ReloadResult,
     RuntimeApiError,
     RuntimeUnavailable,
+    parse_servers_state,
 )
 from apps.fleets.snapshot import KEEPALIVED_FILE, MAIN_FILE, ConfigBundle
 from apps.fleets.transports import NodeConn, TransportError, transport_for
@@ -191,17 +192,45 @@ def verify(transport: FileSetTransport, bundle: ConfigBundle, node_address: str)
 class HotChanges:
     maps: dict[str, list[tuple[str, str]]]
     certs: dict[str, bytes]
+    # (backend, server) -> (admin state, weight): members drained, put in maintenance, made ready or re-weighted
+    servers: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+
+
+def _server_changes(old: ConfigBundle, new: ConfigBundle) -> dict[tuple[str, str], tuple[str, int]] | None:
+    """The servers whose admin state or weight is all that differs between the two haproxy.cfg bodies, or None
+    when anything else differs. The manifests say which line each server is on and what it stands for."""
+    if old.body == new.body:
+        return {}
+    before = old.manifest.servers if old.manifest is not None else None
+    after = new.facts.servers
+    if before is None or before.keys() != after.keys():
+        return None
+    moved = {key for key, wanted in after.items() if wanted[:2] != before[key][:2]}
+    if any(before[key][2] != after[key][2] for key in moved):
+        return None
+    old_lines, new_lines = old.body.split("\n"), new.body.split("\n")
+    if len(old_lines) != len(new_lines):
+        return None
+    lines = {after[key][2] for key in moved}
+    if any(a != b and n not in lines for n, (a, b) in enumerate(zip(old_lines, new_lines, strict=True))):
+        return None
+    return {key: after[key][:2] for key in moved}
 
 
 def hot_changes(old: ConfigBundle, new: ConfigBundle) -> HotChanges | None:
-    """What to change in a running worker when `new` differs from `old` only in maps and certificates.
+    """What to change in a running worker when `new` differs from `old` only in maps, certificates and the
+    admin state or weight of servers.
 
-    Then a node running `old` can take `new` through the runtime API with no reload: same
-    haproxy.cfg apart from its header comments, same file names, only `maps/*.map` contents
-    (route changes, frontends.classify_with_maps) and `certs/*.pem` contents (a renewed or
-    replaced certificate: `set/commit ssl cert`) moved. Else None.
+    Then a node running `old` can take `new` through the runtime API with no reload: same file names, the
+    same haproxy.cfg apart from its header comments and server lines' weights and `disabled` (a member drained,
+    put in maintenance or re-weighted: `set server`), only `maps/*.map` contents (route changes,
+    frontends.classify_with_maps) and `certs/*.pem` contents (a renewed or replaced certificate: `set/commit
+    ssl cert`) moved. Else None.
     """
-    if old.files.keys() != new.files.keys() or old.body != new.body:
+    if old.files.keys() != new.files.keys():
+        return None
+    servers = _server_changes(old, new)
+    if servers is None:
         return None
     maps, certs = {}, {}
     wanted = new.facts.maps
@@ -214,13 +243,13 @@ def hot_changes(old: ConfigBundle, new: ConfigBundle) -> HotChanges | None:
             certs[name] = content
         else:
             return None
-    return HotChanges(maps, certs)
+    return HotChanges(maps, certs, servers)
 
 
 def hot_map_changes(old: ConfigBundle, new: ConfigBundle) -> dict[str, list[tuple[str, str]]] | None:
-    """hot_changes limited to maps: None also when a certificate changed."""
+    """hot_changes limited to maps: None also when a certificate or a server changed."""
     changes = hot_changes(old, new)
-    return changes.maps if changes is not None and not changes.certs else None
+    return changes.maps if changes is not None and not changes.certs and not changes.servers else None
 
 
 def _push(transport: FileSetTransport, bundle: ConfigBundle, outcome: NodeOutcome) -> bool:
@@ -304,12 +333,31 @@ def _hot_runtime(transport: FileSetTransport, plan: NodePlan, changes: HotChange
             serial = stats.set_ssl_cert(name, pem)  # set, commit, then `show ssl cert` reads the serial back
             if int(serial, 16) != int(pem_serial(pem), 16):
                 raise RuntimeApiError(f"show ssl cert {name}", f"serial {serial}, expected {pem_serial(pem)}")
+        if changes.servers:
+            _hot_servers(stats, changes.servers)
     except NODE_ERRORS as exc:
         outcome.steps.append(f"runtime update failed ({exc}): reloading instead")
         return False
     outcome.status, outcome.sha256, outcome.worker_pid = "succeeded", plan.bundle.sha256, plan.worker_pid
     outcome.hot = True
     return True
+
+
+_RUNTIME_STATE = {"active": "ready", "drain": "drain", "maint": "maint"}
+
+
+def _hot_servers(stats, servers: dict[tuple[str, str], tuple[str, int]]) -> None:
+    """Set each server's state and weight as rendered, then read every one back (`show servers state`).
+    Drain keeps the configured weight for later: HAProxy's drain state makes the effective weight 0."""
+    for (backend, server), (state, weight) in servers.items():
+        if state != "drain":
+            stats.set_server_weight(backend, server, weight)
+        stats.set_server_state(backend, server, _RUNTIME_STATE[state])  # type: ignore[arg-type]
+    live = parse_servers_state(stats.show_servers_state())
+    for key, (state, weight) in servers.items():
+        seen = live.get(key)
+        if seen is None or seen[0] != state or (state == "active" and seen[1] != weight):
+            raise RuntimeApiError("show servers state", f"{key[0]}/{key[1]} is {seen}, expected {(state, weight)}")
 
 
 def _reload_from_disk(transport: FileSetTransport, plan: NodePlan, outcome: NodeOutcome) -> None:

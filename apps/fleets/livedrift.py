@@ -23,13 +23,11 @@ from apps.fleets.hotmaps import map_entries, same_entries
 from apps.fleets.nodeops import _STATE_FOR_ADMIN
 from apps.fleets.render.chain import LIMITS_MAP, USABLE_MAP
 from apps.fleets.render.frontends import ACME_CHALLENGE_MAP
-from apps.fleets.runtime import HAProxySocket
+from apps.fleets.runtime import HAProxySocket, parse_servers_state
 from apps.fleets.snapshot import ConfigBundle
 from apps.fleets.transports import NodeConn
 
 # srv_admin_state bits (HAProxy include/haproxy/server-t.h): forced/config/inherited maintenance, drain.
-_MAINT_BITS = 0x01 | 0x02 | 0x04
-_DRAIN_BITS = 0x08 | 0x10
 MAX_DIFF_LINES = 40
 # Maps whose values change at run time by design (apps.fleets.enforce); their keys are still checked.
 RUNTIME_VALUE_MAPS = frozenset({LIMITS_MAP, USABLE_MAP})
@@ -50,19 +48,6 @@ class LiveDrift:
 
     def __bool__(self) -> bool:
         return bool(self.maps or self.servers or self.challenges or self.frontends)
-
-
-def parse_servers_state(text: str) -> dict[tuple[str, str], tuple[str, int]]:
-    """{(backend, server): (admin state, user weight)} from `show servers state` (format version 1)."""
-    out = {}
-    for line in text.splitlines()[1:]:
-        if not line or line.startswith("#"):
-            continue
-        cols = line.split()
-        admin, weight = int(cols[6]), int(cols[7])
-        state = "maint" if admin & _MAINT_BITS else "drain" if admin & _DRAIN_BITS else "active"
-        out[(cols[1], cols[3])] = (state, weight)
-    return out
 
 
 def _server_differs(live: tuple[str, int], wanted: ServerWanted) -> bool:

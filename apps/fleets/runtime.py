@@ -554,3 +554,21 @@ class MasterSocket:
             if time.monotonic() >= deadline:
                 return result(False, None, f"no new worker within {timeout_s:.1f}s of the reload command")
             time.sleep(poll_s)
+
+
+# `show servers state` srv_admin_state bits: FMAINT, IMAINT, CMAINT; FDRAIN, IDRAIN.
+_MAINT_BITS = 0x01 | 0x02 | 0x04
+_DRAIN_BITS = 0x08 | 0x10
+
+
+def parse_servers_state(text: str) -> dict[tuple[str, str], tuple[str, int]]:
+    """{(backend, server): (admin state, user weight)} from `show servers state` (format version 1)."""
+    out = {}
+    for line in text.splitlines()[1:]:
+        if not line or line.startswith("#"):
+            continue
+        cols = line.split()
+        admin, weight = int(cols[6]), int(cols[7])
+        state = "maint" if admin & _MAINT_BITS else "drain" if admin & _DRAIN_BITS else "active"
+        out[(cols[1], cols[3])] = (state, weight)
+    return out

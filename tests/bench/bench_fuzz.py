@@ -75,10 +75,7 @@ def main() -> int:
     fresh_database(os.environ["DATABASE_URL"])
     token, tenant_token = seed()
     with gunicorn() as base:
-        started = time.monotonic()
-        result = run_schemathesis(base, token, max_examples=args.max_examples, workers=args.workers,
-                                  max_time_s=args.max_time, seed=args.seed)
-        elapsed = time.monotonic() - started
+        # Config documents first: schemathesis' last pass may revoke the tokens it fuzzes with.
         from tests import configfuzz
 
         config = configfuzz.Tally()
@@ -89,6 +86,12 @@ def main() -> int:
             config.shape_errors += part.shape_errors
             for code, count in part.by_status.items():
                 config.by_status[code] = config.by_status.get(code, 0) + count
+        started = time.monotonic()
+        result = run_schemathesis(base, token, max_examples=args.max_examples, workers=args.workers,
+                                  max_time_s=args.max_time, seed=args.seed)
+        elapsed = time.monotonic() - started
+    for failure in result.blocking[:20]:  # what fails the run, first and whole
+        print("BLOCKING", failure.replace("\n", " | ")[:3000])
     for failure in result.failures[:60]:
         # Conformance failures (ST1xx) in full: they are what must be fixed; the rest in brief.
         conformance = any(f"- ST1{d}" in failure for d in "0123456789")

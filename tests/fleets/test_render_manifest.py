@@ -111,3 +111,27 @@ def test_no_consumer_of_rendered_config_imports_re() -> None:
     for module in ("delivery.py", "codec.py", "preview.py", "livedrift.py"):
         source = (root / module).read_text()
         assert not re.search(r"^import re$|^from re import", source, re.MULTILINE), module
+
+
+@pytest.mark.parametrize("after,hot", [
+    ({"m1": dict(weight=7)}, {("p1_eu", "m1"): ("active", 7)}),
+    ({"m1": dict(state="drain")}, {("p1_eu", "m1"): ("drain", 100)}),
+    ({"m1": dict(state="maint"), "m2": dict(weight=3)},
+     {("p1_eu", "m1"): ("maint", 100), ("p1_eu", "m2"): ("active", 3)}),
+    ({"m1": dict(port=9999)}, None),  # a new address or port is a new server: a reload
+], ids=["weight", "drain", "maint-and-weight", "port"])
+def test_a_member_state_or_weight_change_is_a_hot_server_change_read_from_the_manifest(after, hot) -> None:
+    from .test_render import member
+
+    def bundle(changes: dict, revision: int):
+        members = tuple(member(name, changes.get(name, {}).get("port", port),
+                               **{k: v for k, v in changes.get(name, {}).items() if k != "port"})
+                        for name, port in (("m1", 8001), ("m2", 8002)))
+        return render(snapshot((listener(8080, (route(1, 1, "/a", 1),)),), (pool(1, {"eu": members}),), revision),
+                      NODE)
+
+    changes = hot_changes(bundle({}, 1), bundle(after, 2))
+    if hot is None:
+        assert changes is None
+    else:
+        assert changes is not None and changes.servers == hot and not changes.certs

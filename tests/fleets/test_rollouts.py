@@ -387,11 +387,58 @@ def test_drain_reaches_every_node_without_reload_and_survives_the_next_reload(
     assert running_workers(fleet3) == workers  # no reload happened
     assert all(fleet3.get(n, f"/x{i}")[1] == "old2" for n in fleet3.nodes for i in range(6))
 
-    reconcile(fleet3.fleet)  # desired state changed too (weight 0 in the config): a reload
+    rollout = Rollout.objects.get(pk=reconcile(fleet3.fleet)["rollouts"][-1])  # the desired state (weight 0)
 
-    assert running_workers(fleet3) != workers
+    # The new revision differs only in the member's server line: taken through the runtime API, no reload.
+    assert rollout.status == Rollout.Status.SUCCEEDED
+    assert running_workers(fleet3) == workers
     assert {status_of(n) for n in fleet3.nodes} == {"DRAIN"}
     assert all(fleet3.get(n, f"/y{i}")[1] == "old2" for n in fleet3.nodes for i in range(6))
+
+    # A later change that does need a reload (a new pool) keeps the drain: the config says weight 0.
+    new = tiny_backend("new")
+    add_route(fleet3.lb, add_pool(fleet3.lb, "new", (new.address, new.port)), "/new", 10)
+    reconcile(fleet3.fleet)
+    assert running_workers(fleet3) != workers
+    assert all(fleet3.get(n, f"/z{i}")[1] == "old2" for n in fleet3.nodes for i in range(6))
+
+
+def test_a_weight_and_a_state_change_through_the_api_reach_every_node_without_a_reload(
+    fleet3: LocalFleet, tiny_backend
+) -> None:
+    """The page said "without a reload" while every drain reloaded (the worker PID changed on every node)."""
+    from rest_framework.test import APIClient
+
+    from apps.accounts.models import Organization, Role
+    from tests.conftest import _persona
+
+    second = tiny_backend("old2")
+    pool = fleet3.listener.default_pool
+    Member.objects.create(pool=pool, region=pool.regions.get().region, name="old-2", address=second.address,
+                          port=second.port)
+    reconcile(fleet3.fleet)
+    workers = running_workers(fleet3)
+    ops = Organization.objects.filter(kind="operator").first() or Organization.objects.create(
+        slug="ops-x", name="ops", kind="operator")
+    otto: APIClient = _persona("otto-x", ops, Role.ADMIN).client
+    member = Member.objects.get(pool=pool, name="old-1")
+    backend = f"p{pool.pk}_us-east"
+
+    def server(node: Node) -> tuple[str, int]:
+        from apps.fleets.runtime import parse_servers_state
+
+        return parse_servers_state(HAProxySocket(f"{node.runtime_dir}/stats.sock").show_servers_state())[
+            (backend, "old-1")]
+
+    for change, expected in (({"weight": 7}, ("active", 7)), ({"admin_state": "drain"}, ("drain", 7)),
+                             ({"admin_state": "maint"}, ("maint", 7)), ({"admin_state": "active"}, ("active", 7))):
+        answer = otto.post(f"/api/v1/members/{member.pk}/state/", change, format="json")
+        assert answer.status_code in (200, 202), answer.content
+        services.member_runtime_apply(member_id=member.pk)  # what the member_runtime task does
+        rollout = Rollout.objects.get(pk=reconcile(fleet3.fleet)["rollouts"][-1])
+        assert rollout.status == Rollout.Status.SUCCEEDED, rollout.results.values_list("error", flat=True)
+        assert {n.name: server(n) for n in fleet3.nodes} == {n.name: expected for n in fleet3.nodes}, change
+        assert running_workers(fleet3) == workers, f"{change} reloaded a node"
 
 
 def test_drift_is_detected_and_reconverged(fleet3: LocalFleet) -> None:

@@ -117,7 +117,8 @@ class InvitationViewSet(TenantViewSet):
                                                          username=data["username"], role=data["role"])
 
     def _addressed(self, pk) -> Invitation:
-        invitation = Invitation.objects.addressed_to(self.principal).filter(pk=pk).first()
+        invitation = Invitation.objects.addressed_to(self.principal).filter(
+            pk=int(pk) if str(pk).isdigit() else 0).first()
         if invitation is None:
             raise Http404
         return invitation

@@ -69,10 +69,12 @@ class AutoSchema(openapi.AutoSchema):
             codes.append(412)
         if self.method in _WRITES:
             codes.append(422)  # a stale/reused Idempotency-Key, or a rule refusing the values
+            codes.append(413)  # a body over the view's limit (apps.core.api.parsers)
+            codes.append(429)  # a per-org rate (apps.core.quotas), with Retry-After
         if getattr(self.view, "throttle_scope", None):
             codes.append(429)
         codes += getattr(self.view, "error_statuses", ())  # a view's own preconditions (If-Match: 412, 428)
-        return sorted(codes)
+        return sorted(set(codes))
 
     def _get_serializer_field_meta(self, field, direction):
         meta = super()._get_serializer_field_meta(field, direction)

@@ -174,9 +174,12 @@ def _render(snapshot: FleetSnapshot, node: NodeSpec, route_map_threshold: int) -
     body = "\n".join("\n".join(lines) + "\n" for lines, _ in sections)
     # One owner per body line: a section's lines, then the blank line between sections.
     main_owners: list[Owner | None] = []
+    servers: dict[tuple[str, str], tuple[str, int, int]] = {}
     for number, (lines, owners) in enumerate(sections):
         if number:
             main_owners.append(None)
+        for index, backend, server, state, weight in manifest.server_lines.get(id(lines), ()):
+            servers[(backend, server)] = (state, weight, len(main_owners) + index)
         main_owners += owners if isinstance(owners, list) else [owners] * len(lines)
 
     header = _header(snap.fleet, snap.revision, node.name, body, files)
@@ -191,4 +194,5 @@ def _render(snapshot: FleetSnapshot, node: NodeSpec, route_map_threshold: int) -
         maps=manifest.maps,
         main_owners=main_owners,
         map_owners=manifest.map_owners,
+        servers=servers,
     ))

@@ -18,6 +18,8 @@ class ManifestBuilder:
         self.frontends: list[str] = []
         self.backends: list[str] = []
         self.maps: dict[str, list[tuple[str, str]]] = {}
+        # id(section lines) -> [(line index in the section, backend, server, admin state, weight)]
+        self.server_lines: dict[int, list[tuple[int, str, str, str, int]]] = {}
         self.map_owners: dict[str, Sequence[Owner | None]] = {}
         self._pools: dict[int, Owner] = {}
         self._routes: dict[int, Owner] = {}

@@ -105,6 +105,11 @@ def backend_sections(pool: PoolSpec, protocol: str, manifest: ManifestBuilder) -
             ]
             default_server += f" inter {health.interval_s}s rise {health.rise} fall {health.fall}"
         lines.append(default_server)
-        lines += [_server_line(m, pool.health is not None) for m in sorted(region.members, key=lambda m: m.name)]
-        sections.append(_indent(lines))
+        servers = []
+        for member in sorted(region.members, key=lambda m: m.name):
+            servers.append((len(lines), name, member.name, member.admin_state, member.weight))
+            lines.append(_server_line(member, pool.health is not None))
+        section = _indent(lines)  # one line for one line: the indexes hold
+        manifest.server_lines[id(section)] = servers
+        sections.append(section)
     return sections
