@@ -25,6 +25,7 @@ class MemberHealth:
     state: str  # up, down, drain, maint, unknown (no node reports it yet)
     nodes_up: int
     nodes_total: int
+    nodes_in_state: int  # nodes whose own report says `state` (what "drain on 3/4 nodes" counts)
     check: str  # the worst check result seen ("L7STS/503", "L4CON"), "" when every check passes
     sessions: int  # open on all nodes together
     changed_at: datetime | None  # the most recent state change on any node
@@ -35,7 +36,8 @@ class MemberHealth:
             return "no report yet"
         if self.state in ("drain", "maint"):
             return f"{self.state}: {self.sessions} session{'s' if self.sessions != 1 else ''} open"
-        return f"{self.state} on {self.nodes_up}/{self.nodes_total} nodes" if self.nodes_total > 1 else self.state
+        return (f"{self.state} on {self.nodes_in_state}/{self.nodes_total} nodes" if self.nodes_total > 1
+                else self.state)
 
 
 def _failing(check: str) -> bool:
@@ -63,8 +65,10 @@ def member_health(members: Iterable[Member]) -> dict[int, MemberHealth]:
     for member in members:
         seen = rows.get(member.pk, [])
         up = sum(1 for status, *_ in seen if status.startswith("UP") or status == "no check")
-        drain = any(status.startswith(("DRAIN", "NOLB")) for status, *_ in seen)
-        maint = any(status.startswith("MAINT") for status, *_ in seen)
+        draining = sum(1 for status, *_ in seen if status.startswith(("DRAIN", "NOLB")))
+        in_maint = sum(1 for status, *_ in seen if status.startswith("MAINT"))
+        down = sum(1 for status, *_ in seen if status.startswith("DOWN"))
+        drain, maint = draining > 0, in_maint > 0
         if member.admin_state == Member.AdminState.DRAIN or drain:
             state = "drain"
         elif member.admin_state == Member.AdminState.MAINT or maint:
@@ -75,7 +79,9 @@ def member_health(members: Iterable[Member]) -> dict[int, MemberHealth]:
             state = "up" if up * 2 > len(seen) else "down"
         failing = [check for _, check, *_ in seen if _failing(check)]
         changes = [changed for *_, changed in seen if changed is not None]
+        in_state = {"up": up, "down": down, "drain": draining, "maint": in_maint}.get(state, 0)
         out[member.pk] = MemberHealth(
-            state=state, nodes_up=up, nodes_total=len(seen), check=(failing[0].removeprefix("* ") if failing else ""),
+            state=state, nodes_up=up, nodes_total=len(seen), nodes_in_state=in_state,
+            check=(failing[0].removeprefix("* ") if failing else ""),
             sessions=sum(sessions or 0 for _, _, sessions, _ in seen), changed_at=max(changes) if changes else None)
     return out

@@ -50,6 +50,7 @@ def test_up_down_and_drain_as_the_nodes_report_them(haproxy_bin, tiny_backend) -
                                 lambda h: h[dead.pk].state == "down" and h[alive.pk].state == "up")
         assert (health[alive.pk].state, health[alive.pk].nodes_up, health[alive.pk].nodes_total) == ("up", 2, 2)
         assert health[dead.pk].state == "down" and health[dead.pk].nodes_up == 0
+        assert health[dead.pk].nodes_in_state == 2  # down on 2/2 nodes
         assert health[dead.pk].check.startswith("L4CON"), health[dead.pk].check
         assert health[dead.pk].changed_at is not None
 
@@ -62,5 +63,12 @@ def test_up_down_and_drain_as_the_nodes_report_them(haproxy_bin, tiny_backend) -
         assert sorted(r.status for r in rows.all()) == ["DRAIN", "DRAIN"]
         assert health[alive.pk].state == "drain" and health[alive.pk].sessions == 0
         assert health[alive.pk].label == "drain: 0 sessions open"
+        # The count names the nodes that report the drain, not the nodes up: "drained on 2/2 nodes", never "1/2".
+        assert (health[alive.pk].nodes_in_state, health[alive.pk].nodes_total) == (2, 2)
+        from django.template.loader import render_to_string
+
+        alive.health = health[alive.pk]
+        html = render_to_string("partials/member_health.html", {"m": alive})
+        assert "<strong>drained</strong> on 2/2 nodes" in html, html
     finally:
         local.stop_all()

@@ -51,7 +51,7 @@ def test_pool_table_shows_each_members_live_health(alice, pool):
     assert "up</strong> on 2/2 nodes" in ok and "2 sessions open" in ok and "checks pass" in ok
     assert "changed 5\xa0minutes ago" in ok
     bad = page.split(f'id="member-{Member.objects.get(name="bad-1").pk}-health"')[1]
-    assert "down</strong> on 0/2 nodes" in bad and "<code>L4CON</code>" in bad
+    assert "down</strong> on 2/2 nodes" in bad and "<code>L4CON</code>" in bad
     drain = page.split(f'id="member-{Member.objects.get(name="drn-1").pk}-health"')[1]
     assert "6 sessions open</span> (draining)" in drain
     assert reverse("pool-health", args=[pool.pk]) in page
