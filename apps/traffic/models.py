@@ -94,3 +94,25 @@ class CapacityState(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pool_id}/{self.region}: {self.healthy_members} healthy"
+
+
+class OverflowState(models.Model):
+    """Whether a pool's region is overflowing, as its last event said: the state the events' hysteresis holds
+    (apps.traffic.services.overflow_events_evaluate). A transition is claimed with a conditional UPDATE, so two
+    processes ingesting samples at once send one event."""
+
+    TENANT_PATH = "pool__org"
+
+    pool = models.ForeignKey("balancers.Pool", on_delete=models.CASCADE, related_name="+")
+    region = models.CharField(max_length=63)
+    overflowing = models.BooleanField(default=False)
+    changed_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["pool", "region"], name="overflow_state_unique")]
+        ordering = ["pool_id", "region"]
+
+    def __str__(self) -> str:
+        return f"{self.pool_id}/{self.region}: {'overflowing' if self.overflowing else 'within capacity'}"

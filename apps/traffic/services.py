@@ -26,7 +26,7 @@ from apps.balancers.models import Pool, Region
 from apps.core.errors import DomainError, NotFoundError
 from apps.events.services import event_emit
 from apps.traffic import readers, selectors
-from apps.traffic.models import CapacityState, OverflowPoint, TrafficSample
+from apps.traffic.models import CapacityState, OverflowPoint, OverflowState, TrafficSample
 from apps.traffic.observe import (
     MAX_COUNTER_GAP_S,
     BackendReading,
@@ -163,26 +163,74 @@ def overflow_bucket_refresh(*, pool_id: int, time: datetime, resolution_s: int =
                       nodes=nodes_by_region.get(f.region, 0))
         for f in flows
     ]
-    _overflow_events(pool_id, start, resolution_s, points)
-    return _points_upsert(pool_id, start, resolution_s, points)
+    written = _points_upsert(pool_id, start, resolution_s, points)
+    if resolution_s == selectors.FINE_RESOLUTION_S:
+        overflow_events_evaluate(pool_id=pool_id, now=time)
+    return written
 
 
-def _overflow_events(pool_id: int, start: datetime, resolution_s: int, points: list[OverflowPoint]) -> None:
-    """overflow.started / overflow.stopped per pool and region, when a region's state (sending any traffic
-    out or not) differs from the last one recorded: this bucket's stored point, else the latest in the
-    five minutes before it (sampling gaps are normal; a longer silence counts as not overflowing)."""
-    last: dict[str, bool] = {}
-    for point in OverflowPoint.objects.filter(pool_id=pool_id, resolution_s=resolution_s, time__lte=start,
-                                              time__gte=start - timedelta(minutes=5)).order_by("time"):
-        last[point.region] = point.out > 0  # ordered by time: the latest wins
-    changed = [p for p in points if (p.out > 0) != last.get(p.region, False)]
-    if not changed:
-        return
+# Overflow events, with hysteresis: a region "starts" overflowing after START_BUCKETS complete 10 s buckets that
+# each sent at least MIN_OUT_RPS out, and "stops" after STOP_BUCKETS complete buckets with data that sent less
+# (or after SILENCE_S without any data). Only complete buckets count: the bucket being filled has the first
+# samples of some nodes only, and reading it made a `stopped` with demand 0.0 and a `started` every 10 s.
+START_BUCKETS = 2
+STOP_BUCKETS = 3
+MIN_OUT_RPS = 0.5
+SILENCE_S = 300
+
+
+def overflow_events_evaluate(*, pool_id: int, now: datetime) -> list[str]:
+    """Send overflow.started / overflow.stopped for the pool's regions whose state changed, as the complete
+    buckets before `now` show it; the event types sent. Idempotent: a transition is claimed once."""
+    fine = selectors.FINE_RESOLUTION_S
+    last = bucket_start(now, fine) - timedelta(seconds=fine)  # the newest complete bucket
+    window = [last - timedelta(seconds=fine * i) for i in range(max(START_BUCKETS, STOP_BUCKETS))]
+    points: dict[str, dict[datetime, OverflowPoint]] = defaultdict(dict)
+    for point in OverflowPoint.objects.filter(pool_id=pool_id, resolution_s=fine, time__lte=last,
+                                              time__gte=last - timedelta(seconds=SILENCE_S)):
+        points[point.region][point.time] = point
+    states = {s.region: s.overflowing for s in OverflowState.objects.filter(pool_id=pool_id)}
+    sent = []
+    for region in sorted(set(points) | {r for r, on in states.items() if on}):
+        seen = points.get(region, {})
+        recent = [seen.get(t) for t in window]
+        if not states.get(region, False):
+            rising = recent[:START_BUCKETS]
+            overflowing = all(p is not None and p.out >= MIN_OUT_RPS for p in rising)
+            if overflowing and _overflow_transition(pool_id, region, True, now):
+                _overflow_emit(pool_id, "overflow.started", region, rising)  # type: ignore[arg-type]
+                sent.append("overflow.started")
+            continue
+        with_data = [p for p in recent[:STOP_BUCKETS] if p is not None]
+        silent = not seen
+        calm = len(with_data) == STOP_BUCKETS and all(p.out < MIN_OUT_RPS for p in with_data)
+        if (calm or silent) and _overflow_transition(pool_id, region, False, now):
+            _overflow_emit(pool_id, "overflow.stopped", region, with_data)
+            sent.append("overflow.stopped")
+    return sent
+
+
+def _overflow_transition(pool_id: int, region: str, overflowing: bool, now: datetime) -> bool:
+    OverflowState.objects.get_or_create(pool_id=pool_id, region=region)
+    return bool(OverflowState.objects.filter(pool_id=pool_id, region=region, overflowing=not overflowing)
+                .update(overflowing=overflowing, changed_at=now))
+
+
+def _overflow_emit(pool_id: int, event_type: str, region: str, points: list[OverflowPoint]) -> None:
+    """The figures are the mean of the buckets that decided it (none: no traffic was seen at all)."""
     pool = Pool.objects.select_related("org").get(pk=pool_id)
-    for point in changed:
-        event_emit("overflow.started" if point.out > 0 else "overflow.stopped", org=pool.org, obj=pool,
-                   data={"region": point.region, "out_rps": round(point.out, 3), "demand_rps": round(point.demand, 3),
-                         "out_to": point.out_to, "capacity_rps": point.capacity})
+    n = len(points) or 1
+    out_to: dict[str, float] = defaultdict(float)
+    for p in points:
+        for dst, rate in p.out_to.items():
+            out_to[dst] += float(rate) / n
+    capacities = [p.capacity for p in points if p.capacity is not None]
+    event_emit(event_type, org=pool.org, obj=pool, data={
+        "region": region, "out_rps": round(sum(p.out for p in points) / n, 3),
+        "demand_rps": round(sum(p.demand for p in points) / n, 3),
+        "out_to": {k: round(v, 3) for k, v in sorted(out_to.items())},
+        "capacity_rps": round(sum(capacities) / len(capacities), 3) if capacities else None,
+        "buckets": len(points), "traffic_seen": bool(points)})
 
 
 def _points_upsert(pool_id: int, start: datetime, resolution_s: int, points: list[OverflowPoint]) -> int:

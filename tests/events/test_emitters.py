@@ -27,6 +27,8 @@ def _types() -> list[tuple[str, str]]:
 
 
 def test_overflow_started_and_stopped_once_per_pool_and_region(acme):
+    """Started after two complete overflowing buckets, stopped after three calm ones, each once, with the
+    figures of the buckets that decided it."""
     pool = PoolFactory(lb__org=acme, org=acme)
     for slug in ("ra", "rb"):
         PoolRegionFactory(pool=pool, region=RegionFactory(slug=slug), max_rate_per_member=10)
@@ -40,12 +42,38 @@ def test_overflow_started_and_stopped_once_per_pool_and_region(acme):
     sample(t0, {})
     assert _types() == []
     sample(t0 + timedelta(seconds=20), {"rb": 5})
-    sample(t0 + timedelta(seconds=21), {"rb": 6})  # the same bucket again: no second event
-    sample(t0 + timedelta(seconds=40), {"rb": 4})  # the next bucket, still overflowing
+    sample(t0 + timedelta(seconds=21), {"rb": 6})  # the same bucket again: still one bucket
+    sample(t0 + timedelta(seconds=30), {"rb": 4})  # the next bucket: the first one is complete now
+    assert _types() == []  # one complete overflowing bucket is not yet overflow
+    sample(t0 + timedelta(seconds=40), {"rb": 4})  # two complete overflowing buckets
     assert _types() == [("overflow.started", "ra")]
-    sample(t0 + timedelta(seconds=60), {})
+    started = Event.objects.get(type="overflow.started")
+    assert started.data["out_rps"] > 0 and started.data["demand_rps"] == 20 and started.data["buckets"] == 2
+    for second in (50, 60, 70):
+        sample(t0 + timedelta(seconds=second), {})
+    assert _types() == [("overflow.started", "ra")]  # two calm complete buckets: not yet
+    sample(t0 + timedelta(seconds=80), {})
     assert _types() == [("overflow.started", "ra"), ("overflow.stopped", "ra")]
+    stopped = Event.objects.get(type="overflow.stopped")
+    assert stopped.data["demand_rps"] == 20 and stopped.data["out_rps"] == 0  # true figures, not 0.0 demand
     assert set(Event.objects.values_list("org_id", "object_id")) == {(acme.pk, str(pool.pk))}
+
+
+def test_steady_overflow_seen_by_two_nodes_at_different_moments_does_not_flap(acme):
+    """Two nodes sample at their own moments; a new bucket first holds one node's sample. Events flapped
+    (stopped with demand 0.0, then started) every 10 s under steady overflow."""
+    pool = PoolFactory(lb__org=acme, org=acme)
+    for slug in ("ra", "rb"):
+        PoolRegionFactory(pool=pool, region=RegionFactory(slug=slug), max_rate_per_member=10)
+    t0 = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
+    for second in range(0, 300, 2):
+        at = t0 + timedelta(seconds=second)
+        node = "f/n1" if second % 4 == 0 else "f/n2"
+        out = 8.0 if node == "f/n1" else 0.0  # n1's ingress overflows, n2's does not
+        TrafficSample.objects.create(time=at, pool=pool, node=node, region="ra", request_rate=20,
+                                     served_local=20 - out, sent_to={"rb": out} if out else {})
+        traffic.overflow_bucket_refresh(pool_id=pool.pk, time=at)
+    assert _types() == [("overflow.started", "ra")]
 
 
 def test_member_health_changed_once_per_member_across_nodes(acme):
