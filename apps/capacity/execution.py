@@ -323,8 +323,17 @@ def run_finalize(run: CapacityRun) -> None:
     if run.test.pool_id is not None:
         overflow_release(run.test.pool_id)
     if "status" in fields:
+        code, rps = fields.get("knee_code"), fields.get("knee_capacity_rps")
+        # The same words as the run's page: a knee only when one was found.
+        if code == knee.KNEE_FOUND and rps is not None:
+            outcome = f"knee at {rps:.1f} req/s"
+        elif code == knee.ALL_PASSED and rps is not None:
+            outcome = f"no knee found up to {rps:.1f} req/s (every step held the SLO)"
+        else:
+            outcome = fields.get("knee_reason") or fields.get("error") or fields.get("stopped_reason", "")
         event_emit("capacity.run_finished", org=run.test.org, obj=run, object_repr=f"{run.test.name} #{run.pk}",
-                   data={"status": fields["status"], "knee_rps": fields.get("knee_capacity_rps"),
+                   data={"status": fields["status"], "outcome": outcome, "knee_code": code,
+                         "knee_rps": rps if code == knee.KNEE_FOUND else None, "highest_passing_rps": rps,
                          "recommended_max_rate_per_member": fields.get("recommended_max_rate_per_member"),
                          "test": run.test.name})
 

@@ -20,7 +20,7 @@ TYPES: Final[dict[str, str]] = {
     "member.health_changed": "Member {object} is {status}",
     "overflow.started": "Pool {object} overflows out of {region}",
     "overflow.stopped": "Pool {object} no longer overflows out of {region}",
-    "capacity.run_finished": "Capacity run {object} {status}; knee at {knee_rps} req/s",
+    "capacity.run_finished": "Capacity run {object} {status}: {outcome}",
     "certificate.expiring": "Certificate {object} expires in {days} days",
     "certificate.renewed": "Certificate {object} was renewed",
     "job.failed": "Job {object} {status}: {error}",

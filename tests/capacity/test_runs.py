@@ -10,6 +10,8 @@ from apps.audit.models import AuditEvent
 from apps.balancers.models import LoadBalancer, PoolRegion
 from apps.capacity.engine import decode_histogram
 from apps.capacity.models import CapacityRun, CapacityShard, StepResult
+from apps.events import types
+from apps.events.models import Event
 from tests.capacity.conftest import wait_for, wait_for_run
 from tests.capacity.servers import ServerProcess
 
@@ -61,6 +63,11 @@ def test_two_shard_run_over_two_workers_merges_to_the_sum_of_its_shards(world, a
     assert merged[0].ok + merged[1].ok == 300
     assert merged[1].offered_rate == pytest.approx(200)
     assert run.ok == 300 and run.errors == 0
+    # Every step held the SLO: the event says what the run's page says, never "knee at".
+    event = Event.objects.get(type="capacity.run_finished", object_id=str(run.pk))
+    text = types.summary(event.type, event.object_repr, event.data)
+    assert run.knee_code == "all_passed" and "knee at" not in text
+    assert f"no knee found up to {run.knee_capacity_rps:.1f} req/s" in text and event.data["knee_rps"] is None
 
 
 def test_knee_is_found_through_celery_and_applying_it_bumps_the_lb_revision(world, alice):
@@ -81,6 +88,8 @@ def test_knee_is_found_through_celery_and_applying_it_bumps_the_lb_revision(worl
     assert run.knee_capacity_rps == pytest.approx(100, rel=0.05)
     assert run.healthy_members == 2
     assert 38.0 <= run.recommended_max_rate_per_member <= 40.0
+    event = Event.objects.get(type="capacity.run_finished", object_id=str(run_id))
+    assert f"knee at {run.knee_capacity_rps:.1f} req/s" in types.summary(event.type, event.object_repr, event.data)
 
     revision = LoadBalancer.objects.get(pk=world.acme_lb.pk).revision
     applied = alice.client.post(f"/api/v1/capacity-runs/{run_id}/apply/")
