@@ -311,6 +311,7 @@ def fleet_drift_report(*, fleet: Fleet, all_maps: bool = True) -> DriftReport:
             elif drift and problem is None:
                 report.repaired[node.name] = drift.lines
                 _audit_drift(node, drift.lines, "put back through the runtime API (no reload)")
+                emit.drift_repaired_live(node, drift.lines)
             elif drift:
                 verdicts[node.pk] += [*drift.lines, f"runtime repair failed ({problem}): a reload repairs it"]
         for node in nodes:

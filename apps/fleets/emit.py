@@ -46,9 +46,14 @@ def rollout_finished(rollout: Rollout, status: str, error: str = "") -> None:
             event_emit("rollout.failed", org=lb.org, obj=lb,
                        data={**data, "revision": changed[lb.pk], "error": error_for_owner})
     elif status == Rollout.Status.SUCCEEDED:
-        if rollout.rollback_of_id:
-            event_emit("rollout.rolled_back", obj=fleet, data={"rollout": rollout.rollback_of_id,
-                                                               "revision": revision.number, "fleet": fleet.name})
+        if rollout.kind == Rollout.Kind.ROLLBACK:  # undoing one rollout, or back to any earlier revision
+            event_emit("rollout.rolled_back", obj=fleet, data={
+                "rollout": rollout.rollback_of_id or rollout.pk, "revision": revision.number,
+                "from_revision": rollout.from_revision, "fleet": fleet.name})
+            for lb in lbs:  # each LB the rollback changed hears it too, in its owner's words
+                event_emit("rollout.rolled_back", org=lb.org, obj=lb, data={
+                    "rollout": rollout.rollback_of_id or rollout.pk, "revision": changed[lb.pk],
+                    "fleet": fleet.name})
         for lb in lbs:
             lb_revision = changed[lb.pk]
             done, _ = selectors.lb_applied_state(lb, lb_revision)
@@ -69,6 +74,15 @@ def node_status_changed(node: Node, old: str, new: str, detail: str = "") -> Non
         event_emit("drift.repaired", obj=node, data=data)
     if Node.Status.DOWN in (old, new) and old != Node.Status.UNKNOWN:
         event_emit("node.health_changed", obj=node, data=data)
+
+
+def drift_repaired_live(node: Node, lines: list[str]) -> None:
+    """A drift put back through the runtime API within one check: found and repaired, both said."""
+    detail = "; ".join(lines)[:300]
+    event_emit("drift.found", obj=node, data={"status": "drifted", "detail": detail, "fleet_id": node.fleet_id,
+                                             "repair": "runtime API (no reload)"})
+    event_emit("drift.repaired", obj=node, data={"status": node.status, "detail": detail,
+                                                 "fleet_id": node.fleet_id, "repair": "runtime API (no reload)"})
 
 
 def _health_class(status: str | None) -> str | None:

@@ -64,6 +64,12 @@ def test_an_out_of_band_map_edit_and_server_state_change_are_found_audited_and_r
     events = AuditEvent.objects.filter(action="node.drift").order_by("id")
     assert {e.object_repr for e in events} >= {str(n1), str(n2)}
     assert "put back through the runtime API" in events.last().after["repair"]
+    # What the audit log records, the events say: found and repaired, per node, for subscribers.
+    from apps.events.models import Event
+
+    for node in (n1, n2):
+        sent = set(Event.objects.filter(object_type="node", object_id=str(node.pk)).values_list("type", flat=True))
+        assert {"drift.found", "drift.repaired"} <= sent, (node.name, sent)
 
     assert fleet_drift_report(fleet=fleet2.fleet).summary().startswith("No drift: all 2 node(s)")
 

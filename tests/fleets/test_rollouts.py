@@ -350,6 +350,10 @@ def test_rollback_to_an_earlier_revision_and_undo_it(fleet3: LocalFleet, tiny_ba
     services.fleet_reconcile(fleet_id=fleet3.fleet.pk)
     back.refresh_from_db()
     assert back.status == Rollout.Status.SUCCEEDED and back.kind == Rollout.Kind.ROLLBACK
+    # A manual rollback to an earlier revision is a rollback to subscribers too (the fleet's and the LB's).
+    rolled = Event.objects.filter(type="rollout.rolled_back")
+    assert {(e.object_type, e.data["revision"]) for e in rolled} >= {("fleet", first.revision.number)}
+    assert rolled.filter(object_type="loadbalancer", object_id=str(fleet3.lb.pk)).exists()
     assert set(fleet3.bodies("/new").values()) == {"old"}
     assert {n.applied_revision_id for n in fleet3.nodes} == {first.revision_id}
 
