@@ -157,13 +157,11 @@ class _Wakeups:
         self._task: asyncio.Task | None = None
 
     def mark(self) -> int:
-        if settings.REDIS_URL and (self._task is None or self._task.done()):
-            self._task = asyncio.ensure_future(self._listen())
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._listen() if settings.REDIS_URL else self._watch_file())
         return self._count
 
     async def wait(self, seen: int) -> None:
-        if not settings.REDIS_URL:
-            await asyncio.Event().wait()  # never: the periodic re-check is all there is
         self.mark()
         while self._count <= seen:
             if self._event is None:
@@ -195,6 +193,19 @@ class _Wakeups:
             except Exception:  # parked requests still re-check periodically meanwhile
                 log.warning("wake-up subscription lost; retrying", exc_info=True)
                 await asyncio.sleep(1)
+
+
+    async def _watch_file(self) -> None:
+        """Without Redis: the wake file's modification time, looked at every WAKE_FILE_POLL_S (apps.core.wakeups)."""
+        from apps.core.wakeups import WAKE_FILE_POLL_S, file_stamp
+
+        last = file_stamp("applied")
+        while True:
+            await asyncio.sleep(WAKE_FILE_POLL_S)
+            stamp = file_stamp("applied")
+            if stamp != last:
+                last = stamp
+                self._wake_all()
 
 
 _wakeups = _Wakeups()

@@ -30,7 +30,7 @@ from apps.balancers.models import (
     StaticIP,
 )
 from apps.balancers.signals import lb_changed, member_runtime_changed
-from apps.core import netpolicy, quotas, vrrp
+from apps.core import netpolicy, produced, quotas, vrrp
 from apps.core.errors import Conflict, DoesNotExist, DomainError
 from apps.core.locks import xact_lock
 
@@ -61,6 +61,7 @@ def lb_touch(lb_id: int, *, route_ids: Iterable[int] = ()) -> None:
             if ids:
                 RouteChange.objects.bulk_create([RouteChange(lb_id=lb_id, lb_revision=revision, route_id=pk)
                                                  for pk in ids])
+    produced.record(lb_id, revision)  # for the request's answer (apps.core.produced)
     transaction.on_commit(lambda: lb_changed.send(sender=LoadBalancer, lb_id=lb_id, revision=revision,
                                                   routes_only=bool(ids)))
 

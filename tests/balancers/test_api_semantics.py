@@ -154,3 +154,26 @@ def test_a_pending_claim_cannot_squat_a_name_another_org_then_gets(world, alice,
 
     assert approved.status_code == 200 and approved.json()["status"] == "approved"
     assert second.status_code == 409 and second.json()["code"] == "claim_overlap"
+
+
+def test_every_write_answers_the_lb_revision_it_produced(world, alice):
+    """A pipeline needs no second, racy GET: the write's own answer says which revision to wait for."""
+    from apps.balancers.models import LoadBalancer
+
+    lb = world.acme_lb
+    created = alice.client.post("/api/v1/routes/", {"lb": lb.pk, "path": "/rev", "priority": 1,
+                                                    "targets": [{"pool": world.acme_pool.pk}]}, format="json")
+    assert created.status_code == 201, created.content
+    now = LoadBalancer.objects.get(pk=lb.pk).revision
+    assert created.json()["lb_revision"] == now and created["Spillway-LB-Revision"] == str(now)
+    member = alice.client.post("/api/v1/members/", {"pool": world.acme_pool.pk, "region": "us-east", "name": "m9",
+                                                   "address": "127.0.0.9", "port": 8080}, format="json")
+    drained = alice.client.post(f"/api/v1/members/{member.json()['id']}/state/", {"admin_state": "drain"},
+                                format="json")
+    assert drained["Spillway-LB-Revision"] == str(LoadBalancer.objects.get(pk=lb.pk).revision) == \
+        str(member.json()["lb_revision"] + 1)
+    deleted = alice.client.delete(f"/api/v1/routes/{created.json()['id']}/")
+    assert deleted.status_code == 204 and deleted["Spillway-LB-Revision"] == str(LoadBalancer.objects.get(
+        pk=lb.pk).revision)
+    read = alice.client.get(f"/api/v1/routes/?lb={lb.pk}")
+    assert "Spillway-LB-Revision" not in read  # reads produce nothing

@@ -9,6 +9,7 @@ a thread per long-poll would starve at the third one."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import time
@@ -37,10 +38,14 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def server(transactional_db) -> str:
+def server(transactional_db, request) -> str:
     port = _free_port()
+    if getattr(request, "param", {}).get("REDIS_URL") == "":
+        from django.core.management import call_command
+
+        call_command("createcachetable", "spillway_cache")  # the embedded set-up's cache (made by its migrate)
     env = process_env(DEBUG="0", WEB_THREADS="2", LONGPOLL_WAITS_PER_PRINCIPAL=str(PARKED + 2),
-                      LONGPOLL_RECHECK_S="60")
+                      LONGPOLL_RECHECK_S="60", **getattr(request, "param", {}))
     proc = subprocess.Popen(gunicorn_command(f"127.0.0.1:{port}", workers=1), cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -81,13 +86,16 @@ def _applied_url(server: str, lb: LoadBalancer, timeout: int) -> str:
     return f"{server}/api/v1/load-balancers/{lb.pk}/applied/?revision={lb.revision + 1}&timeout={timeout}"
 
 
-def _apply(lb: LoadBalancer) -> None:
-    """What the rollout engine records when the node verified a config covering the LB's next revision."""
+def _apply(lb: LoadBalancer) -> float:
+    """What the rollout engine records when the node verified a config covering the LB's next revision; the
+    moment (monotonic) the node's record was committed."""
     node = Node.objects.get(fleet=lb.fleet)
     revision = ConfigRevision.objects.create(fleet=lb.fleet, number=1, text="", sha256="0" * 64,
                                              validation_ok=True, lb_revisions={str(lb.pk): lb.revision + 1})
     Node.objects.filter(pk=node.pk).update(applied_revision=revision)
+    recorded = time.monotonic()
     wakeups.notify("applied")
+    return recorded
 
 
 def test_many_long_polls_wait_without_threads_and_a_node_applying_ends_them(server, lb, vera, otto) -> None:
@@ -106,6 +114,28 @@ def test_many_long_polls_wait_without_threads_and_a_node_applying_ends_them(serv
     assert time.monotonic() - started < 20  # woken, not timed out (40 s)
     assert {a[0] for a in answers} == {200} and all(a[2]["applied"] for a in answers)
     assert not any(k.startswith("x-spillway") for a in answers for k in a[1])  # internal headers stay inside
+
+
+@pytest.mark.parametrize("server", [{}, {"REDIS_URL": ""}], ids=["redis", "embedded"], indirect=True)
+def test_a_wait_ends_within_200_ms_of_the_node_applying_on_every_set_up(server, lb, vera, settings) -> None:
+    """Without Redis (the embedded `make run`) the answer came ~2 s after the nodes served the change (the
+    periodic re-check); with the wake file it comes at once, as over Redis."""
+    if server_uses_redis := "embedded" not in os.environ.get("PYTEST_CURRENT_TEST", ""):
+        assert settings.REDIS_URL
+    else:
+        settings.REDIS_URL = ""  # this process (the "worker") wakes the web server the way it would then
+    url = _applied_url(server, lb, timeout=30)
+    with ThreadPoolExecutor(3) as pool:
+        polls = [pool.submit(_get, url, vera.token) for _ in range(3)]
+        time.sleep(2)  # parked
+        assert not any(p.done() for p in polls)
+        started = _apply(lb)
+        waits = []
+        for poll in polls:
+            status, _, body = poll.result(timeout=30)
+            waits.append(time.monotonic() - started)
+            assert status == 200 and body["applied"], body
+    assert max(waits) < 0.2, (server_uses_redis, waits)
 
 
 def test_a_wait_ends_with_the_answer_its_caller_deserves_then(server, lb, alice, vera, charlie, anon) -> None:

@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 from apps.accounts.models import Organization
 from apps.configcode import document, parse, services
 from apps.configcode.selectors import org_export
+from apps.core import produced
 from apps.core.api.errors import ApiError
 from apps.core.api.serializers import StrictSerializer
 from apps.core.tenancy import Action, restricted
@@ -73,6 +74,15 @@ class ApplyView(APIView):
     serializer_class = ApplyRequest
     error_statuses = (412, 428)  # If-Match stale, or missing on a real apply
     max_body_bytes = 2 * parse.MAX_BYTES  # a large org's document, as YAML text inside JSON (escapes grow it)
+
+    def initial(self, request, *args, **kwargs):
+        produced.start()  # an apply answers the revision of every LB it changed
+        super().initial(request, *args, **kwargs)
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        produced.stamp(response, produced.take())
+        return response
 
     @extend_schema(parameters=[OpenApiParameter("org", str)], request=ApplyRequest,
                    responses={200: OpenApiTypes.OBJECT})

@@ -19,6 +19,7 @@ from rest_framework import permissions, status, viewsets
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
+from apps.core import produced
 from apps.core.api.errors import ApiError, PreconditionFailed
 from apps.core.models import IdempotencyRecord
 from apps.core.tenancy import Action, restricted
@@ -44,6 +45,16 @@ class TenantViewSet(viewsets.ModelViewSet):
     @property
     def principal(self):
         return self.request.principal
+
+    def initial(self, request, *args, **kwargs):
+        produced.start()  # the LB revisions this request's writes make, for its answer
+        super().initial(request, *args, **kwargs)
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        if request.method not in permissions.SAFE_METHODS:
+            produced.stamp(response, produced.take())
+        return response
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation has no principal
