@@ -27,6 +27,7 @@ from apps.fleets.member_health import member_health
 from apps.fleets.models import Fleet
 from apps.fleets.preview import lb_preview_change
 from apps.fleets.views import diff_lines
+from apps.fleets.vips import NOT_SERVED, unserved_static_ips
 
 ROUTE_ORDERS = {"asc": ("priority", "pk"), "desc": ("-priority", "-pk")}
 
@@ -95,11 +96,15 @@ class WorkspaceMixin:
     def listeners_context(self, lb: LoadBalancer, errors: dict | None = None) -> dict:
         """The listeners card: listeners (owner and operators only) and the static IPs reserved for the
         LB's organization that this principal may attach."""
-        listeners = (lb.listeners.select_related("static_ip", "default_pool").order_by("port")
+        listeners = (list(lb.listeners.select_related("lb", "static_ip", "default_pool").order_by("port"))
                      if self.can_manage(lb) else [])
+        unserved = unserved_static_ips(listeners)
+        for listener in listeners:
+            listener.vip_unserved = listener.pk in unserved
         attachable = (self.scoped(StaticIP, "use").filter(org_id=lb.org_id).exclude(state=StaticIP.State.FREE)
                       .order_by("address"))
         return {"lb": lb, "listeners": listeners, "attachable": list(attachable), "can_manage": self.can_manage(lb),
+                "not_served": NOT_SERVED,
                 "can_write": self.principal.can_write, "listener_errors": errors or {}}
 
     def cloud_context(self, lb: LoadBalancer) -> dict | None:

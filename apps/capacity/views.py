@@ -21,6 +21,7 @@ from apps.capacity.api.serializers import CapacityTestSerializer
 from apps.capacity.models import CapacityRun, CapacityTest
 from apps.core.errors import DomainError
 from apps.core.ui import PrincipalView, errors_of
+from apps.fleets.vips import unserved_static_ips
 
 FORM_FIELDS = ("name", "listener", "hostname", "path", "mode", "steps", "step_duration_s", "slo_p99_ms",
                "slo_error_rate", "shards", "safety_factor", "pool", "region", "timeout_s", "max_connections")
@@ -47,7 +48,11 @@ class CapacityIndexView(PrincipalView):
     def _context(self, **extra: Any) -> dict[str, Any]:
         tests = self.scoped(CapacityTest).select_related("org", "listener__lb", "pool").order_by("name")
         runs = self.scoped(CapacityRun).select_related("test").order_by("-created_at", "-id")[:30]
-        return {"tests": tests, "runs": runs, "listeners": selectors.targetable_listeners(self.principal),
+        listeners = list(selectors.targetable_listeners(self.principal))
+        unserved = unserved_static_ips(listeners)
+        for listener in listeners:  # said in the target's label: a test against it would measure nothing
+            listener.vip_unserved = listener.pk in unserved
+        return {"tests": tests, "runs": runs, "listeners": listeners,
                 "pools": self.scoped(Pool).select_related("lb"), "regions": Region.objects.all(),
                 "can_write": self.principal.can_write, "values": {"steps": "50, 100, 200", "step_duration_s": 5,
                                                                   "slo_p99_ms": 200, "slo_error_rate": 0.01,

@@ -9,6 +9,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from django.db.models import Q
+
 from apps.balancers.models import Listener, LoadBalancer
 from apps.fleets import selectors
 from apps.fleets.models import Fleet, Node
@@ -50,6 +52,24 @@ class FleetVip:
     state: str  # "ok", "no holder" or "split brain"
     holders: tuple[tuple[str, str], ...]  # (node name, node status)
     unreachable: tuple[str, ...]
+
+
+NOT_SERVED = ("not served: nothing answers on this address (no fleet serving this load balancer runs keepalived "
+              "to hold it)")
+
+
+def unserved_static_ips(listeners) -> set[int]:
+    """Ids of the listeners in `listeners` whose static IP no node answers on: an HAProxy load balancer none of
+    whose serving fleets has a node running keepalived (the address is attached, but nothing holds it).
+    Two queries for any number of listeners."""
+    listeners = [ln for ln in listeners if ln.static_ip_id and ln.lb.kind == LoadBalancer.Kind.HAPROXY]
+    if not listeners:
+        return set()
+    lb_ids = {ln.lb_id for ln in listeners}
+    floating = set(Node.objects.filter(enabled=True).exclude(vrrp_interface="").values_list("fleet_id", flat=True))
+    served_lbs = set(LoadBalancer.objects.filter(pk__in=lb_ids).filter(
+        Q(fleet_id__in=floating) | Q(serving_fleets__in=floating)).values_list("pk", flat=True))
+    return {ln.pk for ln in listeners if ln.lb_id not in served_lbs}
 
 
 def listener_vip(listener: Listener) -> list[FleetVip]:

@@ -35,7 +35,8 @@ def test_an_owner_attaches_and_detaches_a_vip_and_both_are_audited(setup, alice)
     assert 'name="static_ip"' in page and "192.0.2.2" in page and "192.0.2.3" not in page  # only acme's
     response = client.post(f"/listeners/{listener.pk}/static-ip/", {"static_ip": mine.pk})
     assert response.status_code == 200
-    assert f'hx-get="/listeners/{listener.pk}/vip/"' in response.content.decode()
+    # No fleet serving this LB runs keepalived: the row says the address is not served (no holder to read).
+    assert "not served" in response.content.decode()
     listener.refresh_from_db()
     assert listener.static_ip == mine and StaticIP.objects.get(pk=mine.pk).state == StaticIP.State.ASSIGNED
     attach = AuditEvent.objects.get(action="static_ip.attach")
@@ -73,12 +74,20 @@ def test_a_viewer_cannot_attach_and_an_outsider_cannot_see_the_listener(setup, v
     assert listener.static_ip is None
 
 
-def test_the_vip_cell_says_when_no_fleet_floats_the_address(setup, alice):
-    _lb, listener, mine, _ = setup
+def test_an_address_nothing_answers_on_says_not_served_wherever_it_appears(setup, alice):
+    """On a fleet without keepalived the static IP is attached but no node holds it: every place that shows the
+    address says so (the listener row, its VIP cell, the capacity test's target picker)."""
+    lb, listener, mine, _ = setup
     client = login(alice)
     client.post(f"/listeners/{listener.pk}/static-ip/", {"static_ip": mine.pk})
     cell = client.get(f"/listeners/{listener.pk}/vip/").content.decode()
-    assert "not floating" in cell
+    assert "not served: nothing answers on this address" in cell
+    page = client.get(f"/load-balancers/{lb.pk}/").content.decode()
+    row = page[page.index(f'id="listener-{listener.pk}"'):]
+    row = row[:row.index("</tr>")]
+    assert f"{mine.address}:{listener.port}" in row and "not served" in row and "vip-holder" not in row
+    picker = client.get("/capacity/").content.decode()
+    assert f"({mine.address}:{listener.port}, not served: nothing answers on it)" in picker
 
 
 def test_a_cloud_lb_shows_its_terraform_json_and_last_plan_in_place(acme, alice, charlie):
