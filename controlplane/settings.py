@@ -274,6 +274,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Descriptions for integrators: no developer note inherited from a base class, none left empty.
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "apps.core.api.schema.describe_hook"],
 }
 
 # --- Celery ---------------------------------------------------------------------

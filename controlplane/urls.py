@@ -1,4 +1,6 @@
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from controlplane.api import extra_urls, router
@@ -12,6 +14,8 @@ urlpatterns = [
     path("api/v1/", include(router.urls)),
     path("metrics", metrics, name="metrics"),
     path("healthz", healthz, name="healthz"),
+    # Browsers ask for /favicon.ico whatever the page links: answer it instead of a 404 on every page.
+    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("", include("frontend.urls")),
 ]
 

@@ -84,12 +84,13 @@ class DashboardMixin:
         routes = (Route.objects.visible_to(self.principal).filter(lb=OuterRef("pk")).order_by()
                   .values("lb").annotate(n=Count("pk")).values("n"))
         lbs = self.scoped(LoadBalancer)
-        return {
-            "lbs": list(lbs.select_related("org", "fleet").annotate(
-                route_count=Coalesce(Subquery(routes, output_field=IntegerField()), Value(0)),
-            ).order_by("name")[:LB_LIMIT]),
-            "lb_total": lbs.count(),
-        }
+        rows = list(lbs.select_related("org", "fleet").prefetch_related("serving_fleets").annotate(
+            route_count=Coalesce(Subquery(routes, output_field=IntegerField()), Value(0)),
+        ).order_by("name")[:LB_LIMIT])
+        for lb in rows:  # every fleet that serves it (its own and those serving it too), regions in words
+            fleets = {f.pk: f for f in [*([lb.fleet] if lb.fleet else []), *lb.serving_fleets.all()]}
+            lb.fleet_names = ", ".join(sorted(f.name for f in fleets.values()))
+        return {"lbs": rows, "lb_total": lbs.count()}
 
     def panels(self) -> dict[str, Callable[[], dict[str, Any]]]:
         return {"fleets": self.fleets_panel, "checks": self.checks_panel, "members": self.members_panel,

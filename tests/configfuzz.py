@@ -94,6 +94,9 @@ def run(base_url: str, token: str, org: str, examples: int, seed: int = 0) -> Ta
     tally = Tally()
     session = requests.Session()
     session.headers["Authorization"] = f"Bearer {token}"
+    # A fresh connection per case: a kept-alive one the server closes while idle would fail the next case on
+    # the client's side (RemoteDisconnected), which says nothing about the server.
+    session.headers["Connection"] = "close"
     export = session.get(f"{base_url}/api/v1/export/", params={"org": org}, timeout=30).json()
 
     def post(document: Any, dry_run: bool, as_text: bool) -> None:

@@ -65,7 +65,7 @@ class FleetAccessMixin:
             node.on_desired = node.applied_revision is not None and node.applied_revision.number == (
                 fleet.desired_revision)
         return {"fleet": fleet, "nodes": nodes, "is_operator": self.principal.is_operator,
-                "health_at": health.get("collected_at"), "pin": selectors.fleet_pin(fleet)}
+                "health_at": _when(health.get("collected_at")), "pin": selectors.fleet_pin(fleet)}
 
 
 class FleetListView(FleetAccessMixin, PrincipalView):
@@ -252,3 +252,13 @@ class LbPushView(LbPreviewView):
         if len(started) == 1:
             return HttpResponseClientRedirect(reverse("rollout-detail", args=[started[0].pk]))
         return HttpResponseClientRedirect(reverse("lb-preview-page", args=[lb.pk]))
+
+
+def _when(iso: str | None):
+    """An ISO time stored in JSON (the health summary) as a datetime, for the `date`/`timesince` filters."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(iso) if iso else None
+    except ValueError:
+        return None

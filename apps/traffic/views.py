@@ -14,6 +14,7 @@ from apps.balancers.models import Pool
 from apps.core.errors import DomainError
 from apps.core.ui import PrincipalView
 from apps.traffic import selectors, services
+from apps.traffic.models import OverflowState
 
 WINDOWS = (("5m", "5 min"), ("1h", "1 hour"), ("6h", "6 hours"), ("24h", "24 hours"), ("7d", "7 days"))
 
@@ -31,9 +32,16 @@ def bar_scale(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 class TrafficIndexView(PrincipalView):
+    """Every pool: where it overflows now (the state its overflow events hold), and its capacity per region."""
+
     def get(self, request):
-        return render(request, "traffic/index.html",
-                      {"pools": selectors.pool_overview(self.scoped(Pool))})
+        pools = selectors.pool_overview(self.scoped(Pool))
+        overflowing: dict[int, list] = {}
+        for state in self.scoped(OverflowState).filter(overflowing=True).order_by("region"):
+            overflowing.setdefault(state.pool_id, []).append(state)
+        for row in pools:
+            row["overflowing"] = overflowing.get(row["pool"].pk, [])
+        return render(request, "traffic/index.html", {"pools": pools})
 
 
 class PoolPanelMixin:
