@@ -47,6 +47,8 @@ RUN_BIND ?= 127.0.0.1:8000
 run: install
 	scripts/setup-system run
 	$(BIN)/python controlplane/localenv.py
+	# Refuse before touching the database when another run holds the ports (it is using that database).
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py runall --check --bind $(RUN_BIND)
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py migrate --noinput --verbosity 0
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py loaddemo
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py runall --bind $(RUN_BIND)

@@ -109,6 +109,8 @@ def test_make_run_as_shown_serves_the_demo_fleet_and_refuses_a_second_run(haprox
                             r"\(manage.py runall, pid (\d+)\) is running\. Stop it first",
                             second.stdout + second.stderr)
         assert refused, second.stdout + second.stderr
+        # ... before it touched the database the first run is using: no migrate, no demo load.
+        assert "manage.py migrate" not in second.stdout and "loaddemo" not in second.stdout, second.stdout
         assert int(refused.group(1)) in _children(proc.pid)  # the runall this `make run` started
         curl = subprocess.run(shlex.split(readme.command("curl ")), capture_output=True, text=True, timeout=30)
         assert curl.stdout.startswith("acme-us-east-"), "the second run disturbed the first one's fleet"

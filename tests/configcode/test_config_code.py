@@ -146,12 +146,19 @@ def test_the_command_exports_plans_and_applies_for_pipelines(estate, ops, tmp_pa
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(SystemExit) as exited:
         call_command("spillway", "plan", str(path), org="acme")
-    assert exited.value.code == 2 and '"name": "batch"' in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert exited.value.code == 2 and "+ create pools web/batch (missing in Spillway)" in out, out
+    with pytest.raises(SystemExit):
+        call_command("spillway", "plan", str(path), org="acme", json=True)
+    assert '"name": "batch"' in capsys.readouterr().out  # --json for other programs
     call_command("spillway", "apply", str(path), org="acme")
     assert Pool.objects.get(name="batch").org.slug == "acme"
+    capsys.readouterr()
     call_command("spillway", "plan", str(path), org="acme")
+    # The file's etag is from before the apply: the plan says so before apply refuses it.
+    assert "warning: acme changed since this file was exported" in capsys.readouterr().err
     with pytest.raises(CommandError, match="stale_revision"):
-        call_command("spillway", "apply", str(path), org="acme")  # the file's etag is from before the apply
+        call_command("spillway", "apply", str(path), org="acme")
 
 
 def _foreign_estate(globex) -> None:

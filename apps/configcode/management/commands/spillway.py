@@ -2,6 +2,7 @@
 
     manage.py spillway export --org acme [FILE]     # YAML to FILE or stdout
     manage.py spillway plan FILE --org acme         # the changes applying FILE would make; exit 2 if any
+                                  [--json]        # as JSON instead of one line a change
     manage.py spillway apply FILE --org acme        # all-or-nothing; refused if the org changed since FILE's etag
 
 Runs as the operator (the command has the database), through the same rules as the API.
@@ -9,7 +10,7 @@ Runs as the operator (the command has the database), through the same rules as t
 
 from __future__ import annotations
 
-import json
+import json as jsonlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,8 +45,10 @@ class Command(BaseCommand):
         parser.add_argument("action", choices=["export", "plan", "apply"])
         parser.add_argument("file", nargs="?", help="document to read (plan/apply) or write (export; default stdout)")
         parser.add_argument("--org", required=True, help="organization slug")
+        parser.add_argument("--json", action="store_true", help="print the changes as JSON (for other programs)")
 
-    def handle(self, *args, action: str, file: str | None, org: str, **options) -> None:
+    def handle(self, *args, action: str, file: str | None, org: str, json: bool = False, **options) -> None:
+        as_json = json
         target = Organization.objects.filter(slug=org).first()
         if target is None:
             raise CommandError(f"no organization {org!r}")
@@ -61,12 +64,22 @@ class Command(BaseCommand):
         try:
             doc = load(Path(file).read_text())
             if action == "plan":
-                _, changes = services.org_plan(org=target, doc=doc)
+                current, changes = services.org_plan(org=target, doc=doc)
+                etag = doc.get("etag") if isinstance(doc, dict) else None
+                if etag and etag != current["etag"]:
+                    self.stderr.write(self.style.WARNING(
+                        f"warning: {org} changed since this file was exported (its etag {etag}, now "
+                        f"{current['etag']}): the plan shows your edits against today's state, but apply will be "
+                        "refused. Export again, re-apply your edit, then plan."))
             else:
                 changes = services.org_apply(request=self._request(), org=target, doc=doc, if_match=None)
         except (document.DocumentError, DomainError) as exc:
             raise CommandError(f"{exc.code}: {getattr(exc, 'message', None) or exc}") from None
-        self.stdout.write(json.dumps([c.as_dict() for c in changes], indent=2, default=str))
+        if as_json:
+            self.stdout.write(jsonlib.dumps([c.as_dict() for c in changes], indent=2, default=str))
+        else:
+            for change in changes:
+                self.stdout.write(_line(change))
         self.stderr.write(f"{len(changes)} change(s){' applied' if action == 'apply' else ''}")
         if action == "plan" and changes:
             sys.exit(2)
@@ -78,3 +91,21 @@ class Command(BaseCommand):
         raw = APIRequestFactory().post("/api/v1/apply/")
         raw.principal = CommandPrincipal(org=operator, role=Role.OWNER)
         return Request(raw)
+
+
+_SIGNS = {"create": "+", "update": "~", "delete": "-"}
+
+
+def _line(change: document.Change) -> str:
+    """One change as a person reads a plan: `~ update members web/api/m1: weight 100 -> 50`."""
+    key = "/".join(str(v) for v in change.key.values())
+    if change.action == "update":
+        fields = "; ".join(f"{name} {_short(v['spillway'])} -> {_short(v['file'])}"
+                           for name, v in change.fields.items())
+        return f"{_SIGNS['update']} update {change.kind} {key}: {fields}"
+    return f"{_SIGNS[change.action]} {change.action} {change.kind} {key} ({change.side})"
+
+
+def _short(value) -> str:
+    text = jsonlib.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -25,10 +25,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--bind", default="127.0.0.1:8000")
+        parser.add_argument("--check", action="store_true",
+                            help="only say whether a run could start here (`make run` asks before it migrates)")
 
     def handle(self, *args, **opts) -> None:
         py = sys.executable
         self._check_ports(opts["bind"])
+        if opts["check"]:
+            return
         procs: list[tuple[str, subprocess.Popen]] = []
 
         log_dir = Path(settings.VAR_DIR) / "log"
