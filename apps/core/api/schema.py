@@ -100,21 +100,12 @@ _VERBS = {"list": "List", "retrieve": "Read one", "create": "Create", "update": 
           "partial_update": "Change fields of", "destroy": "Delete"}
 
 
-def _internal_docs() -> set[str]:
-    """Docstrings of the base classes every serializer and viewset inherits: notes for developers (tenancy
-    rules, test files) that drf-spectacular would otherwise print on every schema and operation."""
-    import inspect
+def _repeated(texts: list[str], at_least: int = 3) -> set[str]:
+    """Descriptions shared by several schemas or operations: a base class's or mixin's docstring (a note for
+    developers about tenancy or a test file) that drf-spectacular printed on every subclass."""
+    from collections import Counter
 
-    from apps.core.api import fields, serializers, viewsets
-    bases = [fields.TenantModelSerializer, fields.ActingForMixin, serializers.StrictSerializer,
-             viewsets.TenantViewSet]
-    try:
-        from apps.balancers.api import serializers as bs
-        from apps.balancers.api import views as bv
-        bases += [bs.OrgOwnedSerializer, bs.LbChildSerializer, bv.ServiceWritesMixin, bv.GlobalQuerySetMixin]
-    except ImportError:  # pragma: no cover - balancers is always installed
-        pass
-    return {doc for base in bases if (doc := inspect.getdoc(base))}
+    return {text for text, count in Counter(t.strip() for t in texts if t).items() if count >= at_least}
 
 
 def _words(name: str) -> str:
@@ -126,13 +117,16 @@ def _words(name: str) -> str:
 def describe_hook(result, generator, request, public):
     """POSTPROCESSING_HOOKS: every component and operation says what it is for an integrator, never a
     developer note inherited from a base class, and none is left without a description."""
-    internal = _internal_docs()
+    components = result.get("components", {}).get("schemas", {})
+    operations = [op for ops in result.get("paths", {}).values() for op in ops.values() if isinstance(op, dict)]
+    internal = _repeated([c.get("description", "") for c in components.values()]) | _repeated(
+        [op.get("description", "") for op in operations])
 
     def internal_or_empty(text: str | None) -> bool:
         text = (text or "").strip()
         return not text or text in internal or "tests/" in text or "apps." in text
 
-    for name, component in result.get("components", {}).get("schemas", {}).items():
+    for name, component in components.items():
         if internal_or_empty(component.get("description")):
             base = name.removesuffix("Request").removeprefix("Patched")
             kind = "what you send to create or change" if name.endswith("Request") else "as the API answers it"

@@ -147,9 +147,13 @@ class TenantViewSet(viewsets.ModelViewSet):
             if record.status_code is None:
                 raise ApiError("idempotency_in_progress", "A request with this Idempotency-Key is still running.",
                                status.HTTP_409_CONFLICT) from None
-            return Response(record.body, status=record.status_code, headers={"Idempotent-Replayed": "true"})
+            headers = {"Idempotent-Replayed": "true"}
+            if isinstance(record.body, dict) and "lb_revision" in record.body:
+                headers[produced.HEADER] = str(record.body["lb_revision"])
+            return Response(record.body, status=record.status_code, headers=headers)
         try:
             response = self._create(request, *args, **kwargs)
+            produced.stamp(response, produced.take())  # stored with the answer, so a replay says it too
         except Exception:
             # Nothing was created: free the key so the client can retry with it.
             record.delete()
