@@ -39,6 +39,9 @@ NODE_FIELDS = (
     FormField("ssh_user", "SSH user", placeholder="root"),
     FormField("ssh_private_key", "SSH private key", "textarea", help="Stored encrypted; never shown again."),
     FormField("ssh_known_hosts", "SSH known hosts", "textarea", help="The node's pinned host key line."),
+    FormField("health_port", "Health port", "number", nullable=True,
+              help="Upstream load balancers, DNS or anycast check GET /spillway/healthz here: 200 in service, "
+                   "503 drained. Blank: no health endpoint (a drain then only moves VIPs)."),
     FormField("enabled", "Enabled (takes rollouts)", "checkbox"),
 )
 
@@ -88,6 +91,29 @@ class NodeDecommissionView(PrincipalView):
         fleet_id = node.fleet_id
         fleet_services.node_delete(principal=self.principal, node=node)
         return redirect(reverse("fleet-detail", args=[fleet_id]))
+
+
+class NodeStateView(PrincipalView):
+    """Take a node out of service or put it back, from its row on the fleet page:
+
+    - drain: its health endpoint answers 503 (upstreams stop choosing it; what is open finishes) and its VIPs
+      move to a peer. A map entry on the node: no reload;
+    - maintenance: drained, and out of rollouts (enabled off) so it can be worked on or rebooted; the drain
+      reaches the node first;
+    - in service: enabled and undrained again (a maintenance node first converges to the desired revision).
+    """
+
+    http_method_names = ["post"]
+    STATES = ("drain", "maintenance", "in-service")
+
+    def post(self, request, pk: int, state: str):
+        if not self.principal.is_operator or not self.principal.can_write:
+            raise PermissionDenied("Only the operator drains nodes.")
+        if state not in self.STATES:
+            raise PermissionDenied("Unknown node state.")
+        node = self.get_changeable(Node, pk=pk)
+        fleet_services.node_set_service(principal=self.principal, node=node, state=state)
+        return redirect(reverse("fleet-detail", args=[node.fleet_id]) + f"#node-{node.pk}")
 
 
 class CertificateUploadView(ServiceFormView):

@@ -56,6 +56,7 @@ urlpatterns = [
     path("nodes/new/", forms_ops.NodeFormView.as_view(), name="node-new"),
     path("nodes/<int:pk>/edit/", forms_ops.NodeFormView.as_view(), name="node-edit"),
     path("nodes/<int:pk>/decommission/", forms_ops.NodeDecommissionView.as_view(), name="node-decommission"),
+    path("nodes/<int:pk>/service/<slug:state>/", forms_ops.NodeStateView.as_view(), name="node-service"),
     path("certificates/upload/", forms_ops.CertificateUploadView.as_view(), name="certificate-upload"),
     path("certificates/<int:pk>/replace/", forms_ops.CertificateUploadView.as_view(), name="certificate-replace"),
     path("cloud/targets/new/", forms_cloud.CloudTargetFormView.as_view(), name="cloud-target-new"),

@@ -23,6 +23,7 @@ import time
 import uuid
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ from apps.fleets.delivery import (
 from apps.fleets.models import REVISION_BULK_FIELDS, ConfigRevision, Fleet, Node, NodeHealth, NodeResult, Rollout
 from apps.fleets.nodeops import read_state
 from apps.fleets.render import UnsafeValue, render
-from apps.fleets.snapshot import ConfigBundle, FleetSnapshot
+from apps.fleets.snapshot import ConfigBundle, FleetSnapshot, NodeSpec
 from apps.traffic.services import NodeReadings, readings_from_stats, readings_record
 
 logger = logging.getLogger(__name__)
@@ -246,8 +247,8 @@ class _BundleCache:
     def __init__(self) -> None:
         self._snaps: dict[int, FleetSnapshot] = {}
 
-    def bundle(self, revision: ConfigRevision, node: Node) -> ConfigBundle:
-        spec = selectors.node_spec(node)
+    def bundle(self, revision: ConfigRevision, node: Node, spec: NodeSpec | None = None) -> ConfigBundle:
+        spec = spec or selectors.node_spec(node)
         key = (revision.pk, revision.number, revision.fleet_id, revision.sha256, spec)  # no bulk field read
         cached = _BUNDLE_CACHE.get(key)
         if cached is not None:
@@ -273,6 +274,13 @@ def _plan(renderer: _BundleCache, rollout: Rollout, node: Node,
     if node.applied_revision is not None and node.applied_revision.validation_ok:
         with contextlib.suppress(UnsafeValue):
             last_good = renderer.bundle(node.applied_revision, node)
+            if node.applied_sha256 and last_good.sha256 != node.applied_sha256:
+                # The node's own setting changed since it applied that revision (drained or not): what it serves
+                # is the revision with the setting it had, which makes a drain a map change, not a reload.
+                spec = selectors.node_spec(node)
+                before = renderer.bundle(node.applied_revision, node, replace(spec, drained=not spec.drained))
+                if before.sha256 == node.applied_sha256:
+                    last_good = before
     applied_here = node.applied_revision_id == rollout.revision_id
     conn = selectors.node_conn(node)
     return NodePlan(

@@ -94,8 +94,13 @@ class Node(models.Model):
     enabled = models.BooleanField(default=True)  # disabled nodes take no rollouts and block no waits
     # Set: the node runs keepalived on this interface and holds the fleet's VIPs in turn; blank: no VRRP.
     vrrp_interface = models.CharField(max_length=15, blank=True, default="")
-    # Drained: the node gives its VIPs up first (they move to a peer), then its traffic drains away.
+    # Drained: the node gives its VIPs up first (they move to a peer), then its traffic drains away; its health
+    # endpoint (below) answers 503, so upstream load balancers, DNS or anycast stop choosing it.
     drained = models.BooleanField(default=False)
+    # Where upstream load balancers, DNS or anycast check this node: GET http://<address>:<health_port>/spillway/
+    # healthz answers 200 in service, 503 drained (HAProxy monitor-uri; the drain flips a map, no reload).
+    # Empty: no health endpoint.
+    health_port = models.PositiveIntegerField(null=True, blank=True)
     # On: keepalived runs in the host's initial network namespace (a host service, or a container on the
     # host network) and sees the local HAProxy die through kernel process events, at once. Off: only the
     # 1 s poll; needed where keepalived has a network namespace of its own, which gets no process events
@@ -115,7 +120,8 @@ class Node(models.Model):
 
     # What the audit log keeps (apps.audit.services.audit_snapshot): never the SSH key.
     audit_fields = ("name", "address", "transport", "runtime_dir", "config_dir", "bind_address", "haproxy_bin",
-                    "ssh_host", "ssh_port", "ssh_user", "enabled", "vrrp_interface", "drained", "vrrp_process_events")
+                    "ssh_host", "ssh_port", "ssh_user", "enabled", "vrrp_interface", "drained", "vrrp_process_events",
+                    "health_port")
 
     objects = OperatorQuerySet.as_manager()
 

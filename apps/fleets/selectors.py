@@ -282,8 +282,9 @@ def reference_node(fleet: Fleet) -> NodeSpec:
 
 
 def node_spec(node: Node) -> NodeSpec:
+    health = (node.bind_address or node.address, node.health_port) if node.health_port else None
     return NodeSpec(name=node.name, runtime_dir=node.runtime_dir, bind_address=node.bind_address or None,
-                    vrrp=vrrp_spec(node))
+                    vrrp=vrrp_spec(node), health=health, drained=node.drained)
 
 
 def vrrp_nodes(fleet_id: int) -> list[Node]:
@@ -413,6 +414,7 @@ def fleet_overview(principal: Principal, *, fleet_limit: int = 20, node_limit: i
             node_up=Count("nodes", filter=enabled & Q(nodes__status=Node.Status.UP)),
             node_down=Count("nodes", filter=enabled & Q(nodes__status=Node.Status.DOWN)),
             node_drifted=Count("nodes", filter=enabled & Q(nodes__status=Node.Status.DRIFTED)),
+            node_drained=Count("nodes", filter=Q(nodes__drained=True)),  # maintenance nodes are drained too
             node_on_desired=Count("nodes", filter=enabled & (
                 Q(nodes__applied_revision__number=F("desired_revision")) | Q(desired_revision=0))),
             last_rollout_id=Subquery(last.values("pk")[:1]),
@@ -434,7 +436,7 @@ def fleet_overview(principal: Principal, *, fleet_limit: int = 20, node_limit: i
         Node.objects.filter(fleet__in=[f.pk for f in fleets], enabled=True)
         .annotate(rank=rank, on_desired=on_desired)
         .order_by("rank", "on_desired", "fleet__name", "name")
-        .values("pk", "name", "status", "status_detail", "last_seen", "fleet_id", "fleet__name",
+        .values("pk", "name", "status", "status_detail", "last_seen", "fleet_id", "fleet__name", "drained",
                 "fleet__desired_revision", "applied_revision__number", "on_desired")[: node_limit + 1]
     )
     more_nodes = len(nodes) > node_limit

@@ -11,6 +11,7 @@ import hashlib
 import logging
 import secrets
 import string
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -500,6 +501,23 @@ def vrrp_refresh(*, fleet_id: int) -> Rollout | None:
     return rollout_create(fleet=fleet, revision=desired, kind=Rollout.Kind.CONVERGE, canary=False, nodes=nodes)
 
 
+# What a node's own render reads besides the fleet's revision (selectors.node_spec): a change re-pushes the node.
+NODE_SPEC_FIELDS = ("drained", "health_port")
+
+
+def node_refresh(*, node_id: int) -> Rollout | None:
+    """Re-push the fleet's desired revision to one node whose own settings changed (drained: its health endpoint
+    answers 503; its health port): a map entry, applied through the runtime API with no reload."""
+    node = Node.objects.select_related("fleet").filter(pk=node_id, enabled=True).first()
+    if node is None:
+        return None
+    fleet = node.fleet
+    desired = ConfigRevision.objects.filter(fleet=fleet, number=fleet.desired_revision, validation_ok=True).first()
+    if desired is None:
+        return None
+    return rollout_create(fleet=fleet, revision=desired, kind=Rollout.Kind.CONVERGE, canary=False, nodes=[node])
+
+
 def new_vrrp_secret() -> str:
     """VRRPv2 PASS authentication carries at most 8 octets; letters and digits keep it config-safe."""
     alphabet = string.ascii_letters + string.digits
@@ -570,6 +588,10 @@ def node_save(*, principal: Principal, node: Node, data: dict[str, Any]) -> Node
         after["ssh_key_changed"] = key is not None
         if before is None or any(before[f] != after[f] for f in VRRP_NODE_FIELDS if f in before):
             transaction.on_commit(lambda: vrrp_refresh(fleet_id=node.fleet_id))
+        if before is not None and any(before.get(f) != after.get(f) for f in NODE_SPEC_FIELDS) \
+                and not node.vrrp_interface:  # a VRRP node is re-pushed by vrrp_refresh above
+            node_id = node.pk
+            transaction.on_commit(lambda: node_refresh(node_id=node_id))
         audit_record(principal=principal, org=principal.org, action="node.save", obj=node, before=before,
                      after=after)
         _restart_after_commit({node.fleet_id})
@@ -577,6 +599,34 @@ def node_save(*, principal: Principal, node: Node, data: dict[str, Any]) -> Node
             fleet_id = node.fleet_id
             transaction.on_commit(lambda: fleet_converge(fleet=Fleet(pk=fleet_id), check_drift=False))
     return node
+
+
+def node_set_service(*, principal: Principal, node: Node, state: str) -> Node:
+    """drain | maintenance | in-service (frontend NodeStateView says what each does to the node).
+
+    Maintenance drains first and waits (up to 15 s) for the node to serve the drain before it leaves the
+    rollouts: a node disabled first would never be told it is drained."""
+    if state == "drain":
+        return node_save(principal=principal, node=node, data={"drained": True})
+    if state == "in-service":
+        was_enabled = node.enabled
+        node = node_save(principal=principal, node=node, data={"drained": False, "enabled": True})
+        if not was_enabled:  # back from maintenance: bring it onto the desired revision (drift is mended too)
+            fleet_id = node.fleet_id
+            transaction.on_commit(lambda: fleet_converge(fleet=Fleet(pk=fleet_id), check_drift=True))
+        return node
+    if state != "maintenance":
+        raise DomainError("invalid_state", "A node's service state is drain, maintenance or in-service.")
+    if not node.drained:
+        node = node_save(principal=principal, node=node, data={"drained": True})
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:  # the refresh rollout runs in a worker (or inline in tests)
+            node.refresh_from_db()
+            rollouts = Rollout.objects.filter(fleet_id=node.fleet_id, status__in=Rollout.ACTIVE)
+            if not rollouts.exists():
+                break
+            time.sleep(0.2)
+    return node_save(principal=principal, node=node, data={"enabled": False})
 
 
 def node_delete(*, principal: Principal, node: Node) -> None:

@@ -139,6 +139,8 @@ class NodeSpec:
     runtime_dir: str  # absolute; holds sockets, server state, maps/ and certs/ on that node
     bind_address: str | None = None  # overrides every listener's address (loopback demo fleets)
     vrrp: VrrpSpec | None = None  # None: the node runs no keepalived (listeners bind as before)
+    health: tuple[str, int] | None = None  # (address, port) of the node's health endpoint (render.health); None: none
+    drained: bool = False  # the health endpoint answers 503 (upstream load balancers stop choosing the node)
 
 
 @dataclass(frozen=True)

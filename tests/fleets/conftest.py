@@ -254,6 +254,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         backend = self.server.backend
         backend.count()
+        if self.path.startswith("/slow/"):  # /slow/<ms>: a request that takes a while (one still open, say)
+            time.sleep(int(self.path.split("/")[2]) / 1000)
         body = backend.name.encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")

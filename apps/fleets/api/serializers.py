@@ -90,11 +90,16 @@ class NodeSerializer(TenantModelSerializer):
         model = Node
         fields = ["id", "fleet", "name", "address", "transport", "runtime_dir", "config_dir", "bind_address",
                   "haproxy_bin", "ssh_host", "ssh_port", "ssh_user", "ssh_private_key", "has_ssh_key",
-                  "ssh_known_hosts", "enabled", "vrrp_interface", "drained", "vrrp_process_events",
+                  "ssh_known_hosts", "enabled", "vrrp_interface", "drained", "vrrp_process_events", "health_port",
                   "applied_revision", "desired_revision", "applied_sha256",
                   "worker_pid", "status", "status_detail", "last_seen", "created_at", "updated_at"]
         read_only_fields = ["applied_sha256", "worker_pid", "status", "status_detail", "last_seen",
                             "created_at", "updated_at"]
+
+    health_port = serializers.IntegerField(min_value=1, max_value=65535, required=False, allow_null=True,
+                                           help_text="Where upstream load balancers, DNS or anycast check the node: "
+                                                     "GET /spillway/healthz on this port answers 200 in service, "
+                                                     "503 drained. Null: no health endpoint.")
 
     def validate_vrrp_interface(self, value: str) -> str:
         if value and not _INTERFACE_RE.match(value):

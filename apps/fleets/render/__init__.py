@@ -27,6 +27,7 @@ from apps.fleets.render.frontends import (
     tcp_frontend,
 )
 from apps.fleets.render.guard import UnsafeValue, check_node, check_snapshot
+from apps.fleets.render.health import health_section
 from apps.fleets.render.incremental import MapUpdate
 from apps.fleets.render.keepalived import render_keepalived
 from apps.fleets.render.manifest import ManifestBuilder
@@ -122,6 +123,13 @@ def _render(snapshot: FleetSnapshot, node: NodeSpec, route_map_threshold: int) -
                 f"{bind[0]}:{bind[1]} is also bound by listener {binds[bind]} on node {node.name}.",
             )
         binds[bind] = f"{ln.lb}.{ln.name}"
+    if node.health is not None:
+        taken = [name for (address, port), name in binds.items()
+                 if port == node.health[1] and address in (node.health[0], None, "", "0.0.0.0", "::")]
+        if taken:
+            raise UnsafeValue("node.health_port", "duplicate_bind",
+                              f"port {node.health[1]} of node {node.name} is its health endpoint and also listener "
+                              f"{taken[0]}'s; give the node another health port.")
 
     files: dict[str, bytes] = {}
     manifest = ManifestBuilder()
@@ -168,6 +176,9 @@ def _render(snapshot: FleetSnapshot, node: NodeSpec, route_map_threshold: int) -
               for pid in sorted(http_pools)}
     files.update(chain_files(chains, pools, manifest))
     http_sections += [(lines, None) for lines in table_sections(manifest)]
+    health = health_section(node, files, manifest)
+    if health is not None:
+        http_sections.append((health, None))
     sections: list[Section] = [(global_section(node), None), (http_defaults(), None), *http_sections]
     if tcp_sections:
         sections += [(tcp_defaults(), None), *tcp_sections]

@@ -114,6 +114,9 @@ def check_node(node: NodeSpec) -> NodeSpec:
         runtime_dir=_runtime_dir("node.runtime_dir", node.runtime_dir),
         bind_address=(None if node.bind_address is None else _checked("node.bind_address", _ip, node.bind_address)),
         vrrp=node.vrrp,  # checked by render.keepalived.check_vrrp, the one place that formats it
+        health=None if node.health is None else (_checked("node.health.address", _ip, node.health[0]),
+                                                 _checked("node.health.port", v.validate_port, node.health[1])),
+        drained=bool(node.drained),
     )
 
 
