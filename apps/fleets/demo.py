@@ -28,6 +28,7 @@ from apps.balancers.models import LoadBalancer, Region
 from apps.fleets.models import Fleet, Node
 
 DEMO_NODES = {"us-east": ["127.0.40.1", "127.0.40.2"], "eu-west": ["127.0.41.1", "127.0.41.2"]}
+DEMO_HEALTH_PORT = 8404  # each node's health endpoint: curl http://127.0.40.1:8404/spillway/healthz
 DEMO_LB = "edge"
 NOT_INSTALLED = "haproxy not installed: demo fleet not started"
 
@@ -64,7 +65,7 @@ def load_demo() -> str | None:
             root = base / fleet.name / f"n{i}"
             Node.objects.get_or_create(fleet=fleet, name=f"n{i}", defaults={
                 "address": address, "bind_address": address, "transport": Node.Transport.LOCAL,
-                "runtime_dir": str(root / "run"), "config_dir": str(root / "etc")})
+                "runtime_dir": str(root / "run"), "config_dir": str(root / "etc"), "health_port": DEMO_HEALTH_PORT})
     # The LB's FK names one fleet; the other region's fleet serves it too (Fleet.serves).
     if edge.fleet_id is None:
         LoadBalancer.objects.filter(pk=edge.pk).update(fleet=fleets[0])
@@ -77,7 +78,7 @@ def load_demo() -> str | None:
 
 def demo_addresses() -> list[tuple[str, int]]:
     """Every address:port the demo fleet and its backends listen on (checked free before `make run`)."""
-    nodes = [(a, 8080) for addrs in DEMO_NODES.values() for a in addrs]
+    nodes = [(a, port) for addrs in DEMO_NODES.values() for a in addrs for port in (8080, DEMO_HEALTH_PORT)]
     return nodes + sorted({ep for endpoints in DEMO_BACKENDS.values() for ep in endpoints})
 
 
