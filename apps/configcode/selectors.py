@@ -8,6 +8,7 @@ from apps.balancers.models import Listener, LoadBalancer, Member, Pool, PoolRegi
 from apps.capacity.models import CapacityTest
 from apps.configcode import document
 from apps.scheduling.models import Job
+from apps.scheduling.registry import params_for_export
 
 POOL_FIELDS = ("algorithm", "overflow_policy", "health_path", "health_interval_s", "health_rise", "health_fall",
                "health_expected_status")
@@ -50,7 +51,9 @@ def org_export(org: Any) -> dict[str, Any]:
                             "region": t.region.slug if t.region_id else None}
                            for t in CapacityTest.objects.filter(org=org).select_related(
                                "listener__lb", "route__lb", "pool__lb", "region")],
-        "jobs": [{"name": j.name, **{f: _plain(getattr(j, f)) for f in JOB_FIELDS}}
+        # A job's references by name (`member: web/api/m1`), never an id: applying resolves them in the org.
+        "jobs": [{"name": j.name, **{f: _plain(getattr(j, f)) for f in JOB_FIELDS},
+                  "params": params_for_export(j.kind, j.params or {})}
                  for j in Job.objects.filter(org=org)],
     }
     doc = document.canonical(doc)

@@ -19,6 +19,7 @@ from apps.core import webhooks
 from apps.scheduling.registry import (
     JobFailed,
     JobKind,
+    Param,
     Params,
     RunContext,
     _bad,
@@ -84,9 +85,16 @@ def _http_check_execute(ctx: RunContext, params: Params) -> dict[str, Any]:
 
 
 register(JobKind("noop", "No-op (test)", "Does nothing; optional sleep_s, fail, fail_attempts.",
-                 _noop_validate, _noop_execute, quick=lambda params: float(params.get("sleep_s", 0)) <= 0.05))
+                 _noop_validate, _noop_execute, quick=lambda params: float(params.get("sleep_s", 0)) <= 0.05,
+                 params=(Param("sleep_s", "Sleep (seconds)", "number", default=0),
+                         Param("fail", "Fail every attempt", "bool", default=False),
+                         Param("fail_attempts", "Fail the first N attempts", "int", default=0),
+                         Param("message", "Message", "text", default=""))))
 register(JobKind("http_check", "HTTP check", "GET a URL and expect a status code.",
-                 _http_check_validate, _http_check_execute))
+                 _http_check_validate, _http_check_execute,
+                 params=(Param("url", "URL", "url", required=True),
+                         Param("expect_status", "Expected status", "int", default=200),
+                         Param("timeout_s", "Timeout (seconds)", "number", default=5.0))))
 
 
 # --- balancers: drain windows and capacity changes ------------------------------------------
@@ -142,9 +150,16 @@ def _scaler_execute(ctx: RunContext, params: Params) -> dict[str, Any]:
 
 
 register(JobKind("member_set_state", "Set member state", "Drain window start/end: admin_state (and weight).",
-                 _member_validate, _member_execute, quick=lambda params: True))
+                 _member_validate, _member_execute, quick=lambda params: True,
+                 params=(Param("member", "Member", "ref", ref="member", required=True),
+                         Param("admin_state", "State", "choice", choices=("active", "drain", "maint"),
+                               default="drain", required=True),
+                         Param("weight", "Weight (optional)", "int"))))
 register(JobKind("pool_capacity_scaler", "Set pool capacity scaler",
                  "Scale a pool's capacity in one region (0, or 0.1 to 1.0).",
-                 _scaler_validate, _scaler_execute, quick=lambda params: True))
+                 _scaler_validate, _scaler_execute, quick=lambda params: True,
+                 params=(Param("pool_region", "Pool region", "ref", ref="pool_region", required=True),
+                         Param("capacity_scaler", "Capacity scaler (0, or 0.1 to 1.0)", "number", default=1.0,
+                               required=True))))
 
 

@@ -21,6 +21,7 @@ from apps.fleets.models import Fleet
 from apps.scheduling.registry import (
     JobFailed,
     JobKind,
+    Param,
     Params,
     RunCancelled,
     RunContext,
@@ -78,10 +79,11 @@ def _fleet_at_run(params: Params):
     return fleet
 
 
+FLEET_PARAMS = (Param("fleet", "Fleet", "ref", ref="fleet", required=True),)
 register(JobKind("fleet_rollout", "Roll out a fleet", "Render the fleet's config now and roll out what changed.",
-                 _fleet_validate, _fleet_rollout_execute, operator_only=True))
+                 _fleet_validate, _fleet_rollout_execute, operator_only=True, params=FLEET_PARAMS))
 register(JobKind("fleet_resync", "Re-sync a fleet", "Bring every node back to the fleet's desired revision.",
-                 _fleet_validate, _fleet_resync_execute, operator_only=True))
+                 _fleet_validate, _fleet_resync_execute, operator_only=True, params=FLEET_PARAMS))
 
 
 # --- capacity tests --------------------------------------------------------------------------
@@ -133,7 +135,10 @@ def _stop_capacity_run(ctx: RunContext, run: Any) -> None:
 
 register(JobKind("capacity_test", "Run a capacity test",
                  "Start a capacity test; optionally wait for it and apply its recommendation.",
-                 _capacity_validate, _capacity_execute))
+                 _capacity_validate, _capacity_execute,
+                 params=(Param("test", "Capacity test", "ref", ref="capacity_test", required=True),
+                         Param("wait", "Wait for the run to finish", "bool", default=True),
+                         Param("apply_recommendation", "Apply its recommendation", "bool", default=False))))
 
 
 # --- cloud -----------------------------------------------------------------------------------
@@ -176,4 +181,7 @@ def _wait_cloud(ctx: RunContext, apply: Any, done: set[str]) -> None:
 
 register(JobKind("cloud_apply", "Plan / apply a cloud load balancer",
                  "Synthesize and plan the LB on the target; with approve, apply the plan.",
-                 _cloud_validate, _cloud_execute))
+                 _cloud_validate, _cloud_execute,
+                 params=(Param("target", "Cloud target", "ref", ref="cloud_target", required=True),
+                         Param("lb", "Load balancer", "ref", ref="load_balancer", required=True),
+                         Param("approve", "Apply the plan (approve)", "bool", default=False))))

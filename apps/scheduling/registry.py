@@ -18,6 +18,7 @@ from apps.accounts.models import Role
 from apps.accounts.principal import Principal
 from apps.core import webhooks
 from apps.core.errors import DomainError
+from apps.scheduling.params import Param, resolve_names, to_names
 
 Params = dict[str, Any]
 
@@ -109,6 +110,8 @@ class JobKind:
     operator_only: bool = False
     # Quick runs (milliseconds: a state flip) may share a message with others; see runner.CHUNK_SIZE.
     quick: Callable[[Params], bool] = lambda params: False
+    # What the parameters are (apps.scheduling.params): the form's fields, and references by name.
+    params: tuple[Param, ...] = ()
 
 
 REGISTRY: dict[str, JobKind] = {}
@@ -135,7 +138,13 @@ def validate_params(kind_name: str, params: object, principal: Principal) -> Par
                           field="kind", status=403)
     if not isinstance(params, dict):
         raise DomainError("invalid_params", "params must be a JSON object.", field="params")
-    return kind.validate(params, principal)
+    return kind.validate(resolve_names(params, kind.params, principal), principal)
+
+
+def params_for_export(kind_name: str, params: Params) -> Params:
+    """A job's params with references as names (no ids), as a config document holds them."""
+    kind = REGISTRY.get(kind_name)
+    return to_names(params, kind.params) if kind is not None else dict(params)
 
 
 def is_quick(kind_name: str, params: Params) -> bool:
@@ -208,7 +217,7 @@ def _text(params: Params, key: str, *, max_len: int, default: str = "") -> str:
 
 def _visible(model, principal: Principal, key: str, pk: object, what: str):
     if isinstance(pk, bool) or not isinstance(pk, int):
-        raise _bad(key, f"{key} must be the id of a {what}.")
+        raise _bad(key, f"{key} must be a {what}: its name, or its id.")
     obj = model.objects.visible_to(principal).filter(pk=pk).first()
     if obj is None:
         # Same answer for missing and foreign: never confirm another tenant's ids.

@@ -6,7 +6,7 @@ Thin: reads through visible_to, validates with the API serializer, writes throug
 from __future__ import annotations
 
 import contextlib
-import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +21,7 @@ from apps.core.ui import PrincipalView, errors_of
 from apps.scheduling import registry, selectors, services
 from apps.scheduling.api.serializers import JobSerializer, SchedulePreviewSerializer, schedule_preview
 from apps.scheduling.models import Job, JobRun
+from apps.scheduling.params import options
 
 FORM_FIELDS = ("name", "kind", "schedule_type", "cron", "timezone", "interval_s", "start_at", "run_at", "end_at",
                "misfire_policy", "misfire_grace_s", "concurrency_policy", "max_retries", "retry_backoff_s",
@@ -36,14 +37,64 @@ def _job_values(job: Job) -> dict[str, Any]:
     values = {f: getattr(job, f) for f in FORM_FIELDS}
     for field in ("start_at", "run_at", "end_at"):
         values[field] = values[field].strftime("%Y-%m-%dT%H:%M:%S") if values[field] else ""
-    values["params"] = json.dumps(job.params, indent=2)
+    values["params"] = dict(job.params or {})
     values["interval_s"] = job.interval_s or ""
     return values
 
 
+@dataclass
+class _KindForm:
+    """A job kind as the form draws it: its parameters with pickers and the values to show."""
+
+    name: str
+    label: str
+    help: str
+    form_params: list[dict[str, Any]]
+
+
+def _params_from_post(post, kind_name: str) -> dict[str, Any]:
+    """The chosen kind's parameter fields (`p.<kind>.<name>`) as typed params; blank optional ones left out."""
+    kind = registry.REGISTRY.get(kind_name)
+    params: dict[str, Any] = {}
+    for param in kind.params if kind else ():
+        raw = post.get(f"p.{kind_name}.{param.name}")
+        if param.kind == "bool":
+            params[param.name] = raw == "on"
+            continue
+        if raw is None or raw.strip() == "":
+            continue
+        raw = raw.strip()
+        if param.kind in ("int", "ref"):
+            params[param.name] = int(raw) if raw.lstrip("-").isdigit() else raw  # a name stays a name
+        elif param.kind == "number":
+            try:
+                params[param.name] = float(raw)
+            except ValueError:
+                params[param.name] = raw  # the kind's validation names it
+        else:
+            params[param.name] = raw
+    return params
+
+
 class _JobsView(PrincipalView):
+    def kind_forms(self, values: dict[str, Any]) -> list[_KindForm]:
+        forms = []
+        chosen = values.get("kind")
+        current = values.get("params") if isinstance(values.get("params"), dict) else {}
+        for kind in sorted(registry.REGISTRY.values(), key=lambda k: k.name):
+            if kind.operator_only and not self.principal.is_operator:
+                continue
+            fields = []
+            for param in kind.params:
+                value = current.get(param.name, param.default) if kind.name == chosen else param.default
+                fields.append({"name": param.name, "label": param.label, "kind": param.kind,
+                               "choices": param.choices, "value": value,
+                               "options": options(param, self.principal) if param.kind == "ref" else []})
+            forms.append(_KindForm(kind.name, kind.label, kind.help, fields))
+        return forms
+
     def form_context(self, **extra: Any) -> dict[str, Any]:
-        return {"kinds": sorted(registry.REGISTRY.values(), key=lambda k: k.name), "zones": COMMON_ZONES,
+        return {"kinds": self.kind_forms(extra.get("values", {})), "zones": COMMON_ZONES,
                 "schedule_types": Job.ScheduleType.choices, "misfire_policies": Job.MisfirePolicy.choices,
                 "concurrency_policies": Job.ConcurrencyPolicy.choices, "can_write": self.principal.can_write,
                 **extra}
@@ -66,7 +117,7 @@ class JobFormView(_JobsView):
     def get(self, request, pk: int | None = None):
         job = self.get_scoped(Job, pk=pk) if pk else None
         values = _job_values(job) if job else {"schedule_type": "cron", "cron": "0 2 * * *", "timezone": "UTC",
-                                                 "kind": "noop", "params": "{}", "misfire_policy": "run_once",
+                                                 "kind": "noop", "params": {}, "misfire_policy": "run_once",
                                                  "misfire_grace_s": 60, "concurrency_policy": "forbid",
                                                  "max_retries": 0, "retry_backoff_s": 30, "timeout_s": 600}
         preview = schedule_preview_for(values)
@@ -81,10 +132,7 @@ class JobFormView(_JobsView):
             if data.get(field) == "":
                 data[field] = None
         errors: dict[str, list[str]] = {}
-        try:
-            data["params"] = json.loads(request.POST.get("params") or "{}")
-        except json.JSONDecodeError as exc:
-            errors["params"] = [f"params must be JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."]
+        data["params"] = _params_from_post(request.POST, request.POST.get("kind", ""))
         if request.POST.get("webhook_secret"):
             data["webhook_secret"] = request.POST["webhook_secret"]
         if job is None:
@@ -101,7 +149,7 @@ class JobFormView(_JobsView):
                 errors = errors_of(exc)
         elif not errors:
             errors = errors_of(serializer.errors)
-        values = {**{f: request.POST.get(f, "") for f in FORM_FIELDS}, "params": request.POST.get("params", "")}
+        values = {**{f: request.POST.get(f, "") for f in FORM_FIELDS}, "params": data["params"]}
         context = self.form_context(job=job, values=values, errors=errors, preview=schedule_preview_for(values))
         return TemplateResponse(request, "scheduling/_form.html", context, status=422)
 
@@ -133,7 +181,7 @@ class JobDetailView(_JobsView):
         runs = selectors.job_history(job=job, limit=HISTORY_LIMIT)
         return render(request, "scheduling/detail.html", {
             "job": job, "description": job.description(), "times": selectors.job_upcoming(job=job), "runs": runs,
-            "params": json.dumps(job.params, indent=2), "can_write": self.principal.can_write})
+            "params": _params_shown(job), "can_write": self.principal.can_write})
 
 
 class JobHistoryView(_JobsView):
@@ -181,3 +229,11 @@ class RunCancelView(_JobsView):
         with contextlib.suppress(DomainError):  # finished meanwhile: the refreshed history shows how
             services.run_cancel(principal=self.principal, run=run)
         return HttpResponseClientRedirect(reverse("job", args=[run.job_id]))
+
+
+def _params_shown(job: Job) -> list[tuple[str, Any]]:
+    """The job's parameters as the form names them, references by name (never an id)."""
+    kind = registry.REGISTRY.get(job.kind)
+    named = registry.params_for_export(job.kind, job.params or {})
+    labels = {p.name: p.label for p in (kind.params if kind else ())}
+    return [(labels.get(key, key), value) for key, value in named.items()]

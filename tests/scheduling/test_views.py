@@ -53,7 +53,7 @@ def test_the_form_previews_the_schedule_as_you_type(alice) -> None:
 
 def test_creating_a_job_from_the_form(alice) -> None:
     response = browser(alice).post("/jobs/new/", {
-        "name": "drain-window", "kind": "noop", "params": '{"message": "hi"}', "schedule_type": "interval",
+        "name": "drain-window", "kind": "noop", "p.noop.message": "hi", "schedule_type": "interval",
         "interval_s": "3600", "timezone": "UTC", "misfire_policy": "skip", "misfire_grace_s": "60",
         "concurrency_policy": "forbid", "max_retries": "1", "retry_backoff_s": "10", "timeout_s": "60",
         "enabled": "on"}, **HTMX)
@@ -65,15 +65,15 @@ def test_creating_a_job_from_the_form(alice) -> None:
 
 def test_form_errors_come_back_next_to_their_fields(alice) -> None:
     response = browser(alice).post("/jobs/new/", {
-        "name": "broken", "kind": "noop", "params": '{"sleep_s": "x"}', "schedule_type": "cron",
+        "name": "broken", "kind": "noop", "p.noop.sleep_s": "x", "schedule_type": "cron",
         "cron": "61 * * * *", "timezone": "UTC"}, **HTMX)
     assert response.status_code == 422
     html = response.content.decode()
     assert "job-cron-err" in html and "61" in html
     assert not Job.objects.filter(name="broken").exists()
-    not_json = browser(alice).post("/jobs/new/", {"name": "broken", "kind": "noop", "params": "{oops",
-                                                  "schedule_type": "cron", "cron": "0 2 * * *"}, **HTMX)
-    assert not_json.status_code == 422 and "params must be JSON" in not_json.content.decode()
+    bad_param = browser(alice).post("/jobs/new/", {"name": "broken", "kind": "noop", "p.noop.sleep_s": "x",
+                                                   "schedule_type": "cron", "cron": "0 2 * * *"}, **HTMX)
+    assert bad_param.status_code == 422 and "sleep_s must be a number" in bad_param.content.decode()
 
 
 def test_editing_keeps_the_webhook_secret_unless_a_new_one_is_typed(alice, make_job) -> None:
@@ -82,7 +82,7 @@ def test_editing_keeps_the_webhook_secret_unless_a_new_one_is_typed(alice, make_
     page = browser(alice).get(f"/jobs/{job.pk}/edit/").content.decode()
     assert "s" * 24 not in page and "leave empty to keep" in page
     response = browser(alice).post(f"/jobs/{job.pk}/edit/", {
-        "name": "hooked", "kind": "noop", "params": "{}", "schedule_type": "interval", "interval_s": "120",
+        "name": "hooked", "kind": "noop", "schedule_type": "interval", "interval_s": "120",
         "webhook_url": "https://hooks.example.com/x", "webhook_secret": ""}, **HTMX)
     assert response.status_code == 200, response.content.decode()
     job.refresh_from_db()
@@ -135,3 +135,40 @@ def test_an_outsider_gets_404_and_an_empty_list(alice, charlie, make_job) -> Non
     assert client.post(f"/jobs/{job.pk}/run/", **HTMX).status_code == 404
     assert client.post(f"/jobs/{job.pk}/delete/", **HTMX).status_code == 404
     assert Job.objects.filter(pk=job.pk).exists()
+
+
+def test_a_job_acting_on_a_member_is_made_with_a_picker_and_shows_and_exports_names(alice, charlie) -> None:
+    """pool_region / member were ids typed as raw JSON ("pool_region must be the id of a pool region")."""
+    from tests.factories import LoadBalancerFactory, MemberFactory, PoolFactory, RegionFactory
+
+    region = RegionFactory(slug="eu-west")
+    pool = PoolFactory(lb=LoadBalancerFactory(org=alice.org, name="web"), org=alice.org, name="api")
+    member = MemberFactory(pool=pool, region=region, name="m1")
+    theirs = MemberFactory(pool=PoolFactory(lb=LoadBalancerFactory(org=charlie.org, name="gweb"), org=charlie.org,
+                                            name="gapi"), region=region, name="g1")
+    form = browser(alice).get("/jobs/new/").content.decode()
+    assert "web/api/m1</option>" in form
+    assert "gweb/gapi/g1" not in form  # another tenant's member is not offered
+    response = browser(alice).post("/jobs/new/", {
+        "name": "drain-m1", "kind": "member_set_state", "p.member_set_state.member": str(member.pk),
+        "p.member_set_state.admin_state": "drain", "schedule_type": "once", "run_at": "2030-01-01T00:00:00",
+        "timezone": "UTC"}, **HTMX)
+    assert response.status_code == 200, response.content.decode()[:2000]
+    job = Job.objects.get(name="drain-m1")
+    assert job.params == {"member": member.pk, "admin_state": "drain"}
+    detail = browser(alice).get(f"/jobs/{job.pk}/").content.decode()
+    assert "web/api/m1" in detail and f">{member.pk}<" not in detail
+    exported = alice.client.get("/api/v1/export/").json()["jobs"]
+    assert exported[0]["params"] == {"member": "web/api/m1", "admin_state": "drain"}
+    # The API takes the name too; another tenant's name answers like a missing one.
+    by_name = alice.client.post("/api/v1/jobs/", {"name": "by-name", "kind": "member_set_state",
+                                                  "params": {"member": "web/api/m1", "admin_state": "active"},
+                                                  "schedule_type": "once", "run_at": "2030-01-01T00:00:00Z"},
+                                format="json")
+    assert by_name.status_code == 201 and Job.objects.get(name="by-name").params["member"] == member.pk
+    foreign = alice.client.post("/api/v1/jobs/", {"name": "foreign", "kind": "member_set_state",
+                                                  "params": {"member": "gweb/gapi/g1", "admin_state": "drain"},
+                                                  "schedule_type": "once", "run_at": "2030-01-01T00:00:00Z"},
+                                format="json")
+    assert foreign.status_code == 400 and "No member named 'gweb/gapi/g1'" in foreign.json()["detail"]
+    assert theirs.pk not in [j.params.get("member") for j in Job.objects.all()]

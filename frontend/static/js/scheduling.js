@@ -11,19 +11,30 @@
       field.style.display = show ? "" : "none";
     });
   }
+  // Show only the parameters of the chosen job kind; the others stay in the form but are not sent.
+  function syncKind(form) {
+    const select = form && form.querySelector("[data-job-kind]");
+    if (!select) return;
+    form.querySelectorAll("[data-kind-params]").forEach((box) => {
+      const show = box.getAttribute("data-kind-params") === select.value;
+      box.style.display = show ? "" : "none";
+      box.querySelectorAll("input, select, textarea").forEach((el) => { el.disabled = !show; });
+    });
+  }
   // Blocks marked .wide span the whole form grid.
   function widen(root) {
     root.querySelectorAll("[data-job-form] .wide").forEach((el) => { el.style.gridColumn = "1 / -1"; });
   }
   function init(root) {
     const scope = root || document;
-    scope.querySelectorAll("[data-job-form]").forEach(sync);
-    if (scope.matches && scope.matches("[data-job-form]")) sync(scope);
+    scope.querySelectorAll("[data-job-form]").forEach((form) => { sync(form); syncKind(form); });
+    if (scope.matches && scope.matches("[data-job-form]")) { sync(scope); syncKind(scope); }
     widen(document);
   }
   document.addEventListener("DOMContentLoaded", () => init(document));
   document.addEventListener("change", (event) => {
     if (event.target.matches("[data-schedule-type]")) sync(event.target.closest("[data-job-form]"));
+    if (event.target.matches("[data-job-kind]")) syncKind(event.target.closest("[data-job-form]"));
   });
   document.addEventListener("htmx:afterSwap", (event) => init(event.detail.target));
 })();
