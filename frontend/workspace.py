@@ -17,6 +17,7 @@ from django.urls import reverse
 from django_htmx.http import HttpResponseClientRedirect
 
 from apps.balancers.api.serializers import MemberStateSerializer, RouteSerializer
+from apps.balancers.changes import change_revert, lb_changes
 from apps.balancers.models import IpPool, LoadBalancer, Member, Pool, Route, StaticIP
 from apps.balancers.services import member_set_state, object_delete, route_save, static_ip_allocate, static_ip_release
 from apps.cloud.models import CloudApply
@@ -107,6 +108,10 @@ class WorkspaceMixin:
                 "not_served": NOT_SERVED,
                 "can_write": self.principal.can_write, "listener_errors": errors or {}}
 
+    def changes_context(self, lb: LoadBalancer) -> dict:
+        return {"lb": lb, "changes": lb_changes(lb=lb, principal=self.principal),
+                "can_revert": self.principal.can_write}
+
     def cloud_context(self, lb: LoadBalancer) -> dict | None:
         """A cloud LB's Terraform JSON (newest synthesis) and last plan, shown in place (also downloadable)."""
         if lb.kind == LoadBalancer.Kind.HAPROXY:
@@ -153,8 +158,28 @@ class LoadBalancerDetailView(WorkspaceMixin, PrincipalView):
             "deploy": fleet_selectors.deploy_state(lb, fleets, self.principal) if fleets else None,
             "history": fleet_selectors.history(fleets, self.principal.is_operator),
             **self.static_ip_context(lb),
+            **self.changes_context(lb),
         }
         return render(request, "lb_detail.html", context)
+
+
+class LbChangesView(WorkspaceMixin, PrincipalView):
+    """The LB's changes card; POST reverts one on every fleet serving the LB (apps.balancers.changes)."""
+
+    def get(self, request, pk: int):
+        lb = self.get_scoped(LoadBalancer, pk=pk)
+        return render(request, "partials/lb_changes.html", self.changes_context(lb))
+
+    def post(self, request, pk: int, event: int):
+        lb = self.get_scoped(LoadBalancer, pk=pk)
+        if not self.principal.can_write:
+            return HttpResponse("Your role cannot revert changes.", status=403)
+        try:
+            result = change_revert(principal=self.principal, lb=lb, event_id=event)
+        except DomainError as exc:
+            return render(request, "partials/lb_changes.html", {**self.changes_context(lb), "error": exc.detail},
+                          status=exc.status if exc.status != 404 else 404)
+        return render(request, "partials/lb_changes.html", {**self.changes_context(lb), "reverted": result})
 
 
 class RoutesView(WorkspaceMixin, PrincipalView):

@@ -232,6 +232,27 @@ class MemberSerializer(TenantModelSerializer):
         return attrs
 
 
+class RevertRequestSerializer(StrictSerializer):
+    change = serializers.IntegerField(help_text="The audit event id of the change to revert (from `changes`).")
+
+
+class RevertedSerializer(serializers.Serializer):
+    reverted = serializers.CharField(help_text="What was undone and what was kept, in words.")
+    done = serializers.ListField(child=serializers.CharField())
+    kept = serializers.ListField(child=serializers.CharField(), help_text="Drains and weights set since, left as "
+                                 "they are.")
+
+
+class LbChangeSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    at = serializers.DateTimeField()
+    who = serializers.CharField()
+    action = serializers.CharField()
+    object = serializers.CharField(source="object_label")
+    summary = serializers.CharField()
+    revertible = serializers.BooleanField()
+
+
 class MemberStateSerializer(StrictSerializer):
     admin_state = serializers.ChoiceField(choices=Member.AdminState.choices, required=False)
     weight = serializers.IntegerField(min_value=0, max_value=256, required=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.db.models import Count, Q
+from django.http import Http404
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
@@ -10,7 +11,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from apps.audit.services import AuditAction
-from apps.balancers import services
+from apps.balancers import changes, services
 from apps.balancers.api import serializers as s
 from apps.balancers.models import (
     HostnameClaim,
@@ -70,11 +71,34 @@ class LoadBalancerFilter(filters.FilterSet):
 
 
 class LoadBalancerViewSet(ServiceWritesMixin, TenantViewSet):
+    """Load balancers you can see: your own, and the operator's shared ones your routes ride on."""
+
     model = LoadBalancer
     serializer_class = s.LoadBalancerSerializer
     select_related = ("org",)
     filterset_class = LoadBalancerFilter
     ordering_fields = ["name", "created_at", "revision"]
+
+    @extend_schema(responses=s.LbChangeSerializer(many=True))
+    @action(detail=True, methods=["get"], serializer_class=s.LbChangeSerializer, pagination_class=None)
+    def changes(self, request, pk=None):
+        """The LB's recent changes you can see (newest first), who made them and what they changed."""
+        return Response(s.LbChangeSerializer(changes.lb_changes(lb=self.get_object(), principal=self.principal),
+                                             many=True).data)
+
+    @extend_schema(request=s.RevertRequestSerializer, responses=s.RevertedSerializer)
+    @action(detail=True, methods=["post"], serializer_class=s.RevertRequestSerializer)
+    def revert(self, request, pk=None):
+        """Revert one change of this LB on every fleet that serves it: the inverse is written as a new change
+        (a new LB revision); drains and weights set since stay, and the answer says so."""
+        # Visible is enough: a tenant reverts its own route on a shared LB; each object is checked for change.
+        lb = self.get_queryset().filter(pk=int(pk) if str(pk).isdigit() else 0).first()
+        if lb is None:
+            raise Http404
+        body = s.RevertRequestSerializer(data=request.data, context={"request": request})
+        body.is_valid(raise_exception=True)
+        result = changes.change_revert(principal=self.principal, lb=lb, event_id=body.validated_data["change"])
+        return Response({"reverted": result.sentence(), "done": result.done, "kept": result.kept})
 
 
 class ListenerViewSet(ServiceWritesMixin, TenantViewSet):
