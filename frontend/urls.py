@@ -25,6 +25,7 @@ urlpatterns = [
     path("load-balancers/", views.LoadBalancerListView.as_view(), name="lb-list"),
     path("load-balancers/<int:pk>/", workspace.LoadBalancerDetailView.as_view(), name="lb-detail"),
     path("load-balancers/<int:pk>/changes/", workspace.LbChangesView.as_view(), name="lb-changes"),
+    path("load-balancers/<int:pk>/serving/", workspace.LbServingView.as_view(), name="lb-serving"),
     path("load-balancers/<int:pk>/changes/<int:event>/revert/", workspace.LbChangesView.as_view(),
          name="lb-change-revert"),
     path("load-balancers/<int:pk>/routes/", workspace.RoutesView.as_view(), name="route-create"),

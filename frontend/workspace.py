@@ -27,6 +27,8 @@ from apps.fleets import selectors as fleet_selectors
 from apps.fleets.member_health import member_health
 from apps.fleets.models import Fleet
 from apps.fleets.preview import lb_preview_change
+from apps.fleets.services import lb_serve
+from apps.fleets.serving import serving, what_if
 from apps.fleets.views import diff_lines
 from apps.fleets.vips import NOT_SERVED, unserved_static_ips
 
@@ -108,6 +110,14 @@ class WorkspaceMixin:
                 "not_served": NOT_SERVED,
                 "can_write": self.principal.can_write, "listener_errors": errors or {}}
 
+    def serving_context(self, lb: LoadBalancer) -> dict:
+        rows = serving(lb) if lb.kind == LoadBalancer.Kind.HAPROXY else []
+        taken = {r.fleet.pk for r in rows}
+        addable = ([f for f in self.scoped(Fleet).select_related("region").order_by("name") if f.pk not in taken]
+                   if self.principal.is_operator else [])
+        return {"lb": lb, "serving": rows, "addable": addable, "is_operator": self.principal.is_operator,
+                "can_serve": self.principal.is_operator and self.principal.can_write}
+
     def changes_context(self, lb: LoadBalancer) -> dict:
         return {"lb": lb, "changes": lb_changes(lb=lb, principal=self.principal),
                 "can_revert": self.principal.can_write}
@@ -159,8 +169,38 @@ class LoadBalancerDetailView(WorkspaceMixin, PrincipalView):
             "history": fleet_selectors.history(fleets, self.principal.is_operator),
             **self.static_ip_context(lb),
             **self.changes_context(lb),
+            **self.serving_context(lb),
         }
         return render(request, "lb_detail.html", context)
+
+
+class LbServingView(WorkspaceMixin, PrincipalView):
+    """The "Served by" card: the fleets (regions) serving the LB; operators add or remove one, after a what-if of
+    what it does to each pool's traffic (GET ?fleet=<id>&serve=1|0), confirmed with POST."""
+
+    def get(self, request, pk: int):
+        lb = self.get_scoped(LoadBalancer, pk=pk)
+        context = self.serving_context(lb)
+        fleet = self._fleet(request.GET.get("fleet", ""))
+        if fleet is not None and self.principal.is_operator:
+            serve = request.GET.get("serve", "1") == "1"
+            context.update(preview=what_if(lb, fleet, serve), preview_fleet=fleet, preview_serve=serve)
+        return render(request, "partials/lb_serving.html", context)
+
+    def post(self, request, pk: int):
+        lb = self.get_scoped(LoadBalancer, pk=pk)
+        fleet = self._fleet(request.POST.get("fleet", ""))
+        if not (self.principal.is_operator and self.principal.can_write) or fleet is None:
+            return HttpResponse("Only the operator decides which fleets serve a load balancer.", status=403)
+        serve = request.POST.get("serve", "1") == "1"
+        lb_serve(principal=self.principal, lb=lb, fleet=fleet, serve=serve)
+        return render(request, "partials/lb_serving.html", {
+            **self.serving_context(lb), "saved": f"{fleet.name} ({fleet.region.slug}) "
+                                                 f"{'now serves' if serve else 'no longer serves'} {lb.name}; the "
+                                                 "fleets roll it out now."})
+
+    def _fleet(self, raw: str) -> Fleet | None:
+        return self.scoped(Fleet).select_related("region").filter(pk=int(raw) if raw.isdigit() else 0).first()
 
 
 class LbChangesView(WorkspaceMixin, PrincipalView):

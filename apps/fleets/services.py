@@ -518,6 +518,36 @@ def node_refresh(*, node_id: int) -> Rollout | None:
     return rollout_create(fleet=fleet, revision=desired, kind=Rollout.Kind.CONVERGE, canary=False, nodes=[node])
 
 
+def lb_serve(*, principal: Principal, lb: LoadBalancer, fleet: Fleet, serve: bool) -> LoadBalancer:
+    """Add `fleet` to the fleets serving `lb` (its region's nodes then serve it) or remove it. The LB's own fleet
+    (its `fleet`) can go too: another serving fleet takes its place. Audited; both fleets re-render."""
+    if not principal.is_operator:
+        raise DomainError("operator_only", "Only the operator decides which fleets serve a load balancer.",
+                          status=403)
+    with transaction.atomic():
+        lb = LoadBalancer.objects.select_for_update().get(pk=lb.pk)
+        before = sorted(selectors.lb_fleets(lb).values_list("name", flat=True))
+        if serve:
+            if lb.fleet_id is None:
+                LoadBalancer.objects.filter(pk=lb.pk).update(fleet=fleet)
+            elif lb.fleet_id != fleet.pk:
+                fleet.serves.add(lb)
+        else:
+            fleet.serves.remove(lb)
+            if lb.fleet_id == fleet.pk:
+                heir = Fleet.objects.filter(serves=lb).order_by("name").first()
+                LoadBalancer.objects.filter(pk=lb.pk).update(fleet=heir)
+                if heir is not None:
+                    heir.serves.remove(lb)  # the FK names it now
+        lb.refresh_from_db()
+        after = sorted(selectors.lb_fleets(lb).values_list("name", flat=True))
+        audit_record(principal=principal, org=lb.org, action="loadbalancer.serve" if serve else "loadbalancer.unserve",
+                     obj=lb, before={"fleets": before}, after={"fleets": after})
+        # Every fleet that served it before or does now renders again (and the fleets sharing their LBs).
+        _restart_after_commit({fleet.pk, *Fleet.objects.filter(name__in=before + after).values_list("pk", flat=True)})
+    return lb
+
+
 def new_vrrp_secret() -> str:
     """VRRPv2 PASS authentication carries at most 8 octets; letters and digits keep it config-safe."""
     alphabet = string.ascii_letters + string.digits
