@@ -90,6 +90,7 @@ def run_prepare(run_id: int, enqueue: Enqueue) -> str:
         transaction.on_commit(lambda: [enqueue(run.pk, i, time_limit_s) for i in range(shards)])
     pool_region = pool_region_for(test)
     if pool_region is not None:
+        CapacityRun.objects.filter(pk=run.pk).update(pool_counters_start=_pool_counters(pool_region))
         overflow_hold(pool_region.pool_id, pool_region.region.slug, START_LEAD_S + plan.max_duration_s + 5.0)
         # Set the held limits on the nodes now, before the shards start, rather than at the loop's next
         # run: the shards may take every worker slot (`make run`: 2 slots, the demo test: 2 shards), and
@@ -313,7 +314,7 @@ def run_finalize(run: CapacityRun) -> None:
         else:
             fields.update(status=CapacityRun.Status.SUCCEEDED, progress_percent=100.0,
                           current_step=max(len(merged) - 1, 0))
-            fields.update(_outcome(run, [merged[i] for i in sorted(merged)]))
+            fields.update(_outcome(run, [merged[i] for i in sorted(merged)], sent=fields["sent"]))
             # "Succeeded" means a knee or a clean "no knee up to N req/s": a run whose lowest step
             # already misses the SLO (every request refused, say) measured nothing and says why.
             if fields["knee_code"] in (knee.FIRST_STEP_FAILED, knee.NO_STEPS):
@@ -338,7 +339,35 @@ def run_finalize(run: CapacityRun) -> None:
                          "test": run.test.name})
 
 
-def _outcome(run: CapacityRun, steps: list[engine.StepResult]) -> dict[str, Any]:
+def _pool_counters(pool_region) -> dict[str, dict[str, int]] | None:
+    """{node: {backend: requests sent to it so far}} for the pool-region's backends on every enabled node of the
+    fleets serving its LB (`show stat`); None when a node cannot be read (the share is then not known)."""
+    from apps.fleets import selectors as fleet_selectors
+    from apps.fleets.models import Node
+    from apps.fleets.nodeops import read_state
+    from apps.fleets.render.chain import backend_name
+
+    lb = pool_region.pool.lb
+    backends = {backend_name(pool_region.pool_id, pool_region.region.slug, proto) for proto in ("http", "tcp")}
+    out: dict[str, dict[str, int]] = {}
+    for node in Node.objects.filter(fleet__in=fleet_selectors.lb_fleets(lb), enabled=True).select_related("fleet"):
+        state = read_state(fleet_selectors.node_conn(node), with_stats=True)
+        if not state.reachable:
+            return None
+        out[f"{node.fleet.name}/{node.name}"] = {
+            row.pxname: int(row.raw.get("stot") or 0) for row in state.stats
+            if row.svname == "BACKEND" and row.pxname in backends}
+    return out or None  # no HAProxy node serves it (a cloud LB): nothing to count
+
+
+def _served_since(start: dict[str, dict[str, int]] | None, now: dict[str, dict[str, int]] | None) -> int | None:
+    if start is None or now is None or start.keys() != now.keys():
+        return None
+    return sum(max(0, count - start[node].get(backend, 0)) for node, totals in now.items()
+               for backend, count in totals.items())
+
+
+def _outcome(run: CapacityRun, steps: list[engine.StepResult], sent: int = 0) -> dict[str, Any]:
     test = run.test
     result = knee.find_knee(knee.summarize(steps), test.slo_p99_ms, test.slo_error_rate)
     out: dict[str, Any] = {"knee_capacity_rps": result.capacity_rps, "knee_step_index": result.step_index,
@@ -354,14 +383,28 @@ def _outcome(run: CapacityRun, steps: list[engine.StepResult]) -> dict[str, Any]
     else:
         healthy = healthy_member_count(pool_region)
         out.update(pool_region=pool_region, healthy_members=healthy)
+        served = _served_since(run.pool_counters_start, _pool_counters(pool_region))
+        share = min(1.0, served / sent) if served is not None and sent else None
+        out["pool_served"] = served
+        pool_rps = result.capacity_rps * (share if share is not None else 1.0)
         if healthy < 1:
             out["recommendation_note"] = "The pool has no active member in that region to share the capacity."
+        elif share is not None and share < 0.05:
+            out["recommendation_note"] = (
+                f"The pool's {pool_region.region.slug} members served {served} of the {sent} requests the test sent "
+                "(the rest went to other pools or regions): too few to say what they can take. Test the pool's "
+                "own route, or hold the canary split and overflow off.")
         else:
             out["recommended_max_rate_per_member"] = knee.recommend_max_rate_per_member(
-                result.capacity_rps, healthy, test.safety_factor)
-            out["recommendation_note"] = (
-                f"{result.capacity_rps:.1f} req/s measured / {healthy} active member(s) "
-                f"x safety factor {test.safety_factor:g}")
+                pool_rps, healthy, test.safety_factor)
+            counted = (f"{result.capacity_rps:.1f} req/s measured" if share is None or share > 0.999 else
+                       f"{result.capacity_rps:.1f} req/s measured x {share:.0%} that the pool's "
+                       f"{pool_region.region.slug} members served ({served} of {sent} requests; a canary split or "
+                       "overflow took the rest)")
+            unknown = "" if share is not None else (" (no serving node's counters were read, so all of it counts as "
+                                                    "the pool's)")
+            out["recommendation_note"] = (f"{counted}{unknown} / {healthy} active member(s) "
+                                          f"x safety factor {test.safety_factor:g}")
     return out
 
 

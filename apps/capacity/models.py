@@ -119,6 +119,11 @@ class CapacityRun(models.Model):
     healthy_members = models.PositiveIntegerField(null=True, blank=True)
     recommended_max_rate_per_member = models.FloatField(null=True, blank=True)
     recommendation_note = models.TextField(blank=True, default="")
+    # The tested pool-region's backend counters on the serving nodes at the start ({node: {backend: total}}), and
+    # the requests its members served during the run: only those count towards the recommendation (a canary
+    # split or overflow sends some of the test's requests to other pools or regions).
+    pool_counters_start = models.JSONField(null=True, blank=True)
+    pool_served = models.PositiveBigIntegerField(null=True, blank=True)
     applied_at = models.DateTimeField(null=True, blank=True)
     applied_by = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)

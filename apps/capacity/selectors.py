@@ -99,3 +99,49 @@ def run_chart(run: CapacityRun) -> dict[str, Any]:
         "knee_capacity_rps": run.knee_capacity_rps,
         "slo_p99_ms": run.test.slo_p99_ms,
     }
+
+
+def _rate(value: float | None) -> str:
+    return "unlimited" if value is None or value == float("inf") else f"{value:.1f} req/s"
+
+
+def apply_preview(run: CapacityRun) -> dict[str, Any] | None:
+    """What applying the run's recommendation changes, before anyone confirms it: the pool region's
+    max_rate_per_member and capacity before and after, and where the last five minutes' demand would be served
+    now and then (traffic.overflow.plan, the planner the overflow page uses). None: nothing to apply."""
+    from dataclasses import replace
+
+    from apps.traffic.overflow import plan
+    from apps.traffic.selectors import distances, observed_overflow, pool_capacities
+
+    pool_region = run.pool_region
+    if run.recommended_max_rate_per_member is None or pool_region is None:
+        return None
+    region = pool_region.region.slug
+    now_caps = pool_capacities(pool_region.pool)
+    after_caps = [replace(c, max_rate_per_member=run.recommended_max_rate_per_member) if c.region == region else c
+                  for c in now_caps]
+    before_cap = next((c.capacity for c in now_caps if c.region == region), 0.0)
+    after_cap = next((c.capacity for c in after_caps if c.region == region), 0.0)
+    seen = observed_overflow(pool_region.pool, 300)
+    demand = {row["region"]: float(row.get("demand") or 0.0) for row in seen["regions"]}
+    lines = []
+    if sum(demand.values()) <= 0:
+        lines.append("No traffic reached this pool in the last 5 minutes: nothing moves now; the new capacity "
+                     "applies to the next requests.")
+    else:
+        dist = distances()
+        now_flow, then_flow = plan(demand, now_caps, dist).flow(region), plan(demand, after_caps, dist).flow(region)
+        shown = ", ".join(f"{r} {v:.1f} req/s" for r, v in sorted(demand.items()) if v > 0)
+        lines.append(f"At the last 5 minutes' demand ({shown}):")
+        for label, flow in (("now", now_flow), ("after", then_flow)):
+            out = ", ".join(f"{v:.1f} to {dst}" for dst, v in sorted(flow.out_to.items())) or "nothing out"
+            lines.append(f"{label}: {region} serves {flow.local:.1f} req/s of its own and {flow.in_:.1f} from "
+                         f"elsewhere, sends {out}" + (f", {flow.unserved:.1f} served nowhere" if flow.unserved
+                                                      else "") + ".")
+    return {"region": region, "pool_region": pool_region, "members": healthy_member_count(pool_region),
+            "rate_before": _rate(pool_region.max_rate_per_member),
+            "rate_after": _rate(run.recommended_max_rate_per_member),
+            "capacity_before": _rate(before_cap), "capacity_after": _rate(after_cap),
+            "scaler": pool_region.capacity_scaler,
+            "lines": lines}

@@ -141,6 +141,13 @@ class CapacityRunCancelView(PrincipalView):
 
 
 class CapacityRunApplyView(PrincipalView):
+    """GET: what applying changes (before/after and the what-if), to confirm. POST: apply it."""
+
+    def get(self, request, pk: int):
+        run = self.get_scoped(CapacityRun, pk=pk)
+        return render(request, "capacity/recommendation.html", {
+            "run": run, "can_write": self.principal.can_write, "preview": selectors.apply_preview(run)})
+
     def post(self, request, pk: int):
         run = self.get_scoped(CapacityRun, pk=pk)
         if not self.principal.can_write:

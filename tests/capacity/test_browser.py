@@ -52,7 +52,14 @@ def test_progress_bar_follows_the_run_then_the_page_shows_the_chart(page, alice,
     page.locator('[data-capacity-errors][data-rendered="1"] canvas').wait_for()
     assert page.locator("tr.capacity-knee").inner_text().startswith("2")
     shot(page, "capacity-run-chart")
-    page.get_by_role("button", name="Apply to the pool").click()
+    before = PoolRegion.objects.get(pool=capacity_test.pool).max_rate_per_member
+    page.get_by_role("button", name="Apply to the pool…").click()
+    preview = page.locator("#apply-preview")  # what it changes, before anything is written
+    preview.get_by_text("39.6 req/s").first.wait_for()
+    assert "max_rate_per_member" in preview.inner_text() and "capacity" in preview.inner_text()
+    assert PoolRegion.objects.get(pool=capacity_test.pool).max_rate_per_member == before
+    shot(page, "capacity-apply-preview")
+    preview.get_by_role("button", name="Apply", exact=True).click()
     page.locator("#run-recommendation .badge-ok").wait_for()
     assert PoolRegion.objects.get(pool=capacity_test.pool).max_rate_per_member == 39.6
     _no_csp_errors(page)

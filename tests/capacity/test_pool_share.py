@@ -1,0 +1,52 @@
+"""A capacity run's recommendation counts only what the pool's own members served.
+
+GIVEN a route that sends half its requests to the tested pool and half to a canary pool, on a real local fleet,
+WHEN a capacity test of the pool runs through a real worker, THEN the run records how many requests the
+pool's members served (read from the nodes' own counters), about half of those sent, and the recommendation
+is made from that half, not from everything the test sent (the demo's `shop-knee` recommended 12.8x the
+current capacity that way).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.balancers.models import RouteTarget
+from apps.capacity.models import CapacityRun, CapacityTest, TargetAllowlist
+from apps.capacity.services import capacity_run_start
+from tests.capacity.conftest import wait_for_run
+from tests.fleets.conftest import haproxy_bin, tiny_backend  # noqa: F401 (fixtures)
+from tests.fleets.fleetkit import add_pool, add_route, make_local_fleet, reconcile
+
+pytestmark = [pytest.mark.haproxy, pytest.mark.django_db(transaction=True)]
+
+
+def test_the_recommendation_counts_only_what_the_pools_members_served(
+        haproxy_bin, tiny_backend, celery_worker_factory):  # noqa: F811 (fixtures imported above)
+    mine, canary = tiny_backend("mine"), tiny_backend("canary")
+    local = make_local_fleet(name="share", subnet=88, node_count=1, backend_address=(mine.address, mine.port))
+    try:
+        pool = local.listener.default_pool
+        route = add_route(local.lb, pool, "/", 10)
+        RouteTarget.objects.filter(route=route).update(weight=50)
+        RouteTarget.objects.create(route=route, pool=add_pool(local.lb, "canary", (canary.address, canary.port)),
+                                   weight=50)
+        reconcile(local.fleet)
+        TargetAllowlist.objects.create(cidr="127.0.0.0/8", ports="1024-65535", note="loopback only")
+        test = CapacityTest.objects.create(
+            org=local.lb.org, name="share", listener=local.listener, path="/", mode=CapacityTest.Mode.OPEN,
+            steps=[[20.0, 2.0], [40.0, 2.0]], step_duration_s=2.0, slo_p99_ms=500, slo_error_rate=0.05,
+            shards=1, safety_factor=0.8, pool=pool, region=pool.regions.get().region, max_connections=20)
+        celery_worker_factory(name="share-w1", concurrency=2)
+        run = wait_for_run(capacity_run_start(principal=None, test=test).pk, timeout_s=60.0)
+    finally:
+        local.stop_all()
+
+    assert run.status == CapacityRun.Status.SUCCEEDED, (run.error_code, run.error)
+    assert run.sent == 20 * 2 + 40 * 2 and run.pool_served is not None
+    share = run.pool_served / run.sent
+    assert 0.35 <= share <= 0.65, (run.pool_served, run.sent)
+    assert mine.hits + canary.hits >= run.sent  # both pools took the test's requests
+    assert run.recommended_max_rate_per_member == pytest.approx(run.knee_capacity_rps * share * 0.8, rel=0.02)
+    assert f"that the pool's us-east members served ({run.pool_served} of {run.sent} requests" in \
+        run.recommendation_note
