@@ -168,8 +168,6 @@ class LoadBalancerDetailView(WorkspaceMixin, PrincipalView):
             "deploy": fleet_selectors.deploy_state(lb, fleets, self.principal) if fleets else None,
             "history": fleet_selectors.history(fleets, self.principal.is_operator),
             **self.static_ip_context(lb),
-            **self.changes_context(lb),
-            **self.serving_context(lb),
         }
         return render(request, "lb_detail.html", context)
 

@@ -103,7 +103,8 @@ def test_the_lb_page_lists_changes_by_name_and_reverts_one(otto, ops):
     assert otto.client.patch(f"/api/v1/routes/{made['id']}/", {"path": "/b"}, format="json").status_code == 200
     client = Client()
     client.force_login(otto.user)
-    page = client.get(f"/load-balancers/{lb.pk}/").content.decode()
+    assert f'hx-get="/load-balancers/{lb.pk}/changes/"' in client.get(f"/load-balancers/{lb.pk}/").content.decode()
+    page = client.get(f"/load-balancers/{lb.pk}/changes/").content.decode()  # the card, loaded by the page
     assert "path: /a → /b" in page and "token otto-token (ops)" in page
     update = AuditEvent.objects.get(action="route.update")
     reverted = client.post(f"/load-balancers/{lb.pk}/changes/{update.pk}/revert/").content.decode()
