@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export CHECKPOINT_DISABLE := 1
 
-.PHONY: venv install install-dev run test lint bench migrate
+.PHONY: venv install install-dev run test test-fast lint bench migrate
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -37,6 +37,12 @@ test: install-dev
 	scripts/setup-system test "$(TEST_DATABASE_URL)"
 	$(BIN)/ruff check .
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) SPILLWAY_TESTING=1 $(BIN)/python -m pytest -q $(PYTEST_XDIST) $(PYTEST_ARGS)
+
+# The inner loop: no real processes, browsers or slow tests (tests/conftest.py marks them), on two workers.
+# `make test-fast PYTEST_ARGS=--lf` re-runs what failed last time.
+test-fast: install-dev
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) SPILLWAY_TESTING=1 $(BIN)/python -m pytest -q \
+		$(PYTEST_XDIST) -m "not process and not browser and not haproxy and not slow" $(PYTEST_ARGS)
 
 migrate: install
 	$(BIN)/python manage.py migrate --noinput

@@ -172,6 +172,18 @@ def celery_worker_factory(tmp_path) -> Iterator[Callable[..., subprocess.Popen]]
         stop_process(proc)
 
 
+# Fixtures that start real processes or servers: a test using one is marked `process`, so `make test-fast` (the
+# inner loop) can leave it out without anyone remembering to mark it.
+PROCESS_FIXTURES = frozenset({"celery_worker_factory", "live_server", "page", "browser", "cap_workers",
+                              "tiny_backend", "haproxy_bin", "sshd", "demo_fleet_addresses"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.process)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """A skip for a missing dependency (tests.deps.missing) is a failure unless SPILLWAY_ALLOW_SKIPS=1."""

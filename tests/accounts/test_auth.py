@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from datetime import timedelta
 
 import pytest
@@ -99,9 +100,11 @@ def test_pages_carry_csp_and_no_inline_script(alice):
 
 def _settings_check(env: dict[str, str]) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DEBUG", "SPILLWAY_TESTING"}}
+    # A var dir of its own: the var/local.env a `make run` wrote in this checkout would supply the missing secret.
+    var_dir = tempfile.mkdtemp(prefix="spw-settings-")
     return subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=REPO, capture_output=True,
                           text=True, env={**base, "DJANGO_SETTINGS_MODULE": "controlplane.settings",
-                                          "SPILLWAY_TESTING": "0", **env}, timeout=60)
+                                          "SPILLWAY_TESTING": "0", "SPILLWAY_VAR_DIR": var_dir, **env}, timeout=60)
 
 
 def test_settings_fail_fast_on_missing_secret_and_bad_values():

@@ -27,8 +27,15 @@ def test_without_root_a_missing_package_stops_at_once_with_the_exact_command() -
 
 
 def _as_nobody(packages: str) -> subprocess.CompletedProcess[str]:
-    cmd = ["runuser", "-u", "nobody", "--", "env", f"APT_PACKAGES_FILE={packages}", SCRIPT, "run"]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    """The script run as nobody from a copy in /tmp: the checkout itself may sit under a directory nobody
+    cannot enter (a clone in a 0700 home), which says nothing about the script."""
+    with tempfile.TemporaryDirectory(prefix="s16-setup-", dir="/tmp") as root:
+        os.chmod(root, 0o755)  # noqa: S103 - nobody must enter it, like a checkout
+        os.makedirs(f"{root}/scripts")
+        copy = shutil.copy(SCRIPT, f"{root}/scripts/setup-system")
+        os.chmod(copy, 0o755)  # noqa: S103 - nobody must run it
+        cmd = ["runuser", "-u", "nobody", "--", "env", f"APT_PACKAGES_FILE={packages}", copy, "run"]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
 
 def test_on_a_set_up_machine_it_is_quick_and_quiet() -> None:
