@@ -38,7 +38,7 @@ app.autodiscover_tasks()
 def _worker_process_setup(**kwargs) -> None:
     """A worker process logs its long GC pauses and freezes the large route lanes it keeps (routelane._freeze)."""
     from apps.core import gcpause
-    from apps.fleets import routelane
+    from apps.fleets.config import routelane
 
     gcpause.install()
     routelane.FREEZE = True  # a worker keeps the lanes it renders

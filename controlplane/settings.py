@@ -294,20 +294,20 @@ CELERY_RESULT_BACKEND = None
 # tests/bench/bench_acme.py.
 #
 # Fleet reconciles (render, then roll out) go to one of FLEET_WORKER_SHARDS queues by fleet id (`fleets.0`,
-# `fleets.1`, ...: apps.fleets.queues), each served by ONE worker process (runall): the route lane
-# (apps.fleets.routelane) keeps each fleet's last render in the process that made it. On one prefork pool a
+# `fleets.1`, ...: apps.fleets.rollout.queues), each served by ONE worker process (runall): the route lane
+# (apps.fleets.config.routelane) keeps each fleet's last render in the process that made it. On one prefork pool a
 # fleet's reconciles landed on either process, and each landing on the other one rendered all 100k routes
 # again (17-21 s under load in bench-scale, instead of ~60 ms); all fleets in one process shared its
 # interpreter lock (two fleets' lane steps 100-120 ms instead of 50-60 ms).
 FLEET_WORKER_SHARDS = envint("FLEET_WORKER_SHARDS", 2, minimum=1)
 FLEET_QUEUES = [f"fleets.{shard}" for shard in range(FLEET_WORKER_SHARDS)]
-# The periodic drift check reads each node's live maps at most this often (apps.fleets.drift.LIVE_MAPS_EVERY_S).
+# The periodic drift check reads each node's live maps at most this often (apps.fleets.rollout.drift.LIVE_MAPS_EVERY_S).
 FLEET_LIVE_MAPS_EVERY_S = envint("FLEET_LIVE_MAPS_EVERY_S", 30, minimum=1)
 # How long the periodic drift check may put off a fleet whose rollouts move its nodes under every look
-# (apps.fleets.drift.MAX_DEFER_S); then it holds the fleet's lease while it reads.
+# (apps.fleets.rollout.drift.MAX_DEFER_S); then it holds the fleet's lease while it reads.
 FLEET_DRIFT_MAX_DEFER_S = envint("FLEET_DRIFT_MAX_DEFER_S", 300, minimum=0)
 CELERY_TASK_ROUTES = (
-    "apps.fleets.queues.route_task",
+    "apps.fleets.rollout.queues.route_task",
     {"events.*": {"queue": "events"}, "acme.*": {"queue": "acme"}},
 )
 CELERY_TASK_SERIALIZER = "json"

@@ -19,7 +19,7 @@ from apps.audit.models import AuditEvent
 from apps.balancers.models import LoadBalancer, Member, Route
 from apps.core.ui import PrincipalView
 from apps.fleets import selectors as fleet_selectors
-from apps.fleets.member_health import member_health
+from apps.fleets.selectors import member_health
 from apps.traffic import selectors as traffic_selectors
 from apps.traffic.views import bar_scale
 

@@ -16,7 +16,6 @@ from apps.balancers.api.serializers import LoadBalancerSerializer
 from apps.balancers.models import LoadBalancer, Region
 from apps.core.service_forms import FormField, ServiceFormView
 from apps.core.ui import PrincipalView
-from apps.fleets import certs
 from apps.fleets import services as fleet_services
 from apps.fleets.api.serializers import CertificateSerializer, FleetSerializer, NodeSerializer
 from apps.fleets.models import Certificate, Fleet, Node
@@ -137,7 +136,7 @@ class CertificateUploadView(ServiceFormView):
 
     def save(self, obj, data):
         cert = obj or Certificate()
-        return certs.certificate_save(
+        return fleet_services.certificate_save(
             principal=self.principal, cert=cert, org=data.get("org") or (cert.org if cert.pk else self.principal.org),
             name=data.get("name", cert.name), cert_pem=data.get("cert_pem"), key_pem=data.get("key_pem"),
             chain_pem=data.get("chain_pem", ""))

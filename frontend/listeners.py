@@ -1,6 +1,6 @@
 """The LB workspace's listeners: attach or detach a static IP (a floating VIP), and VIP -> holder -> health.
 
-Who holds a VIP is read from the nodes themselves (apps.fleets.vips, over each node's transport), so the
+Who holds a VIP is read from the nodes themselves (apps.fleets.health.vips, over each node's transport), so the
 page loads that cell lazily with htmx instead of making every workspace view wait on SSH.
 """
 
@@ -14,7 +14,7 @@ from apps.balancers.services import listener_static_ip_set
 from apps.core.errors import DomainError
 from apps.core.tenancy import Action
 from apps.core.ui import PrincipalView, errors_of
-from apps.fleets.vips import listener_vip
+from apps.fleets.selectors import listener_vip
 from frontend.workspace import WorkspaceMixin
 
 

@@ -7,7 +7,7 @@ from django.shortcuts import render
 from apps.balancers.models import LoadBalancer
 from apps.core.ui import PrincipalView, errors_of
 from apps.fleets.api.serializers import RouteTestQuerySerializer
-from apps.fleets.route_tester import route_test
+from apps.fleets.selectors import route_test
 
 
 class RouteTestView(PrincipalView):

@@ -24,13 +24,17 @@ from apps.cloud.models import CloudApply
 from apps.core.errors import DomainError
 from apps.core.ui import PrincipalView, errors_of
 from apps.fleets import selectors as fleet_selectors
-from apps.fleets.member_health import member_health
 from apps.fleets.models import Fleet
-from apps.fleets.preview import lb_preview_change
+from apps.fleets.selectors import (
+    NOT_SERVED,
+    diff_lines,
+    lb_preview_change,
+    member_health,
+    serving,
+    unserved_static_ips,
+    what_if,
+)
 from apps.fleets.services import lb_serve
-from apps.fleets.serving import serving, what_if
-from apps.fleets.views import diff_lines
-from apps.fleets.vips import NOT_SERVED, unserved_static_ips
 
 ROUTE_ORDERS = {"asc": ("priority", "pk"), "desc": ("-priority", "-pk")}
 
@@ -139,7 +143,7 @@ class WorkspaceMixin:
 
 
 def with_health(pools: list[Pool]) -> list[Pool]:
-    """Each member of these (prefetched) pools gets `.health` (apps.fleets.member_health), in one query."""
+    """Each member of these (prefetched) pools gets `.health` (apps.fleets.health.members), in one query."""
     members = [m for p in pools for m in p.members.all()]
     health = member_health(members)
     for m in members:

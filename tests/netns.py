@@ -1,7 +1,7 @@
 """Real "hosts" on this machine: Linux network namespaces joined by a bridge (needs root).
 
 Each host is a namespace with one veth into the bridge (its `eth0`), an address in a private /24 that
-exists only on this bridge, and its own sshd, HAProxy master (apps.fleets.process), keepalived (started
+exists only on this bridge, and its own sshd, HAProxy master (apps.fleets.node.process), keepalived (started
 outside, moved in by `net_namespace`: see start_keepalived) and a tiny HTTP backend (a plain HAProxy) on
 its own loopback answering with the host's name. Spillway reaches the hosts through the SSH transport
 like any remote node. Every process is stopped by its PID and every namespace, veth and the bridge are
@@ -32,10 +32,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apps.fleets.process import start_master
-from apps.fleets.snapshot import ConfigBundle
-from apps.fleets.transports.base import KEEPALIVED_NAME, KEEPALIVED_PID_NAME, NodeConn
-from apps.fleets.transports.local import LocalTransport
+from apps.fleets.config.spec import ConfigBundle
+from apps.fleets.node.process import start_master
+from apps.fleets.node.transports.base import KEEPALIVED_NAME, KEEPALIVED_PID_NAME, NodeConn
+from apps.fleets.node.transports.local import LocalTransport
 
 HAPROXY_BIN = shutil.which("haproxy") or "/usr/sbin/haproxy"
 KEEPALIVED_BIN = shutil.which("keepalived") or "/usr/sbin/keepalived"

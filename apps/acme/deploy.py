@@ -18,7 +18,7 @@ from django.db import connection, connections, transaction
 from apps.balancers.models import Listener, LoadBalancer
 from apps.fleets.models import Certificate, Node
 from apps.fleets.selectors import lb_fleets
-from apps.fleets.settle import fleet_settle
+from apps.fleets.services import fleet_settle
 
 
 @dataclass(frozen=True)

@@ -36,11 +36,11 @@ from apps.balancers.hostnames import covers
 from apps.balancers.models import HostnameClaim, Listener
 from apps.balancers.services import lb_touch
 from apps.core import crypto, quotas
+from apps.core.enqueue import enqueue
 from apps.core.errors import Conflict, DomainError
 from apps.core.validators import InvalidValue, validate_hostname
 from apps.events.models import Event
 from apps.events.services import event_emit
-from apps.fleets import certs
 from apps.fleets import services as fleet_services
 from apps.fleets.models import Certificate
 
@@ -159,9 +159,7 @@ def managed_certificate_delete(*, principal: Principal, managed: ManagedCertific
 
 
 def _enqueue(managed_id: int) -> None:
-    from apps.acme.tasks import issue_certificate_task
-
-    issue_certificate_task.delay(managed_id)
+    enqueue("acme.issue_certificate_task", managed_id)
 
 
 # --- schedule --------------------------------------------------------------------------------------
@@ -395,9 +393,9 @@ def _store(jobs: list[_Job]) -> None:
             cert = managed.certificate or Certificate(org=managed.org)
             try:
                 with transaction.atomic():
-                    job.cert = certs.certificate_save(principal=None, cert=cert, org=managed.org, name=managed.name,
-                                                      cert_pem=issued.fullchain_pem, key_pem=issued.key_pem,
-                                                      touch_lbs=False)
+                    job.cert = fleet_services.certificate_save(
+                        principal=None, cert=cert, org=managed.org, name=managed.name,
+                        cert_pem=issued.fullchain_pem, key_pem=issued.key_pem, touch_lbs=False)
             except DomainError as exc:
                 job.failure = AcmeFailure("issued_certificate_invalid",
                                           f"The CA's certificate was refused: {exc.detail}")

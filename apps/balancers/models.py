@@ -287,7 +287,7 @@ class Route(models.Model):
     class Meta:
         # Priorities order one organization's routes only (apps.balancers.routing): unique per tenant.
         constraints = [models.UniqueConstraint(fields=["lb", "org", "priority"], name="route_unique_org_priority")]
-        # What every route write checks (services._check_route / _check_reachable): the routes on the same
+        # What every route write checks (services.check_route / _check_reachable): the routes on the same
         # path, and the any-host routes. At 100k routes each was a scan of the table (28 and 46 ms a write).
         indexes = [
             models.Index(fields=["lb", "path"], name="route_lb_path"),

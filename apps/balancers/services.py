@@ -265,7 +265,7 @@ def _check_hosts_owned(*, org, hosts: Iterable[str]) -> None:
 # --- routes --------------------------------------------------------------------------
 
 
-def _check_route(*, route: Route, targets: list[dict[str, Any]]) -> None:
+def check_route(*, route: Route, targets: list[dict[str, Any]]) -> None:
     if route.redirect_url and targets:
         raise DomainError("invalid_route", "A route either redirects or forwards to pools, not both.", field="targets")
     if not route.redirect_url and not targets:
@@ -382,7 +382,7 @@ def route_save(*, principal: Principal, route: Route, data: dict[str, Any]) -> R
     # What reads no other route is checked before the LB's lock, which orders every route write of the LB:
     # its holder's time is the LB's whole write rate (1,000 changes a minute in bench-scale).
     if targets is not None:
-        _check_route(route=route, targets=targets)
+        check_route(route=route, targets=targets)
     _ = principal.name  # the audit record's words for the caller: a query, cached on the principal
     with transaction.atomic():
         # One writer per LB at a time: the uniqueness and shadowing rules span rows. Taken before anything is
@@ -392,7 +392,7 @@ def route_save(*, principal: Principal, route: Route, data: dict[str, Any]) -> R
         if targets is None:  # a partial update keeps the current targets
             targets = ([{"pool": t.pool, "weight": t.weight} for t in route.targets.select_related("pool")]
                        if route.pk else [])
-            _check_route(route=route, targets=targets)
+            check_route(route=route, targets=targets)
         if before is None:
             quotas.check_count(route.org, "routes")
         if route.priority is None:  # a free one of the org's own

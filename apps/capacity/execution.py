@@ -31,7 +31,7 @@ from apps.capacity.rules import caps_of, load_of, plan_for
 from apps.capacity.selectors import healthy_member_count, org_active_load, pool_region_for
 from apps.core.errors import DomainError
 from apps.events.services import event_emit
-from apps.fleets.enforce import enforce, overflow_hold, overflow_release
+from apps.fleets.services import enforce, overflow_hold, overflow_release
 
 log = logging.getLogger(__name__)
 
@@ -344,14 +344,13 @@ def _pool_counters(pool_region) -> dict[str, dict[str, int]] | None:
     fleets serving its LB (`show stat`); None when a node cannot be read (the share is then not known)."""
     from apps.fleets import selectors as fleet_selectors
     from apps.fleets.models import Node
-    from apps.fleets.nodeops import read_state
-    from apps.fleets.render.chain import backend_name
 
     lb = pool_region.pool.lb
-    backends = {backend_name(pool_region.pool_id, pool_region.region.slug, proto) for proto in ("http", "tcp")}
+    backends = {fleet_selectors.backend_name(pool_region.pool_id, pool_region.region.slug, proto)
+                for proto in ("http", "tcp")}
     out: dict[str, dict[str, int]] = {}
     for node in Node.objects.filter(fleet__in=fleet_selectors.lb_fleets(lb), enabled=True).select_related("fleet"):
-        state = read_state(fleet_selectors.node_conn(node), with_stats=True)
+        state = fleet_selectors.read_state(fleet_selectors.node_conn(node), with_stats=True)
         if not state.reachable:
             return None
         out[f"{node.fleet.name}/{node.name}"] = {

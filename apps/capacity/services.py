@@ -16,7 +16,7 @@ from apps.capacity import safety
 from apps.capacity.models import CapacityRun, CapacityTest, TargetAllowlist
 from apps.capacity.rules import DEFAULT_MAX_CONNECTIONS, capacity_test_check, caps_of, load_of, normalize_steps
 from apps.capacity.selectors import org_active_load
-from apps.capacity.tasks import start_run_task
+from apps.core.enqueue import enqueue
 from apps.core.errors import Conflict, DomainError, NotFoundError, save_or_conflict
 
 # --- tests -----------------------------------------------------------------------------------
@@ -70,7 +70,7 @@ def capacity_run_start(*, principal: Principal | None, test: CapacityTest) -> Ca
             step_count=len(test.steps))
         audit_record(principal=principal, org=org, action="capacityrun.start", obj=run,
                      after={"test": test.pk, "steps": test.steps, "mode": test.mode, "shards": test.shards})
-        transaction.on_commit(lambda: start_run_task.delay(run.pk))
+        transaction.on_commit(lambda: enqueue("capacity.start_run_task", run.pk))
     return run
 
 

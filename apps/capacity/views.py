@@ -21,7 +21,7 @@ from apps.capacity.api.serializers import CapacityTestSerializer
 from apps.capacity.models import CapacityRun, CapacityTest
 from apps.core.errors import DomainError
 from apps.core.ui import PrincipalView, errors_of
-from apps.fleets.vips import unserved_static_ips
+from apps.fleets.selectors import unserved_static_ips
 
 FORM_FIELDS = ("name", "listener", "hostname", "path", "mode", "steps", "step_duration_s", "slo_p99_ms",
                "slo_error_rate", "shards", "safety_factor", "pool", "region", "timeout_s", "max_connections")

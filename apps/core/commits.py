@@ -24,7 +24,7 @@ from django.db import connection, transaction
 
 
 @contextmanager
-def fast_commit() -> Iterator[None]:
+def asynchronous_commit() -> Iterator[None]:
     """The block as one transaction that commits without waiting for the WAL flush (PostgreSQL). Inside a
     transaction already (a caller's atomic block, a test's), the block joins it as it is (a savepoint)."""
     outermost = connection.vendor == "postgresql" and not connection.in_atomic_block

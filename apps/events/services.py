@@ -31,6 +31,7 @@ from django.utils import timezone
 
 from apps.audit.services import audited_delete, audited_save
 from apps.core import crypto, quotas, webhooks
+from apps.core.enqueue import enqueue
 from apps.core.errors import DomainError
 from apps.events import types
 from apps.events.models import Delivery, Event, Subscription
@@ -84,11 +85,9 @@ def event_emit(event_type: str, *, org: Any = None, obj: Any = None, object_type
 
 
 def _enqueue(delivery_ids: list[int], countdown_s: float = 0.0) -> None:
-    from apps.events.tasks import deliver_task
-
     for delivery_id in delivery_ids:
         try:
-            deliver_task.apply_async((delivery_id,), countdown=countdown_s or None)
+            enqueue("events.deliver_task", delivery_id, countdown=countdown_s or None)
         except Exception:  # broker down: the sweeper sends it later
             log.exception("delivery %s not enqueued", delivery_id)
 

@@ -33,13 +33,13 @@ class Fleet(models.Model):
     rendered_seq = models.PositiveBigIntegerField(default=0)
     # The part of change_seq that only changed routes (journaled in balancers.RouteChange). A reconciler
     # holding the fleet's state of an earlier change_seq may apply those route changes alone when
-    # change_seq and route_seq moved by the same amount since (apps.fleets.routelane); any other change
+    # change_seq and route_seq moved by the same amount since (apps.fleets.config.routelane); any other change
     # (wherever it bumps change_seq) breaks that equality and sends it to a full render.
     route_seq = models.PositiveBigIntegerField(default=0)
     reconcile_queued = models.BooleanField(default=False)
     # One rollout at a time per fleet: a lease claimed with a conditional UPDATE, renewed while
     # working, so a killed worker's lease expires (or is taken over when its PID is gone).
-    # Floating VIPs (keepalived, apps.fleets.render.keepalived): VRRPv3 allows sub-second adverts but
+    # Floating VIPs (keepalived, apps.fleets.config.render.keepalived): VRRPv3 allows sub-second adverts but
     # has no authentication; VRRPv2 authenticates with the secret below (Fernet) in whole seconds.
     vrrp_version = models.PositiveSmallIntegerField(choices=[(2, "VRRPv2 (authenticated, 1 s steps)"),
                                                              (3, "VRRPv3 (sub-second adverts)")], default=3)
@@ -139,9 +139,18 @@ REVISION_BULK_FIELDS = ("text", "diff", "snapshot", "validation_output")
 
 
 class ConfigRevision(models.Model):
+    class Validation(models.TextChoices):
+        """How the revision was judged valid; the rollout reads this, never the human-readable output."""
+
+        HAPROXY = "haproxy", "haproxy -c -dW"
+        CERTIFICATES_ONLY = "certificates_only", "only certificate contents changed"
+        MAPS_ONLY = "maps_only", "only map contents changed"
+        ROUTE_LANE = "route_lane", "route lane: only moved map entries"
+        REFUSED = "refused", "refused by the renderer"
+
     fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="revisions")
     number = models.PositiveIntegerField()
-    # haproxy.cfg as rendered for the fleet's reference node (see services.REFERENCE_NODE).
+    # haproxy.cfg as rendered for the fleet's reference node (queries.reference_node).
     text = models.TextField()
     # Content hash of the reference bundle without its header (which names the revision), so the
     # same desired state always hashes the same and makes no new revision.
@@ -152,13 +161,14 @@ class ConfigRevision(models.Model):
     snapshot = models.JSONField(default=dict)
     validation_ok = models.BooleanField(default=False)
     validation_output = models.TextField(blank=True, default="")
+    validation_kind = models.CharField(max_length=24, choices=Validation.choices, default=Validation.HAPROXY)
     validation_ms = models.FloatField(default=0.0)
     lb_revisions = models.JSONField(default=dict)  # {"<lb id>": <LoadBalancer.revision covered>}
     reason = models.CharField(max_length=200, blank=True, default="")
     # Objects left out of this revision because they could not render ({kind, id, code, detail});
-    # shown to each object's owner only (apps.fleets.selectors.render_problems_for).
+    # shown to each object's owner only (apps.fleets.queries.render_problems_for).
     problems = models.JSONField(default=list, blank=True)
-    # A route-lane revision (apps.fleets.routelane): only route changes on `base`, stored as those
+    # A route-lane revision (apps.fleets.config.routelane): only route changes on `base`, stored as those
     # changes (`snapshot` = {"lane": ...}) with no text; its snapshot is the base's with them applied.
     base = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)

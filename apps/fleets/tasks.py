@@ -9,7 +9,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from celery import shared_task
-from django.db.models import F
 
 from apps.balancers.services import route_changes_prune
 from apps.fleets import services
@@ -21,7 +20,7 @@ logger = logging.getLogger(__name__)
 
 @shared_task(name="fleets.reconcile_task")
 def reconcile_task(fleet_id: int) -> dict[str, Any]:
-    """Render if desired state moved and run the fleet's newest rollout (see apps.fleets.engine)."""
+    """Render if desired state moved and run the fleet's newest rollout (apps.fleets.rollout.reconcile)."""
     if not Fleet.objects.filter(pk=fleet_id).exists():
         return {"missing": True}
     return services.fleet_reconcile(fleet_id=fleet_id)
@@ -51,7 +50,7 @@ _CONVERGING_LOCK = threading.Lock()
 @contextmanager
 def _converging(fleet_id: int) -> Iterator[bool]:
     """True when this call may converge the fleet: no other converge of it runs in this process (a fleet's
-    converges run on its shard's one process, apps.fleets.queues)."""
+    converges run on its shard's one process, apps.fleets.rollout.queues)."""
     with _CONVERGING_LOCK:
         mine = fleet_id not in _CONVERGING
         _CONVERGING.add(fleet_id)
@@ -66,7 +65,7 @@ def _converging(fleet_id: int) -> Iterator[bool]:
 @shared_task(name="fleets.converge_fleet_task")
 def converge_fleet_task(fleet_id: int) -> dict[str, Any]:
     """Renders missed changes, resumes rollouts a dead worker left, re-converges drifted nodes and nodes that
-    came back. On the fleet's shard queue (apps.fleets.queues): the drift check renders each node's applied
+    came back. On the fleet's shard queue (apps.fleets.rollout.queues): the drift check renders each node's applied
     revision, which the process holding the fleet's route lane has at hand (a lane revision elsewhere is a full
     render: seconds at 100k routes, under the fleet's lease, so route changes waited behind it)."""
     with _converging(fleet_id) as mine:
@@ -102,19 +101,11 @@ def health_task() -> dict[str, int]:
     return collected
 
 
-@shared_task(name="fleets.render_task")
-def render_task(fleet_id: int) -> int:
-    """Mark desired state changed and reconcile now (used by operators' "render" action)."""
-    Fleet.objects.filter(pk=fleet_id).update(change_seq=F("change_seq") + 1)
-    services.fleet_reconcile(fleet_id=fleet_id)
-    return Fleet.objects.get(pk=fleet_id).desired_revision
-
-
 @shared_task(name="fleets.enforce_task", ignore_result=True)
 def enforce_task() -> dict[str, object]:
-    """Each node's share of each region's capacity, from the demand it sees now (apps.fleets.enforce).
+    """Each node's share of each region's capacity, from the demand it sees now (apps.fleets.enforcement).
     The fallback of the `enforcer` process: it does nothing while one runs (that one runs 4 times as often)."""
-    from apps.fleets.enforce import enforce, enforcer_running
+    from apps.fleets.enforcement import enforce, enforcer_running
 
     if enforcer_running():
         return {"skipped": "enforcer process running"}

@@ -16,27 +16,14 @@ from django_htmx.http import HttpResponseClientRedirect
 from apps.balancers.models import LoadBalancer
 from apps.core.errors import DomainError
 from apps.core.ui import PrincipalView
-from apps.fleets import engine, preview, selectors, services
+from apps.fleets import selectors, services
+from apps.fleets.config import preview
+from apps.fleets.config.stored import diff_lines
+from apps.fleets.health.collect import health_cache_key
 from apps.fleets.models import ConfigRevision, Fleet, Node, Rollout
 
 RECENT_ROLLOUTS = 15
 RECENT_REVISIONS = 30
-
-
-def diff_lines(diff: str) -> list[tuple[str, str]]:
-    """(css class, line) for a unified diff: the template colours additions and deletions."""
-    lines = []
-    for line in diff.splitlines():
-        if line.startswith(("+++", "---")):
-            cls = "meta"
-        elif line.startswith("+"):
-            cls = "add"
-        elif line.startswith("-"):
-            cls = "del"
-        else:
-            cls = ""
-        lines.append((cls, line))
-    return lines
 
 
 class FleetAccessMixin:
@@ -52,7 +39,7 @@ class FleetAccessMixin:
 
     def fleet_context(self, fleet: Fleet) -> dict:
         nodes = list(Node.objects.filter(fleet=fleet).select_related("applied_revision").order_by("name"))
-        health = cache.get(engine.health_cache_key(fleet.pk)) or {}
+        health = cache.get(health_cache_key(fleet.pk)) or {}
         operator = self.principal.is_operator
         for index, node in enumerate(nodes, start=1):
             entry = health.get("nodes", {}).get(node.name, {})

@@ -4,7 +4,7 @@ Pure: plain data in, plain data out, no Django. `services.readings_record` feeds
 backend rows; the API and the dashboard read what it computes.
 
 A node's backends for pool P are named ``p<P>_<region>`` (HTTP) and ``p<P>_<region>_tcp`` (TCP),
-see `apps.fleets.render.backend_name`. A node in region R that sends r req/s to ``p<P>_X``
+see `apps.fleets.config.render.backend_name`. A node in region R that sends r req/s to ``p<P>_X``
 adds r to R's *demand* (traffic arriving in R for P), and r to R's *local* when X == R, otherwise
 to R's *out* (towards X) and X's *in* (from R). In HTTP mode a backend's rate counts requests
 (each request is its own backend session); in TCP mode it counts connections.

@@ -59,7 +59,7 @@ MAX_WHATIF_RATE: Final = 1e9
 
 
 class StatRowLike(Protocol):
-    """What readings_from_stats needs of apps.fleets.showstat.StatRow."""
+    """What readings_from_stats needs of apps.fleets.node.showstat.StatRow."""
 
     pxname: str
     svname: str

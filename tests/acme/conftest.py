@@ -20,7 +20,7 @@ from django.db.models import F
 from apps.accounts.principal import Principal
 from apps.balancers.models import HostnameClaim, Listener, LoadBalancer, Member, Pool, PoolRegion, Region
 from apps.fleets import services as fleet_services
-from apps.fleets.localnodes import start_local_node, stop_local_node
+from apps.fleets.demo.localnodes import start_local_node, stop_local_node
 from apps.fleets.models import Fleet, Node
 from tests.acme.pebblekit import Pebble
 from tests.fleets.conftest import tiny_backend  # noqa: F401 -- the fixture, shared with the fleet tests

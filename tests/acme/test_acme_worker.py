@@ -11,9 +11,9 @@ import pytest
 from apps.acme import services
 from apps.acme.deploy import handshake_serial
 from apps.acme.models import AcmeOrder
-from apps.fleets import certs
-from apps.fleets.delivery import pem_serial
+from apps.fleets.config import certificates as certs
 from apps.fleets.models import Certificate
+from apps.fleets.node.apply import pem_serial
 from apps.scheduling import services as scheduling
 from apps.scheduling.models import Job, JobRun
 from controlplane.celery import app as celery_app
@@ -28,7 +28,7 @@ def test_acme_tasks_are_routed_to_the_acme_queue_and_fleet_tasks_to_theirs() -> 
     route = celery_app.amqp.router.route
     for name in ("acme.issue_certificate_task", "acme.issue_certificates_task", "acme.renew_due_task"):
         assert route({}, name)["queue"].name == "acme", name
-    for name in ("fleets.reconcile_task", "fleets.render_task", "fleets.converge_fleet_task"):
+    for name in ("fleets.reconcile_task", "fleets.converge_fleet_task"):
         assert route({}, name, args=(7,))["queue"].name.startswith("fleets."), name
     for name in ("fleets.converge_task", "scheduling.run_job_task"):
         assert route({}, name)["queue"].name == "celery", name

@@ -6,9 +6,9 @@ import pytest
 
 from apps.acme import services
 from apps.acme.deploy import handshake_serial
-from apps.fleets.delivery import pem_serial
+from apps.fleets.config.revisions import CERTIFICATES_ONLY_NOTE
 from apps.fleets.models import Certificate, ConfigRevision, Rollout
-from apps.fleets.services import CERTIFICATES_ONLY_NOTE
+from apps.fleets.node.apply import pem_serial
 from tests.acme.conftest import EU_NODES, US_NODES, approve, principal_of
 from tests.netutil import free_port_on
 
@@ -62,4 +62,5 @@ def test_certificates_due_together_are_deployed_in_one_rollout_per_fleet_and_a_f
     assert not any(r.canary for r in rollouts)  # certificate contents only: every node at once
     revisions = ConfigRevision.objects.filter(pk__in=[r.revision_id for r in rollouts])
     assert {r.validation_output for r in revisions} == {CERTIFICATES_ONLY_NOTE}
+    assert {r.validation_kind for r in revisions} == {ConfigRevision.Validation.CERTIFICATES_ONLY}
     assert two_regions.worker_pids() == pids  # hot: not one reload

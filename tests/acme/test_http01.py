@@ -13,9 +13,9 @@ from apps.acme.deploy import handshake_serial
 from apps.acme.models import AcmeAccount, ManagedCertificate
 from apps.acme.services import FleetHttp01Solver
 from apps.core.errors import DomainError
-from apps.fleets.delivery import pem_serial
 from apps.fleets.models import Certificate
-from apps.fleets.runtime import HAProxySocket
+from apps.fleets.node.apply import pem_serial
+from apps.fleets.node.runtime_api import HAProxySocket
 from tests.fleets.conftest import http_get
 
 from .conftest import EU_NODES, approve, principal_of

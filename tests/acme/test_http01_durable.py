@@ -12,10 +12,10 @@ from apps.acme.client import Challenge
 from apps.acme.services import FleetHttp01Solver
 from apps.balancers.models import Listener
 from apps.fleets import services as fleet_services
-from apps.fleets.localnodes import start_local_node, stop_local_node
+from apps.fleets.config.render.frontends import ACME_CHALLENGE_MAP
+from apps.fleets.demo.localnodes import start_local_node, stop_local_node
 from apps.fleets.models import ChallengeAnswer, Node
-from apps.fleets.render.frontends import ACME_CHALLENGE_MAP
-from apps.fleets.runtime import HAProxySocket
+from apps.fleets.node.runtime_api import HAProxySocket
 from tests.fleets.conftest import http_get
 from tests.netutil import free_port_on
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from apps.balancers.models import Member
-from apps.fleets.render.quarantine import quarantine
-from apps.fleets.snapshot import FleetSnapshot, MemberSpec, PoolRegionSpec, PoolSpec
+from apps.fleets.config.render.quarantine import quarantine
+from apps.fleets.config.spec import FleetSnapshot, MemberSpec, PoolRegionSpec, PoolSpec
 
 pytestmark = pytest.mark.django_db
 

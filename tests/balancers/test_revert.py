@@ -13,10 +13,10 @@ import pytest
 
 from apps.audit.models import AuditEvent
 from apps.balancers.models import Member, Region, Route
-from apps.fleets.localnodes import start_local_node
+from apps.fleets.demo.localnodes import start_local_node
 from apps.fleets.models import Fleet, Node
-from apps.fleets.process import stop_master
-from apps.fleets.runtime import HAProxySocket, parse_servers_state
+from apps.fleets.node.process import stop_master
+from apps.fleets.node.runtime_api import HAProxySocket, parse_servers_state
 from tests.fleets.conftest import haproxy_bin, tiny_backend  # noqa: F401 (fixtures)
 from tests.fleets.fleetkit import add_pool, make_local_fleet, reconcile
 from tests.netutil import free_port_on

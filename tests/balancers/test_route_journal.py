@@ -1,5 +1,5 @@
 """The route journal: every route write through the API records which routes its LB revision changed, and
-nothing else does, so a fleet's route lane (apps.fleets.routelane) applies exactly those routes."""
+nothing else does, so a fleet's route lane (apps.fleets.config.routelane) applies exactly those routes."""
 
 from __future__ import annotations
 

@@ -151,7 +151,7 @@ class FleetBench:
             Region,
             RegionDistance,
         )
-        from apps.fleets.localnodes import start_local_node
+        from apps.fleets.demo.localnodes import start_local_node
         from apps.fleets.models import Fleet, Node
 
         ops = self.ops
@@ -223,7 +223,7 @@ class FleetBench:
 
     def start_node(self, node_id: int) -> None:
         """Start a local node's HAProxy master on an empty config (its host's job, before the first rollout)."""
-        from apps.fleets.localnodes import start_local_node
+        from apps.fleets.demo.localnodes import start_local_node
         from apps.fleets.models import Node
 
         self.masters.append(start_local_node(Node.objects.select_related("fleet__region").get(pk=node_id)))
@@ -328,11 +328,11 @@ class FleetBench:
         from apps.fleets import services
 
         for fleet in self.fleets:
-            services.fleet_change_record(fleet=fleet)
+            services.fleet_mark_changed(fleet=fleet)
         self.wait_served("/", "old", 60)
 
     def close(self) -> None:
-        from apps.fleets.localnodes import stop_local_node
+        from apps.fleets.demo.localnodes import stop_local_node
 
         for proc in self.procs:
             if proc.poll() is None:

@@ -1,6 +1,6 @@
 """Per-request cost of routing + the overflow chain at scale: first pool vs last pool vs a plain proxy.
 
-One HAProxy 2.6 node runs a config rendered by `apps.fleets.render` for one listener with
+One HAProxy 2.6 node runs a config rendered by `apps.fleets.config.render` for one listener with
 --routes routes (default 100k) over --routes/5 pools (20k), each pool in two regions (eu limited,
 then us) with one member; a second, plain HAProxy has one frontend and one backend. Both proxy to
 the same origin (a third HAProxy answering 200 itself, so the origin costs the same for all).
@@ -45,9 +45,8 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from apps.fleets.process import start_master, stop_master
-from apps.fleets.render import render
-from apps.fleets.snapshot import (
+from apps.fleets.config.render import render
+from apps.fleets.config.spec import (
     FleetSnapshot,
     ListenerSpec,
     MemberSpec,
@@ -58,8 +57,9 @@ from apps.fleets.snapshot import (
     RouteSpec,
     RouteTargetSpec,
 )
-from apps.fleets.transports.base import NodeConn
-from apps.fleets.transports.local import LocalTransport
+from apps.fleets.node.process import start_master, stop_master
+from apps.fleets.node.transports.base import NodeConn
+from apps.fleets.node.transports.local import LocalTransport
 from tests.netutil import pick_free_port
 
 ROUTES_PER_POOL = 5
@@ -96,7 +96,7 @@ def _conn(base: Path, name: str) -> NodeConn:
 
 def _start(base: Path, name: str, cfg: str, files: dict[str, bytes] | None = None):
     conn = _conn(base, name)
-    from apps.fleets.snapshot import ConfigBundle
+    from apps.fleets.config.spec import ConfigBundle
 
     bundle = ConfigBundle.of({"haproxy.cfg": cfg.encode(), **(files or {})})
     pushed = LocalTransport(conn).push(bundle)
@@ -166,10 +166,10 @@ def delivery_at_scale(base: Path, bundle) -> dict[str, float]:  # type: ignore[n
     """What a reload costs on the big node, through the engine's own calls: the master's reload until `show proc`
     lists the new worker, then delivery.verify (listener probes, frontends, backend names); beside it, the whole
     `show stat` answered and parsed (what verify read before, every server's row). Median of 3 each."""
-    from apps.fleets.delivery import verify
-    from apps.fleets.enforce import read_node
-    from apps.fleets.runtime import MasterSocket
-    from apps.fleets.showstat import parse_show_stat
+    from apps.fleets.enforcement import read_node
+    from apps.fleets.node.apply import verify
+    from apps.fleets.node.runtime_api import MasterSocket
+    from apps.fleets.node.showstat import parse_show_stat
 
     conn = _conn(base, "big")
     transport = LocalTransport(conn)

@@ -10,7 +10,7 @@ Here: 6 members (3 in region a, 3 in region b), each a tiny asyncio HTTP server 
 request at a time after a fixed 200 ms (so ~5 req/s, and requests queue past that, like the
 tutorial's CPU-bound server, without burning this machine's two cores). One HAProxy 2.6 node in
 region a -- the entry point, where the tutorial's clients are -- runs a config rendered by
-`apps.fleets.render` with chains from `apps.traffic.thresholds.node_chain`:
+`apps.fleets.config.render` with chains from `apps.traffic.thresholds.node_chain`:
   (a) regional: pool with region a only (no overflow);
   (b) overflow: pool with regions a and b, waterfall, max rate 10 req/s per region.
 Open-loop load (`apps.capacity.engine`, evenly paced) at 0.5x, 1x, 1.5x, 2x and 3x of one
@@ -39,9 +39,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from apps.capacity.engine import LoadPlan, Step, Target, run_plan
-from apps.fleets.process import start_master, stop_master
-from apps.fleets.render import render
-from apps.fleets.snapshot import (
+from apps.fleets.config.digest import set_digest
+from apps.fleets.config.render import render
+from apps.fleets.config.spec import (
     FleetSnapshot,
     ListenerSpec,
     MemberSpec,
@@ -50,8 +50,9 @@ from apps.fleets.snapshot import (
     PoolSpec,
     RegionStep,
 )
-from apps.fleets.transports.base import NodeConn, bundle_sha256
-from apps.fleets.transports.local import LocalTransport
+from apps.fleets.node.process import start_master, stop_master
+from apps.fleets.node.transports.base import NodeConn
+from apps.fleets.node.transports.local import LocalTransport
 from apps.traffic.overflow import RegionCapacity
 from apps.traffic.thresholds import node_chain
 from tests.netutil import pick_free_port
@@ -154,7 +155,7 @@ class Backends:
 class Bundle:
     def __init__(self, files: dict[str, bytes]) -> None:
         self.files = files
-        self.sha256 = bundle_sha256(files)
+        self.sha256 = set_digest(files)
 
 
 def snapshot(backends: Backends, region_max_rate: float, ports: dict[int, int]) -> tuple[FleetSnapshot, dict]:

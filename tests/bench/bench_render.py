@@ -26,8 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from apps.fleets.render import render
-from apps.fleets.snapshot import (
+from apps.fleets.config.check import validate_bundle
+from apps.fleets.config.render import render
+from apps.fleets.config.spec import (
     FleetSnapshot,
     HealthCheckSpec,
     ListenerSpec,
@@ -39,7 +40,6 @@ from apps.fleets.snapshot import (
     RouteSpec,
     RouteTargetSpec,
 )
-from apps.fleets.validate import validate_bundle
 
 HEALTH = HealthCheckSpec(path="/healthz", interval_s=2, rise=2, fall=3, expected_status=200)
 NODE = NodeSpec(name="bench-1", runtime_dir="/var/lib/spillway/bench-1")

@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench_dataplane import build_snapshot
 from bench_scale import HOST_ROUTES, TENANT_ROUTES
 
-from apps.fleets.render import render
-from apps.fleets.snapshot import FleetSnapshot, NodeSpec, RouteSpec, RouteTargetSpec
-from apps.fleets.validate import validate_bundle
+from apps.fleets.config.check import validate_bundle
+from apps.fleets.config.render import render
+from apps.fleets.config.spec import FleetSnapshot, NodeSpec, RouteSpec, RouteTargetSpec
 
 
 def scale_snapshot(count: int) -> FleetSnapshot:

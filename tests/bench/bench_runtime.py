@@ -25,17 +25,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from apps.fleets.process import start_master, stop_master
-from apps.fleets.runtime import HAProxySocket
-from apps.fleets.transports.base import NodeConn, bundle_sha256
-from apps.fleets.transports.local import LocalTransport
+from apps.fleets.config.digest import set_digest
+from apps.fleets.node.process import start_master, stop_master
+from apps.fleets.node.runtime_api import HAProxySocket
+from apps.fleets.node.transports.base import NodeConn
+from apps.fleets.node.transports.local import LocalTransport
 from tests.netutil import pick_free_port
 
 
 class Bundle:
     def __init__(self, files: dict[str, bytes]) -> None:
         self.files = files
-        self.sha256 = bundle_sha256(files)
+        self.sha256 = set_digest(files)
 
 
 def node_config(node: NodeConn, port: int, members: int) -> str:

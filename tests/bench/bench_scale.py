@@ -63,13 +63,13 @@ def seed_routes(fb: FleetBench, count: int) -> None:
 
 def rollout_all(fb: FleetBench, timeout_s: int) -> float:
     started = time.monotonic()
-    from apps.fleets.services import fleet_change_record
+    from apps.fleets.services import fleet_mark_changed
 
     for fleet in fb.fleets:
         # The routes were bulk-written past the services, so nothing recorded the change: record it, and
         # the reconcile runs on the worker (`POST .../reconcile/` renders 100k routes inside the request
         # and ran past the HTTP client's timeout; a bare reconcile task renders nothing unrecorded).
-        fleet_change_record(fleet=fleet)
+        fleet_mark_changed(fleet=fleet)
     fb.wait_applied(timeout_s)
     return time.monotonic() - started
 
@@ -78,8 +78,8 @@ def render_validate(fb: FleetBench) -> tuple[float, float]:
     from django.conf import settings
 
     from apps.fleets import selectors
-    from apps.fleets.render import render
-    from apps.fleets.validate import validate_bundle
+    from apps.fleets.config.check import validate_bundle
+    from apps.fleets.config.render import render
 
     fleet = fb.fleets[0]
     started = time.monotonic()
@@ -94,7 +94,7 @@ def render_validate(fb: FleetBench) -> tuple[float, float]:
 
 def reload_and_memory(fb: FleetBench) -> tuple[float, list[int]]:
     from apps.fleets.models import Node
-    from apps.fleets.runtime import MasterSocket
+    from apps.fleets.node.runtime_api import MasterSocket
 
     nodes = list(Node.objects.filter(fleet__in=fb.fleets).order_by("fleet_id", "name"))
     rss = []
@@ -318,7 +318,7 @@ def main() -> None:
         reload_ms, rss = reload_and_memory(fb)
         print(f"reload of one node (show proc: new worker) {reload_ms:.0f} ms; worker RSS per node MB: {rss}")
         # Each worker process takes the route lane for a fleet once it has rendered that fleet in full
-        # (apps.fleets.routelane); the first changes after start-up pay that render. Shown, not counted.
+        # (apps.fleets.config.routelane); the first changes after start-up pay that render. Shown, not counted.
         warm = [one_change(fb, 10_000 + i, []) for i in range(args.warmup)]
         print(f"warm-up ({args.warmup} changes, the worker processes' first full renders), ms: "
               + " ".join(f"{w:.0f}" for w in warm))

@@ -16,10 +16,10 @@ from apps.capacity.models import CapacityRun, CapacityTest
 from apps.capacity.services import capacity_run_start
 from apps.fleets import demo
 from apps.fleets import selectors as fleet_selectors
+from apps.fleets.config.render.chain import backend_name
 from apps.fleets.models import Node
-from apps.fleets.render.chain import backend_name
-from apps.fleets.runtime import HAProxySocket
-from apps.fleets.showstat import parse_show_stat
+from apps.fleets.node.runtime_api import HAProxySocket
+from apps.fleets.node.showstat import parse_show_stat
 from tests.capacity.conftest import wait_for_run
 from tests.fleets.conftest import demo_fleet_addresses, haproxy_bin  # noqa: F401 (fixtures)
 

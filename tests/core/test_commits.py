@@ -1,4 +1,4 @@
-"""apps.core.commits.fast_commit: the fleet engine's bookkeeping commits without waiting for the WAL flush, only
+"""apps.core.commits.asynchronous_commit: the fleet engine's bookkeeping commits without waiting for the WAL flush, only
 inside the block; what it writes is visible to other sessions at once (the `applied` long-polls read it)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 from apps.balancers.models import Region
-from apps.core.commits import fast_commit
+from apps.core.commits import asynchronous_commit
 from apps.fleets.models import Fleet
 
 
@@ -23,7 +23,7 @@ def test_only_the_block_commits_without_waiting_and_its_writes_are_seen_at_once(
         pytest.skip("synchronous_commit is PostgreSQL's")
     assert _setting() == "on"
     region = Region.objects.create(slug="fc", name="fc")
-    with fast_commit():
+    with asynchronous_commit():
         assert _setting() == "off"
         fleet = Fleet.objects.create(name="fast", region=region)
     assert _setting() == "on"  # SET LOCAL: this transaction only
@@ -40,5 +40,5 @@ def test_only_the_block_commits_without_waiting_and_its_writes_are_seen_at_once(
 def test_inside_a_callers_transaction_the_block_joins_it_as_it_is() -> None:
     if connection.vendor != "postgresql":
         pytest.skip("synchronous_commit is PostgreSQL's")
-    with transaction.atomic(), fast_commit():
+    with transaction.atomic(), asynchronous_commit():
         assert _setting() == "on"

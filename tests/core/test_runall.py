@@ -113,7 +113,7 @@ def test_make_run_starts_one_worker_per_queue_and_acme_has_one_slot() -> None:
     from django.conf import settings
 
     from apps.core.management.commands.runall import worker_commands
-    from apps.fleets.queues import fleet_queue
+    from apps.fleets.rollout.queues import fleet_queue
     from controlplane.celery import app as celery_app
 
     commands = dict(worker_commands("python", sqlite=False))
@@ -121,7 +121,7 @@ def test_make_run_starts_one_worker_per_queue_and_acme_has_one_slot() -> None:
     assert len(queues) == len(commands)  # one worker per queue
     route = celery_app.amqp.router.route
     routed = {route({}, name, args=(fleet_id,))["queue"].name
-              for name in ("fleets.reconcile_task", "fleets.render_task", "fleets.converge_fleet_task")
+              for name in ("fleets.reconcile_task", "fleets.converge_fleet_task")
               for fleet_id in range(1, 9)}
     routed |= {route({}, name)["queue"].name for name in ("events.deliver_task", "acme.renew_due_task",
                                                           "fleets.converge_task", "scheduling.run_job_task")}

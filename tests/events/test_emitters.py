@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 from apps.events.models import Event
-from apps.fleets import emit
+from apps.fleets import events as emit
 from apps.fleets.models import Fleet, Node, NodeHealth
 from apps.traffic import services as traffic
 from apps.traffic.models import TrafficSample

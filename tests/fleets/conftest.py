@@ -21,7 +21,7 @@ Usage::
 file, ``default-path config``, short timeouts) to ``body``; pass a callable
 ``(NodeConn) -> str`` instead for full control. The config is installed with
 ``LocalTransport.push`` (the same layout production nodes use) and the master is
-started with ``apps.fleets.process.start_master``.
+started with ``apps.fleets.node.process.start_master``.
 """
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ from pathlib import Path
 
 import pytest
 
-from apps.fleets.process import start_master, stop_master
-from apps.fleets.transports.base import NodeConn, bundle_sha256
-from apps.fleets.transports.local import LocalTransport
+from apps.fleets.config.digest import set_digest
+from apps.fleets.node.process import start_master, stop_master
+from apps.fleets.node.transports.base import NodeConn
+from apps.fleets.node.transports.local import LocalTransport
 from tests import deps
 from tests.netutil import pick_free_port
 
@@ -134,14 +135,14 @@ defaults
 
 @dataclass(frozen=True)
 class SimpleBundle:
-    """Stands in for apps.fleets.snapshot.ConfigBundle until that exists."""
+    """Stands in for apps.fleets.config.spec.ConfigBundle until that exists."""
 
     files: dict[str, bytes]
     sha256: str = ""
 
     @classmethod
     def of(cls, files: dict[str, bytes]) -> SimpleBundle:
-        return cls(files, bundle_sha256(files))
+        return cls(files, set_digest(files))
 
 
 ConfigArg = str | Callable[[NodeConn], str]

@@ -19,7 +19,7 @@ from django.db.models import F
 from apps.accounts.models import Organization
 from apps.balancers.models import Listener, LoadBalancer, Member, Pool, PoolRegion, Region, Route, RouteTarget
 from apps.fleets import services
-from apps.fleets.localnodes import start_local_node, stop_local_node
+from apps.fleets.demo.localnodes import start_local_node, stop_local_node
 from apps.fleets.models import Fleet, Node
 from tests.netutil import free_port_on
 

@@ -13,10 +13,12 @@ from cryptography import x509
 
 from apps.acme.deploy import handshake_serial
 from apps.core import crypto
-from apps.fleets import certs, delivery, selectors, services
-from apps.fleets.delivery import _transport
+from apps.fleets import selectors, services
+from apps.fleets.config import certificates as certs
 from apps.fleets.models import Certificate, NodeResult, Rollout
-from apps.fleets.runtime import HAProxySocket, RuntimeApiError
+from apps.fleets.node import apply as delivery
+from apps.fleets.node.apply import transport_of
+from apps.fleets.node.runtime_api import HAProxySocket, RuntimeApiError
 from tests.netutil import free_port_on
 
 from .fleetkit import LocalFleet, changed, make_local_fleet, reconcile, self_signed
@@ -53,7 +55,7 @@ def _workers(local: LocalFleet) -> dict[str, tuple[int | None, int]]:
     """Per node: (current worker PID, reloads the master has processed), from `show proc`."""
     out = {}
     for node in local.nodes:
-        transport = _transport(selectors.node_conn(node))
+        transport = transport_of(selectors.node_conn(node))
         try:
             proc = transport.show_proc()
         finally:
@@ -99,7 +101,7 @@ def test_a_renewed_certificate_reaches_every_node_without_a_reload_or_listener_p
     # On disk too: the next reload (any config change) serves the new certificate, not the old one.
     monkeypatch.undo()
     for node in local.nodes:
-        transport = _transport(selectors.node_conn(node))
+        transport = transport_of(selectors.node_conn(node))
         try:
             assert transport.activate(10).ok
         finally:

@@ -30,13 +30,13 @@ def fleets(monkeypatch) -> list[Fleet]:
 
 def test_a_change_counts_for_every_fleet_and_queues_each_reconcile_once(fleets) -> None:
     ids = [f.pk for f in fleets]
-    assert services.fleets_change_record(fleet_ids=ids, routes_only=True) == sorted(ids[:3])
-    assert services.fleets_change_record(fleet_ids=list(reversed(ids))) == []  # already queued; held fleet never
+    assert services.fleets_mark_changed(fleet_ids=ids, routes_only=True) == sorted(ids[:3])
+    assert services.fleets_mark_changed(fleet_ids=list(reversed(ids))) == []  # already queued; held fleet never
     rows = {f.pk: f for f in Fleet.objects.filter(pk__in=ids)}
     assert {pk: (f.change_seq, f.route_seq, f.reconcile_queued) for pk, f in rows.items()} == {
         ids[0]: (2, 1, True), ids[1]: (2, 1, True), ids[2]: (2, 1, True), ids[3]: (2, 1, False)}
     Fleet.objects.filter(pk=ids[1]).update(reconcile_queued=False)  # its reconcile started
-    assert services.fleets_change_record(fleet_ids=ids) == [ids[1]]
+    assert services.fleets_mark_changed(fleet_ids=ids) == [ids[1]]
 
 
 def test_concurrent_writers_in_any_order_beside_renders_locking_a_fleet_never_deadlock(fleets) -> None:
@@ -52,8 +52,8 @@ def test_concurrent_writers_in_any_order_beside_renders_locking_a_fleet_never_de
             for _ in range(rounds):
                 order = ids[:]
                 rng.shuffle(order)
-                services.fleets_change_record(fleet_ids=order, routes_only=rng.random() < 0.5)
-                for pk in order:  # each fleet's reconcile starting (engine.fleet_reconcile: one row)
+                services.fleets_mark_changed(fleet_ids=order, routes_only=rng.random() < 0.5)
+                for pk in order:  # each fleet's reconcile starting (rollout.reconcile.fleet_reconcile: one row)
                     Fleet.objects.filter(pk=pk).update(reconcile_queued=False)
         except BaseException as exc:
             errors.append(exc)

@@ -1,4 +1,4 @@
-"""DemandMeter (apps.fleets.enforce): demand from the enforcer's readings of cumulative counts. Pure."""
+"""DemandMeter (apps.fleets.enforcement): demand from the enforcer's readings of cumulative counts. Pure."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from apps.fleets.enforce import DemandMeter, NodeReading
+from apps.fleets.enforcement import DemandMeter, NodeReading
 
 
 def _feed(meter: DemandMeter, rates: list[float], period_s: float = 0.25, jitter_s: float = 0.03,

@@ -10,8 +10,9 @@ import pytest
 from apps.balancers import demo as balancers_demo
 from apps.core import ports
 from apps.events.models import Event
-from apps.fleets import demo, drift
+from apps.fleets import demo
 from apps.fleets.models import Fleet, Node, Rollout
+from apps.fleets.rollout import drift
 from tests import readme
 
 from .conftest import http_get

@@ -1,10 +1,10 @@
-"""Config-set digests (apps.fleets.digest): what drift detection and `already applied` compare."""
+"""Config-set digests (apps.fleets.config.digest): what drift detection and `already applied` compare."""
 
 from __future__ import annotations
 
 import os
 
-from apps.fleets.digest import set_digest, set_digest_v1
+from apps.fleets.config.digest import set_digest, set_digest_v1
 
 
 def test_names_contents_and_their_boundaries_all_count() -> None:

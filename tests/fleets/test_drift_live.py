@@ -10,11 +10,11 @@ import pytest
 
 from apps.audit.models import AuditEvent
 from apps.fleets import services
-from apps.fleets.drift import fleet_drift_report
-from apps.fleets.livedrift import parse_servers_state
+from apps.fleets.config.render.frontends import map_bucket, routes_map_name
 from apps.fleets.models import Node, NodeResult
-from apps.fleets.render.frontends import map_bucket, routes_map_name
-from apps.fleets.runtime import HAProxySocket
+from apps.fleets.node.live import parse_servers_state
+from apps.fleets.node.runtime_api import HAProxySocket
+from apps.fleets.rollout.drift import fleet_drift_report
 
 from .fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
 
@@ -168,7 +168,7 @@ def test_the_enforcement_loops_live_limits_are_not_drift_but_a_missing_key_is(fl
     does every second) THEN converge's drift check leaves it alone: repairing it put every node back to
     the static shares for a second at every converge (make bench-overflow-fleet: a region served ~94% of
     its capacity at 1x). A key missing from that map is still drift and put back."""
-    from apps.fleets.render.chain import LIMITS_MAP
+    from apps.fleets.config.render.chain import LIMITS_MAP
 
     reconcile(fleet2.fleet)
     n1 = fleet2.nodes[0]
@@ -193,7 +193,7 @@ def test_the_periodic_check_reads_live_maps_as_they_fall_due_and_check_drift_rea
     """Each converge (every 10 s) checks disk, worker and server states; a node's large maps are read back
     once LIVE_MAPS_EVERY_S have passed since they were last found clean (200k lines a node at 100k routes).
     An out-of-band map edit is repaired by the first periodic check after that, and at once by "Check drift"."""
-    from apps.fleets import drift
+    from apps.fleets.rollout import drift
 
     # Long enough that the check, the edit and the next look all fall inside it on a slow machine.
     monkeypatch.setattr(drift, "LIVE_MAPS_EVERY_S", 3.0)
@@ -236,8 +236,8 @@ def test_the_periodic_check_puts_off_a_fleet_its_rollouts_move_and_check_drift_d
     next check. "Check drift" checks everything at once."""
     from django.utils import timezone
 
-    from apps.fleets import drift
     from apps.fleets.models import ConfigRevision, Rollout
+    from apps.fleets.rollout import drift
 
     monkeypatch.setattr(drift, "LIVE_MAPS_EVERY_S", 0.0)
     monkeypatch.setattr(drift, "QUIET_S", 0.0)

@@ -7,7 +7,7 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
-from apps.fleets import engine
+from apps.fleets.health.collect import health_cache_key
 from apps.fleets.models import Node, NodeHealth
 from tests.openapi_check import assert_matches_schema
 
@@ -27,9 +27,9 @@ def fleet(shared):
     NodeHealth.objects.create(node=node, proxy="be_1", server="BACKEND", status="UP", updated_at=now)
     NodeHealth.objects.create(node=node, proxy="be_2", server="m2", status="DOWN", check_status="",
                               weight=None, rate_per_s=None, updated_at=now)
-    cache.delete(engine.health_cache_key(fleet.pk))
+    cache.delete(health_cache_key(fleet.pk))
     yield fleet
-    cache.delete(engine.health_cache_key(fleet.pk))
+    cache.delete(health_cache_key(fleet.pk))
 
 
 def test_health_from_the_database_rows_matches_the_schema(fleet, otto) -> None:
@@ -42,7 +42,7 @@ def test_health_from_the_database_rows_matches_the_schema(fleet, otto) -> None:
 
 
 def test_health_from_the_hot_cache_matches_the_schema(fleet, otto) -> None:
-    cache.set(engine.health_cache_key(fleet.pk), {
+    cache.set(health_cache_key(fleet.pk), {
         "collected_at": timezone.now().isoformat(),
         "nodes": {"n1": {"reachable": True, "servers": [{"backend": "be_1", "server": "m1", "status": "UP",
                                                          "check": "L7OK", "weight": 1, "rate": 0}]},

@@ -1,4 +1,4 @@
-"""Route-only changes applied key by key (apps.fleets.hotmaps) end exactly where a full render would.
+"""Route-only changes applied key by key (apps.fleets.node.mapdelta) end exactly where a full render would.
 
 Real HAProxy nodes: after each route create / update / delete, every node's live maps (`show map`) equal
 the entries of the full render of the revision it recorded, its worker is the same (no reload), and
@@ -12,11 +12,12 @@ from collections.abc import Iterator
 import pytest
 
 from apps.balancers.models import Route, RouteTarget
-from apps.fleets import delivery, selectors
+from apps.fleets import selectors
+from apps.fleets.config.render import render
+from apps.fleets.config.render.frontends import map_bucket, routes_map_name
 from apps.fleets.models import Node, Rollout
-from apps.fleets.render import render
-from apps.fleets.render.frontends import map_bucket, routes_map_name
-from apps.fleets.runtime import HAProxySocket, MasterSocket
+from apps.fleets.node import apply as delivery
+from apps.fleets.node.runtime_api import HAProxySocket, MasterSocket
 
 from .fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
 

@@ -1,8 +1,8 @@
-"""Which map changes a node takes key by key (apps.fleets.hotmaps) and which it takes as a whole-map swap."""
+"""Which map changes a node takes key by key (apps.fleets.node.mapdelta) and which it takes as a whole-map swap."""
 
 from __future__ import annotations
 
-from apps.fleets.hotmaps import MAX_DELTA_KEYS, MapDelta, map_delta, parse_get_map
+from apps.fleets.node.mapdelta import MAX_DELTA_KEYS, MapDelta, map_delta, parse_get_map
 
 OLD = [("a.t/x?", "p1"), ("a.t/y/", "p2"), ("a.t/z/", "u3")]
 

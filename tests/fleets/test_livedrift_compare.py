@@ -1,8 +1,8 @@
-"""How a live map is compared with the wanted one (apps.fleets.hotmaps.same_entries: drift checks, read-backs)."""
+"""How a live map is compared with the wanted one (apps.fleets.node.mapdelta.same_entries: drift checks, read-backs)."""
 
 from __future__ import annotations
 
-from apps.fleets.hotmaps import map_entries, same_entries
+from apps.fleets.node.mapdelta import map_entries, same_entries
 
 
 def lines(pairs: list[tuple[str, str]]) -> list[str]:
@@ -48,7 +48,7 @@ def test_values_with_spaces_or_none_read_back_as_written() -> None:
 
 
 def test_the_readable_diff_names_each_missing_unexpected_and_changed_key_in_order() -> None:
-    from apps.fleets.livedrift import _map_lines
+    from apps.fleets.node.live import _map_lines
 
     wanted = [(f"/p{i:05d}", "a") for i in range(20_000)]
     live = [*wanted[:5], ("/p00005", "b"), *wanted[7:], ("/zz", "a")]  # /p00005 changed, /p00006 gone, /zz new

@@ -1,4 +1,4 @@
-"""Members' live health from real HAProxy nodes (apps.fleets.member_health): up, down with its check result,
+"""Members' live health from real HAProxy nodes (apps.fleets.health.members): up, down with its check result,
 drain, the time of the last state change — what the pool table and the dashboard show."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from apps.balancers.models import Member
 from apps.balancers.services import member_set_state
 from apps.fleets import services
-from apps.fleets.member_health import member_health
+from apps.fleets.health.members import member_health
 from apps.fleets.models import NodeHealth
 
 from .fleetkit import make_local_fleet, reconcile

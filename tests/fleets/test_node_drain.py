@@ -17,8 +17,8 @@ from collections.abc import Iterator
 import pytest
 
 from apps.fleets.models import Node
-from apps.fleets.runtime import HAProxySocket, MasterSocket, RuntimeUnavailable
-from apps.fleets.showstat import parse_show_stat
+from apps.fleets.node.runtime_api import HAProxySocket, MasterSocket, RuntimeUnavailable
+from apps.fleets.node.showstat import parse_show_stat
 from tests.conftest import stop_process
 from tests.netutil import free_port_on
 

@@ -8,9 +8,9 @@ import pytest
 
 from apps.audit.models import AuditEvent
 from apps.fleets import selectors
+from apps.fleets.config.render import render
+from apps.fleets.config.spec import FleetSnapshot
 from apps.fleets.models import Node
-from apps.fleets.render import render
-from apps.fleets.snapshot import FleetSnapshot
 
 pytestmark = pytest.mark.django_db
 

@@ -75,7 +75,7 @@ def test_previewing_a_change_does_not_hold_the_lb_lock_while_haproxy_checks_it(s
     from apps.accounts.principal import Principal
     from apps.balancers.models import RouteTarget as Target
     from apps.balancers.services import route_save
-    from apps.fleets import preview as fleet_preview
+    from apps.fleets.config import preview as fleet_preview
     from tests.factories import HostnameClaimFactory
 
     real_validate = fleet_preview.validate_bundle

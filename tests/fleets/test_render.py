@@ -1,7 +1,7 @@
 """The renderer: valid, deterministic, safe configs that route the way users were promised.
 
 Behaviour tests run the rendered bundle in a real HAProxy 2.6 (pushed with LocalTransport and started
-with apps.fleets.process, as production does) in front of tiny Python backends on 127.0.0.1.
+with apps.fleets.node.process, as production does) in front of tiny Python backends on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from apps.fleets.render import ROUTE_MAP_THRESHOLD, UnsafeValue, render
-from apps.fleets.snapshot import (
+from apps.fleets.config.check import validate_bundle
+from apps.fleets.config.render import ROUTE_MAP_THRESHOLD, UnsafeValue, render
+from apps.fleets.config.spec import (
     CertSpec,
     ConfigBundle,
     FleetSnapshot,
@@ -37,7 +38,6 @@ from apps.fleets.snapshot import (
     RouteSpec,
     RouteTargetSpec,
 )
-from apps.fleets.validate import validate_bundle
 
 from .conftest import HAProxyNodeFactory
 

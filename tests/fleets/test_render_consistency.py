@@ -17,7 +17,8 @@ from django.db import connection
 from apps.accounts.principal import Principal
 from apps.balancers import services as balancers
 from apps.balancers.models import LoadBalancer, Route
-from apps.fleets import routelane, selectors, services
+from apps.fleets import selectors, services
+from apps.fleets.config import routelane
 from tests.factories import HostnameClaimFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.haproxy]

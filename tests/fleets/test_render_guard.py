@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from apps.fleets.render import guard
-from apps.fleets.snapshot import RouteSpec, RouteTargetSpec
+from apps.fleets import caches
+from apps.fleets.config.render import guard
+from apps.fleets.config.spec import RouteSpec, RouteTargetSpec
 
 
 def _route(**changes: object) -> RouteSpec:
@@ -46,12 +47,12 @@ def test_fast_check_agrees_with_the_full_check(route: RouteSpec) -> None:
     except guard.UnsafeValue:
         assert guard._route_fast(route) is None
         with pytest.raises(guard.UnsafeValue):
-            guard._check_route("r", route, {1, 2})
+            guard.check_route("r", route, {1, 2})
         return
     fast = guard._route_fast(route)
     assert fast is None or fast == full
-    guard._CHECKED_ROUTES.clear()
-    assert guard._check_route("r", route, {1, 2}) == full
+    caches.reset("checked_routes")
+    assert guard.check_route("r", route, {1, 2}) == full
 
 
 def test_common_routes_take_the_shortcut() -> None:

@@ -15,12 +15,12 @@ from dataclasses import replace
 
 import pytest
 
-from apps.fleets.hotmaps import map_delta
-from apps.fleets.render import incremental, patch_maps, render
-from apps.fleets.render.frontends import map_bucket, redirects_map_name, routes_map_name
-from apps.fleets.render.guard import check_snapshot
-from apps.fleets.render.incremental import ListenerRoutes
-from apps.fleets.snapshot import NodeSpec, RouteSpec, RouteTargetSpec
+from apps.fleets.config.render import incremental, patch_maps, render
+from apps.fleets.config.render.frontends import map_bucket, redirects_map_name, routes_map_name
+from apps.fleets.config.render.guard import check_snapshot
+from apps.fleets.config.render.incremental import ListenerRoutes
+from apps.fleets.config.spec import NodeSpec, RouteSpec, RouteTargetSpec
+from apps.fleets.node.mapdelta import map_delta
 
 from .test_render import listener, member, pool, snapshot
 

@@ -128,8 +128,8 @@ def test_node_level_bind_clashes_are_refused_at_write_and_left_out_at_render(sha
     """Review finding: on a fleet whose nodes bind every listener on one address (bind_address), two listeners
     on one port with different static IPs passed the write check and then failed every node's render."""
     from apps.balancers.models import IpPool, Listener, StaticIP
+    from apps.fleets.config.render.quarantine import quarantine
     from apps.fleets.models import Node
-    from apps.fleets.render.quarantine import quarantine
     from apps.fleets.selectors import fleet_snapshot
 
     Node.objects.create(fleet=shared["fleet"], name="n1", address="127.0.0.1", runtime_dir="/run/spw/n1",

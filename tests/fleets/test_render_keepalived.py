@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 
 from apps.core.vrrp import vrid_for
-from apps.fleets.render import UnsafeValue, render
-from apps.fleets.snapshot import FleetSnapshot, ListenerSpec, NodeSpec, VrrpSpec
+from apps.fleets.config.render import UnsafeValue, render
+from apps.fleets.config.spec import FleetSnapshot, ListenerSpec, NodeSpec, VrrpSpec
 
 VRRP = VrrpSpec(interface="eth0", address="10.215.9.11", priority=254, peers=("10.215.9.13", "10.215.9.12"))
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from apps.fleets.codec import display_lines
-from apps.fleets.delivery import bundle_binds, bundle_proxies, floating_binds, hot_changes
-from apps.fleets.render import render
-from apps.fleets.render.frontends import map_bucket, routes_map_files, routes_map_name
-from apps.fleets.snapshot import NodeSpec, VrrpSpec
+from apps.fleets.config.render import render
+from apps.fleets.config.render.frontends import map_bucket, routes_map_files, routes_map_name
+from apps.fleets.config.spec import NodeSpec, VrrpSpec
+from apps.fleets.config.stored import display_lines
+from apps.fleets.node.apply import bundle_binds, bundle_proxies, floating_binds, hot_changes
 
 from .test_render import NODE, RULE_FORM, listener, pool, rich_snapshot, route, snapshot
 
@@ -108,7 +108,7 @@ def test_no_consumer_of_rendered_config_imports_re() -> None:
     """The modules that read a render's output learn what they need from the manifest, not by regex.
     (validate.py still reads `ss` output, HAProxy's neighbours' words, with one.)"""
     root = Path(__file__).resolve().parents[2] / "apps" / "fleets"
-    for module in ("delivery.py", "codec.py", "preview.py", "livedrift.py"):
+    for module in ("node/apply.py", "config/stored.py", "config/preview.py", "node/live.py"):
         source = (root / module).read_text()
         assert not re.search(r"^import re$|^from re import", source, re.MULTILINE), module
 

@@ -11,10 +11,10 @@ from dataclasses import replace
 
 import pytest
 
-from apps.fleets.render import resolve_route
-from apps.fleets.render.frontends import ACME_CHALLENGE_MAP, map_bucket, routes_map_files, routes_map_name
-from apps.fleets.render.routing import RouteMaps, build_route_maps
-from apps.fleets.snapshot import FleetSnapshot
+from apps.fleets.config.render import resolve_route
+from apps.fleets.config.render.frontends import ACME_CHALLENGE_MAP, map_bucket, routes_map_files, routes_map_name
+from apps.fleets.config.render.routing import RouteMaps, build_route_maps
+from apps.fleets.config.spec import FleetSnapshot
 
 from .test_render import Backend, Client, backend, backend_pool, listener, route, serve, snapshot
 
@@ -211,8 +211,8 @@ def test_map_layout_agrees_with_priority_order_on_a_large_random_corpus() -> Non
 
 def test_a_route_change_alters_only_map_files_and_a_new_pool_alters_the_config() -> None:
     """What lets a route change skip the reload (delivery.hot_map_changes): same haproxy.cfg body."""
-    from apps.fleets.delivery import hot_map_changes
-    from apps.fleets.render import render
+    from apps.fleets.config.render import render
+    from apps.fleets.node.apply import hot_map_changes
 
     from .test_render import NODE, pool
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import random
 
-from apps.fleets.codec import revision_diff, strip_header
+from apps.fleets.config.stored import revision_diff, strip_header
 
 HEADER = "# a\n# b\n# c\n\n"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from apps.fleets import services
+from apps.fleets.config.revisions import AUTO_RENDER_REASON
 from apps.fleets.models import Fleet, Rollout
-from apps.fleets.services import AUTO_RENDER_REASON
 
 pytestmark = pytest.mark.django_db
 

@@ -10,11 +10,11 @@ import pytest
 from apps.balancers.models import Member
 from apps.events.models import Event
 from apps.fleets import selectors, services
-from apps.fleets.delivery import verify
+from apps.fleets.config.render import render
 from apps.fleets.models import Certificate, ConfigRevision, Fleet, Node, NodeResult, Rollout
-from apps.fleets.render import render
-from apps.fleets.runtime import HAProxySocket, MasterSocket, RuntimeApiError
-from apps.fleets.transports import transport_for
+from apps.fleets.node.apply import verify
+from apps.fleets.node.runtime_api import HAProxySocket, MasterSocket, RuntimeApiError
+from apps.fleets.node.transports import transport_for
 
 from .fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
 
@@ -143,7 +143,7 @@ def test_a_refused_runtime_map_update_falls_back_to_a_reload(fleet3: LocalFleet,
             return real(self, name, entries)
         return call
 
-    # Whole-map swaps and key-by-key updates alike (apps.fleets.hotmaps picks one per map).
+    # Whole-map swaps and key-by-key updates alike (apps.fleets.node.mapdelta picks one per map).
     monkeypatch.setattr(HAProxySocket, "replace_map", refuse_on_n1(real_replace))
     monkeypatch.setattr(HAProxySocket, "apply_map_delta", refuse_on_n1(real_delta))
 
@@ -171,7 +171,7 @@ def test_a_push_failing_beside_the_runtime_map_update_leaves_the_node_serving_it
     The full disk is injected (OSError ENOSPC from n3's file writes; n3, not the canary n1): everything else is real."""
     import errno
 
-    from apps.fleets.transports.local import LocalTransport
+    from apps.fleets.node.transports.local import LocalTransport
 
     new = tiny_backend("new")
     pool = add_pool(fleet3.lb, "new", (new.address, new.port))
@@ -247,7 +247,7 @@ def test_a_config_haproxy_rejects_is_stored_with_its_output_and_never_pushed(
     every user value is allowlisted) WHEN reconciled THEN `haproxy -c -dW` output is stored."""
     reconcile(fleet3.fleet)
     before = {n.name: n.worker_pid for n in fleet3.nodes}
-    from apps.fleets import render as render_module
+    from apps.fleets.config import render as render_module
 
     real = render_module.render
 
@@ -257,7 +257,9 @@ def test_a_config_haproxy_rejects_is_stored_with_its_output_and_never_pushed(
         files["haproxy.cfg"] += b"    no_such_keyword on\n"
         return type(bundle).of(files, bundle.manifest)
 
-    monkeypatch.setattr(services, "render", buggy)
+    from apps.fleets.config import revisions
+
+    monkeypatch.setattr(revisions, "render", buggy)
     result = reconcile(fleet3.fleet)
 
     revision = ConfigRevision.objects.filter(fleet=fleet3.fleet).order_by("-number").first()
@@ -306,9 +308,9 @@ def test_a_node_killed_mid_rollout_fails_alone_and_catches_up_when_it_returns(
     reconcile(fleet3.fleet)
     new = tiny_backend("new")
     add_route(fleet3.lb, add_pool(fleet3.lb, "new", (new.address, new.port)), "/new", 10)
-    from apps.fleets import engine
+    from apps.fleets.rollout import execute
 
-    real_apply = engine.apply_node
+    real_apply = execute.apply_node
     n3 = Node.objects.get(fleet=fleet3.fleet, name="n3")
 
     def apply_and_kill(plan):
@@ -316,9 +318,9 @@ def test_a_node_killed_mid_rollout_fails_alone_and_catches_up_when_it_returns(
             fleet3.kill(n3)  # the node dies while the rollout is working on it
         return real_apply(plan)
 
-    monkeypatch.setattr(engine, "apply_node", apply_and_kill)
+    monkeypatch.setattr(execute, "apply_node", apply_and_kill)
     result = reconcile(fleet3.fleet)
-    monkeypatch.setattr(engine, "apply_node", real_apply)
+    monkeypatch.setattr(execute, "apply_node", real_apply)
 
     rollout = Rollout.objects.get(pk=result["rollouts"][-1])
     assert rollout.status == Rollout.Status.FAILED and "n3" in rollout.error
@@ -429,7 +431,7 @@ def test_a_weight_and_a_state_change_through_the_api_reach_every_node_without_a_
     backend = f"p{pool.pk}_us-east"
 
     def server(node: Node) -> tuple[str, int]:
-        from apps.fleets.runtime import parse_servers_state
+        from apps.fleets.node.runtime_api import parse_servers_state
 
         return parse_servers_state(HAProxySocket(f"{node.runtime_dir}/stats.sock").show_servers_state())[
             (backend, "old-1")]
@@ -448,20 +450,20 @@ def test_a_weight_and_a_state_change_through_the_api_reach_every_node_without_a_
 def test_drift_is_detected_and_reconverged(fleet3: LocalFleet) -> None:
     reconcile(fleet3.fleet)
     n2 = Node.objects.get(fleet=fleet3.fleet, name="n2")
-    from apps.fleets.delivery import (
+    from apps.fleets.config.render import render
+    from apps.fleets.config.spec import ConfigBundle
+    from apps.fleets.node.apply import (
         NodePlan,
         apply_node,  # someone hand-edits n2 and reloads it
     )
-    from apps.fleets.render import render
-    from apps.fleets.snapshot import ConfigBundle
 
-    conn = services.selectors.node_conn(n2)
-    from apps.fleets.transports.local import LocalTransport
+    conn = selectors.node_conn(n2)
+    from apps.fleets.node.transports.local import LocalTransport
 
     transport = LocalTransport(conn)
     files = dict(transport._read_tree(conn.current_dir))
     files["haproxy.cfg"] = files["haproxy.cfg"].replace(b"timeout client 30s", b"timeout client 31s")
-    rendered = render(services.selectors.revision_snapshot(n2.applied_revision), services.selectors.node_spec(n2))
+    rendered = render(selectors.revision_snapshot(n2.applied_revision), selectors.node_spec(n2))
     # The hand edit changes no listener or proxy: the render's manifest still describes it.
     edited = ConfigBundle.of(files, rendered.manifest)
     assert apply_node(NodePlan(conn=conn, bundle=edited, last_good=None)).ok
@@ -478,21 +480,21 @@ def test_drift_is_detected_and_reconverged(fleet3: LocalFleet) -> None:
 
 
 def test_a_node_verified_under_the_earlier_digest_is_not_drifted_and_an_edit_still_is(fleet3: LocalFleet) -> None:
-    """Set digests hash each file once (apps.fleets.digest); nodes verified before carry the earlier digest
+    """Set digests hash each file once (apps.fleets.config.digest); nodes verified before carry the earlier digest
     of the same files. A drift check recognises those files and records the new digest (no drift, no
     reload); a hand edit of such a node is still drifted."""
-    from apps.fleets.digest import set_digest_v1
-    from apps.fleets.transports.local import LocalTransport
+    from apps.fleets.config.digest import set_digest_v1
+    from apps.fleets.node.transports.local import LocalTransport
 
     reconcile(fleet3.fleet)
     n1, n2 = (Node.objects.get(fleet=fleet3.fleet, name=name) for name in ("n1", "n2"))
     current = {}
     for node in (n1, n2):
-        conn = services.selectors.node_conn(node)
+        conn = selectors.node_conn(node)
         files = LocalTransport(conn)._read_tree(conn.current_dir)
         current[node.name] = node.applied_sha256
         Node.objects.filter(pk=node.pk).update(applied_sha256=set_digest_v1(files))  # as an earlier version left it
-    edited = f"{services.selectors.node_conn(n2).current_dir}/haproxy.cfg"
+    edited = f"{selectors.node_conn(n2).current_dir}/haproxy.cfg"
     with open(edited, "rb") as handle:
         text = handle.read()
     with open(edited, "wb") as handle:
@@ -510,20 +512,20 @@ def test_a_node_verified_under_the_earlier_digest_is_not_drifted_and_an_edit_sti
 def test_a_drift_check_finding_nothing_leaves_the_fleet_to_route_changes(fleet3: LocalFleet, monkeypatch) -> None:
     """Reading every node's maps back takes seconds at 100k routes: a check that finds nothing does not hold
     the fleet's lease, so a reconcile (a route change) can run meanwhile."""
-    from apps.fleets import drift, engine
+    from apps.fleets.rollout import drift, lease
 
     reconcile(fleet3.fleet)
     claimed = []
     real = drift.read_live_drift
 
     def reading(*args, **kwargs):
-        owner = engine.new_owner()
-        claimed.append(engine.lease_claim(fleet3.fleet.pk, owner))  # a reconcile starting now
-        engine.lease_release(fleet3.fleet.pk, owner)
+        owner = lease.new_owner()
+        claimed.append(lease.claim(fleet3.fleet.pk, owner))  # a reconcile starting now
+        lease.release(fleet3.fleet.pk, owner)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(drift, "read_live_drift", reading)
-    monkeypatch.setattr(drift, "_parallel", lambda fn, items: [fn(i) for i in items])  # this test's connection
+    monkeypatch.setattr(drift, "parallel", lambda fn, items: [fn(i) for i in items])  # this test's connection
     report = services.fleet_drift_report(fleet=fleet3.fleet)
 
     assert report.checked == 3 and not report.drifted and not report.repaired
@@ -550,7 +552,7 @@ def test_a_change_arriving_while_a_drift_check_holds_the_lease_is_reconciled_aft
     """A drift check that found something holds the fleet's lease while it confirms and repairs; a reconcile
     arriving then gives up (the lease is taken) and the check queues one when it lets go, instead of the
     change waiting for the next converge (10 s)."""
-    from apps.fleets import drift
+    from apps.fleets.rollout import drift
 
     pool, queued = _drifted_with_queued_reconciles(fleet3, tiny_backend, monkeypatch)
     real = drift.read_state
@@ -559,12 +561,12 @@ def test_a_change_arriving_while_a_drift_check_holds_the_lease_is_reconciled_aft
     def reading(*args, **kwargs):
         if not busy:
             add_route(fleet3.lb, pool, "/during", 13)
-            services.fleets_change_record(fleet_ids=[fleet3.fleet.pk])  # as the write's receiver does: queued ...
+            services.fleets_mark_changed(fleet_ids=[fleet3.fleet.pk])  # as the write's receiver does: queued ...
             busy.append(services.fleet_reconcile(fleet_id=fleet3.fleet.pk))  # ... and finds the lease taken
         return real(*args, **kwargs)
 
     monkeypatch.setattr(drift, "read_state", reading)
-    monkeypatch.setattr(drift, "_parallel", lambda fn, items: [fn(i) for i in items])  # this test's connection
+    monkeypatch.setattr(drift, "parallel", lambda fn, items: [fn(i) for i in items])  # this test's connection
     queued.clear()
     services.fleet_drift_report(fleet=fleet3.fleet)
 
@@ -581,7 +583,7 @@ def test_changes_arriving_while_the_lease_is_held_queue_one_reconcile_not_one_ea
     """Route changes arriving while a holder runs (here a drift check that found something) queue one reconcile
     between them, not one per change that wakes only to find the lease taken (1,000 a minute in bench-scale);
     once the holder lets go, it queues the one that applies them, and the next change queues its own."""
-    from apps.fleets import drift
+    from apps.fleets.rollout import drift
 
     pool, queued = _drifted_with_queued_reconciles(fleet3, tiny_backend, monkeypatch)
     real = drift.read_state
@@ -591,13 +593,13 @@ def test_changes_arriving_while_the_lease_is_held_queue_one_reconcile_not_one_ea
         if not during:
             for n in range(3):
                 add_route(fleet3.lb, pool, f"/during{n}", 20 + n)
-                services.fleets_change_record(fleet_ids=[fleet3.fleet.pk])
+                services.fleets_mark_changed(fleet_ids=[fleet3.fleet.pk])
                 during.append(len(queued))
                 assert services.fleet_reconcile(fleet_id=fleet3.fleet.pk) == {"busy": True}
         return real(*args, **kwargs)
 
     monkeypatch.setattr(drift, "read_state", reading)
-    monkeypatch.setattr(drift, "_parallel", lambda fn, items: [fn(i) for i in items])  # this test's connection
+    monkeypatch.setattr(drift, "parallel", lambda fn, items: [fn(i) for i in items])  # this test's connection
     queued.clear()
     services.fleet_drift_report(fleet=fleet3.fleet)
 
@@ -608,7 +610,7 @@ def test_changes_arriving_while_the_lease_is_held_queue_one_reconcile_not_one_ea
     assert {tuple(set(fleet3.bodies(f"/during{n}/x").values())) for n in range(3)} == {("new",)}
     queued.clear()
     add_route(fleet3.lb, pool, "/after", 30)
-    services.fleets_change_record(fleet_ids=[fleet3.fleet.pk])
+    services.fleets_mark_changed(fleet_ids=[fleet3.fleet.pk])
     assert queued == [fleet3.fleet.pk], "a change after the holder let go waited for the converge"
 
 
@@ -618,19 +620,19 @@ def test_a_reconcile_that_fails_still_queues_one_for_the_changes_that_waited_on_
     """A change arriving while a reconcile holds the lease leaves it to the holder (reconcile_queued stays set). A
     holder that fails (its render raised) must still queue a reconcile when it lets go: else that change, and
     every later one (they find the flag set), waited for the converge."""
-    from apps.fleets import services as fleet_services
+    from apps.fleets.rollout import reconcile as reconcile_module
 
     pool, queued = _drifted_with_queued_reconciles(fleet3, tiny_backend, monkeypatch)
     add_route(fleet3.lb, pool, "/first", 15)
-    services.fleets_change_record(fleet_ids=[fleet3.fleet.pk])
+    services.fleets_mark_changed(fleet_ids=[fleet3.fleet.pk])
 
     def failing(**kwargs):  # type: ignore[no-untyped-def]
         add_route(fleet3.lb, pool, "/waiting", 16)
-        services.fleets_change_record(fleet_ids=[fleet3.fleet.pk])
+        services.fleets_mark_changed(fleet_ids=[fleet3.fleet.pk])
         assert services.fleet_reconcile(fleet_id=fleet3.fleet.pk) == {"busy": True}
         raise RuntimeError("the render failed")
 
-    monkeypatch.setattr(fleet_services, "fleet_render", failing)
+    monkeypatch.setattr(reconcile_module, "fleet_render", failing)
     queued.clear()
     with pytest.raises(RuntimeError):
         services.fleet_reconcile(fleet_id=fleet3.fleet.pk)
@@ -649,7 +651,7 @@ def test_a_converge_does_not_push_back_a_revision_the_engine_moved_past_during_i
     out meanwhile. The converge must decide on the fleet as it is after the check: with the desired revision
     read before it, every node looked "off" and the converge pushed the older revision back onto them (routes
     served a moment before went away; seen in bench-scale's sustained run)."""
-    from apps.fleets import drift
+    from apps.fleets.rollout import drift
 
     new = tiny_backend("new")
     pool = add_pool(fleet3.lb, "new", (new.address, new.port))
@@ -693,13 +695,13 @@ def test_a_canary_whose_reload_fails_is_rolled_back_and_the_rollout_stops(fleet3
     reconcile(fleet3.fleet)
     before = {n.name: (n.applied_revision_id, n.worker_pid) for n in fleet3.nodes}
     from apps.balancers.models import Listener
-    from apps.fleets import engine
+    from apps.fleets.rollout import execute
 
     from .fleetkit import free_port_on
 
     port = free_port_on([n.bind_address for n in fleet3.nodes])
     Listener.objects.create(lb=fleet3.lb, name="second", port=port, default_pool=fleet3.listener.default_pool)
-    monkeypatch.setattr(engine, "precheck_binds", lambda *args: [])
+    monkeypatch.setattr(execute, "precheck_binds", lambda *args: [])
     stray = _hold("127.0.71.1", port)
     try:
         result = reconcile(fleet3.fleet)
@@ -724,7 +726,7 @@ def test_an_uploaded_certificate_is_served_by_every_node_with_its_key_kept_priva
     import stat
 
     from apps.balancers.models import Listener
-    from apps.fleets.certs import certificate_save
+    from apps.fleets.config.certificates import certificate_save
 
     from .fleetkit import free_port_on, self_signed
 

@@ -22,9 +22,10 @@ from django.db.models import F
 from apps.accounts.principal import Principal
 from apps.balancers import services as balancers
 from apps.balancers.models import LoadBalancer, Route
-from apps.fleets import routelane, selectors, services
+from apps.fleets import caches, selectors, services
+from apps.fleets.config import routelane
+from apps.fleets.config.render import render
 from apps.fleets.models import ConfigRevision, Fleet, Node, Rollout
-from apps.fleets.render import render
 
 from .fleetkit import LocalFleet, add_pool, make_local_fleet, reconcile, wait_for
 from .test_hot_map_delta import live_maps_equal_a_full_render, rolled_out, workers
@@ -105,7 +106,7 @@ def test_route_writes_take_the_lane_and_end_as_a_full_render(fleet3: LocalFleet,
     assert workers(fleet3) == before, "route-only changes must not reload"
 
     # The lane's revision rebuilds its snapshot from the chain in a process that never held it.
-    selectors._SNAPSHOTS.clear()
+    caches.reset("revision_snapshots")
     assert {r.path for ln in selectors.revision_snapshot(gone).listeners for r in ln.routes} == {"/first"}
 
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from apps.balancers.routing import normalize_host, resolve_route
-from apps.fleets.snapshot import RouteSpec
+from apps.fleets.config.spec import RouteSpec
 
 from .test_render import Client, backend, backend_pool, listener, route, serve, snapshot
 

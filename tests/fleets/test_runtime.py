@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from apps.fleets.runtime import (
+from apps.fleets.node.runtime_api import (
     HAProxySocket,
     MasterSocket,
     RuntimeApiError,
     RuntimeUnavailable,
     parse_show_proc,
 )
-from apps.fleets.showstat import parse_backend_usable, parse_show_stat
+from apps.fleets.node.showstat import parse_backend_usable, parse_show_stat
 
 from .conftest import HAProxyNodeFactory, http_get, pool_config
 
@@ -222,8 +222,8 @@ def test_a_map_delta_and_its_read_back_go_over_few_connections_and_hostile_chara
     """apply_map_delta sends its `add/set/del map` and `get map` commands `;`-separated, a few kB a connection:
     600 moved keys (several batches) land and read back; a value holding `;` or `\\` is that value, never a
     second command; a key that cannot be set is reported, not taken for done."""
-    from apps.fleets.hotmaps import MapDelta
-    from apps.fleets.runtime import RuntimeApiError
+    from apps.fleets.node.mapdelta import MapDelta
+    from apps.fleets.node.runtime_api import RuntimeApiError
 
     port = free_port()
     node = _answers_from_map(haproxy_node, port, b"/old gone\n/keep kept\n/change before\n")

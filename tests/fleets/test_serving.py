@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from apps.balancers.models import RegionDistance
+from apps.fleets.config.serving import what_if
 from apps.fleets.models import Fleet
-from apps.fleets.serving import what_if
 from tests.factories import LoadBalancerFactory, MemberFactory, PoolFactory, PoolRegionFactory, RegionFactory
 
 pytestmark = pytest.mark.django_db

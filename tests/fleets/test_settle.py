@@ -15,9 +15,10 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from apps.fleets import engine
 from apps.fleets.models import Fleet, Rollout
-from apps.fleets.settle import fleet_settle
+from apps.fleets.rollout import execute, lease
+from apps.fleets.rollout.reconcile import fleet_reconcile
+from apps.fleets.rollout.settle import fleet_settle
 
 from .fleetkit import LocalFleet, add_pool, add_route, changed, make_local_fleet, reconcile, wait_for
 
@@ -41,17 +42,17 @@ def test_the_lease_is_free_when_nobody_live_holds_it() -> None:
     from apps.balancers.models import Region
 
     fleet = Fleet.objects.create(name="f", region=Region.objects.create(slug="r", name="r"))
-    assert engine.lease_free(fleet.pk)
-    assert engine.lease_claim(fleet.pk, ELSEWHERE)
-    assert not engine.lease_free(fleet.pk)  # held by a live holder (not this host's: not checkable)
+    assert lease.is_free(fleet.pk)
+    assert lease.claim(fleet.pk, ELSEWHERE)
+    assert not lease.is_free(fleet.pk)  # held by a live holder (not this host's: not checkable)
     Fleet.objects.filter(pk=fleet.pk).update(lease_until=timezone.now() - dt.timedelta(seconds=1))
-    assert engine.lease_free(fleet.pk)  # expired
+    assert lease.is_free(fleet.pk)  # expired
     gone = f"{socket.gethostname()}:{2 ** 22 + 7}:1:deadbeef"  # this host, a PID above pid_max: no process
     assert not os.path.exists(f"/proc/{2 ** 22 + 7}")
     Fleet.objects.filter(pk=fleet.pk).update(lease_owner=gone, lease_until=timezone.now() + dt.timedelta(seconds=30))
-    assert engine.lease_free(fleet.pk)  # its process is gone
-    engine.lease_release(fleet.pk, gone)
-    assert engine.lease_free(fleet.pk)
+    assert lease.is_free(fleet.pk)  # its process is gone
+    lease.release(fleet.pk, gone)
+    assert lease.is_free(fleet.pk)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -60,13 +61,13 @@ def test_a_settle_waits_for_the_lease_holder_and_then_rolls_its_change_out(fleet
     WHEN fleet_settle runs THEN it touches no node while the lease is held, and when it returns every
     node serves the route (it rolled it out itself once the lease was free)."""
     reconcile(fleet3.fleet)
-    assert engine.lease_claim(fleet3.fleet.pk, ELSEWHERE)
+    assert lease.claim(fleet3.fleet.pk, ELSEWHERE)
     released_at: list[float] = []
 
     def release() -> None:
         time.sleep(1.5)
         released_at.append(time.time())
-        engine.lease_release(fleet3.fleet.pk, ELSEWHERE)
+        lease.release(fleet3.fleet.pk, ELSEWHERE)
         connections.close_all()
 
     new = tiny_backend("new")
@@ -82,7 +83,7 @@ def test_a_settle_waits_for_the_lease_holder_and_then_rolls_its_change_out(fleet
     rollouts = list(Rollout.objects.filter(fleet=fleet3.fleet).exclude(pk__in=before))
     assert [r.status for r in rollouts] == ["succeeded"]
     assert rollouts[0].created_at.timestamp() >= released_at[0]  # nothing was started while it was held
-    assert engine.lease_free(fleet3.fleet.pk)
+    assert lease.is_free(fleet3.fleet.pk)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -93,13 +94,13 @@ def test_a_settle_during_a_rollout_returns_once_its_change_is_served_and_no_two_
     the second change too, and the fleet's rollouts ran one after the other."""
     reconcile(fleet3.fleet)
     Fleet.objects.filter(pk=fleet3.fleet.pk).update(batch_size=1)
-    apply_node = engine.apply_node
+    apply_node = execute.apply_node
 
     def slow_apply(plan):  # type: ignore[no-untyped-def]
         time.sleep(0.3)
         return apply_node(plan)
 
-    monkeypatch.setattr(engine, "apply_node", slow_apply)
+    monkeypatch.setattr(execute, "apply_node", slow_apply)
     a, b = tiny_backend("a"), tiny_backend("b")
     add_route(fleet3.lb, add_pool(fleet3.lb, "a", (a.address, a.port)), "/a", 10)
     before = set(Rollout.objects.filter(fleet=fleet3.fleet).values_list("pk", flat=True))
@@ -107,13 +108,13 @@ def test_a_settle_during_a_rollout_returns_once_its_change_is_served_and_no_two_
     def first() -> None:
         try:
             changed(fleet3.fleet)
-            engine.fleet_reconcile(fleet_id=fleet3.fleet.pk)
+            fleet_reconcile(fleet_id=fleet3.fleet.pk)
         finally:
             connections.close_all()
 
     in_flight = threading.Thread(target=first)
     in_flight.start()
-    assert wait_for(lambda: not engine.lease_free(fleet3.fleet.pk), 10, 0.002)
+    assert wait_for(lambda: not lease.is_free(fleet3.fleet.pk), 10, 0.002)
     add_route(fleet3.lb, add_pool(fleet3.lb, "b", (b.address, b.port)), "/b", 20)
     result = fleet_settle(fleet_id=fleet3.fleet.pk)
     served = fleet3.bodies("/b")

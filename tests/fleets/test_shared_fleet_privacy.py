@@ -8,7 +8,7 @@ from django.core.cache import cache
 from django.test import Client
 
 from apps.balancers.models import LoadBalancer
-from apps.fleets import engine
+from apps.fleets.health.collect import health_cache_key
 from apps.fleets.models import Node
 
 pytestmark = pytest.mark.django_db
@@ -22,10 +22,10 @@ def fleet(shared, globex):
     Node.objects.create(fleet=fleet, name=NODE, address="127.0.0.1", runtime_dir="/run/spw/n1",
                         config_dir="/etc/spw/n1")
     LoadBalancer.objects.create(org=globex, name="globex-secret-lb", fleet=fleet)
-    cache.set(engine.health_cache_key(fleet.pk), {"collected_at": None, "nodes": {NODE: {"reachable": True, "servers": [
+    cache.set(health_cache_key(fleet.pk), {"collected_at": None, "nodes": {NODE: {"reachable": True, "servers": [
         {"backend": "be_globex", "server": "m1", "status": "UP", "check": "", "weight": 1, "rate": 0}] * 7}}}, 60)
     yield fleet
-    cache.delete(engine.health_cache_key(fleet.pk))
+    cache.delete(health_cache_key(fleet.pk))
 
 
 def _page(persona, path: str) -> str:

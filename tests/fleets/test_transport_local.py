@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from apps.fleets.transports import Transport, transport_for
-from apps.fleets.transports.base import bundle_sha256
-from apps.fleets.transports.local import LocalTransport
+from apps.fleets.config.digest import set_digest
+from apps.fleets.node.transports import Transport, transport_for
+from apps.fleets.node.transports.local import LocalTransport
 
 from .conftest import HAProxyNodeFactory, SimpleBundle, http_get, pool_config, standard_global
 
@@ -79,7 +79,7 @@ def test_push_and_activate_serve_the_new_config_and_retire_the_old_worker(
     assert http_get(f"http://127.0.0.1:{port}/mapped/x")[1] == "mapped"  # maps/ resolved in the set
     assert pid_gone(result.old_worker_pids[0], 5.0)
     assert transport.show_proc().current_worker.pid == result.new_worker_pid
-    assert transport.config_sha256() == pushed.sha256 == bundle_sha256(bundle.files)
+    assert transport.config_sha256() == pushed.sha256 == set_digest(bundle.files)
     current = Path(node.current_dir)
     assert stat.S_IMODE((current / "haproxy.cfg").stat().st_mode) == 0o644
     assert stat.S_IMODE((current / "maps" / "paths.map").stat().st_mode) == 0o644
@@ -137,13 +137,13 @@ def test_a_pushed_sets_digest_is_remembered_and_an_edit_on_disk_is_still_seen(
     path.write_bytes(b"a 2\n")  # same size, a new mtime
     on_disk = LocalTransport(node).config_sha256()
     assert on_disk != pushed.sha256
-    assert on_disk == bundle_sha256(LocalTransport(node)._read_tree(node.current_dir))
+    assert on_disk == set_digest(LocalTransport(node)._read_tree(node.current_dir))
 
     path.write_bytes(b"a 3\n")
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # the old mtime, set back by hand
     fresh = LocalTransport(node).config_sha256(fresh=True)
     assert fresh not in (pushed.sha256, on_disk)
-    assert fresh == bundle_sha256(LocalTransport(node)._read_tree(node.current_dir))
+    assert fresh == set_digest(LocalTransport(node)._read_tree(node.current_dir))
 
 
 def test_old_sets_are_collected_after_a_push_but_never_a_newer_one(haproxy_node: HAProxyNodeFactory, free_port) -> None:
@@ -291,7 +291,7 @@ def test_a_reload_that_fails_at_bind_is_reported_and_rollback_restores_the_confi
 
 
 def test_rollback_without_a_previous_set_says_so(tmp_path: Path) -> None:
-    from apps.fleets.transports.base import NodeConn
+    from apps.fleets.node.transports.base import NodeConn
 
     node = NodeConn("n", "127.0.0.1", str(tmp_path / "run"), str(tmp_path / "etc"))
     result = LocalTransport(node).rollback()

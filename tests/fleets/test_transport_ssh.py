@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from apps.fleets.runtime import HAProxySocket
-from apps.fleets.transports.base import HostKeyMismatch, NodeConn, TransportError, bundle_sha256
-from apps.fleets.transports.ssh import SshTransport
+from apps.fleets.config.digest import set_digest
+from apps.fleets.node.runtime_api import HAProxySocket
+from apps.fleets.node.transports.base import HostKeyMismatch, NodeConn, TransportError
+from apps.fleets.node.transports.ssh import SshTransport
 
 from .conftest import HAProxyNodeFactory, SimpleBundle, SshdInfo, http_get, standard_global
 
@@ -62,7 +63,7 @@ def test_push_activate_and_rollback_over_ssh(ssh_node) -> None:
 
     pushed = transport.push(bundle)
     assert pushed.ok, pushed.validation_output
-    assert transport.config_sha256() == pushed.sha256 == bundle_sha256(bundle.files)
+    assert transport.config_sha256() == pushed.sha256 == set_digest(bundle.files)
     assert stat.S_IMODE((Path(node.current_dir) / "certs" / "site.pem").stat().st_mode) == 0o600
     assert stat.S_IMODE((Path(node.current_dir) / "haproxy.cfg").stat().st_mode) == 0o644
 

@@ -11,10 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from apps.fleets.render import render
-from apps.fleets.render.frontends import map_bucket, routes_map_name
-from apps.fleets.snapshot import ConfigBundle, NodeSpec
-from apps.fleets.validate import (
+from apps.fleets.config.check import (
     bind_conflicts,
     parse_ss_listeners,
     relocate_main,
@@ -22,6 +19,9 @@ from apps.fleets.validate import (
     validate_bundle,
     write_bundle,
 )
+from apps.fleets.config.render import render
+from apps.fleets.config.render.frontends import map_bucket, routes_map_name
+from apps.fleets.config.spec import ConfigBundle, NodeSpec
 from tests.netutil import pick_free_port
 
 from .test_render import NODE, listener, pool, rich_snapshot, route, snapshot

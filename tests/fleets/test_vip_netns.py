@@ -19,8 +19,8 @@ from apps.accounts.principal import Principal
 from apps.balancers.models import IpPool, Listener, LoadBalancer, Member, Pool, PoolRegion, Region, StaticIP
 from apps.core import crypto
 from apps.fleets import services
+from apps.fleets.health.vips import fleet_vip_holders
 from apps.fleets.models import Fleet, Node, NodeResult
-from apps.fleets.vips import fleet_vip_holders
 from tests import netns
 from tests.deps import missing
 from tests.fleets.conftest import http_get

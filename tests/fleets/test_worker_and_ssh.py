@@ -15,7 +15,7 @@ from apps.balancers.models import Pool
 from apps.core import crypto
 from apps.fleets import selectors, services
 from apps.fleets.models import Fleet, Node, NodeResult, Rollout
-from apps.fleets.transports.local import LocalTransport
+from apps.fleets.node.transports.local import LocalTransport
 
 from .fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile, wait_for
 
@@ -81,7 +81,7 @@ def test_a_worker_killed_mid_rollout_leaves_no_node_half_applied_and_the_next_ru
     pool = _children(worker.pid)
     assert pool, "the prefork worker has no pool process"
 
-    services.fleet_change_record(fleet=fleet3.fleet)  # what the lb_changed receiver does
+    services.fleet_mark_changed(fleet=fleet3.fleet)  # what the lb_changed receiver does
     # Kill the worker while it is in the middle of a node (the canary is done, n2 is being applied).
     assert wait_for(lambda: NodeResult.objects.filter(node__name="n2", status="running",
                                                       rollout__fleet=fleet3.fleet).exists(),
@@ -99,7 +99,7 @@ def test_a_worker_killed_mid_rollout_leaves_no_node_half_applied_and_the_next_ru
     assert Node.objects.get(fleet=fleet3.fleet, name="n3").applied_revision_id != rollout.revision_id
 
     celery_worker_factory(name="w2")
-    services.fleet_change_record(fleet=fleet3.fleet)  # the next run (a change, or the periodic converge)
+    services.fleet_mark_changed(fleet=fleet3.fleet)  # the next run (a change, or the periodic converge)
 
     converged = wait_for(lambda: Rollout.objects.get(pk=rollout.pk).status == Rollout.Status.SUCCEEDED, 30)
     assert converged, _diagnose(rollout, tmp_path)

@@ -16,9 +16,9 @@ from apps.accounts.models import Organization, Role
 from apps.accounts.services import user_create_with_membership
 from apps.audit.models import AuditEvent
 from apps.balancers.models import Member, Region
-from apps.fleets.localnodes import start_local_node
+from apps.fleets.demo.localnodes import start_local_node
 from apps.fleets.models import Fleet, Node
-from apps.fleets.process import stop_master
+from apps.fleets.node.process import stop_master
 from tests.browser import login, shot
 from tests.fleets.conftest import haproxy_bin, tiny_backend  # noqa: F401 (fixtures)
 from tests.fleets.fleetkit import add_pool, make_local_fleet, reconcile

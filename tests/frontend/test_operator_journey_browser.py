@@ -13,9 +13,9 @@ import pytest
 
 from apps.accounts.models import Organization, Role
 from apps.accounts.services import user_create_with_membership
-from apps.fleets.localnodes import start_local_node
+from apps.fleets.demo.localnodes import start_local_node
 from apps.fleets.models import Node
-from apps.fleets.process import stop_master
+from apps.fleets.node.process import stop_master
 from tests import deps
 from tests.browser import login, shot
 from tests.fleets.conftest import http_get, tiny_backend  # noqa: F401  (fixture)

@@ -183,8 +183,8 @@ def test_a_weight_change_queues_the_runtime_api_task_after_commit(edge, alice, m
 
     member = edge["acme_pool"].members.get()
     queued: list[int] = []
-    monkeypatch.setattr(tasks.member_runtime_task, "delay", queued.append)
-    monkeypatch.setattr(receivers.services, "fleet_change_record", lambda **kwargs: False)  # no broker needed
+    monkeypatch.setattr(tasks.member_runtime_task, "apply_async", lambda args, *rest, **kw: queued.append(*args))
+    monkeypatch.setattr(receivers.services, "fleet_mark_changed", lambda **kwargs: False)  # no broker needed
     with django_capture_on_commit_callbacks(execute=True):
         web(alice).post(f"/members/{member.pk}/state/", {"admin_state": "drain", "weight": "5"})
     assert queued == [member.pk]

@@ -17,9 +17,9 @@ from apps.balancers.models import HostnameClaim, LoadBalancer, Member, Route
 from apps.core import ports
 from apps.fleets import demo as fleets_demo
 from apps.fleets import selectors
+from apps.fleets.config.render import backend_name
 from apps.fleets.models import Node, Rollout
-from apps.fleets.render import backend_name
-from apps.fleets.runtime import HAProxySocket
+from apps.fleets.node.runtime_api import HAProxySocket
 from tests import deps
 from tests.browser import login, shot
 from tests.fleets.conftest import http_get

@@ -1,4 +1,4 @@
-"""Per-node shares set at run time (apps.fleets.enforce) on a real fleet: 2 regions x 2 HAProxy nodes.
+"""Per-node shares set at run time (apps.fleets.enforcement) on a real fleet: 2 regions x 2 HAProxy nodes.
 
 Configs come from the production path (fleet_snapshot -> render); the enforcement loop runs in the
 test's thread (it reads the test's database rows) once a second, as the Celery beat runs it; the
@@ -21,13 +21,13 @@ import pytest
 from apps.balancers.models import Listener, Member, Pool, PoolRegion
 from apps.capacity.engine import LoadPlan, RunResult, Target, run_plan
 from apps.fleets import selectors as fleet_selectors
-from apps.fleets.enforce import enforce
+from apps.fleets.config.render import render
+from apps.fleets.config.render.chain import LIMITS_MAP
+from apps.fleets.config.spec import NodeSpec
+from apps.fleets.enforcement import enforce
 from apps.fleets.models import Fleet, Node
-from apps.fleets.render import render
-from apps.fleets.render.chain import LIMITS_MAP
-from apps.fleets.runtime import HAProxySocket
-from apps.fleets.snapshot import NodeSpec
-from apps.fleets.transports.base import NodeConn
+from apps.fleets.node.runtime_api import HAProxySocket
+from apps.fleets.node.transports.base import NodeConn
 
 pytestmark = [pytest.mark.django_db, pytest.mark.haproxy]
 
@@ -215,7 +215,7 @@ def test_a_capacity_test_holds_off_overflow_of_the_region_it_measures(two_region
     on, so the knee is ra's own; released, the shares follow demand again."""
     from django.core.cache import cache
 
-    from apps.fleets.enforce import NodeReading, desired_limits, lb_nodes, overflow_hold, overflow_release
+    from apps.fleets.enforcement import NodeReading, desired_limits, lb_nodes, overflow_hold, overflow_release
 
     pool = two_regions.pool
     for slug, region in (("ra", two_regions.a), ("rb", two_regions.b)):
@@ -252,8 +252,8 @@ def test_starting_a_capacity_run_sets_the_held_limits_on_the_nodes_before_its_sh
     the knee measured is ra's own."""
     from apps.capacity.execution import run_prepare
     from apps.capacity.models import CapacityRun, CapacityTest, TargetAllowlist
-    from apps.fleets.enforce import overflow_release
-    from apps.fleets.render.chain import UNLIMITED
+    from apps.fleets.config.render.chain import UNLIMITED
+    from apps.fleets.enforcement import overflow_release
 
     fleet = start(two_regions, haproxy_node, tiny_backend)
     pool_id = fleet.pool.pk

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from apps.fleets.enforce import DemandMeter, enforce, enforcer_running
+from apps.fleets.enforcement import DemandMeter, enforce, enforcer_running
 from apps.fleets.tasks import enforce_task
 from tests.conftest import REPO, process_env, stop_process
 from tests.fleets.fleetkit import wait_for

@@ -2,7 +2,7 @@
 
 The configs come from the production path: `apps.fleets.selectors.fleet_snapshot` (which takes its
 capacities from `apps.traffic.selectors.pool_capacities_many` and its chains from
-`traffic.shares.static_steps`) rendered by `apps.fleets.render`. What the nodes did is read back from
+`traffic.shares.static_steps`) rendered by `apps.fleets.config.render`. What the nodes did is read back from
 their real `show stat` through `services.readings_record` and `selectors.observed_overflow`.
 
 Region ra: 2 members x 20 req/s = 40 req/s; region rb: 2 x 40 = 80 req/s; 20 ms apart.
@@ -25,13 +25,13 @@ from apps.balancers.services import member_set_state
 from apps.capacity.engine import LoadPlan, RunResult, Target, run_plan
 from apps.fleets import selectors as fleet_selectors
 from apps.fleets import services as fleet_services
-from apps.fleets.enforce import sync_usable
+from apps.fleets.config.render import render
+from apps.fleets.config.render.chain import USABLE_MAP, backend_name
+from apps.fleets.config.spec import NodeSpec
+from apps.fleets.enforcement import sync_usable
 from apps.fleets.models import Fleet, Node
-from apps.fleets.render import render
-from apps.fleets.render.chain import USABLE_MAP, backend_name
-from apps.fleets.runtime import HAProxySocket
-from apps.fleets.snapshot import NodeSpec
-from apps.fleets.transports.base import NodeConn
+from apps.fleets.node.runtime_api import HAProxySocket
+from apps.fleets.node.transports.base import NodeConn
 from apps.traffic import selectors, services
 
 pytestmark = [pytest.mark.django_db, pytest.mark.haproxy]

@@ -16,12 +16,12 @@ from apps.core.api.fields import (
     TenantModelSerializer,
     validate_ip,
 )
-from apps.fleets.certs import expiry_warnings
+from apps.fleets.config.certificates import expiry_warnings
+from apps.fleets.config.render import UnsafeValue
+from apps.fleets.config.render.guard import check_node
+from apps.fleets.config.spec import NodeSpec
 from apps.fleets.models import Certificate, ConfigRevision, Fleet, Node, NodeResult, Rollout
-from apps.fleets.render import UnsafeValue
-from apps.fleets.render.guard import check_node
-from apps.fleets.snapshot import NodeSpec
-from apps.fleets.transports import NodeConn, TransportError
+from apps.fleets.node.transports import NodeConn, TransportError
 
 _ABS_PATH_RE = re.compile(r"^(?:/[A-Za-z0-9._-]+)+$")
 _SSH_HOST_RE = re.compile(r"^[A-Za-z0-9.:-]{1,253}$")
@@ -152,7 +152,7 @@ class NodeSerializer(TenantModelSerializer):
     def _check_ssh_material(self, attrs: dict[str, Any], get) -> None:
         import asyncssh
 
-        from apps.fleets.transports.ssh import known_hosts_for
+        from apps.fleets.node.transports.ssh import known_hosts_for
 
         if "ssh_private_key" in attrs:
             try:

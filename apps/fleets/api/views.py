@@ -19,10 +19,13 @@ from apps.core.api.serializers import EmptySerializer, QueuedSerializer
 from apps.core.api.throttles import PARK_HEADER, RELEASE_HEADER, PrincipalRateThrottle, park_slot, wait_slot
 from apps.core.api.viewsets import TenantViewSet, etag_for
 from apps.core.errors import DomainError, NotFoundError
-from apps.fleets import certs, engine, preview, route_tester, selectors, services
+from apps.fleets import selectors, services
 from apps.fleets.api import serializers as s
+from apps.fleets.config import certificates as certs
+from apps.fleets.config import preview, route_tester
+from apps.fleets.health.collect import health_cache_key
+from apps.fleets.health.vips import listener_vip
 from apps.fleets.models import Certificate, ConfigRevision, Fleet, Node, NodeHealth, Rollout
-from apps.fleets.vips import listener_vip
 
 APPLIED_MAX_TIMEOUT_S = 60.0
 APPLIED_POLL_S = 0.05
@@ -53,7 +56,7 @@ class FleetViewSet(TenantViewSet):
     def reconcile(self, request, pk=None):
         """Render the desired state now and roll it out if it changed (asynchronously)."""
         fleet = self.get_object()
-        services.fleet_change_record(fleet=fleet, force=True)
+        services.fleet_push(fleet=fleet, principal=self.principal)
         return Response({"queued": True}, status=status.HTTP_202_ACCEPTED)
 
     @action(detail=True, methods=["post"], serializer_class=EmptySerializer)
@@ -73,7 +76,7 @@ class FleetViewSet(TenantViewSet):
     def health(self, request, pk=None):
         """The hot copy of `show stat` per node (cache first, database rows otherwise)."""
         fleet = self.get_object()
-        summary = cache.get(engine.health_cache_key(fleet.pk))
+        summary = cache.get(health_cache_key(fleet.pk))
         if summary is None:
             rows = NodeHealth.objects.filter(node__fleet=fleet).select_related("node")
             summary = {"collected_at": None, "nodes": {}}
@@ -236,7 +239,7 @@ class ListenerVipView(APIView):
 
 class LoadBalancerRouteTestView(APIView):
     """GET /load-balancers/{id}/route-test/?host=H&path=P[&method=M]: which route, pool and region serve
-    that request, and why (apps.fleets.route_tester; the renderer's own routing rule)."""
+    that request, and why (apps.fleets.config.route_tester; the renderer's own routing rule)."""
 
     permission_classes = [HasPrincipal]
     serializer_class = s.RouteTestQuerySerializer

@@ -1,4 +1,4 @@
-"""`manage.py enforcer`: the enforcement loop (apps.fleets.enforce) as its own process, every 250 ms.
+"""`manage.py enforcer`: the enforcement loop (apps.fleets.enforcement) as its own process, every 250 ms.
 
 Beat's `fleets.enforce_task` runs it at most once a second, on a worker slot a capacity test's shards may
 hold, and senses demand through HAProxy's 1 s sliding rate: a node's share followed a change of ingress
@@ -20,7 +20,7 @@ from django.core.management.base import BaseCommand
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
 from apps.core.shutdown import stop_on_signals
-from apps.fleets.enforce import DemandMeter, enforce, lease_acquire, lease_release
+from apps.fleets.enforcement import DemandMeter, enforce, lease_acquire, lease_release
 
 log = logging.getLogger("apps.fleets.enforcer")
 RENEW_EVERY_S = 0.5  # well inside the lease (LEASE_S)

@@ -1,0 +1,162 @@
+"""Stage 3 of an HTTP frontend in O(1): the overflow chain read from maps, not one rule set per pool.
+
+Per request, whatever the number of pools (HAPROXY.md, "O(1) overflow decisions"):
+- `txn.pool` (integer) -> the chain's first backend, `maps/chain.first.map`. Looked up as a string:
+  HAProxy keeps `-m int` patterns (`map_int`) in a list, scanned per request (measured: the last of
+  20k pools 6x slower than the first), and string keys in a tree;
+- walk at most K steps (K = the longest chain of the listener, i.e. the region count): a step is
+  taken while it is usable (`maps/chain.usable.map`, default 1) and this node's request rate to it,
+  kept in one stick table keyed by backend name (`chain_rates`), is under its limit
+  (`maps/chain.limits.map`); `maps/chain.next.map` gives the next step;
+- every step at its limit: `absorb` pools pick a usable step at random in proportion to the
+  regions' capacities (`maps/chain.absorb.map` holds each step's cumulative threshold on a 1e6
+  scale), `shed` pools (`maps/chain.shed.map`) answer 503 with Retry-After;
+- nothing usable: the first step, whose own 503 is the honest answer.
+
+Limits and usability are per node and change at run time (`set map`, no reload): the enforcement
+loop (`apps.fleets.enforcement`) sets each node's share of every region about every second from the
+demand it observes (`chain_demand`, arrival rate per pool on this node, shed requests included).
+The files hold the safe static shares (`traffic.shares.static_limits`), which a reload restores.
+
+Health per backend cannot come from `nbsrv()` (static names only in 2.6) nor from Lua
+(`Proxy.get_srv_act` appeared in 2.8); the usable map is kept from `show stat` by the same loop.
+"""
+
+from __future__ import annotations
+
+from apps.fleets.config.render.manifest import ManifestBuilder
+from apps.fleets.config.spec import Owner, PoolSpec
+
+
+def backend_name(pool_id: int, region: str, protocol: str) -> str:
+    # Region slugs never contain "_", so "p1_eu" and "p1_eu_tcp" cannot collide with another pool/region.
+    return f"p{pool_id}_{region}" + ("_tcp" if protocol == "tcp" else "")
+
+FIRST_MAP = "maps/chain.first.map"
+NEXT_MAP = "maps/chain.next.map"
+LIMITS_MAP = "maps/chain.limits.map"
+USABLE_MAP = "maps/chain.usable.map"
+ABSORB_MAP = "maps/chain.absorb.map"
+SHED_MAP = "maps/chain.shed.map"
+RATES_TABLE = "chain_rates"
+DEMAND_TABLE = "chain_demand"
+UNLIMITED = 1_000_000_000  # the limit of an unlimited step (MAX_RATE_PER_NODE)
+ABSORB_SCALE = 1_000_000
+RETRY_AFTER_S = 1
+
+# (step backend, limit) in chain order, per pool
+Chains = dict[int, list[tuple[str, int | None]]]
+
+
+def chain_files(chains: Chains, pools: dict[int, PoolSpec], manifest: ManifestBuilder) -> dict[str, bytes]:
+    """The chain maps for every pool an HTTP frontend of this node serves (each entry: its pool's)."""
+    first, nxt, shed = [], [], []
+    limits: list[tuple[str, int]] = []
+    usable: list[tuple[str, str]] = []
+    absorb: list[tuple[str, int]] = []
+    owner_of: dict[str, Owner] = {}  # step backend -> its pool
+    first_owners, shed_owners = [], []
+    for pool_id in sorted(chains):
+        steps = chains[pool_id]
+        if not steps:
+            continue
+        # What the config alone knows: a region whose members are all in maint serves nothing. Checks
+        # failing at run time are the enforcement loop's to report (from `show stat`).
+        serving = {f"{backend_name(pool_id, r.region, 'http')}" for r in pools[pool_id].regions
+                   if any(m.admin_state != "maint" for m in r.members)}
+        owner = manifest.pool(pool_id)
+        first.append((str(pool_id), steps[0][0]))
+        first_owners.append(owner)
+        for (backend, limit), following in zip(steps, [*steps[1:], None], strict=True):
+            owner_of[backend] = owner
+            if following is not None:
+                nxt.append((backend, following[0]))
+            limits.append((backend, UNLIMITED if limit is None else limit))
+            usable.append((backend, "1" if backend in serving else "0"))
+        pool = pools[pool_id]
+        if pool.overload == "shed":
+            shed.append((str(pool_id), "1"))
+            shed_owners.append(owner)
+        else:
+            absorb += _absorb_thresholds(steps, pool)
+    files = {FIRST_MAP: manifest.map_file(FIRST_MAP, first, first_owners)}
+    # A backend can be a step twice (limited, then unlimited as the last resort): sort numbers as numbers.
+    for name, entries in ((NEXT_MAP, nxt), (LIMITS_MAP, limits), (USABLE_MAP, usable), (ABSORB_MAP, absorb)):
+        written = [(backend, str(value)) for backend, value in sorted(entries)]
+        files[name] = manifest.map_file(name, written, [owner_of[backend] for backend, _ in written])
+    files[SHED_MAP] = manifest.map_file(SHED_MAP, shed, shed_owners)
+    return files
+
+
+def _absorb_thresholds(steps: list[tuple[str, int | None]], pool: PoolSpec) -> list[tuple[str, int]]:
+    """Cumulative capacity share of each step on a 1e6 scale (unknown or unlimited: equal weights)."""
+    caps = dict(pool.capacities)
+    regions = [backend.split("_", 1)[1] for backend, _ in steps]
+    weights = [caps.get(r) for r in regions]
+    if any(w is None for w in weights) or sum(w or 0 for w in weights) <= 0:
+        weights = [1] * len(steps)
+    total = sum(w or 0 for w in weights)
+    out, cumulative = [], 0
+    for (backend, _), weight in zip(steps, weights, strict=True):
+        cumulative += weight or 0
+        out.append((backend, cumulative * ABSORB_SCALE // total))
+    return out
+
+
+def table_sections(manifest: ManifestBuilder) -> list[list[str]]:
+    """The two stick tables the chain reads and writes. A fixed size (entries are allocated only when
+    used) keeps the config text unchanged when pools come and go."""
+    manifest.backends += [RATES_TABLE, DEMAND_TABLE]
+    return [
+        ["backend " + RATES_TABLE,
+         "    stick-table type string len 64 size 1m expire 10s store http_req_rate(1s)"],
+        # The cumulative count lets the enforcer sense a change of demand within its own period (the
+        # difference of two readings) rather than after the 1 s sliding rate has caught up.
+        ["backend " + DEMAND_TABLE,
+         "    stick-table type integer size 1m expire 10s store http_req_cnt,http_req_rate(1s)"],
+    ]
+
+
+def chain_lines(depth: int) -> list[str]:
+    """The frontend's stage 3 for chains of at most `depth` steps (txn.pool set by stage 2)."""
+    if depth <= 0:
+        return []
+    todo = "!{ var(txn.be) -m found }"
+    lines = [
+        "# Stage 3, O(1) per request: the pool's chain from maps, rates from a table keyed by backend.",
+        f"http-request track-sc1 var(txn.pool) table {DEMAND_TABLE} if {{ var(txn.pool) -m found }}",
+        f"http-request set-var(txn.c) var(txn.pool),map({FIRST_MAP}) if {{ var(txn.pool) -m found }}",
+    ]
+    for _ in range(depth):
+        lines += [
+            f"http-request set-var(txn.lim) var(txn.c),map_str_int({LIMITS_MAP},{UNLIMITED}) "
+            f"if {todo} {{ var(txn.c) -m found }}",
+            "http-request set-var(txn.be) var(txn.c) "
+            f"if {todo} {{ var(txn.c) -m found }} {{ var(txn.c),map_str_int({USABLE_MAP},1) -m int 1 }} "
+            f"{{ var(txn.c),table_http_req_rate({RATES_TABLE}),sub(txn.lim) lt 0 }}",
+            f"http-request set-var(txn.c) var(txn.c),map_str({NEXT_MAP}) if {todo} {{ var(txn.c) -m found }}",
+        ]
+    lines += [
+        "# Every step at its share: shed, or absorb in proportion to the regions' capacities.",
+        f"http-request return status 503 content-type text/plain string \"over capacity\\n\" "
+        f"hdr Retry-After {RETRY_AFTER_S} if {todo} {{ var(txn.pool),map_str_int({SHED_MAP},0) -m int 1 }}",
+        # Absorbed requests are not counted in the steps' rates: the limits meter the planned flow only.
+        f"http-request set-var(txn.abs) bool(true) if {todo} {{ var(txn.pool) -m found }}",
+        f"http-request set-var(txn.rnd) rand({ABSORB_SCALE}) if {todo} {{ var(txn.pool) -m found }}",
+        f"http-request set-var(txn.c) var(txn.pool),map({FIRST_MAP}) if {todo} {{ var(txn.pool) -m found }}",
+    ]
+    for _ in range(depth):
+        lines += [
+            "http-request set-var(txn.be) var(txn.c) "
+            f"if {todo} {{ var(txn.c) -m found }} {{ var(txn.c),map_str_int({USABLE_MAP},1) -m int 1 }} "
+            f"{{ var(txn.c),map_str_int({ABSORB_MAP},0),sub(txn.rnd) gt 0 }}",
+            f"http-request set-var(txn.c) var(txn.c),map_str({NEXT_MAP}) if {todo} {{ var(txn.c) -m found }}",
+        ]
+    lines += [
+        "# Nothing usable: the first step answers (503 from a backend without servers).",
+        f"http-request set-var(txn.be) var(txn.pool),map({FIRST_MAP}) if {todo} {{ var(txn.pool) -m found }}",
+        f"http-request track-sc0 var(txn.be) table {RATES_TABLE} if {{ var(txn.be) -m found }} "
+        "!{ var(txn.abs) -m found }",
+        "use_backend %[var(txn.be)] if { var(txn.be) -m found }",
+    ]
+    return lines

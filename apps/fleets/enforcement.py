@@ -1,0 +1,369 @@
+"""The enforcement loop: every node's share of every region's capacity, set at run time.
+
+It runs every 250 ms in the `enforcer` process (management command; beat's `fleets.enforce_task`,
+every 1 s, is its fallback while none holds the lease). Each run reads, from every enabled node
+serving an HAProxy LB, the per-pool demand (`show table chain_demand`: the enforcer turns the
+counts into a rate that follows a change within ~0.25 s, `DemandMeter`), the backends' status
+(`show stat -1 2 -1`) and the live chain maps; computes each node's limits with `traffic.shares`
+(demand-proportional when every node of the LB answered, the static floor share otherwise); and
+sends the entries that differ with `set map` (no reload). A reload or a hot map swap restores the
+rendered static shares; the next run corrects them, since it compares with what the node serves
+(`show map`), not with what it sent last.
+
+Safety: the shares of a region never sum above its capacity over the nodes Spillway can reach that
+carry demand (an idle node of the region keeps its static share, `shares.reserve_idle`). A
+node that stops answering keeps the limits it was last given until it answers again or reloads;
+its region's other nodes then fall back to the static shares.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import re
+import time
+from collections import defaultdict
+from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from django.core.cache import cache
+
+from apps.balancers.models import LoadBalancer, Pool, RegionDistance
+from apps.fleets import queries
+from apps.fleets.config.render.chain import DEMAND_TABLE, LIMITS_MAP, RATES_TABLE, UNLIMITED, USABLE_MAP, backend_name
+from apps.fleets.models import Node
+from apps.fleets.node.apply import NODE_ERRORS
+from apps.fleets.node.showstat import backend_usable, parse_backend_usable, parse_show_stat
+from apps.fleets.node.transports import transport_for
+from apps.fleets.node.transports.base import NodeConn
+from apps.traffic.overflow import PlanInputError
+from apps.traffic.selectors import pool_capacities_many
+from apps.traffic.shares import Limits, dynamic_limits, reserve_idle, static_limits
+
+logger = logging.getLogger(__name__)
+
+_ROW_RE = re.compile(r"key=(\S+) .*?http_req_rate\(\d+\)=(\d+)")
+_CNT_RE = re.compile(r"key=(\S+) .*?http_req_cnt=(\d+)")
+_SET_BATCH = 50  # `set map` commands per CLI line (`;`-separated)
+_HOLD_KEY = "spillway:overflow-hold:{}"
+_LEASE_KEY = "spillway:enforcer-lease"
+LEASE_S = 2  # an enforcer that has not run for this long has lost its lease to a standby (or to beat)
+
+
+def overflow_hold(pool_id: int, region: str, seconds: float) -> None:
+    """While a capacity test measures `region` of a pool, its nodes serve it there without overflow
+    (the knee must be the region's own, not the region plus its neighbours)."""
+    cache.set(_HOLD_KEY.format(pool_id), region, timeout=max(1, int(seconds)))
+
+
+def overflow_release(pool_id: int) -> None:
+    cache.delete(_HOLD_KEY.format(pool_id))
+
+
+def lease_acquire(token: str) -> bool:
+    """Take or renew the enforcer's lease; False while another enforcer holds it. Two holders at once
+    (a race at takeover) only set the same limits twice: every run is idempotent."""
+    if cache.add(_LEASE_KEY, token, timeout=LEASE_S):
+        return True
+    if cache.get(_LEASE_KEY) == token:
+        cache.set(_LEASE_KEY, token, timeout=LEASE_S)
+        return True
+    return False
+
+
+def lease_release(token: str) -> None:
+    if cache.get(_LEASE_KEY) == token:
+        cache.delete(_LEASE_KEY)
+
+
+def enforcer_running() -> bool:
+    """An enforcer process holds the lease (beat's task then leaves the loop to it)."""
+    return cache.get(_LEASE_KEY) is not None
+
+
+def _hold(limits: Limits, node_regions: dict[str, str], region: str | None) -> Limits:
+    if region is None:
+        return limits
+    for node, row in limits.items():
+        if region in row:
+            row[region] = None if node_regions[node] == region else 0
+            if node_regions[node] == region:  # nothing past the held region is reachable by the chain
+                for other in row:
+                    if other != region:
+                        row[other] = 0
+    return limits
+
+
+@dataclass
+class NodeReading:
+    node_id: int
+    region: str
+    reachable: bool
+    demand: dict[int, float] = field(default_factory=dict)  # pool id -> req/s arriving at this node
+    counts: dict[int, int] = field(default_factory=dict)  # pool id -> requests arrived (cumulative)
+    at: float = 0.0  # time.monotonic() of the reading
+    usable: dict[str, int] = field(default_factory=dict)  # backend -> 1 when it has a usable server
+    live_limits: dict[str, str] = field(default_factory=dict)
+    live_usable: dict[str, str] = field(default_factory=dict)
+    rates: dict[str, float] = field(default_factory=dict)  # step backend -> this node's sliding rate to it
+    error: str = ""
+
+
+def parse_show_table(text: str) -> dict[str, float]:
+    """`show table <t>` rows -> {key: http_req_rate}."""
+    return {m.group(1): float(m.group(2)) for m in _ROW_RE.finditer(text)}
+
+
+def parse_show_table_counts(text: str) -> dict[str, int]:
+    """`show table <t>` rows -> {key: http_req_cnt} (rows of a table that stores it)."""
+    return {m.group(1): int(m.group(2)) for m in _CNT_RE.finditer(text)}
+
+
+class DemandMeter:
+    """Demand per (node, pool) from the enforcer's own readings of the demand table's cumulative counts.
+
+    HAProxy's `http_req_rate(1s)` is a sliding rate: after a step of demand it reaches the new level
+    only after a second, which the enforcement loop added to its own period before a node's share
+    followed its demand (react_s 2.1-2.4 s in make bench-overflow-fleet). A short window alone follows
+    steps but is noisy (0.5 s of 13 req/s is 6.5 requests: shares split by it starved nodes of a full
+    region, local_fraction 0.945 in uniform 2x). So: the rate over the last `window_s` (counted exactly),
+    unless the count over the last `min_span_s` or more is further from what that rate predicts than
+    arrivals vary by chance (`z` standard deviations of a Poisson count); then the demand changed, and
+    from then on only the readings after the change count. Without two readings far enough apart (first
+    run, a counter that restarted after a reload or an expired entry) HAProxy's sliding rate is used."""
+
+    def __init__(self, window_s: float = 1.0, min_span_s: float = 0.2, z: float = 2.5) -> None:
+        self.window_s = window_s
+        self.min_span_s = min_span_s
+        self.z = z
+        self._history: dict[tuple[int, int], list[tuple[float, int]]] = {}
+        self._since: dict[tuple[int, int], float] = {}  # when the demand last changed, per key
+
+    def observe(self, reading: NodeReading) -> None:
+        """Replace the reading's demand (sliding rate) with the rate from counts where it can."""
+        if not reading.reachable:
+            return
+        now = reading.at
+        for pool_id, count in reading.counts.items():
+            key = (reading.node_id, pool_id)
+            samples = self._history.setdefault(key, [])
+            if samples and count < samples[-1][1]:
+                samples.clear()  # the entry expired or HAProxy reloaded: counting starts again
+                self._since.pop(key, None)
+            samples.append((now, count))
+            while len(samples) > 2 and samples[1][0] <= now - self.window_s:
+                samples.pop(0)
+            recent = [(t, c) for t, c in samples if t <= now - self.min_span_s]
+            if not recent:
+                continue
+            t_short, c_short = recent[-1]
+            short = (count - c_short) / (now - t_short)
+            since = self._since.get(key, float("-inf"))
+            t_long, c_long = next((t, c) for t, c in samples if t >= since or (t, c) == recent[-1])
+            long = (count - c_long) / (now - t_long) if now - t_long >= self.min_span_s else short
+            if t_short - t_long >= self.min_span_s:
+                # What the rate before the last span predicts for it, against what arrived in it.
+                expected = (c_short - c_long) / (t_short - t_long) * (now - t_short)
+                if abs((count - c_short) - expected) > self.z * math.sqrt(max(expected, 1.0)):
+                    self._since[key] = t_short
+                    long = short
+            reading.demand[pool_id] = long
+        for gone in [k for k in self._history if k[0] == reading.node_id and k[1] not in reading.counts]:
+            del self._history[gone]  # no entry any more: no demand (the sliding rate says 0 too)
+            self._since.pop(gone, None)
+
+
+def _parse_map(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3:
+            out[parts[1]] = parts[2]
+    return out
+
+
+def read_node(node: Node, region: str, run: Callable[[str], str] | None = None) -> NodeReading:
+    transport = None
+    try:
+        if run is None:
+            transport = transport_for(queries.node_conn(node))
+            run = transport.runtime
+        table = run(f"show table {DEMAND_TABLE}")
+        at = time.monotonic()
+        demand = {int(k): v for k, v in parse_show_table(table).items() if k.isdigit()}
+        counts = {int(k): v for k, v in parse_show_table_counts(table).items() if k.isdigit()}
+        usable = {be: int(ok) for be, ok in parse_backend_usable(run("show stat -1 2 -1")).items()}
+        return NodeReading(node.pk, region, True, demand, counts, at, usable,
+                           _parse_map(run(f"show map {LIMITS_MAP}")), _parse_map(run(f"show map {USABLE_MAP}")),
+                           parse_show_table(run(f"show table {RATES_TABLE}")))
+    except NODE_ERRORS as exc:
+        return NodeReading(node.pk, region, False, error=str(exc))
+    finally:
+        if transport is not None:
+            with contextlib.suppress(Exception):
+                transport.close()  # type: ignore[attr-defined]
+
+
+def lb_nodes() -> dict[int, dict[int, tuple[Node, str]]]:
+    """{lb id: {node id: (node, region slug)}} for HAProxy LBs and the enabled nodes serving them."""
+    out: dict[int, dict[int, tuple[Node, str]]] = defaultdict(dict)
+    nodes = Node.objects.filter(enabled=True).select_related("fleet__region")
+    by_id = {n.pk: n for n in nodes}
+    for node_id, fk_lb, m2m_lb in nodes.values_list("pk", "fleet__load_balancers__id", "fleet__serves__id"):
+        for lb_id in {fk_lb, m2m_lb} - {None}:
+            node = by_id[node_id]
+            out[lb_id][node_id] = (node, node.fleet.region.slug)
+    kinds = dict(LoadBalancer.objects.filter(pk__in=list(out)).values_list("pk", "kind"))
+    return {lb: nodes for lb, nodes in out.items() if kinds.get(lb) == LoadBalancer.Kind.HAPROXY}
+
+
+def desired_limits(readings: dict[int, NodeReading], lbs: dict[int, dict[int, tuple[Node, str]]],
+                   step_down: float | None = None) -> tuple[dict[int, dict[str, int]], dict[int, str]]:
+    """({node id: {backend: limit}}, {pool id: "dynamic" | "static"}) for every pool of those LBs.
+
+    With `step_down` (the enforcer's), a dynamic limit falls in steps its node's rate can follow
+    (`_step_down`) rather than at once."""
+    distances = {(d.src.slug, d.dst.slug): d.rtt_ms for d in RegionDistance.objects.select_related("src", "dst")}
+    pools = list(Pool.objects.filter(lb_id__in=list(lbs)).order_by("pk"))
+    caps = pool_capacities_many(pools)
+    wanted: dict[int, dict[str, int]] = defaultdict(dict)
+    modes: dict[int, str] = {}
+    for pool in pools:
+        members = lbs[pool.lb_id]
+        node_regions = {str(nid): region for nid, (_, region) in members.items()}
+        fresh = all(readings[nid].reachable for nid in members)
+        try:
+            if fresh:
+                demand = {str(nid): readings[nid].demand.get(pool.pk, 0.0) for nid in members}
+                limits: Limits = dynamic_limits(caps.get(pool.pk, []), node_regions, demand, distances,
+                                                pool.overflow_policy)  # type: ignore[arg-type]
+                limits = reserve_idle(limits, caps.get(pool.pk, []), node_regions, demand)
+                if step_down is not None:
+                    _step_down(limits, pool.pk, readings, step_down)
+            else:
+                limits = static_limits(caps.get(pool.pk, []), node_regions, distances,
+                                       pool.overflow_policy)  # type: ignore[arg-type]
+        except PlanInputError:
+            continue
+        held = cache.get(_HOLD_KEY.format(pool.pk))
+        limits = _hold(limits, node_regions, held)
+        modes[pool.pk] = ("held " if held else "") + ("dynamic" if fresh else "static")
+        for nid, row in limits.items():
+            for region, limit in row.items():
+                wanted[int(nid)][backend_name(pool.pk, region, "http")] = UNLIMITED if limit is None else limit
+    return wanted, modes
+
+
+def _step_down(limits: Limits, pool_id: int, readings: dict[int, NodeReading], gap: float) -> None:
+    """Lower a limit in steps that the node's rate can follow: to no less than its sliding rate minus
+    `gap` of the distance to the new limit, per run (the rest of the way in ~1 s at the enforcer's period).
+
+    A node's rate to a step is HAProxy's 1 s sliding rate of what it sent there. Cut far below that
+    rate, the node sends nothing to the step until the rate has decayed under the new limit: when
+    ingress moved from one node to three (make bench-overflow-fleet, one-node -> 80/20) the first
+    node's share fell from the region's capacity to a third and it served nothing for most of a
+    second (react_s 1.9 s). A little under its rate, it pauses briefly and its rate follows the limit
+    down. Meanwhile the region's limits may sum above its capacity (the other nodes got their shares
+    at once); an unlimited value (a capacity test's hold) drops at once."""
+    for nid, row in limits.items():
+        reading = readings[int(nid)]
+        for region, limit in row.items():
+            backend = backend_name(pool_id, region, "http")
+            live = reading.live_limits.get(backend, "")
+            if limit is None or not live.isdigit() or int(live) >= UNLIMITED or limit >= int(live):
+                continue
+            rate = reading.rates.get(backend, 0.0)
+            row[region] = max(limit, min(int(live), math.floor(rate - gap * (rate - limit))))
+
+
+def _apply(node: Node, reading: NodeReading, limits: dict[str, int],
+           run: Callable[[str], str] | None = None) -> int:
+    """Send the `set map` commands that make the node's live maps what they should be; returns the count."""
+    commands = [f"set map {LIMITS_MAP} {be} {value}" for be, value in sorted(limits.items())
+                if be in reading.live_limits and reading.live_limits[be] != str(value)]
+    commands += [f"set map {USABLE_MAP} {be} {value}" for be, value in sorted(reading.usable.items())
+                 if be in reading.live_usable and reading.live_usable[be] != str(value)]
+    if not commands:
+        return 0
+    transport = None
+    try:
+        if run is None:
+            transport = transport_for(queries.node_conn(node))
+            run = transport.runtime
+        for i in range(0, len(commands), _SET_BATCH):
+            answer = run(";".join(commands[i:i + _SET_BATCH]))
+            if answer.strip():
+                logger.warning("node %s: set map answered %r", node.name, answer[:200])
+    except NODE_ERRORS as exc:
+        logger.warning("node %s: limits not set: %s", node.name, exc)
+        return 0
+    finally:
+        if transport is not None:
+            with contextlib.suppress(Exception):
+                transport.close()  # type: ignore[attr-defined]
+    return len(commands)
+
+
+def sync_usable(conn: NodeConn, *, leaving: str | None = None, backends: Collection[str] = ()) -> str | None:
+    """Make a node's usable map match its backends' status now (after a runtime server change, so a
+    region put in maintenance is skipped at once rather than at the loop's next run).
+
+    With `leaving`, that server of `backends` counts as out of service already: called before it goes into
+    maintenance, the chain stops choosing a region whose last available server it is before HAProxy has
+    none left for it (marked only after, a request arriving in between is answered 503)."""
+    transport = transport_for(conn)
+    try:
+        # Backends' rows, and servers' only where a server's own status is needed.
+        rows = parse_show_stat(transport.runtime(f"show stat -1 {6 if backends else 2} -1"))
+        usable = {row.pxname: int(backend_usable(row.status, row.raw.get("act", ""), row.raw.get("bck", "")))
+                  for row in rows if row.svname == "BACKEND"}
+        for be in backends:
+            if not any(_available(r.status) for r in rows
+                       if r.pxname == be and r.svname not in ("BACKEND", "FRONTEND", leaving)):
+                usable[be] = 0
+        live = _parse_map(transport.runtime(f"show map {USABLE_MAP}"))
+        commands = [f"set map {USABLE_MAP} {be} {v}" for be, v in sorted(usable.items())
+                    if be in live and live[be] != str(v)]
+        for i in range(0, len(commands), _SET_BATCH):
+            transport.runtime(";".join(commands[i:i + _SET_BATCH]))
+        return None
+    except NODE_ERRORS as exc:
+        return str(exc)
+    finally:
+        with contextlib.suppress(Exception):
+            transport.close()  # type: ignore[attr-defined]
+
+
+def _available(status: str) -> bool:
+    """A server `show stat` says takes new requests (checked and up, or unchecked and not in maintenance)."""
+    return status.startswith("UP") or status == "no check"
+
+
+STEP_DOWN_GAP = 0.25  # of the distance from a node's rate to its new limit, per run of the enforcer (250 ms)
+
+
+def enforce(lb_ids: Collection[int] | None = None, meter: DemandMeter | None = None) -> dict[str, object]:
+    """One run over every HAProxy LB's nodes (or those of `lb_ids`); returns what it did (for the
+    task result and tests). A `meter` kept across runs (the enforcer process's) senses demand from
+    counts; without one, from HAProxy's 1 s sliding rate."""
+    started = time.monotonic()
+    lbs = lb_nodes()
+    if lb_ids is not None:
+        lbs = {lb: nodes for lb, nodes in lbs.items() if lb in lb_ids}
+    nodes = {nid: pair for members in lbs.values() for nid, pair in members.items()}
+    if not nodes:
+        return {"nodes": 0, "sets": 0, "pools": {}}
+    ids = sorted(nodes)
+    with ThreadPoolExecutor(max_workers=min(8, len(ids))) as pool:
+        readings = dict(zip(ids, pool.map(lambda nid: read_node(*nodes[nid]), ids), strict=True))
+    if meter is not None:
+        for reading in readings.values():
+            meter.observe(reading)
+    wanted, modes = desired_limits(readings, lbs, STEP_DOWN_GAP if meter is not None else None)
+    reachable = [nid for nid in ids if readings[nid].reachable]
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(reachable)))) as pool:
+        sets = sum(pool.map(lambda nid: _apply(nodes[nid][0], readings[nid], wanted.get(nid, {})), reachable))
+    return {"nodes": len(ids), "unreachable": [nid for nid in ids if not readings[nid].reachable],
+            "sets": sets, "pools": modes, "ms": round((time.monotonic() - started) * 1000.0, 1)}

@@ -1,0 +1,276 @@
+"""Running one rollout: render each node's bundle, pre-flight every node, canary then batches, record.
+
+Node I/O runs in threads (apps.fleets.node.apply, no database); all database writes happen here, in the
+calling thread. Safe to run again: nodes already serving the revision are verified, not reloaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+from collections import OrderedDict
+from dataclasses import replace
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from apps.core import wakeups
+from apps.core.bulk import bulk_set
+from apps.core.commits import asynchronous_commit
+from apps.fleets import caches, queries
+from apps.fleets import events as emit
+from apps.fleets.config import routelane
+from apps.fleets.config.render import UnsafeValue, render
+from apps.fleets.config.spec import ConfigBundle, FleetSnapshot, NodeSpec
+from apps.fleets.fanout import parallel
+from apps.fleets.models import REVISION_BULK_FIELDS, ConfigRevision, Node, NodeResult, Rollout
+from apps.fleets.node.apply import NodeOutcome, NodePlan, apply_node, precheck_binds, reachable
+from apps.fleets.rollout.lease import renew as lease_renew
+
+logger = logging.getLogger(__name__)
+
+# True: local nodes run `haproxy -c` on every push as SSH nodes do (see CentrallyValidatedLocalTransport).
+REVALIDATE_LOCAL_NODES = getattr(settings, "FLEET_REVALIDATE_LOCAL_NODES", False)
+
+_BUNDLE_CACHE: OrderedDict[tuple, ConfigBundle] = caches.register("bundles", OrderedDict())
+_BUNDLE_CACHE_SIZE = 512
+# Also bounded by map entries held: a 100k-route bundle holds ~400k (tens of MB), and a sustained run of
+# route changes renders a revision per change for every node.
+_BUNDLE_CACHE_ENTRIES = 3_000_000
+
+
+def _weight(bundle: ConfigBundle) -> int:
+    return 1 + sum(len(entries) for entries in bundle.facts.maps.values())
+
+
+def _evict() -> None:
+    held = sum(_weight(b) for b in _BUNDLE_CACHE.values())
+    while _BUNDLE_CACHE and (len(_BUNDLE_CACHE) > _BUNDLE_CACHE_SIZE or held > _BUNDLE_CACHE_ENTRIES):
+        held -= _weight(_BUNDLE_CACHE.popitem(last=False)[1])
+
+
+class BundleRenderer:
+    """Renders each (revision, node) once: a revision never changes, so a worker keeps recent
+    bundles (the next rollout's rollback target is this rollout's bundle)."""
+
+    def __init__(self) -> None:
+        self._snaps: dict[int, FleetSnapshot] = {}
+
+    def bundle(self, revision: ConfigRevision, node: Node, spec: NodeSpec | None = None) -> ConfigBundle:
+        spec = spec or queries.node_spec(node)
+        key = (revision.pk, revision.number, revision.fleet_id, revision.sha256, spec)  # no bulk field read
+        cached = _BUNDLE_CACHE.get(key)
+        if cached is not None:
+            with contextlib.suppress(KeyError):  # evicted meanwhile by a reconcile in another thread
+                _BUNDLE_CACHE.move_to_end(key)
+            return cached
+        # A route-lane revision: the node's bundle of its base with the moved maps (routelane).
+        bundle = routelane.node_bundle(revision, node.name, lambda base_key: _BUNDLE_CACHE.get((*base_key, spec)))
+        if bundle is None:
+            snap = self._snaps.get(revision.pk)
+            if snap is None:
+                snap = self._snaps[revision.pk] = queries.revision_snapshot(revision)
+            bundle = render(snap, spec)
+        _BUNDLE_CACHE[key] = bundle
+        with contextlib.suppress(KeyError, RuntimeError):  # another thread changing the cache meanwhile
+            _evict()
+        return bundle
+
+
+def plan_for(renderer: BundleRenderer, rollout: Rollout, node: Node,
+          challenges: tuple[tuple[str, str], ...] = ()) -> NodePlan:
+    last_good = None
+    if node.applied_revision is not None and node.applied_revision.validation_ok:
+        with contextlib.suppress(UnsafeValue):
+            last_good = renderer.bundle(node.applied_revision, node)
+            if node.applied_sha256 and last_good.sha256 != node.applied_sha256:
+                # The node's own setting changed since it applied that revision (drained or not): what it serves
+                # is the revision with the setting it had, which makes a drain a map change, not a reload.
+                spec = queries.node_spec(node)
+                before = renderer.bundle(node.applied_revision, node, replace(spec, drained=not spec.drained))
+                if before.sha256 == node.applied_sha256:
+                    last_good = before
+    applied_here = node.applied_revision_id == rollout.revision_id
+    conn = queries.node_conn(node)
+    return NodePlan(
+        conn=conn,
+        bundle=renderer.bundle(rollout.revision, node),
+        last_good=last_good,
+        applied_sha256=node.applied_sha256 if applied_here else "",
+        worker_pid=node.worker_pid,
+        prevalidated=_same_binary_as_central(conn),
+        recorded_clean=node.status == Node.Status.UP,
+        challenges=challenges,
+    )
+
+
+def _same_binary_as_central(conn) -> bool:
+    """A local node running the haproxy binary Spillway validates with (see delivery)."""
+    if conn.transport != "local" or REVALIDATE_LOCAL_NODES:
+        return False
+    central, own = shutil.which(settings.HAPROXY_BIN), shutil.which(conn.haproxy_bin)
+    return central is not None and own is not None and os.path.realpath(central) == os.path.realpath(own)
+
+
+def _batches(items: list[NodeResult], canary: bool, batch_size: int) -> list[list[NodeResult]]:
+    batches: list[list[NodeResult]] = []
+    rest = list(items)
+    if canary and rest:
+        batches.append([rest.pop(0)])
+    size = batch_size if batch_size > 0 else max(1, len(rest))
+    batches += [rest[i : i + size] for i in range(0, len(rest), size)]
+    return batches
+
+
+def finish(rollout: Rollout, status: str, error: str = "") -> None:
+    now = timezone.now()
+    started = rollout.started_at or now
+    with asynchronous_commit():
+        Rollout.objects.filter(pk=rollout.pk).update(
+            status=status, error=error[:20000], finished_at=now,
+            duration_ms=(now - started).total_seconds() * 1000.0 if rollout.started_at else None,
+        )
+        open_results = [NodeResult.Status.PENDING, NodeResult.Status.RUNNING]
+        NodeResult.objects.filter(rollout=rollout, status__in=open_results).update(
+            status=NodeResult.Status.SKIPPED, error="not attempted: the rollout stopped first")
+        rollout.status = status
+        if status == Rollout.Status.SUCCEEDED and rollout.rollback_of_id:
+            Rollout.objects.filter(pk=rollout.rollback_of_id).update(status=Rollout.Status.ROLLED_BACK)
+    emit.rollout_finished(rollout, status, error)
+
+
+def _record(batch: list[NodeResult], outcomes: list[NodeOutcome], rollout: Rollout) -> None:
+    """A batch's node results and nodes in a few statements, whatever the batch size (three statements per
+    node were ~8 ms a node on a route change's path, before the `applied` long-polls could see it), in one
+    transaction that does not wait for the disk (apps.core.commits: a node record lost with a database crash
+    makes the node look drifted, and the converge pushes it again)."""
+    with asynchronous_commit():
+        _record_in(batch, outcomes, rollout)
+
+
+def _record_in(batch: list[NodeResult], outcomes: list[NodeOutcome], rollout: Rollout) -> None:
+    now = timezone.now()
+    statuses = {"succeeded": NodeResult.Status.SUCCEEDED, "rolled_back": NodeResult.Status.ROLLED_BACK}
+    before = {n.pk: n for n in Node.objects.filter(pk__in=[r.node_id for r in batch]).order_by()
+              .only("pk", "name", "fleet_id", "status")}
+    updates: dict[int, dict[str, Any]] = {}
+    for result, outcome in zip(batch, outcomes, strict=True):
+        node_update: dict[str, Any] = {"last_seen": now}
+        if outcome.ok:
+            # Recorded only now, once the node proved it: after a reload `show proc`, the listener probes and
+            # proxies (delivery.verify); after a runtime update, every moved key or certificate read back.
+            node_update.update(applied_revision=rollout.revision, applied_sha256=outcome.sha256,
+                               worker_pid=outcome.worker_pid, status=Node.Status.UP, status_detail="")
+        elif outcome.unreachable:
+            node_update = {"status": Node.Status.DOWN, "status_detail": outcome.error[:5000]}
+        elif outcome.status == "rolled_back":
+            node_update.update(worker_pid=outcome.worker_pid, status=Node.Status.UP,
+                               status_detail=f"rollout {rollout.pk} failed here and was rolled back")
+            if outcome.sha256:
+                node_update["applied_sha256"] = outcome.sha256
+        elif outcome.reloaded:
+            node_update.update(status=Node.Status.DRIFTED, status_detail=outcome.error[:5000])
+        updates[result.node_id] = node_update
+    by_fields: dict[tuple[str, ...], list[Node]] = {}
+    for node_id, node_update in updates.items():
+        by_fields.setdefault(tuple(sorted(node_update)), []).append(Node(pk=node_id, **node_update))
+    for fields, nodes in by_fields.items():
+        bulk_set(Node, nodes, fields)
+    if any(outcome.ok for outcome in outcomes):
+        wakeups.notify("applied")  # parked `applied` long-polls re-check now (controlplane/asgi.py)
+    bulk_set(NodeResult, [
+        NodeResult(pk=result.pk, status=statuses.get(outcome.status, NodeResult.Status.FAILED),
+                   error=outcome.error[:20000], unreachable=outcome.unreachable, duration_ms=outcome.duration_ms,
+                   push_ms=outcome.push_ms or None, reload_ms=outcome.reload_ms or None, finished_at=now)
+        for result, outcome in zip(batch, outcomes, strict=True)],
+        ["status", "error", "unreachable", "duration_ms", "push_ms", "reload_ms", "finished_at"])
+    for node_id, node_update in updates.items():
+        node = before.get(node_id)
+        if node is not None and "status" in node_update:
+            emit.node_status_changed(node, node.status, node_update["status"], node_update.get("status_detail", ""))
+
+
+def execute(rollout: Rollout, owner: str) -> Rollout:
+    """Canary first, then batches; stop at the first failing batch. Safe to call again."""
+    fleet_id = rollout.fleet_id
+    with asynchronous_commit():
+        Rollout.objects.filter(pk=rollout.pk).update(status=Rollout.Status.RUNNING,
+                                                     started_at=Coalesce("started_at", Value(timezone.now())))
+    rollout = (Rollout.objects.select_related("fleet", "revision")
+               .defer(*(f"revision__{f}" for f in REVISION_BULK_FIELDS)).get(pk=rollout.pk))
+    results = list(rollout.results.select_related("node__applied_revision")
+                   .defer(*(f"node__applied_revision__{f}" for f in REVISION_BULK_FIELDS)).order_by("node__name"))
+    todo = [r for r in results if r.status != NodeResult.Status.SUCCEEDED and r.node.enabled]
+    for r in results:
+        if not r.node.enabled and r.status == NodeResult.Status.PENDING:
+            NodeResult.objects.filter(pk=r.pk).update(status=NodeResult.Status.SKIPPED, error="node disabled")
+
+    renderer = BundleRenderer()
+    plans: dict[int, NodePlan] = {}
+    challenges = queries.challenge_answers()  # what a reloaded node must answer again at once
+    for r in todo:
+        try:
+            plans[r.pk] = plan_for(renderer, rollout, r.node, challenges)
+        except UnsafeValue as exc:
+            NodeResult.objects.filter(pk=r.pk).update(status=NodeResult.Status.FAILED,
+                                                      error=f"cannot render for this node: {exc}")
+    if len(plans) != len(todo):
+        finish(rollout, Rollout.Status.FAILED, "a node's settings cannot be rendered (see its result)")
+        return rollout
+
+    # Pre-flight, for every node before any is touched: who is down, who would hit a bind conflict.
+    def preflight(result: NodeResult) -> tuple[str, list[str]]:
+        plan = plans[result.pk]
+        proc, why = reachable(plan.conn)
+        if proc is None:
+            return why, []
+        return "", precheck_binds(plan.conn, plan.bundle, plan.last_good)
+
+    checks = dict(zip([r.pk for r in todo], parallel(preflight, todo) if todo else [], strict=True))
+    down = {rid: why for rid, (why, _) in checks.items() if why}
+    live = [r for r in todo if r.pk not in down]
+    clashing = {rid: c for rid, (_, c) in checks.items() if c}
+    if clashing:
+        names = {r.pk: r.node.name for r in todo}
+        detail = "; ".join(f"{names[rid]}: {', '.join(c)}" for rid, c in clashing.items())
+        for rid, c in clashing.items():
+            NodeResult.objects.filter(pk=rid).update(
+                status=NodeResult.Status.FAILED,
+                error=f"bind conflict: {', '.join(c)} already held by another process; nothing was pushed")
+        finish(rollout, Rollout.Status.FAILED, f"bind conflict, refused before any push: {detail}")
+        return rollout
+    for r in todo:
+        if r.pk in down:
+            NodeResult.objects.filter(pk=r.pk).update(
+                status=NodeResult.Status.FAILED, unreachable=True, finished_at=timezone.now(),
+                error=f"{down[r.pk]}\nskipped: the node catches up when it is reachable again")
+            Node.objects.filter(pk=r.node_id).update(status=Node.Status.DOWN, status_detail=down[r.pk][:5000])
+
+    failure = ""
+    for batch in _batches(live, rollout.canary, rollout.batch_size):
+        if not lease_renew(fleet_id, owner):
+            logger.warning("rollout %s: lease lost; leaving it to the new holder", rollout.pk)
+            return rollout
+        newer = Rollout.objects.filter(fleet_id=fleet_id, status=Rollout.Status.PENDING, pk__gt=rollout.pk)
+        if newer.exists():
+            finish(rollout, Rollout.Status.SUPERSEDED, "superseded by a newer rollout")
+            return rollout
+        with asynchronous_commit():
+            NodeResult.objects.filter(pk__in=[r.pk for r in batch]).update(
+                status=NodeResult.Status.RUNNING, started_at=timezone.now())
+        outcomes = parallel(lambda r: apply_node(plans[r.pk]), batch)
+        _record(batch, outcomes, rollout)
+        failed = [(r, o) for r, o in zip(batch, outcomes, strict=True) if not o.ok]
+        if failed:
+            failure = "\n\n".join(f"node {r.node.name}: {o.error}" for r, o in failed)
+            break
+    if not failure and down:
+        failure = "\n".join(sorted(f"{down[r.pk]}" for r in todo if r.pk in down))
+        failure += "\nunreachable nodes catch up when they return"
+    finish(rollout, Rollout.Status.FAILED if failure else Rollout.Status.SUCCEEDED, failure)
+    return rollout

@@ -1,0 +1,83 @@
+"""A fleet's lease: one reconciler at a time touches a fleet's nodes.
+
+The lease is a conditional UPDATE on the fleet row (`lease_owner`, `lease_until`), renewed per batch. A killed
+worker's lease expires after LEASE_S, or is taken over at once when its PID is gone on this host, and the next
+reconcile picks the rollout up where it stood.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.core.commits import asynchronous_commit
+from apps.fleets.models import Fleet
+
+logger = logging.getLogger(__name__)
+
+LEASE_S = 30.0
+
+
+def new_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}:{uuid.uuid4().hex[:8]}"
+
+
+def _owner_gone(owner: str) -> bool:
+    """The lease holder ran on this host and its process no longer exists."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    # A killed worker whose parent died too can linger as a zombie (state Z) until reaped.
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def claim(fleet_id: int, owner: str) -> bool:
+    now = timezone.now()
+    until = now + timedelta(seconds=LEASE_S)
+    free = Q(lease_owner="") | Q(lease_until__lt=now) | Q(lease_until__isnull=True) | Q(lease_owner=owner)
+    with asynchronous_commit():  # a lease lost with a database crash expires (LEASE_S)
+        if Fleet.objects.filter(free, pk=fleet_id).update(lease_owner=owner, lease_until=until):
+            return True
+    holder = Fleet.objects.filter(pk=fleet_id).values_list("lease_owner", flat=True).first()
+    if holder and _owner_gone(holder):
+        logger.warning("fleet %s: taking over the lease of %s (process gone)", fleet_id, holder)
+        return bool(Fleet.objects.filter(pk=fleet_id, lease_owner=holder).update(lease_owner=owner,
+                                                                                 lease_until=until))
+    return False
+
+
+def renew(fleet_id: int, owner: str) -> bool:
+    until = timezone.now() + timedelta(seconds=LEASE_S)
+    with asynchronous_commit():
+        return bool(Fleet.objects.filter(pk=fleet_id, lease_owner=owner).update(lease_until=until))
+
+
+def release(fleet_id: int, owner: str) -> None:
+    with asynchronous_commit():
+        Fleet.objects.filter(pk=fleet_id, lease_owner=owner).update(lease_owner="", lease_until=None)
+
+
+def is_free(fleet_id: int) -> bool:
+    """No live reconciler holds the fleet's lease: free, expired, or its holder's process is gone (what
+    claim would take). One indexed read of the fleet row; touches no node."""
+    row = Fleet.objects.filter(pk=fleet_id).values_list("lease_owner", "lease_until").first()
+    if row is None:
+        return True
+    owner, until = row
+    return not owner or until is None or until < timezone.now() or _owner_gone(owner)
