@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export CHECKPOINT_DISABLE := 1
 
-.PHONY: venv install install-dev run test test-fast lint bench migrate
+.PHONY: venv install install-dev run test test-fast test-durations lint bench migrate
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -27,8 +27,9 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/spillway
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/1
 
 # Two xdist workers, whole files per worker (module-scoped fleets stay on one worker); each worker gets its
-# own test database and Redis database. `make test PYTEST_XDIST=` runs serially.
-PYTEST_XDIST ?= -n 2 --dist loadfile
+# own test database and Redis database. Files run longest first (tests/file_durations.json, tests/conftest.py),
+# not xdist's most-tests-first. `make test PYTEST_XDIST=` runs serially.
+PYTEST_XDIST ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 # scripts/setup-system installs missing system packages and the cloud extra, starts PostgreSQL and
 # Redis and creates the database. A test skipped for a missing dependency fails the run
@@ -43,6 +44,10 @@ test: install-dev
 test-fast: install-dev
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) SPILLWAY_TESTING=1 $(BIN)/python -m pytest -q \
 		$(PYTEST_XDIST) -m "not process and not browser and not haproxy and not slow" $(PYTEST_ARGS)
+
+# A full run that writes each test file's time into tests/file_durations.json (commit it: it orders `make test`).
+test-durations: install-dev
+	SPILLWAY_RECORD_DURATIONS=1 $(MAKE) test
 
 migrate: install
 	$(BIN)/python manage.py migrate --noinput

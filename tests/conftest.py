@@ -7,6 +7,7 @@ otto: admin of the operator org `ops` (sees everything).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pytest
@@ -178,10 +179,25 @@ PROCESS_FIXTURES = frozenset({"celery_worker_factory", "live_server", "page", "b
                               "tiny_backend", "haproxy_bin", "sshd", "demo_fleet_addresses"})
 
 
+# Seconds each test file took in a full run (`make test-durations` writes it). The two xdist workers take whole
+# files in collection order (Makefile: --dist loadfile --no-loadscope-reorder), so the longest files go first and
+# the short ones fill in at the end: ordered by test count instead (xdist's default), a 45 s file that started in
+# the last minute left one worker idle for minutes.
+FILE_DURATIONS = Path(__file__).with_name("file_durations.json")
+RECORD_DURATIONS_ENV = "SPILLWAY_RECORD_DURATIONS"
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.process)
+    try:
+        durations = json.loads(FILE_DURATIONS.read_text())
+    except (OSError, ValueError):
+        return
+    unknown = 5.0  # a new file: somewhere in the middle, not last
+    position = {item: index for index, item in enumerate(items)}
+    items.sort(key=lambda item: (-durations.get(item.location[0], unknown), position[item]))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -196,6 +212,15 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if os.environ.get(RECORD_DURATIONS_ENV) == "1" and not hasattr(config, "workerinput"):
+        totals: dict[str, float] = {}
+        for reports in terminalreporter.stats.values():
+            for report in reports:
+                if isinstance(report, pytest.TestReport):
+                    path = report.location[0]
+                    totals[path] = totals.get(path, 0.0) + report.duration
+        FILE_DURATIONS.write_text(json.dumps({k: round(v, 1) for k, v in sorted(totals.items())}, indent=0) + "\n")
+        terminalreporter.write_line(f"wrote {FILE_DURATIONS} ({len(totals)} files, {sum(totals.values()):.0f} s)")
     # From the reports (not the workers' state): under xdist the controller prints the summary.
     missing = [f"{r.nodeid}: {r.longrepr[2]}" for r in terminalreporter.stats.get("skipped", [])
                if deps.is_missing_dependency(r)]
