@@ -86,48 +86,13 @@ def anon() -> APIClient:
 # --- real processes -----------------------------------------------------------------
 
 import os  # noqa: E402
-import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def process_env(**extra: str) -> dict[str, str]:
-    """Environment for a child process (worker, dispatcher) that must see the *test* database.
-
-    pytest-django renames the database to test_<name>; children get a DATABASE_URL
-    pointing at that name so they read and write the rows the test made (use
-    `transactional_db` so those rows are committed).
-    """
-    from django.db import connection
-
-    env = dict(os.environ)
-    s = connection.settings_dict
-    if connection.vendor == "postgresql":
-        auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "")
-        env["DATABASE_URL"] = f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
-    else:
-        env["DATABASE_URL"] = f"sqlite:///{s['NAME']}"
-    env["SPILLWAY_TESTING"] = "1"
-    env["CELERY_TASK_ALWAYS_EAGER"] = "0"
-    env.update(extra)
-    return env
-
-
-def stop_process(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
-    """Stop a child we started, by PID: SIGTERM, then SIGKILL."""
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
+from tests.processes import REPO, process_env, stop_process  # noqa: E402  (used by fixtures below)
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import socket
 
 
@@ -26,3 +27,17 @@ def free_port_on(addresses: list[str], attempts: int = 100) -> int:
         if ok:
             return port
     raise RuntimeError(f"no port free on all of {addresses}")
+
+
+def http_get(url: str, timeout_s: float = 2.0, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    """(status, body) of one GET with a fresh connection (no keep-alive between calls)."""
+    rest = url.split("://", 1)[1]
+    hostport, _, path = rest.partition("/")
+    host, _, port = hostport.partition(":")
+    conn = http.client.HTTPConnection(host, int(port or 80), timeout=timeout_s)
+    try:
+        conn.request("GET", "/" + path, headers={"Connection": "close", **(headers or {})})
+        response = conn.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        conn.close()

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.processes import REPO
 
 PROBE = "tests/probes/missing_dep_probe.py"
 

@@ -24,9 +24,9 @@ import pytest
 from apps.core import ports
 from apps.fleets import demo
 from tests import readme
-from tests.conftest import REPO
-from tests.fleets.conftest import demo_fleet_addresses, haproxy_bin, http_get  # noqa: F401  (fixtures)
-from tests.netutil import pick_free_port
+from tests.fleets.conftest import demo_fleet_addresses, haproxy_bin  # noqa: F401  (fixtures)
+from tests.netutil import http_get, pick_free_port
+from tests.processes import REPO
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.slow]
 

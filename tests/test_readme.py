@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 from apps.accounts.models import ApiToken
 from apps.balancers import demo as balancers_demo
 from tests import readme
-from tests.conftest import REPO
+from tests.processes import REPO
 
 # command prefix -> where it is run
 RUN_BY = {

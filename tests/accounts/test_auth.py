@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from apps.accounts.models import ApiToken
 from apps.accounts.services import token_create
-from tests.conftest import REPO
+from tests.processes import REPO
 
 
 def bearer(secret: str) -> APIClient:

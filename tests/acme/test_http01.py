@@ -16,7 +16,7 @@ from apps.core.errors import DomainError
 from apps.fleets.models import Certificate
 from apps.fleets.node.apply import pem_serial
 from apps.fleets.node.runtime_api import HAProxySocket
-from tests.fleets.conftest import http_get
+from tests.netutil import http_get
 
 from .conftest import EU_NODES, approve, principal_of
 

@@ -16,8 +16,7 @@ from apps.fleets.config.render.frontends import ACME_CHALLENGE_MAP
 from apps.fleets.demo.localnodes import start_local_node, stop_local_node
 from apps.fleets.models import ChallengeAnswer, Node
 from apps.fleets.node.runtime_api import HAProxySocket
-from tests.fleets.conftest import http_get
-from tests.netutil import free_port_on
+from tests.netutil import free_port_on, http_get
 
 from .conftest import EU_NODES, US_NODES, approve, principal_of
 

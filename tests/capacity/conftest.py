@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -15,7 +15,6 @@ import pytest
 from apps.balancers.models import IpPool, Listener, LoadBalancer, Member, Pool, PoolRegion, Region, StaticIP
 from apps.capacity.models import CapacityRun, TargetAllowlist
 from tests import deps
-from tests.conftest import REPO, process_env, stop_process
 from tests.factories import (
     HostnameClaimFactory,
     LoadBalancerFactory,
@@ -24,6 +23,8 @@ from tests.factories import (
     PoolRegionFactory,
     RegionFactory,
 )
+from tests.processes import REPO, process_env, stop_process
+from tests.waiting import wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -71,17 +72,6 @@ def world(acme, globex, ops) -> World:
                  vip=vip)
 
 
-def wait_for(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.05) -> object:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s} s")
-        time.sleep(interval_s)
-
-
 def wait_for_run(run_id: int, timeout_s: float = 30.0) -> CapacityRun:
     def finished() -> CapacityRun | None:
         run = CapacityRun.objects.get(pk=run_id)
@@ -89,7 +79,7 @@ def wait_for_run(run_id: int, timeout_s: float = 30.0) -> CapacityRun:
         never_started = not run.is_active and run.plan is None
         return run if done or never_started else None
 
-    return wait_for(finished, timeout_s, 0.1)  # type: ignore[return-value]
+    return wait_until(finished, timeout_s, 0.1, what=f"capacity run {run_id} finished")
 
 
 @pytest.fixture(scope="module")

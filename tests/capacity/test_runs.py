@@ -12,8 +12,9 @@ from apps.capacity.engine import decode_histogram
 from apps.capacity.models import CapacityRun, CapacityShard, StepResult
 from apps.events import types
 from apps.events.models import Event
-from tests.capacity.conftest import wait_for, wait_for_run
+from tests.capacity.conftest import wait_for_run
 from tests.capacity.servers import ServerProcess
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,7 +25,7 @@ def _workers(cap_workers):
     yield cap_workers
     for run in CapacityRun.objects.filter(status__in=CapacityRun.ACTIVE):
         CapacityRun.objects.filter(pk=run.pk).update(status=CapacityRun.Status.CANCELLED)
-    wait_for(lambda: not CapacityShard.objects.filter(status=CapacityShard.Status.RUNNING).exists(), timeout_s=15)
+    wait_until(lambda: not CapacityShard.objects.filter(status=CapacityShard.Status.RUNNING).exists(), timeout_s=15)
 
 
 def _create_and_start(client, **fields) -> int:
@@ -111,13 +112,13 @@ def test_progress_is_live_and_cancel_stops_the_shards_within_two_seconds(world, 
             body = alice.client.get(f"/api/v1/capacity-runs/{run_id}/progress/").json()
             return body if body["status"] == "running" and body["sent"] > 0 and body["achieved_rate"] > 0 else None
 
-        live = wait_for(progressing, timeout_s=15, interval_s=0.1)
+        live = wait_until(progressing, timeout_s=15, interval_s=0.1)
         assert 0 < live["progress_percent"] < 50
         assert live["current_step"] == 0 and live["step_count"] == 2
         cancelled_t = time.monotonic()
         response = alice.client.post(f"/api/v1/capacity-runs/{run_id}/cancel/")
         assert response.status_code == 200 and response.json()["status"] == "cancelled"
-        wait_for(lambda: CapacityShard.objects.filter(run_id=run_id, finished_at__isnull=False).count() == 1,
+        wait_until(lambda: CapacityShard.objects.filter(run_id=run_id, finished_at__isnull=False).count() == 1,
                  timeout_s=5, interval_s=0.02)
         stop_s = time.monotonic() - cancelled_t
         run = wait_for_run(run_id)

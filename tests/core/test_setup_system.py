@@ -9,7 +9,7 @@ import tempfile
 
 import pytest
 
-from tests.conftest import REPO
+from tests.processes import REPO
 
 SCRIPT = str(REPO / "scripts" / "setup-system")
 

@@ -15,7 +15,7 @@ from django.db import connection
 from apps.balancers.models import Region
 from apps.fleets.models import Fleet
 from apps.fleets.tasks import reconcile_task
-from tests.fleets.fleetkit import wait_for
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

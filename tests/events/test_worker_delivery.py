@@ -12,19 +12,12 @@ from apps.events import types
 from apps.events.models import Delivery
 from apps.events.services import event_emit
 from tests.events.conftest import subscribe
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 EMITTED_TYPES = sorted(set(types.TYPES) - {"test"})
 WORKER_ENV = {"SCHEDULING_TENANT_URL_ALLOW_CIDRS": "127.0.0.0/8", "EVENTS_RETRY_BASE_S": "1"}
-
-
-def wait_for(predicate, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.1)
 
 
 def test_every_event_type_reaches_the_receiver_once_through_the_events_worker(acme, receiver, celery_worker_factory):
@@ -33,7 +26,7 @@ def test_every_event_type_reaches_the_receiver_once_through_the_events_worker(ac
     for event_type in EMITTED_TYPES:
         with transaction.atomic():  # delivery is enqueued when this commits
             event_emit(event_type, org=acme, object_type="thing", object_id="7", data={"revision": 3})
-    wait_for(lambda: Delivery.objects.filter(status=Delivery.Status.DELIVERED).count() == len(EMITTED_TYPES))
+    wait_until(lambda: Delivery.objects.filter(status=Delivery.Status.DELIVERED).count() == len(EMITTED_TYPES), 30.0)
     time.sleep(1.0)  # room for a duplicate to show up, if the worker would send one
     assert sorted(r.headers["x-spillway-event"] for r in receiver.requests) == EMITTED_TYPES
     assert set(Delivery.objects.values_list("attempts", flat=True)) == {1}
@@ -45,7 +38,7 @@ def test_a_500_is_retried_by_the_worker_after_its_backoff(acme, receiver, celery
     receiver.statuses = [500]
     with transaction.atomic():
         event_emit("rollout.failed", org=acme, object_type="loadbalancer", object_id="1", data={"error": "boom"})
-    wait_for(lambda: Delivery.objects.filter(status=Delivery.Status.DELIVERED).exists())
+    wait_until(lambda: Delivery.objects.filter(status=Delivery.Status.DELIVERED).exists(), 30.0)
     delivery = Delivery.objects.get()
     assert (delivery.attempts, delivery.last_status_code) == (2, 200)
     assert len(receiver.requests) == 2

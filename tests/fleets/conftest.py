@@ -27,7 +27,6 @@ started with ``apps.fleets.node.process.start_master``.
 from __future__ import annotations
 
 import getpass
-import http.client
 import os
 import shutil
 import socket
@@ -85,20 +84,6 @@ def _port_is_free(address: str, port: int, *, reuse: bool = False) -> bool:
         except OSError:
             return False
     return True
-
-
-def http_get(url: str, timeout_s: float = 2.0, headers: dict[str, str] | None = None) -> tuple[int, str]:
-    """(status, body) of one GET with a fresh connection (no keep-alive between calls)."""
-    rest = url.split("://", 1)[1]
-    hostport, _, path = rest.partition("/")
-    host, _, port = hostport.partition(":")
-    conn = http.client.HTTPConnection(host, int(port or 80), timeout=timeout_s)
-    try:
-        conn.request("GET", "/" + path, headers={"Connection": "close", **(headers or {})})
-        response = conn.getresponse()
-        return response.status, response.read().decode()
-    finally:
-        conn.close()
 
 
 def pool_config(port: int, *backends: TinyBackend) -> str:

@@ -11,7 +11,6 @@ import contextlib
 import shutil
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass, field
 
 from django.db.models import F
@@ -21,9 +20,7 @@ from apps.balancers.models import Listener, LoadBalancer, Member, Pool, PoolRegi
 from apps.fleets import services
 from apps.fleets.demo.localnodes import start_local_node, stop_local_node
 from apps.fleets.models import Fleet, Node
-from tests.netutil import free_port_on
-
-from .conftest import http_get
+from tests.netutil import free_port_on, http_get
 
 
 @dataclass
@@ -118,15 +115,6 @@ def changed(fleet: Fleet) -> None:
 def reconcile(fleet: Fleet) -> dict:
     changed(fleet)
     return services.fleet_reconcile(fleet_id=fleet.pk)
-
-
-def wait_for(predicate, timeout_s: float = 10.0, interval_s: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return False
 
 
 def self_signed(days: int, name: str = "shop.acme.example") -> tuple[str, str]:

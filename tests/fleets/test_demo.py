@@ -14,8 +14,7 @@ from apps.fleets import demo
 from apps.fleets.models import Fleet, Node, Rollout
 from apps.fleets.rollout import drift
 from tests import readme
-
-from .conftest import http_get
+from tests.netutil import http_get
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
 

@@ -24,7 +24,7 @@ from apps.balancers.models import LoadBalancer
 from apps.core import wakeups
 from apps.core.webserver import gunicorn_command
 from apps.fleets.models import ConfigRevision, Fleet, Node
-from tests.conftest import REPO, process_env, stop_process
+from tests.processes import REPO, process_env, stop_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

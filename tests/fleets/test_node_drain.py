@@ -19,8 +19,8 @@ import pytest
 from apps.fleets.models import Node
 from apps.fleets.node.runtime_api import HAProxySocket, MasterSocket, RuntimeUnavailable
 from apps.fleets.node.showstat import parse_show_stat
-from tests.conftest import stop_process
 from tests.netutil import free_port_on
+from tests.processes import stop_process
 
 from .fleetkit import LocalFleet, make_local_fleet, reconcile
 

@@ -16,8 +16,9 @@ from apps.fleets.node.runtime_api import (
     parse_show_proc,
 )
 from apps.fleets.node.showstat import parse_backend_usable, parse_show_stat
+from tests.netutil import http_get
 
-from .conftest import HAProxyNodeFactory, http_get, pool_config
+from .conftest import HAProxyNodeFactory, pool_config
 
 pytestmark = pytest.mark.haproxy
 

@@ -19,8 +19,9 @@ from apps.fleets.models import Fleet, Rollout
 from apps.fleets.rollout import execute, lease
 from apps.fleets.rollout.reconcile import fleet_reconcile
 from apps.fleets.rollout.settle import fleet_settle
+from tests.waiting import wait_for
 
-from .fleetkit import LocalFleet, add_pool, add_route, changed, make_local_fleet, reconcile, wait_for
+from .fleetkit import LocalFleet, add_pool, add_route, changed, make_local_fleet, reconcile
 
 pytestmark = [pytest.mark.haproxy]
 

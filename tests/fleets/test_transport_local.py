@@ -15,8 +15,9 @@ import pytest
 from apps.fleets.config.digest import set_digest
 from apps.fleets.node.transports import Transport, transport_for
 from apps.fleets.node.transports.local import LocalTransport
+from tests.netutil import http_get
 
-from .conftest import HAProxyNodeFactory, SimpleBundle, http_get, pool_config, standard_global
+from .conftest import HAProxyNodeFactory, SimpleBundle, pool_config, standard_global
 
 pytestmark = pytest.mark.haproxy
 

@@ -23,8 +23,9 @@ from apps.fleets.health.vips import fleet_vip_holders
 from apps.fleets.models import Fleet, Node, NodeResult
 from tests import netns
 from tests.deps import missing
-from tests.fleets.conftest import http_get
-from tests.fleets.fleetkit import reconcile, wait_for
+from tests.fleets.fleetkit import reconcile
+from tests.netutil import http_get
+from tests.waiting import wait_for
 
 # Not root: namespaces cannot be made here at all (a plain skip). A missing binary (keepalived is
 # `.ci/apt-packages`' business) is a missing dependency, which fails `make test` instead of skipping quietly.

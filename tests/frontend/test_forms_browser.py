@@ -11,7 +11,8 @@ from apps.balancers.demo import DEMO_PASSWORDS
 from apps.balancers.models import Member, Pool, PoolRegion
 from tests.browser import login, shot
 from tests.fleets.conftest import tiny_backend  # noqa: F401  (fixture)
-from tests.frontend.test_workspace_browser import NODES, ROLLOUT_TIMEOUT_MS, demo_fleet, through_node, wait_for  # noqa: F401
+from tests.frontend.test_workspace_browser import NODES, ROLLOUT_TIMEOUT_MS, demo_fleet, through_node  # noqa: F401
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -18,8 +18,9 @@ from apps.fleets.models import Node
 from apps.fleets.node.process import stop_master
 from tests import deps
 from tests.browser import login, shot
-from tests.fleets.conftest import http_get, tiny_backend  # noqa: F401  (fixture)
-from tests.frontend.test_workspace_browser import wait_for
+from tests.fleets.conftest import tiny_backend  # noqa: F401  (fixture)
+from tests.netutil import http_get
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 NODE = "127.0.81.1"

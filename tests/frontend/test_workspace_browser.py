@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import re
 import shutil
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -22,7 +21,8 @@ from apps.fleets.models import Node, Rollout
 from apps.fleets.node.runtime_api import HAProxySocket
 from tests import deps
 from tests.browser import login, shot
-from tests.fleets.conftest import http_get
+from tests.netutil import http_get
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -36,15 +36,6 @@ BACKENDS = {
     ("globex", "eu-west"): [("127.0.27.1", 9201)],
 }
 ROLLOUT_TIMEOUT_MS = 90_000
-
-
-def wait_for(check: Callable[[], bool], timeout_s: float, interval_s: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(interval_s)
-    return check()
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 
 from apps.scheduling import services
 from apps.scheduling.models import Job
-from tests.conftest import REPO, process_env, stop_process
+from tests.processes import REPO, process_env, stop_process
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from apps.scheduling.models import JobRun
-from tests.conftest import REPO, process_env, stop_process
+from tests.processes import REPO, process_env, stop_process
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

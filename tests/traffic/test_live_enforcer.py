@@ -16,9 +16,9 @@ import pytest
 
 from apps.fleets.enforcement import DemandMeter, enforce, enforcer_running
 from apps.fleets.tasks import enforce_task
-from tests.conftest import REPO, process_env, stop_process
-from tests.fleets.fleetkit import wait_for
+from tests.processes import REPO, process_env, stop_process
 from tests.traffic.test_live_enforce import A_CAPACITY, NODES, Load, start
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.haproxy]
 
