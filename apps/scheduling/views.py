@@ -236,4 +236,13 @@ def _params_shown(job: Job) -> list[tuple[str, Any]]:
     kind = registry.REGISTRY.get(job.kind)
     named = registry.params_for_export(job.kind, job.params or {})
     labels = {p.name: p.label for p in (kind.params if kind else ())}
-    return [(labels.get(key, key), value) for key, value in named.items()]
+    return [(labels.get(key, key), _shown(value)) for key, value in named.items()]
+
+
+def _shown(value: Any) -> Any:
+    """A value as a person reads it: yes/no, not Python's True/False; lists joined."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ", ".join(str(_shown(v)) for v in value) or "none"
+    return value

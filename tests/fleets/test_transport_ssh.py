@@ -19,8 +19,9 @@ from apps.fleets.config.digest import set_digest
 from apps.fleets.node.runtime_api import HAProxySocket
 from apps.fleets.node.transports.base import HostKeyMismatch, NodeConn, TransportError
 from apps.fleets.node.transports.ssh import SshTransport
+from tests.netutil import http_get
 
-from .conftest import HAProxyNodeFactory, SimpleBundle, SshdInfo, http_get, standard_global
+from .conftest import HAProxyNodeFactory, SimpleBundle, SshdInfo, standard_global
 
 pytestmark = pytest.mark.haproxy
 

@@ -102,3 +102,18 @@ def test_rollback_button_queues_a_rollback_rollout(edge, otto) -> None:
     back = Rollout.objects.order_by("-id").first()
     assert response.headers["HX-Redirect"] == f"/fleets/rollouts/{back.pk}/"
     assert back.kind == "rollback" and back.revision.number == 1
+
+
+def test_a_node_of_a_fleet_with_nothing_rendered_is_not_called_behind(ops, otto):
+    """'behind' means the node serves an older revision than the fleet wants; with nothing rendered yet there is
+    nothing to be behind (the walk of every page found every new fleet's nodes marked behind)."""
+    region = Region.objects.create(slug="us-west", name="US West")
+    fleet = Fleet.objects.create(name="fresh", region=region)
+    node = Node.objects.create(fleet=fleet, name="n1", address="127.0.0.1", runtime_dir="/run/spw/f1",
+                               config_dir="/etc/spw/f1")
+    page = browser(otto).get(f"/fleets/{fleet.pk}/").content.decode()
+    row = page.split(f'id="node-{node.pk}"', 1)[1].split("</tr>", 1)[0]
+    assert "behind" not in row
+    Fleet.objects.filter(pk=fleet.pk).update(desired_revision=1)
+    page = browser(otto).get(f"/fleets/{fleet.pk}/").content.decode()
+    assert "behind" in page.split(f'id="node-{node.pk}"', 1)[1].split("</tr>", 1)[0]

@@ -271,3 +271,13 @@ def test_a_long_windows_mean_weighs_each_bucket_by_its_length(world, otto) -> No
     span_s = 300 + 6 * 10
     assert mean["eu-west"]["demand"] == round(40.0 * 300 / span_s, 3)
     assert mean["us-east"]["demand"] == round(730.0 * 60 / span_s, 3)
+
+
+def test_a_fleet_with_nothing_rendered_is_neither_on_desired_nor_behind(world, otto) -> None:
+    """Before its first render a fleet has no desired revision: its nodes are not '2/2 on desired' and not
+    'behind' (both false; the page walk found the first on the demo's fresh fleets)."""
+    Fleet.objects.filter(pk=world.fleet.pk).update(desired_revision=0)
+    panel = web(otto).get("/dashboard/fleets/").content.decode()
+    fleet_row = panel.split("edge-us</a>", 1)[1].split("</tr>", 1)[0]
+    assert "nothing rendered yet" in fleet_row, fleet_row
+    assert "behind" not in panel, panel  # the fleet's row and its nodes' rows

@@ -41,9 +41,11 @@ def test_the_operator_drains_a_node_from_the_fleet_page_and_the_upstream_honours
     page.goto(f"/fleets/{local.fleet.pk}/")
     row = page.locator(f"#node-{n1.pk}")
     row.get_by_text("/spillway/healthz").wait_for()
-    page.once("dialog", lambda dialog: dialog.accept())
+    asked: list[str] = []
+    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
     row.get_by_role("button", name="Drain").click()
     page.locator(f"#node-{n1.pk} .node-service", has_text="drained").wait_for()
+    assert asked and asked[0].startswith("Drain n1?"), asked  # the page asks first (data-confirm, no inline JS)
     _until(lambda: _statuses(sock)["n1"] == "DOWN")  # the worker pushed it; the upstream's check saw 503
     shot(page, "node-drained")
     before = _served(sock)
