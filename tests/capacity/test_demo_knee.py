@@ -1,4 +1,5 @@
-"""The demo's `edge-knee` capacity test, as `make run` sets it up, through a real Celery worker and fleet.
+"""The demo's `edge-knee` capacity test, as `make run` sets it up, through a real Celery worker and fleet, then
+applied in a real browser (issue 35's workflow 5: a capacity test's recommendation applied with care).
 
 `manage.py loaddemo` defines the test (acme's pool on the shared `edge` LB, region us-east, 2 shards);
 `start_demo_processes` starts the 4 demo HAProxy nodes and backends and rolls them out; a real worker
@@ -7,23 +8,29 @@ with `make run`'s 2 slots runs the run. What the nodes served is read from their
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.core.management import call_command
 
-from apps.balancers.models import Pool
+from apps.balancers.demo import DEMO_PASSWORDS
+from apps.balancers.models import Pool, PoolRegion
 from apps.capacity import knee
 from apps.capacity.models import CapacityRun, CapacityTest
 from apps.capacity.services import capacity_run_start
 from apps.fleets import demo
 from apps.fleets import selectors as fleet_selectors
-from apps.fleets.config.render.chain import backend_name
+from apps.fleets.config.render.chain import LIMITS_MAP, UNLIMITED, backend_name
 from apps.fleets.models import Node
 from apps.fleets.node.runtime_api import HAProxySocket
 from apps.fleets.node.showstat import parse_show_stat
+from apps.traffic.selectors import pool_capacities
+from tests.browser import login, shot
 from tests.capacity.conftest import wait_for_run
 from tests.fleets.conftest import demo_fleet_addresses, haproxy_bin  # noqa: F401 (fixtures)
+from tests.netutil import http_get
 
-pytestmark = [pytest.mark.haproxy, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.haproxy, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def _served(nodes: list[Node], backends: list[str]) -> dict[str, int]:
@@ -37,8 +44,17 @@ def _served(nodes: list[Node], backends: list[str]) -> dict[str, int]:
     return out
 
 
+def _limits(nodes: list[Node], backend: str) -> set[int]:
+    """The per-node rate limit each node enforces now for one backend (its live chain limits map)."""
+    found = set()
+    for node in nodes:
+        entries = dict(HAProxySocket(fleet_selectors.node_conn(node).stats_socket_path).show_map(LIMITS_MAP))
+        found.add(int(entries[backend]))
+    return found
+
+
 def test_the_demo_edge_knee_test_measures_us_east_of_the_demo_fleet_through_a_worker(
-        haproxy_bin, demo_fleet_addresses, celery_worker_factory, settings, tmp_path) -> None:  # noqa: F811
+        haproxy_bin, demo_fleet_addresses, celery_worker_factory, settings, tmp_path, page) -> None:  # noqa: F811
     """GIVEN `make run`'s demo (loaddemo, the demo fleet started, a worker with 2 slots)
     WHEN acme's `edge-knee` test runs
     THEN it aims where a us-east node listens (not the listener's static IP, where nothing listens);
@@ -60,10 +76,37 @@ def test_the_demo_edge_knee_test_measures_us_east_of_the_demo_fleet_through_a_wo
         run = capacity_run_start(principal=None, test=test)
         run = wait_for_run(run.pk, timeout_s=60.0)
         after = _served(us_nodes, backends)
+        assert run.status == CapacityRun.Status.SUCCEEDED, (run.error_code, run.error)
+
+        # The tenant applies it in the browser: the preview says before -> after and asks; the nodes take it.
+        limits_before = _limits(us_nodes, backends[0])
+        login(page, "acme", DEMO_PASSWORDS["acme"])
+        page.goto(f"/capacity/runs/{run.pk}/")
+        page.get_by_role("button", name="Apply to the pool…").click()
+        preview = page.locator("#apply-preview")
+        preview.wait_for()
+        shot(page, "capacity-apply-preview-real-run")
+        shown = re.search(r"us-east capacity: ([\d.]+) req/s → ([\d.]+) req/s", preview.inner_text())
+        assert shown, preview.inner_text()
+        capacity_before, capacity_after = float(shown.group(1)), float(shown.group(2))
+        members = run.healthy_members
+        assert capacity_before == pytest.approx(members * pool.regions.get(region__slug="us-east").max_rate_per_member)
+        assert capacity_after == pytest.approx(members * run.recommended_max_rate_per_member, abs=0.05)
+        preview.get_by_role("button", name="Apply", exact=True).click()
+        page.locator("#run-recommendation .badge", has_text="applied").wait_for()
+        shot(page, "capacity-applied-real-run")
+        pool_region = PoolRegion.objects.get(pool=pool, region__slug="us-east")
+        assert pool_region.max_rate_per_member == run.recommended_max_rate_per_member
+        capacity = {c.region: c.capacity for c in pool_capacities(pool)}
+        assert capacity["us-east"] == pytest.approx(capacity_after, abs=0.05)  # what the preview said it would be
+        # us-east is the only region with members, so its nodes' chain is that one step, which absorbs (no limit):
+        # the new capacity changes what the overflow pages and plans say, not what these nodes enforce.
+        assert _limits(us_nodes, backends[0]) == limits_before == {UNLIMITED}
+        status, body = http_get(f"http://{us_nodes[0].bind_address}:8080/", headers={"Host": "acme.example.com"})
+        assert status == 200 and body.startswith("acme-us-east-"), (status, body)  # still served, by us-east
     finally:
         demo.stop_demo_processes()
 
-    assert run.status == CapacityRun.Status.SUCCEEDED, (run.error_code, run.error)
     assert run.target_address in {n.bind_address for n in us_nodes}, run.target_address
     assert run.sent == 20 * 5 + 40 * 5 + 80 * 5 + 160 * 5 and run.ok >= 0.99 * run.sent, (run.sent, run.ok)
     local, overflow = (after[b] - before[b] for b in backends)
