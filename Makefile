@@ -39,11 +39,12 @@ test: install-dev
 	$(BIN)/ruff check .
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) SPILLWAY_TESTING=1 $(BIN)/python -m pytest -q $(PYTEST_XDIST) $(PYTEST_ARGS)
 
-# The inner loop: no real processes, browsers or slow tests (tests/conftest.py marks them), on two workers.
+# The inner loop: no real processes, browsers or slow tests (tests/conftest.py marks them), on two workers,
+# keeping the test databases between runs (Django still applies new migrations to them).
 # `make test-fast PYTEST_ARGS=--lf` re-runs what failed last time.
 test-fast: install-dev
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) SPILLWAY_TESTING=1 $(BIN)/python -m pytest -q \
-		$(PYTEST_XDIST) -m "not process and not browser and not haproxy and not slow" $(PYTEST_ARGS)
+		$(PYTEST_XDIST) --reuse-db -m "not process and not browser and not haproxy and not slow" $(PYTEST_ARGS)
 
 # A full run that writes each test file's time into tests/file_durations.json (commit it: it orders `make test`).
 test-durations: install-dev

@@ -10,6 +10,8 @@ import pytest
 
 from tests.processes import REPO
 
+pytestmark = pytest.mark.process  # runs pytest itself in a child process
+
 PROBE = "tests/probes/missing_dep_probe.py"
 
 

@@ -32,6 +32,8 @@ from apps.capacity.knee import find_knee, summarize
 
 from .servers import ServerProcess, closed_port
 
+pytestmark = pytest.mark.process  # the real load generator against real servers
+
 
 @pytest.fixture(scope="module")
 def ok_server() -> Iterator[ServerProcess]:

@@ -26,7 +26,7 @@ from apps.core.webserver import gunicorn_command
 from apps.fleets.models import ConfigRevision, Fleet, Node
 from tests.processes import REPO, process_env, stop_process
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]  # a real ASGI server
 
 PARKED = 12  # > the server's 2 request threads
 

@@ -29,7 +29,8 @@ from tests.waiting import wait_for
 
 # Not root: namespaces cannot be made here at all (a plain skip). A missing binary (keepalived is
 # `.ci/apt-packages`' business) is a missing dependency, which fails `make test` instead of skipping quietly.
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
+              pytest.mark.process]  # keepalived and HAProxy in namespaces
 
 VIP_PORT = 80
 

@@ -435,6 +435,7 @@ def _vixie_slots(expr: str, zone_name: str, start: datetime, end: datetime) -> l
     return slots
 
 
+@pytest.mark.slow  # brute force over every minute around the transitions
 @settings(max_examples=100, deadline=None)
 @given(
     st.sampled_from(ZONES),
