@@ -1,6 +1,6 @@
 """The emit points outside the fleet engine's rollout path: overflow and member health.
 
-(change.applied after a real rollout is asserted in tests/fleets/test_rollouts.py; job.failed and
+(change.applied after a real rollout is asserted in tests/fleets/rollout/test_rollouts.py; job.failed and
 capacity.run_finished go through the same `event_emit` from the runner and the run merge; certificate
 expiring/renewed are apps.acme's, tested in tests/acme.)
 """

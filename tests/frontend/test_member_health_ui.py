@@ -1,6 +1,6 @@
 """Member health in the pool table (polled in place) and on the dashboard; a drain counts its open sessions
 down to zero. NodeHealth rows are written as the health collection writes them (the real collection from
-HAProxy is tests/fleets/test_member_health.py)."""
+HAProxy is tests/fleets/health/test_member_health.py)."""
 
 from __future__ import annotations
 

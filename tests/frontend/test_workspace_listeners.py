@@ -1,5 +1,5 @@
 """The LB workspace's listeners card: attach/detach a static IP (audited), only the org's own reserved IPs,
-and the VIP cell (holder read from the nodes; see tests/fleets/test_vip_netns.py for real holders)."""
+and the VIP cell (holder read from the nodes; see tests/fleets/health/test_vip_netns.py for real holders)."""
 
 from __future__ import annotations
 

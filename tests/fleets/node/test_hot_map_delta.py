@@ -18,8 +18,7 @@ from apps.fleets.config.render.frontends import map_bucket, routes_map_name
 from apps.fleets.models import Node, Rollout
 from apps.fleets.node import apply as delivery
 from apps.fleets.node.runtime_api import HAProxySocket, MasterSocket
-
-from .fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
+from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
 

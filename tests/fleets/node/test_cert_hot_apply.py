@@ -19,9 +19,8 @@ from apps.fleets.models import Certificate, NodeResult, Rollout
 from apps.fleets.node import apply as delivery
 from apps.fleets.node.apply import transport_of
 from apps.fleets.node.runtime_api import HAProxySocket, RuntimeApiError
+from tests.fleets.fleetkit import LocalFleet, changed, make_local_fleet, reconcile, self_signed
 from tests.netutil import free_port_on
-
-from .fleetkit import LocalFleet, changed, make_local_fleet, reconcile, self_signed
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
 

@@ -13,8 +13,7 @@ from apps.balancers.services import member_set_state
 from apps.fleets import services
 from apps.fleets.health.members import member_health
 from apps.fleets.models import NodeHealth
-
-from .fleetkit import make_local_fleet, reconcile
+from tests.fleets.fleetkit import make_local_fleet, reconcile
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
 

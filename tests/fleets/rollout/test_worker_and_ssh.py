@@ -16,9 +16,8 @@ from apps.core import crypto
 from apps.fleets import selectors, services
 from apps.fleets.models import Fleet, Node, NodeResult, Rollout
 from apps.fleets.node.transports.local import LocalTransport
+from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
 from tests.waiting import wait_for
-
-from .fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.slow]
 

@@ -16,9 +16,8 @@ from apps.fleets.node.runtime_api import (
     parse_show_proc,
 )
 from apps.fleets.node.showstat import parse_backend_usable, parse_show_stat
+from tests.fleets.conftest import HAProxyNodeFactory, pool_config
 from tests.netutil import http_get
-
-from .conftest import HAProxyNodeFactory, pool_config
 
 pytestmark = pytest.mark.haproxy
 

@@ -15,8 +15,7 @@ from apps.fleets.models import Node, NodeResult
 from apps.fleets.node.live import parse_servers_state
 from apps.fleets.node.runtime_api import HAProxySocket
 from apps.fleets.rollout.drift import fleet_drift_report
-
-from .fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
+from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
 

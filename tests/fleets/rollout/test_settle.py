@@ -19,9 +19,8 @@ from apps.fleets.models import Fleet, Rollout
 from apps.fleets.rollout import execute, lease
 from apps.fleets.rollout.reconcile import fleet_reconcile
 from apps.fleets.rollout.settle import fleet_settle
+from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, changed, make_local_fleet, reconcile
 from tests.waiting import wait_for
-
-from .fleetkit import LocalFleet, add_pool, add_route, changed, make_local_fleet, reconcile
 
 pytestmark = [pytest.mark.haproxy]
 

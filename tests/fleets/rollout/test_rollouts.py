@@ -15,8 +15,7 @@ from apps.fleets.models import Certificate, ConfigRevision, Fleet, Node, NodeRes
 from apps.fleets.node.apply import verify
 from apps.fleets.node.runtime_api import HAProxySocket, MasterSocket, RuntimeApiError
 from apps.fleets.node.transports import transport_for
-
-from .fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
+from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
 
@@ -283,8 +282,7 @@ def test_a_port_conflict_is_refused_before_anything_is_pushed(fleet3: LocalFleet
     reconcile(fleet3.fleet)
     before = {n.name: (n.applied_revision_id, n.worker_pid) for n in fleet3.nodes}
     from apps.balancers.models import Listener
-
-    from .fleetkit import free_port_on
+    from tests.fleets.fleetkit import free_port_on
 
     port = free_port_on([n.bind_address for n in fleet3.nodes])
     Listener.objects.create(lb=fleet3.lb, name="second", port=port, default_pool=fleet3.listener.default_pool)
@@ -696,8 +694,7 @@ def test_a_canary_whose_reload_fails_is_rolled_back_and_the_rollout_stops(fleet3
     before = {n.name: (n.applied_revision_id, n.worker_pid) for n in fleet3.nodes}
     from apps.balancers.models import Listener
     from apps.fleets.rollout import execute
-
-    from .fleetkit import free_port_on
+    from tests.fleets.fleetkit import free_port_on
 
     port = free_port_on([n.bind_address for n in fleet3.nodes])
     Listener.objects.create(lb=fleet3.lb, name="second", port=port, default_pool=fleet3.listener.default_pool)
@@ -727,8 +724,7 @@ def test_an_uploaded_certificate_is_served_by_every_node_with_its_key_kept_priva
 
     from apps.balancers.models import Listener
     from apps.fleets.config.certificates import certificate_save
-
-    from .fleetkit import free_port_on, self_signed
+    from tests.fleets.fleetkit import free_port_on, self_signed
 
     cert_pem, key_pem = self_signed(days=90, name="shop.example.com")
     cert = certificate_save(principal=_system(fleet3), cert=Certificate(), org=fleet3.lb.org, name="shop",

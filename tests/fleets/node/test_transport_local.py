@@ -15,9 +15,8 @@ import pytest
 from apps.fleets.config.digest import set_digest
 from apps.fleets.node.transports import Transport, transport_for
 from apps.fleets.node.transports.local import LocalTransport
+from tests.fleets.conftest import HAProxyNodeFactory, SimpleBundle, pool_config, standard_global
 from tests.netutil import http_get
-
-from .conftest import HAProxyNodeFactory, SimpleBundle, pool_config, standard_global
 
 pytestmark = pytest.mark.haproxy
 

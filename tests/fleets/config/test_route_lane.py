@@ -26,10 +26,9 @@ from apps.fleets import caches, selectors, services
 from apps.fleets.config import routelane
 from apps.fleets.config.render import render
 from apps.fleets.models import ConfigRevision, Fleet, Node, Rollout
+from tests.fleets.fleetkit import LocalFleet, add_pool, make_local_fleet, reconcile
+from tests.fleets.node.test_hot_map_delta import live_maps_equal_a_full_render, rolled_out, workers
 from tests.waiting import wait_for
-
-from .fleetkit import LocalFleet, add_pool, make_local_fleet, reconcile
-from .test_hot_map_delta import live_maps_equal_a_full_render, rolled_out, workers
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
 

@@ -107,7 +107,7 @@ def test_a_route_change_is_a_hot_map_change_read_from_the_manifest() -> None:
 def test_no_consumer_of_rendered_config_imports_re() -> None:
     """The modules that read a render's output learn what they need from the manifest, not by regex.
     (validate.py still reads `ss` output, HAProxy's neighbours' words, with one.)"""
-    root = Path(__file__).resolve().parents[2] / "apps" / "fleets"
+    root = Path(__file__).resolve().parents[3] / "apps" / "fleets"
     for module in ("node/apply.py", "config/stored.py", "config/preview.py", "node/live.py"):
         source = (root / module).read_text()
         assert not re.search(r"^import re$|^from re import", source, re.MULTILINE), module

@@ -19,9 +19,8 @@ from apps.fleets.config.digest import set_digest
 from apps.fleets.node.runtime_api import HAProxySocket
 from apps.fleets.node.transports.base import HostKeyMismatch, NodeConn, TransportError
 from apps.fleets.node.transports.ssh import SshTransport
+from tests.fleets.conftest import HAProxyNodeFactory, SimpleBundle, SshdInfo, standard_global
 from tests.netutil import http_get
-
-from .conftest import HAProxyNodeFactory, SimpleBundle, SshdInfo, standard_global
 
 pytestmark = pytest.mark.haproxy
 
