@@ -2,7 +2,7 @@
 
 Fleet and node settings, serving an LB, runtime member changes and ACME answers are written here; the
 render pipeline (config/), rollouts and the reconcile loop (rollout/) and health collection (health/) keep
-their own modules and are re-exported at the end. Nothing inside fleets imports this module.
+their own modules and are re-exported here. Nothing inside fleets imports this module.
 """
 
 from __future__ import annotations
@@ -24,23 +24,38 @@ from apps.balancers.models import LoadBalancer, Member
 from apps.core import crypto
 from apps.core.errors import DomainError
 from apps.fleets import queries
+from apps.fleets.config.certificates import certificate_save
 from apps.fleets.config.render import backend_name
 from apps.fleets.config.render.frontends import ACME_CHALLENGE_MAP
-from apps.fleets.enforcement import sync_usable
+from apps.fleets.config.revisions import fleet_render
+from apps.fleets.enforcement import enforce, overflow_hold, overflow_release, sync_usable
+from apps.fleets.health.collect import fleet_health_collect
 from apps.fleets.models import ChallengeAnswer, Fleet, Node, Rollout
 from apps.fleets.node.outside_rollout import set_map_entries, set_server
 from apps.fleets.node.transports.base import NodeConn
+from apps.fleets.rollout.drift import fleet_converge, fleet_drift_check, fleet_drift_report
+from apps.fleets.rollout.reconcile import fleet_reconcile, fleet_reconcile_now
+from apps.fleets.rollout.rollouts import (
+    NODE_SPEC_FIELDS,
+    fleet_capacity_follow,
+    fleet_mark_changed,
+    fleet_push,
+    fleet_rollback,
+    fleets_mark_changed,
+    fleets_mark_changed_after_commit,
+    fleets_sharing,
+    node_refresh,
+    request_reconcile,
+    rollout_create,
+    rollout_rollback,
+    vrrp_refresh,
+)
+from apps.fleets.rollout.settle import fleet_settle
 
 logger = logging.getLogger(__name__)
 
 RUNTIME_THREADS = 16
 
-
-def _org(principal: Principal | None):
-    return principal.org if principal is not None else None
-
-
-# --- rollouts ---------------------------------------------------------------------------------------
 
 
 # --- runtime changes ---------------------------------------------------------------------------------
@@ -144,7 +159,8 @@ def lb_serve(*, principal: Principal, lb: LoadBalancer, fleet: Fleet, serve: boo
         audit_record(principal=principal, org=lb.org, action="loadbalancer.serve" if serve else "loadbalancer.unserve",
                      obj=lb, before={"fleets": before}, after={"fleets": after})
         # Every fleet that served it before or does now renders again (and the fleets sharing their LBs).
-        _restart_after_commit({fleet.pk, *Fleet.objects.filter(name__in=before + after).values_list("pk", flat=True)})
+        named = Fleet.objects.filter(name__in=before + after).values_list("pk", flat=True)
+        fleets_mark_changed_after_commit({fleet.pk, *named})
     return lb
 
 
@@ -172,7 +188,7 @@ def fleet_save(*, principal: Principal, fleet: Fleet, data: dict[str, Any]) -> F
             fleet.serves.set(serves)
         audit_record(principal=principal, org=principal.org, action="fleet.save", obj=fleet, before=before,
                      after=audit_snapshot(fleet))
-        _restart_after_commit({fleet.pk} | sharing_before)
+        fleets_mark_changed_after_commit({fleet.pk} | sharing_before)
     return fleet
 
 
@@ -183,7 +199,7 @@ def fleet_delete(*, principal: Principal, fleet: Fleet) -> None:
                      before=audit_snapshot(fleet))
         fleet.delete()
         if sharing:
-            _restart_after_commit(sharing)
+            fleets_mark_changed_after_commit(sharing)
 
 
 # What changes a node's keepalived.conf (its own or its peers') without changing the fleet's revision
@@ -224,7 +240,7 @@ def node_save(*, principal: Principal, node: Node, data: dict[str, Any]) -> Node
             transaction.on_commit(lambda: node_refresh(node_id=node_id))
         audit_record(principal=principal, org=principal.org, action="node.save", obj=node, before=before,
                      after=after)
-        _restart_after_commit({node.fleet_id})
+        fleets_mark_changed_after_commit({node.fleet_id})
         if moved:
             fleet_id = node.fleet_id
             transaction.on_commit(lambda: fleet_converge(fleet=Fleet(pk=fleet_id), check_drift=False))
@@ -265,33 +281,8 @@ def node_delete(*, principal: Principal, node: Node) -> None:
                      before=audit_snapshot(node))
         fleet_id = node.fleet_id
         node.delete()
-        _restart_after_commit({fleet_id})
+        fleets_mark_changed_after_commit({fleet_id})
 
-
-# --- the rest of the app's facade: what other apps, the API and the tasks call ---------------------------------
-
-from apps.fleets.config.certificates import certificate_save  # noqa: E402
-from apps.fleets.config.revisions import fleet_render  # noqa: E402
-from apps.fleets.enforcement import enforce, overflow_hold, overflow_release  # noqa: E402
-from apps.fleets.health.collect import fleet_health_collect  # noqa: E402
-from apps.fleets.rollout.drift import fleet_converge, fleet_drift_check, fleet_drift_report  # noqa: E402
-from apps.fleets.rollout.reconcile import fleet_reconcile, fleet_reconcile_now  # noqa: E402
-from apps.fleets.rollout.rollouts import (  # noqa: E402
-    NODE_SPEC_FIELDS,
-    _restart_after_commit,
-    fleet_capacity_follow,
-    fleet_mark_changed,
-    fleet_push,
-    fleet_rollback,
-    fleets_mark_changed,
-    fleets_sharing,
-    node_refresh,
-    request_reconcile,
-    rollout_create,
-    rollout_rollback,
-    vrrp_refresh,
-)
-from apps.fleets.rollout.settle import fleet_settle  # noqa: E402
 
 __all__ = [
     "acme_challenges_set",

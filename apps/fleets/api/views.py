@@ -56,7 +56,7 @@ class FleetViewSet(TenantViewSet):
     def reconcile(self, request, pk=None):
         """Render the desired state now and roll it out if it changed (asynchronously)."""
         fleet = self.get_object()
-        services.fleet_push(fleet=fleet, principal=self.principal)
+        services.fleet_push(fleet=fleet, principal=self.principal, full=True)
         return Response({"queued": True}, status=status.HTTP_202_ACCEPTED)
 
     @action(detail=True, methods=["post"], serializer_class=EmptySerializer)

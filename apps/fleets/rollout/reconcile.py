@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import F
-
 from apps.core.commits import asynchronous_commit
 from apps.fleets.config.revisions import AUTO_RENDER_REASON, fleet_render
 from apps.fleets.models import ConfigRevision, Fleet, Rollout
 from apps.fleets.rollout import lease
 from apps.fleets.rollout.execute import execute, finish
-from apps.fleets.rollout.rollouts import request_reconcile, rollout_create
+from apps.fleets.rollout.rollouts import change_seq_bump, request_reconcile, rollout_create
 
 MAX_LOOPS = 50  # a reconcile hands over to a fresh task after this many rounds
 
@@ -107,5 +105,5 @@ def fleet_reconcile_now(*, fleet_id: int) -> dict[str, Any]:
     """Mark the fleet's desired state changed and reconcile it in this process; a queued reconcile finds
     it done. Returns {"busy": True} at once when another reconciler holds the lease: a caller that must
     see its change served before going on (ACME's handshake check) uses rollout.settle.fleet_settle."""
-    Fleet.objects.filter(pk=fleet_id).update(change_seq=F("change_seq") + 1)
+    change_seq_bump([fleet_id])
     return fleet_reconcile(fleet_id=fleet_id)

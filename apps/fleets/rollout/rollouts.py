@@ -86,7 +86,9 @@ def request_reconcile(fleet_id: int) -> bool:
     return bool(queued)
 
 
-def _change_seq_bump(fleet_ids: list[int], routes_only: bool) -> None:
+def change_seq_bump(fleet_ids: list[int], routes_only: bool = False) -> None:
+    """Record a change of these fleets' desired state without queueing anything (the caller reconciles).
+    Not `routes_only`: the next render is a full one, whatever the route lane holds."""
     bump: dict[str, Any] = {"change_seq": F("change_seq") + 1}
     if routes_only:
         bump["route_seq"] = F("route_seq") + 1
@@ -111,7 +113,7 @@ def fleets_mark_changed(*, fleet_ids: list[int], routes_only: bool = False) -> l
     table = Fleet._meta.db_table
     marks = ", ".join(["%s"] * len(ids))
     if connection.vendor != "postgresql":  # SQLite: one writer at a time, no row locks to order
-        _change_seq_bump(ids, routes_only)
+        change_seq_bump(ids, routes_only)
         with connection.cursor() as cursor:
             cursor.execute(f"UPDATE {table} SET reconcile_queued = %s WHERE id IN ({marks}) "  # noqa: S608
                            "AND auto_rollout AND NOT reconcile_queued RETURNING id", [True, *ids])
@@ -154,12 +156,14 @@ def fleet_capacity_follow() -> list[int]:
     return changed
 
 
-def fleet_push(*, fleet: Fleet, principal: Principal | None = None) -> Rollout | None:
-    """Render now and roll out what changed (the "push" of a fleet whose changes are held).
+def fleet_push(*, fleet: Fleet, principal: Principal | None = None, full: bool = False) -> Rollout | None:
+    """Render now and roll out what changed (the "push" of a fleet whose changes are held). `full`: render
+    in full, whatever the route lane holds (the API's "render now").
 
     None when nothing changed or the render is invalid (then stored with its reason, not pushed).
     """
-    _change_seq_bump([fleet.pk], routes_only=False)  # a push renders in full, whatever the route lane holds
+    if full:
+        change_seq_bump([fleet.pk])
     seq = Fleet.objects.values_list("change_seq", flat=True).get(pk=fleet.pk)
     revision = fleet_render(fleet=fleet, reason=f"pushed by {principal.actor if principal else 'system'}")
     Fleet.objects.filter(pk=fleet.pk, rendered_seq__lt=seq).update(rendered_seq=seq)
@@ -214,7 +218,10 @@ def fleets_sharing(fleet_ids: set[int]) -> set[int]:
     return sharing
 
 
-def _restart_after_commit(fleet_ids: set[int]) -> None:
+def fleets_mark_changed_after_commit(fleet_ids: set[int]) -> None:
+    """Once the caller's transaction commits, mark these fleets and every fleet sharing an LB with them changed
+    (a fleet or node setting moved what they render)."""
+
     def start() -> None:
         for fleet_id in sorted(fleets_sharing(fleet_ids)):
             fleet_mark_changed(fleet=fleet_id)

@@ -24,11 +24,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from django.db.models import F
-
-from apps.fleets.models import Fleet
 from apps.fleets.rollout import lease
 from apps.fleets.rollout.reconcile import fleet_reconcile
+from apps.fleets.rollout.rollouts import change_seq_bump
 
 SETTLE_TIMEOUT_S = 30.0
 POLL_S = 0.02
@@ -43,7 +41,7 @@ def fleet_settle(*, fleet_id: int, record: bool = True, timeout_s: float = SETTL
     answer of the last reconcile run here, plus waited_s (time spent waiting for another reconciler's
     lease), or {"busy": True, ...} after timeout_s."""
     if record:
-        Fleet.objects.filter(pk=fleet_id).update(change_seq=F("change_seq") + 1)
+        change_seq_bump([fleet_id])
     deadline = time.monotonic() + timeout_s
     waited = 0.0
     while True:
