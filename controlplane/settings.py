@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "apps.events",
     "apps.acme",
     "apps.configcode",
+    "apps.signals",
 ]
 
 MIDDLEWARE = [
@@ -344,6 +345,11 @@ LOGGING = {
 
 # --- Spillway -------------------------------------------------------------------
 HAPROXY_BIN = envstr("HAPROXY_BIN", "haproxy")
+# Golden signals (apps.signals): where nodes send their request log unless their fleet says otherwise
+# (`address:port` as the nodes reach the collector; blank: no request log), and where the collector
+# (`manage.py runsignals`) listens.
+SIGNALS_TARGET = envstr("SPILLWAY_SIGNALS_TARGET", "")
+SIGNALS_LISTEN = envstr("SPILLWAY_SIGNALS_LISTEN", "127.0.0.1:5514")
 # Private/loopback networks every org's pool members may use (an operator's decision; per-org additions
 # are Organization.member_networks). The demo and the suite run members on loopback.
 # Who may scrape /metrics without a token (an operator token with the read scope always may). Empty by

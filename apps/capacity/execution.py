@@ -353,7 +353,7 @@ def _pool_counters(pool_region) -> dict[str, dict[str, int]] | None:
         state = fleet_selectors.read_state(fleet_selectors.node_conn(node), with_stats=True)
         if not state.reachable:
             return None
-        out[f"{node.fleet.name}/{node.name}"] = {
+        out[str(node)] = {
             row.pxname: int(row.raw.get("stot") or 0) for row in state.stats
             if row.svname == "BACKEND" and row.pxname in backends}
     return out or None  # no HAProxy node serves it (a cloud LB): nothing to count

@@ -133,6 +133,17 @@ def validate_ip(s: object) -> str:
         raise InvalidValue("invalid_ip", f"{value!r} is not an IPv4 or IPv6 address.") from None
 
 
+def validate_address_port(s: object) -> tuple[str, int]:
+    """`address:port` (IPv6 as `[address]:port`) as (canonical address, port)."""
+    value = _check_text(s, code="invalid_address_port", what="Address and port", max_len=64)
+    address, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise InvalidValue("invalid_address_port", f"{value!r} is not address:port (e.g. 10.0.0.5:5514).")
+    if address.startswith("[") and address.endswith("]"):
+        address = address[1:-1]
+    return validate_ip(address), validate_port(int(port))
+
+
 def validate_redirect_url(s: object) -> str:
     value = _check_text(s, code="invalid_redirect_url", what="Redirect URL", max_len=MAX_URL_LEN)
     match = _URL_RE.match(value)

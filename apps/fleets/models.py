@@ -47,6 +47,9 @@ class Fleet(models.Model):
     vrrp_secret_encrypted = models.TextField(blank=True, default="")
     lease_owner = models.CharField(max_length=200, blank=True, default="")
     lease_until = models.DateTimeField(null=True, blank=True)
+    # Where the nodes send their request log (apps.signals' collector), `address:port` as the nodes reach it;
+    # blank: settings.SIGNALS_TARGET (blank there too: no request log, and no signals for this fleet).
+    signals_target = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -130,7 +133,12 @@ class Node(models.Model):
         ordering = ["fleet__name", "name"]
 
     def __str__(self) -> str:
-        return f"{self.fleet.name}/{self.name}"
+        return self.label(self.fleet.name, self.name)
+
+    @staticmethod
+    def label(fleet: str, node: str) -> str:
+        """`fleet/node`: how pages, traffic samples and the node's own request log name a node."""
+        return f"{fleet}/{node}"
 
 
 # A revision's columns that grow with the routes (megabytes at 100k): left out wherever a node or rollout

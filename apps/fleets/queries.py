@@ -104,7 +104,7 @@ def pool_nodes(pool: Pool) -> dict[str, list[str]]:
     nodes: dict[str, list[str]] = defaultdict(list)
     for fleet in lb_fleets(pool.lb).select_related("region"):
         for node in enabled_nodes(fleet):
-            nodes[fleet.region.slug].append(f"{fleet.name}/{node.name}")
+            nodes[fleet.region.slug].append(Node.label(fleet.name, node.name))
     return {region: sorted(names) for region, names in sorted(nodes.items())}
 
 
@@ -279,13 +279,25 @@ def revision_snapshot(revision: ConfigRevision) -> FleetSnapshot:
 def reference_node(fleet: Fleet) -> NodeSpec:
     """The node a revision's stored text and central validation are rendered for: the fleet's own
     paths, no bind override, so the text does not change when nodes come and go."""
-    return NodeSpec(name="reference", runtime_dir=f"/run/spillway/{fleet.name}", bind_address=None)
+    return NodeSpec(name="reference", runtime_dir=f"/run/spillway/{fleet.name}", bind_address=None,
+                    signals=signals_target(fleet), signals_tag=Node.label(fleet.name, "reference"))
+
+
+def signals_target(fleet: Fleet) -> tuple[str, int] | None:
+    """Where the fleet's nodes send their request log; None: nowhere. A bad value is refused by the render
+    (guard.check_node), where the fleet's revision page says so."""
+    raw = fleet.signals_target or settings.SIGNALS_TARGET
+    if not raw:
+        return None
+    address, _, port = raw.rpartition(":")
+    return address.strip("[]"), int(port) if port.isdigit() else -1
 
 
 def node_spec(node: Node) -> NodeSpec:
     health = (node.bind_address or node.address, node.health_port) if node.health_port else None
     return NodeSpec(name=node.name, runtime_dir=node.runtime_dir, bind_address=node.bind_address or None,
-                    vrrp=vrrp_spec(node), health=health, drained=node.drained)
+                    vrrp=vrrp_spec(node), health=health, drained=node.drained,
+                    signals=signals_target(node.fleet), signals_tag=str(node))
 
 
 def vrrp_nodes(fleet_id: int) -> list[Node]:
@@ -637,3 +649,9 @@ def challenge_answers() -> tuple[tuple[str, str], ...]:
     """The HTTP-01 answers every node must serve now: (token, key authorization) of open orders."""
     return tuple(ChallengeAnswer.objects.filter(expires_at__gt=timezone.now())
                  .values_list("token", "key_authorization"))
+
+
+def node_regions() -> dict[str, str]:
+    """{"fleet/node": region slug} of every node: the name a node gives itself in its request log."""
+    return {Node.label(fleet, node): region for fleet, node, region in
+            Node.objects.values_list("fleet__name", "name", "fleet__region__slug")}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from apps.fleets.config.preview import lb_preview_change
 from apps.fleets.config.render.chain import backend_name
+from apps.fleets.config.render.frontends import listener_frontend
 from apps.fleets.config.route_tester import route_test
 from apps.fleets.config.serving import ServingFleet, serving, what_if
 from apps.fleets.config.stored import diff_lines
@@ -39,6 +40,7 @@ from apps.fleets.queries import (
     lb_applied_state,
     lb_fleets,
     node_conn,
+    node_regions,
     node_spec,
     nodes_reporting,
     pool_nodes,
@@ -82,9 +84,11 @@ __all__ = [
     "lb_applied_state",
     "lb_fleets",
     "lb_preview_change",
+    "listener_frontend",
     "listener_vip",
     "member_health",
     "node_conn",
+    "node_regions",
     "node_spec",
     "nodes_reporting",
     "pool_nodes",

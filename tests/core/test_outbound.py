@@ -168,6 +168,7 @@ ALLOWED = {
     "apps/fleets/rollout/lease.py": "this host's name only (socket.gethostname, who holds a lease)",
     "apps/fleets/config/check.py": "bind checks on this host before a push",
     "apps/fleets/api/serializers.py": "address parsing only (socket.inet_pton)",
+    "apps/signals/collector.py": "receives the nodes' request log (a UDP socket it binds; it connects nowhere)",
     "apps/capacity/engine/driver.py": "the load generator itself (bounded by the run's plan)",
     "apps/capacity/engine/connection.py": "the load generator itself (bounded by the run's plan)",
     "apps/capacity/safety.py": "resolving a test target to check it (no connection)",

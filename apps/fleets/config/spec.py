@@ -141,6 +141,9 @@ class NodeSpec:
     vrrp: VrrpSpec | None = None  # None: the node runs no keepalived (listeners bind as before)
     health: tuple[str, int] | None = None  # (address, port) of the node's health endpoint (render.health); None: none
     drained: bool = False  # the health endpoint answers 503 (upstream load balancers stop choosing the node)
+    # (address, port) of the request-log collector (apps.signals) and the node's name in its lines; None: no log.
+    signals: tuple[str, int] | None = None
+    signals_tag: str = ""
 
 
 @dataclass(frozen=True)

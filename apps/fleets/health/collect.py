@@ -79,7 +79,7 @@ def fleet_health_collect(*, fleet: Fleet) -> int:
     try:
         # History for the overflow charts (apps.traffic TrafficSample), from the same readings.
         readings_record(nodes=[
-            NodeReadings(node_id=node.pk, node=f"{fleet.name}/{node.name}", region=fleet.region.slug,
+            NodeReadings(node_id=node.pk, node=Node.label(fleet.name, node.name), region=fleet.region.slug,
                          readings=readings_from_stats(state.stats))
             for node, state in zip(nodes, states, strict=True) if state.reachable], at=now)
     except Exception:  # charts must never break health collection

@@ -34,6 +34,8 @@ class Command(BaseCommand):
         if opts["check"]:
             return
         procs: list[tuple[str, subprocess.Popen]] = []
+        # Every process started below renders with it: the demo nodes run on this machine.
+        os.environ.setdefault("SPILLWAY_SIGNALS_TARGET", settings.SIGNALS_LISTEN)
 
         log_dir = Path(settings.VAR_DIR) / "log"
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -56,6 +58,8 @@ class Command(BaseCommand):
         spawn("beat", [py, "-m", "celery", "-A", "controlplane", "beat", "--loglevel", "INFO"])
         # Overflow shares follow ingress within ~0.5 s (beat's enforce_task, every 1 s, is its fallback).
         spawn("enforcer", [py, str(Path(settings.BASE_DIR) / "manage.py"), "enforcer"])
+        # Golden signals: the demo's loopback nodes send their request log here (SPILLWAY_SIGNALS_TARGET).
+        spawn("signals", [py, str(Path(settings.BASE_DIR) / "manage.py"), "runsignals"])
         start_demo = _demo_hook("start_demo_processes")
         if start_demo is not None:
             message = start_demo()

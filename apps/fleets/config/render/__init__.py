@@ -182,7 +182,8 @@ def _render(snapshot: FleetSnapshot, node: NodeSpec, route_map_threshold: int) -
     health = health_section(node, files, manifest)
     if health is not None:
         http_sections.append((health, None))
-    sections: list[Section] = [(global_section(node), None), (http_defaults(), None), *http_sections]
+    sections: list[Section] = [(global_section(node), None), (http_defaults(node.signals is not None), None),
+                               *http_sections]
     if tcp_sections:
         sections += [(tcp_defaults(), None), *tcp_sections]
     body = "\n".join("\n".join(lines) + "\n" for lines, _ in sections)

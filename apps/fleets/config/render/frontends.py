@@ -36,7 +36,12 @@ INDENT = "    "
 
 
 def frontend_name(listener: ListenerSpec) -> str:
-    return f"fe_{listener.lb}.{listener.name}"
+    return listener_frontend(listener.lb, listener.name)
+
+
+def listener_frontend(lb: str, listener: str) -> str:
+    """The frontend of LB `lb`'s listener `listener` (what `show stat` and the request log call it)."""
+    return f"fe_{lb}.{listener}"
 
 
 def map_prefix(listener: ListenerSpec) -> str:

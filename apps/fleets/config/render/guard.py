@@ -118,7 +118,16 @@ def check_node(node: NodeSpec) -> NodeSpec:
         health=None if node.health is None else (_checked("node.health.address", _ip, node.health[0]),
                                                  _checked("node.health.port", v.validate_port, node.health[1])),
         drained=bool(node.drained),
+        signals=None if node.signals is None else (_checked("node.signals.address", _ip, node.signals[0]),
+                                                   _checked("node.signals.port", v.validate_port, node.signals[1])),
+        signals_tag=_checked("node.signals_tag", _signals_tag, node.signals_tag) if node.signals else "",
     )
+
+
+def _signals_tag(value: object) -> str:
+    """`<fleet>/<node>`: two slugs, written into the node's global section (`set-var proc.node str(...)`)."""
+    fleet, _, node = str(value).partition("/")
+    return f"{_slug(fleet)}/{_slug(node)}"
 
 
 def _member_ip(value: object) -> str:

@@ -17,9 +17,25 @@ def _indent(lines: list[str]) -> list[str]:
 
 GLOBAL_RUNTIME_LINES = (3, 4)  # global_section's lines naming the node's runtime_dir (the manifest says so)
 
+# The request log every HTTP request sends to Spillway's collector (apps.signals), one UDP datagram per
+# request: `format raw` leaves out the syslog header, so a line is exactly these space-separated fields.
+# The node's name comes from a process variable set in its global section, so the defaults stay the same
+# text on every node. Host is last: it is the only field that can contain a space (a Host header is not
+# checked here), and apps.signals.logline splits the rest off first. Bump the version with any change.
+SIGNALS_LOG_VERSION = "spw1"
+SIGNALS_LOG_FIELDS = ("version", "node", "frontend", "backend", "server", "status", "t_queue", "t_connect",
+                      "t_upstream", "t_total", "retries", "termination", "bytes", "path", "host")
+SIGNALS_LOG_FORMAT = (f"{SIGNALS_LOG_VERSION} %[var(proc.node)] %ft %b %s %ST %Tw %Tc %Tr %Ta %rc %tsc %B "
+                      "%[var(txn.path)] %[var(txn.host)]")
+
 
 def global_section(node: NodeSpec) -> list[str]:
     rd = node.runtime_dir
+    signals = []
+    if node.signals is not None:
+        # `len`: a long path is cut, never the datagram dropped; the collector counts the request anyway.
+        signals = [f"log {format_address(*node.signals)} len 2048 format raw local0 info",
+                   f"set-var proc.node str({node.signals_tag})"]
     return _indent(
         [
             "global",
@@ -32,6 +48,7 @@ def global_section(node: NodeSpec) -> list[str]:
             "default-path config",
             f"stats socket {rd}/{STATS_SOCKET_FILE} mode 600 level admin expose-fd listeners",
             f"server-state-file {rd}/{SERVER_STATE_FILE}",
+            *signals,
         ]
     )
 
@@ -48,11 +65,13 @@ _COMMON_DEFAULTS = [
 ]
 
 
-def http_defaults() -> list[str]:
+def http_defaults(signals: bool = False) -> list[str]:
+    log = ["log global", f'log-format "{SIGNALS_LOG_FORMAT}"'] if signals else []
     return _indent(
         [
             "defaults http",
             "mode http",
+            *log,
             *_COMMON_DEFAULTS,
             "timeout http-request 10s",
             "timeout http-keep-alive 10s",

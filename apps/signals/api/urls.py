@@ -1,0 +1,12 @@
+from django.urls import path
+
+from apps.signals.api import views
+
+
+def register(router) -> None:
+    """Signals have no model endpoints; their path is below."""
+
+
+urlpatterns = [
+    path("signals/", views.SignalsView.as_view(), name="signals"),
+]

@@ -1,0 +1,100 @@
+"""The request-log collector: UDP datagrams from every node, summed per series and bucket, written each second.
+
+One collector per deployment owns the buckets it writes (a write overwrites a bucket with the collector's
+whole sums for it). Run it with `manage.py runsignals`; a restart loses at most the open buckets' counts
+since the last write (about a second), and the nodes' traffic is never affected: HAProxy sends its log
+over UDP and does not wait for anyone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+
+from django.db import close_old_connections
+
+from apps.signals import services
+from apps.signals.aggregate import Aggregator, Directory
+from apps.signals.logline import parse
+
+logger = logging.getLogger(__name__)
+
+RECV_BUFFER = 16 * 1024 * 1024  # a second of lines at 100k req/s while a write runs
+WRITE_EVERY_S = 1.0
+GRACE_S = 5  # a bucket stays open this long after its end, for lines still in flight
+STATS_EVERY_S = float(os.environ.get("SPILLWAY_SIGNALS_STATS_S", "60"))  # how often the counts below are logged
+
+
+@dataclass
+class Stats:
+    lines: int = 0
+    ignored: int = 0  # not a Spillway request line
+    written: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+class Collector:
+    def __init__(self, address: tuple[str, int], directory: Directory, step_s: int = services.FINE_STEP_S,
+                 clock=time.time) -> None:
+        self.sock = socket.socket(socket.AF_INET6 if ":" in address[0] else socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECV_BUFFER)
+        self.sock.bind(address)
+        self.address = self.sock.getsockname()[:2]
+        self.directory = directory
+        self.aggregator = Aggregator(step_s)
+        self.clock = clock
+        self.stats = Stats()
+
+    def receive(self, until: float) -> None:
+        """Read datagrams until the monotonic time `until`."""
+        agg, directory, stats, sock = self.aggregator, self.directory, self.stats, self.sock
+        closed_before = agg.bucket(self.clock() - GRACE_S) - agg.step_s
+        while True:
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            sock.settimeout(left)
+            try:
+                data = sock.recv(65535)
+            except TimeoutError:
+                return
+            stats.lines += 1
+            request = parse(data)
+            if request is None:
+                stats.ignored += 1
+                continue
+            agg.add(request, directory.resolve(request), self.clock(), closed_before)
+
+    def write(self) -> None:
+        now = self.clock()
+        due = list(self.aggregator.due())
+        try:
+            self.stats.written += services.buckets_write(due, self.aggregator.step_s)
+        except Exception:
+            for _, entry in due:
+                entry.dirty = True
+            raise
+        self.aggregator.close(self.aggregator.bucket(now - GRACE_S) - self.aggregator.step_s)
+
+    def report(self) -> str:
+        s, a = self.stats, self.aggregator
+        return (f"signals: {s.lines} lines, {s.ignored} not ours, {a.unknown} unknown frontends, {a.late} late, "
+                f"{s.written} bucket writes, {len(a.open)} open")
+
+    def run(self, *, duration_s: float | None = None) -> None:
+        stop = None if duration_s is None else time.monotonic() + duration_s
+        reported = time.monotonic()
+        while stop is None or time.monotonic() < stop:
+            self.receive(time.monotonic() + WRITE_EVERY_S)
+            if time.monotonic() - reported >= STATS_EVERY_S:
+                logger.info(self.report())
+                reported = time.monotonic()
+            try:
+                close_old_connections()
+                self.write()
+            except Exception:  # the database away: keep summing, write when it is back
+                logger.exception("signals: buckets not written; keeping them for the next write")
+        self.write()

@@ -1,0 +1,209 @@
+"""Reads of golden signals: chart series for an LB, route, pool, member or node, and change markers."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db.models import QuerySet
+
+from apps.audit.models import AuditEvent
+from apps.balancers.models import Listener, LoadBalancer, Member, Pool, PoolRegion, Route
+from apps.fleets import selectors as fleet_selectors
+from apps.fleets.models import Node, Rollout
+from apps.signals import hist
+from apps.signals.aggregate import HIST_FIELDS, ROW_FIELDS, Sums
+from apps.signals.models import SignalBucket
+from apps.signals.services import COARSE_STEP_S, FINE_STEP_S
+
+# range name -> (span s, stored step s, point s): about 60-340 points a chart, whatever the range.
+RANGES: dict[str, tuple[int, int, int]] = {
+    "5m": (300, FINE_STEP_S, FINE_STEP_S),
+    "1h": (3600, FINE_STEP_S, 30),
+    "24h": (86400, COARSE_STEP_S, COARSE_STEP_S),
+    "7d": (7 * 86400, COARSE_STEP_S, 1800),
+}
+SCOPES = ("lb", "route", "pool", "member", "node")
+QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+MAX_MARKERS = 200
+Kind = SignalBucket.Kind
+
+
+class UnknownRange(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a chart shows: a scope, the object and the rows that sum to it."""
+
+    scope: str
+    obj: Any
+    rows: QuerySet[SignalBucket]
+
+
+def target(principal: Any, scope: str, pk: int | str) -> Target | None:
+    """The rows behind a chart, through the principal's scoped querysets; None: no such object for them
+    (another tenant's object answers exactly as a missing one). On a shared LB a tenant's LB chart is the
+    sum of its own routes there: the other tenants' traffic and the LB's total stay out of it."""
+    rows = SignalBucket.objects.visible_to(principal)
+    if scope == "lb":
+        lb = LoadBalancer.objects.visible_to(principal).filter(pk=pk).first()
+        if lb is None:
+            return None
+        if principal.is_operator or lb.org_id == principal.org_id:
+            return Target(scope, lb, rows.filter(kind=Kind.LISTENER, lb_id=lb.pk))
+        return Target(scope, lb, rows.filter(kind=Kind.ROUTE, lb_id=lb.pk))
+    if scope == "route":
+        route = Route.objects.visible_to(principal).filter(pk=pk).first()
+        return None if route is None else Target(scope, route, rows.filter(kind=Kind.ROUTE, ref_id=route.pk))
+    if scope == "pool":
+        pool = Pool.objects.visible_to(principal).filter(pk=pk).first()
+        return None if pool is None else Target(scope, pool, rows.filter(kind=Kind.MEMBER, pool_id=pool.pk))
+    if scope == "member":
+        member = Member.objects.visible_to(principal).filter(pk=pk).first()
+        return None if member is None else Target(scope, member, rows.filter(kind=Kind.MEMBER, ref_id=member.pk))
+    if scope == "node" and principal.is_operator:
+        node = Node.objects.select_related("fleet").filter(pk=pk).first()
+        if node is None:
+            return None
+        return Target(scope, node, rows.filter(kind=Kind.LISTENER, node=str(node)))
+    return None
+
+
+def _summary(sums: Sums, seconds: float) -> dict[str, Any]:
+    requests = sums.requests
+    out: dict[str, Any] = {
+        "requests": requests,
+        "rate": requests / seconds,
+        **{f"rate_{c}": getattr(sums, f"s{c}") / seconds for c in ("1xx", "2xx", "3xx", "4xx", "5xx")},
+        "rate_proxy_5xx": sums.proxy_5xx / seconds,
+        "rate_backend_5xx": (sums.s5xx - sums.proxy_5xx) / seconds,
+        "error_ratio": sums.s5xx / requests if requests else None,
+        "retries": sums.retries,
+        "redispatches": sums.redispatches,
+        "bytes_per_s": sums.bytes / seconds,
+    }
+    for field in HIST_FIELDS:
+        name = field[2:]
+        for label, q in QUANTILES:
+            out[f"{name}_{label}_ms"] = hist.percentile(getattr(sums, field), q)
+    return out
+
+
+def series(t: Target, range_name: str = "5m", *, now: float | None = None) -> dict[str, Any]:
+    """Points of the chart (oldest first, `point_s` apart, zeros where nothing came) and the window's totals."""
+    if range_name not in RANGES:
+        raise UnknownRange(f"range must be one of {', '.join(RANGES)}")
+    span, step, point = RANGES[range_name]
+    now = time.time() if now is None else now
+    end = int(now) // point * point + point
+    start = end - span
+    rows = t.rows.filter(step_s=step, start__gte=datetime.fromtimestamp(start, UTC),
+                         start__lt=datetime.fromtimestamp(end, UTC)).values_list("start", *ROW_FIELDS)
+    n = span // point
+    sums = [Sums() for _ in range(n)]
+    total = Sums()
+    for row in rows:
+        i = (int(row[0].timestamp()) - start) // point
+        if 0 <= i < n:
+            sums[i].add_row(row[1:])
+            total.add_row(row[1:])
+    # The newest point is still filling: its rate is over the seconds it has had, not the whole point.
+    elapsed_last = max(1.0, min(point, now - (end - point)))
+    points = [_summary(sums[i], point if i < n - 1 else elapsed_last) for i in range(n)]
+    keys = [k for k in points[0] if k != "requests"] if points else []
+    return {
+        "scope": t.scope, "id": t.obj.pk, "range": range_name, "point_s": point,
+        "time": [start + i * point for i in range(n)],
+        "series": {k: [p[k] for p in points] for k in keys},
+        "requests": [p["requests"] for p in points],
+        "totals": _summary(total, max(1.0, min(span, now - start))),
+    }
+
+
+def by_member(pool: Pool, principal: Any, range_name: str = "5m", *, now: float | None = None) -> list[dict]:
+    """Each member of a pool over the window: where the pool's requests, errors and latency went."""
+    span, step, _ = RANGES[range_name]
+    now = time.time() if now is None else now
+    rows = (SignalBucket.objects.visible_to(principal)
+            .filter(kind=Kind.MEMBER, pool_id=pool.pk, step_s=step,
+                    start__gte=datetime.fromtimestamp(now - span, UTC))
+            .values_list("ref_id", *ROW_FIELDS))
+    sums: dict[int, Sums] = {}
+    for row in rows:
+        sums.setdefault(row[0], Sums()).add_row(row[1:])
+    out = []
+    for member in pool.members.select_related("region").order_by("region__slug", "name"):
+        found = sums.get(member.pk)
+        summary = _summary(found, span) if found else None
+        out.append({"id": member.pk, "name": member.name, "region": member.region.slug, "signals": summary})
+    return out
+
+
+def markers(t: Target, principal: Any, range_name: str = "5m", *, now: float | None = None) -> list[dict]:
+    """Changes that can have moved this chart, newest last: who did what, from the audit log (and, for
+    operators, the fleets' rollouts). A change to the object itself, to its routes, pools or members."""
+    span = RANGES[range_name][0]
+    now = time.time() if now is None else now
+    since = datetime.fromtimestamp(now - span, UTC)
+    lb_id = _lb_id(t)
+    events = list(AuditEvent.objects.visible_to(principal).filter(
+        at__gte=since, object_type__in=("route", "pool", "member", "poolregion", "listener", "loadbalancer"))
+        .order_by("-at")[:MAX_MARKERS * 5])
+    wanted = _affecting_ids(t, lb_id, events)
+    out = [{"t": e.at.timestamp(), "kind": "change", "label": f"{e.actor_label or e.actor}: {e.action} {e.object_repr}",
+            "action": e.action, "object_type": e.object_type, "object_id": e.object_id}
+           for e in events if (e.object_type, e.object_id) in wanted]
+    if principal.is_operator and lb_id is not None:
+        fleets = list(fleet_selectors.fleet_ids_for_lb(lb_id))
+        for r in (Rollout.objects.filter(created_at__gte=since, fleet__in=fleets)
+                  .select_related("fleet", "revision").order_by("-created_at")[:MAX_MARKERS]):
+            out.append({"t": r.created_at.timestamp(), "kind": r.kind,
+                        "label": f"{r.actor}: {r.kind} of {r.fleet.name} to revision {r.revision.number} ({r.status})",
+                        "action": f"rollout.{r.kind}", "object_type": "rollout", "object_id": str(r.pk)})
+    return sorted(out, key=lambda m: m["t"])[-MAX_MARKERS:]
+
+
+def _lb_id(t: Target) -> int | None:
+    obj = t.obj
+    if t.scope == "lb":
+        return obj.pk
+    if t.scope in ("route", "pool"):
+        return obj.lb_id
+    if t.scope == "member":
+        return obj.pool.lb_id
+    return None
+
+
+def _affecting_ids(t: Target, lb_id: int | None, events: list[AuditEvent]) -> set[tuple[str, str]]:
+    """Which of `events`' objects can move this chart (looked up for those objects only: bounded by events)."""
+    ids: dict[str, set[int]] = {}
+    for e in events:
+        if e.object_id.isdigit():
+            ids.setdefault(e.object_type, set()).add(int(e.object_id))
+    if t.scope == "route":
+        pools = set(t.obj.targets.values_list("pool_id", flat=True))
+        keep = {("route", t.obj.pk)}
+    elif t.scope in ("pool", "member"):
+        pools = {t.obj.pk if t.scope == "pool" else t.obj.pool_id}
+        keep = set()
+    else:
+        pools = set(Pool.objects.filter(lb_id=lb_id).values_list("pk", flat=True))
+        keep = {("loadbalancer", lb_id)}
+        keep |= {("route", r) for r in Route.objects.filter(lb_id=lb_id, pk__in=ids.get("route", ()))
+                 .values_list("pk", flat=True)}
+        keep |= {("listener", r) for r in Listener.objects.filter(lb_id=lb_id, pk__in=ids.get("listener", ()))
+                 .values_list("pk", flat=True)}
+    keep |= {("pool", p) for p in pools}
+    if t.scope == "member":
+        keep.add(("member", t.obj.pk))
+    else:
+        keep |= {("member", m) for m in Member.objects.filter(pool_id__in=pools, pk__in=ids.get("member", ()))
+                 .values_list("pk", flat=True)}
+    # Capacity (a pool's region: members' max rate, scaler) moves what the pool can serve.
+    keep |= {("poolregion", pr) for pr in PoolRegion.objects.filter(pool_id__in=pools, pk__in=ids.get("poolregion", ()))
+             .values_list("pk", flat=True)}
+    return {(kind, str(pk)) for kind, pk in keep}

@@ -1,0 +1,7 @@
+from django.urls import path
+
+from apps.signals import views
+
+urlpatterns = [
+    path("signals/<slug:scope>/<int:pk>/", views.SignalsPanelView.as_view(), name="signals-panel"),
+]

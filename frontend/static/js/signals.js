@@ -1,0 +1,84 @@
+// Golden-signals panels (apps.signals): two uPlot charts per panel, drawn from the panel's JSON data block
+// (data, never executed; CSP allows no inline script). Changes are dashed vertical lines; hovering shows
+// who did what in the legend row below the chart.
+(function () {
+  "use strict";
+
+  const COLORS = { "2xx": "#1a7f37", "3xx": "#0b63ce", "4xx": "#b35900", "backend 5xx": "#c62828",
+                   "HAProxy 5xx": "#7b61ff" };
+
+  function markerPlugin(markers) {
+    return {
+      hooks: {
+        draw: [(u) => {
+          const ctx = u.ctx;
+          ctx.save();
+          ctx.strokeStyle = "#555";
+          ctx.setLineDash([4, 4]);
+          ctx.lineWidth = 1;
+          markers.forEach((m) => {
+            const x = u.valToPos(m.t, "x", true);
+            if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) { return; }
+            ctx.beginPath();
+            ctx.moveTo(x, u.bbox.top);
+            ctx.lineTo(x, u.bbox.top + u.bbox.height);
+            ctx.stroke();
+          });
+          ctx.restore();
+        }],
+      },
+    };
+  }
+
+  function build(kind, data) {
+    const s = data.series;
+    if (kind === "rate") {
+      return {
+        cols: [s.rate_2xx, s.rate_3xx, s.rate_4xx, s.rate_backend_5xx, s.rate_proxy_5xx],
+        specs: ["2xx", "3xx", "4xx", "backend 5xx", "HAProxy 5xx"].map((label) => ({ label: label, stroke: COLORS[label], width: 2 })),
+        unit: "req/s",
+      };
+    }
+    return {
+      cols: [s.total_p50_ms, s.total_p99_ms, s.upstream_p99_ms, s.connect_p99_ms],
+      specs: [
+        // Points too: a percentile exists only where requests came, so a quiet chart has isolated values.
+        { label: "total p50", stroke: "#0b63ce", width: 2, points: { show: true, size: 4 } },
+        { label: "total p99", stroke: "#c62828", width: 2, points: { show: true, size: 4 } },
+        { label: "upstream p99", stroke: "#b35900", width: 2, dash: [8, 4], points: { show: true, size: 4 } },
+        { label: "connect p99", stroke: "#1a7f37", width: 1, points: { show: true, size: 3 } },
+      ],
+      unit: "ms",
+    };
+  }
+
+  function draw(panel) {
+    if (typeof uPlot === "undefined") { return; }
+    const block = document.getElementById(panel.dataset.signalsFrom);
+    if (!block) { return; }
+    let data;
+    try { data = JSON.parse(block.textContent); } catch (err) { return; }
+    panel.querySelectorAll(".signals-chart").forEach((el) => {
+      const built = build(el.dataset.chart, data);
+      el.replaceChildren();
+      const width = Math.max(el.clientWidth || (el.parentElement && el.parentElement.clientWidth) || 600, 300);
+      new uPlot({
+        width: width, height: 220, series: [{}].concat(built.specs),
+        scales: { x: { time: true } }, axes: [{}, { label: built.unit }],
+        plugins: [markerPlugin(data.markers || [])],
+      }, [data.time].concat(built.cols), el);
+    });
+  }
+
+  function drawAll(root) { root.querySelectorAll("[data-signals-from]").forEach(draw); }
+
+  document.addEventListener("DOMContentLoaded", () => drawAll(document));
+  document.addEventListener("htmx:afterSwap", (event) => {
+    const el = event.detail.elt || event.detail.target;
+    if (el && el.matches && el.matches("[data-signals-from]")) { draw(el); } else { drawAll(document); }
+  });
+  document.addEventListener("htmx:afterSettle", (event) => {
+    const el = event.detail.elt;
+    if (el && el.matches && el.matches("[data-signals-from]")) { draw(el); }
+  });
+})();

@@ -1,0 +1,124 @@
+"""Signals through the API as tenants see them: their own routes on a shared LB, nothing of anyone else's,
+a missing and a foreign object alike; the roll-up keeps what the fine buckets said; /metrics and the
+shipped Grafana dashboard name the same series."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from apps.signals import services
+from apps.signals.models import SignalBucket
+from tests.factories import LoadBalancerFactory, MemberFactory, PoolFactory, RouteFactory
+
+pytestmark = pytest.mark.django_db
+DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "spillway-signals.json"
+
+
+def _bucket(kind: str, ref_id: int, *, org, lb_id: int, requests: int, s5xx: int = 0, node: str = "",
+            pool_id: int | None = None, ago_s: int = 20, upstream_ms: int = 10) -> SignalBucket:
+    start = datetime.fromtimestamp((int(time.time()) - ago_s) // 5 * 5, UTC)
+    from apps.signals import hist
+
+    counts = hist.new()
+    counts[hist.index(upstream_ms)] = requests
+    return SignalBucket.objects.create(
+        kind=kind, ref_id=ref_id, node=node, start=start, step_s=services.FINE_STEP_S, org=org, lb_id=lb_id,
+        pool_id=pool_id, requests=requests, s2xx=requests - s5xx, s5xx=s5xx,
+        t_upstream=hist.sparse(counts), t_total=hist.sparse(counts))
+
+
+@pytest.fixture
+def shared(ops, acme, globex):
+    """A shared LB of the operator with one route of acme's and one of globex's, traffic on both."""
+    lb = LoadBalancerFactory(org=ops, shared=True)
+    acme_pool, globex_pool = PoolFactory(lb=lb, org=acme), PoolFactory(lb=lb, org=globex)
+    acme_route = RouteFactory(lb=lb, org=acme, path="/a", pool=acme_pool)
+    globex_route = RouteFactory(lb=lb, org=globex, path="/g", pool=globex_pool)
+    member = MemberFactory(pool=globex_pool)
+    _bucket("listener", 1, org=ops, lb_id=lb.pk, requests=500, node="f/n1")
+    _bucket("route", acme_route.pk, org=acme, lb_id=lb.pk, requests=100)
+    _bucket("route", globex_route.pk, org=globex, lb_id=lb.pk, requests=400, s5xx=40)
+    _bucket("member", member.pk, org=globex, lb_id=lb.pk, pool_id=globex_pool.pk, requests=400, s5xx=40,
+            node="f/n1", upstream_ms=900)
+    return lb, acme_route, globex_route, globex_pool, member
+
+
+def _get(persona, **params):
+    return persona.client.get("/api/v1/signals/", params)
+
+
+def test_a_tenant_sees_its_own_routes_on_a_shared_lb_and_nothing_of_the_others(shared, alice, charlie, otto):
+    lb, acme_route, globex_route, globex_pool, member = shared
+    # The LB's chart: the operator sees all of it; each tenant only the sum of its own routes there.
+    assert _get(otto, scope="lb", id=lb.pk).json()["totals"]["requests"] == 500
+    assert _get(alice, scope="lb", id=lb.pk).json()["totals"]["requests"] == 100
+    assert _get(charlie, scope="lb", id=lb.pk).json()["totals"]["requests"] == 400
+    assert _get(alice, scope="route", id=acme_route.pk).json()["totals"]["error_ratio"] == 0.0
+    # Another tenant's route, pool or member is exactly a missing one.
+    for scope, pk in (("route", globex_route.pk), ("pool", globex_pool.pk), ("member", member.pk),
+                      ("route", 999_999), ("node", 1)):
+        answer = _get(alice, scope=scope, id=pk)
+        assert (answer.status_code, answer.json()["code"]) == (404, "not_found"), (scope, pk)
+    globex = _get(charlie, scope="pool", id=globex_pool.pk).json()
+    assert globex["totals"]["error_ratio"] == 0.1
+    assert [m["signals"]["upstream_p99_ms"] > 700 for m in globex["members"]] == [True]
+
+
+def test_bad_parameters_answer_with_a_stable_code(shared, alice):
+    lb = shared[0]
+    for params, code in (({"scope": "planet", "id": lb.pk}, "invalid_scope"), ({"scope": "lb"}, "id_required"),
+                         ({"scope": "lb", "id": lb.pk, "range": "1y"}, "invalid_range"),
+                         ({"scope": "lb", "id": "1;drop"}, "id_required")):
+        answer = _get(alice, **params)
+        assert (answer.status_code, answer.json()["code"]) == (400, code), params
+
+
+def test_a_removed_member_reads_nothing_more(shared, alice, acme):
+    from apps.accounts.models import Membership
+
+    Membership.objects.filter(user=alice.user, org=acme).delete()
+    assert _get(alice, scope="lb", id=shared[0].pk).status_code in (401, 403)
+
+
+def test_the_rollup_keeps_the_sums_and_the_latency_and_old_rows_go(shared):
+    # A route of its own: the fixture's buckets (20 s ago) fall in the last closed window in a window's first 20 s.
+    lb = shared[0]
+    acme_route = RouteFactory(lb=lb, org=shared[1].org, path="/rollup")
+    now = datetime.now(UTC)
+    window = int(now.timestamp()) // 300 * 300 - 300
+    for i in range(3):  # three fine buckets of the last closed window
+        start = datetime.fromtimestamp(window + i * 5, UTC)
+        SignalBucket.objects.create(kind="route", ref_id=acme_route.pk, start=start, step_s=5,
+                                    org_id=acme_route.org_id, lb_id=lb.pk, requests=10, s5xx=1, t_total={"30": 10})
+    old = datetime.fromtimestamp(window - 7 * 3600, UTC)
+    SignalBucket.objects.create(kind="route", ref_id=acme_route.pk, start=old, step_s=5, org_id=acme_route.org_id,
+                                lb_id=lb.pk, requests=1)
+    services.signals_rollup(now=now)
+    services.signals_rollup(now=now)  # idempotent
+    coarse = SignalBucket.objects.get(kind="route", ref_id=acme_route.pk, step_s=300,
+                                      start=datetime.fromtimestamp(window, UTC))
+    assert (coarse.requests, coarse.s5xx, coarse.t_total) == (30, 3, {"30": 30})
+    assert not SignalBucket.objects.filter(step_s=5, start__lt=now - services.FINE_KEEP).exists()
+
+
+def test_metrics_and_the_grafana_dashboard_name_the_same_series(shared, client, settings):
+    settings.METRICS_ALLOW_NETS = ["127.0.0.0/8"]
+    from prometheus_client import REGISTRY, generate_latest
+
+    text = generate_latest(REGISTRY).decode()
+    assert re.search(r'spillway_requests_per_second\{[^}]*code="5xx"[^}]*\} 0\.666', text)  # 40 in the last minute
+    exposed = set(re.findall(r"^# TYPE (spillway_[a-z_0-9]+)", text, re.M))
+    dashboard = json.loads(DASHBOARD.read_text())
+    used = {name for panel in dashboard["panels"] for t in panel.get("targets", [])
+            for name in re.findall(r"spillway_[a-z_0-9]+", t["expr"])}
+    assert used and used <= exposed, used - exposed
+    # Labels are ids of what the pages show: never a path, host or client.
+    labels = set(re.findall(r'([a-z_]+)="', "\n".join(line for line in text.splitlines()
+                                                       if line.startswith("spillway_requests_per_second"))))
+    assert labels == {"level", "id", "node", "code"}

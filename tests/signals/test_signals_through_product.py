@@ -1,0 +1,179 @@
+"""Golden signals through the product: real HAProxy nodes send their request log to the real collector
+(`manage.py runsignals`, its own process) while real traffic runs. A route whose backend answers 500 and a
+member that answers slowly are seen in the API, on the pages (real Chromium), at that route and that member
+and nowhere else, and the counts equal the nodes' own counters (`show stat`)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from rest_framework.test import APIClient
+
+from apps.accounts.models import Organization, Role
+from apps.accounts.services import token_create, user_create_with_membership
+from apps.balancers.models import Member, Region
+from apps.fleets import queries
+from apps.fleets.node.outside_rollout import read_state
+from tests.browser import login, shot
+from tests.fleets.conftest import haproxy_bin  # noqa: F401 (fixture)
+from tests.fleets.fleetkit import add_pool, add_route, make_local_fleet, reconcile
+from tests.processes import REPO, process_env, stop_process
+from tests.waiting import wait_until
+
+pytestmark = [pytest.mark.haproxy, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+SLOW_S = 0.3
+
+
+class _Backend(BaseHTTPRequestHandler):
+    status = 200
+    delay_s = 0.0
+
+    def do_GET(self) -> None:
+        time.sleep(self.server.delay_s)  # type: ignore[attr-defined]
+        body = self.server.name.encode()  # type: ignore[attr-defined]
+        self.send_response(self.server.status)  # type: ignore[attr-defined]
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def _backend(name: str, status: int = 200, delay_s: float = 0.0) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Backend)
+    server.daemon_threads = True
+    server.name, server.status, server.delay_s = name, status, delay_s  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    return server
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _addr(server: ThreadingHTTPServer) -> tuple[str, int]:
+    return server.server_address[0], server.server_address[1]  # type: ignore[return-value]
+
+
+def test_a_failing_route_and_a_slow_member_show_where_they_are_and_nowhere_else(
+        page, haproxy_bin, tmp_path, live_server):  # noqa: F811 (fixture imported above)
+    ok, fast, slow, broken = (_backend("ok"), _backend("fast"), _backend("slow", delay_s=SLOW_S),
+                              _backend("broken", status=500))
+    port = _free_udp_port()
+    log = open(tmp_path / "collector.log", "wb")  # noqa: SIM115 (closed below)
+    collector = subprocess.Popen([sys.executable, "manage.py", "runsignals", "--listen", f"127.0.0.1:{port}"],
+                                 cwd=REPO, env=process_env(SPILLWAY_SIGNALS_STATS_S="2"), stdout=log,
+                                 stderr=subprocess.STDOUT)
+    local = make_local_fleet(name="sig", subnet=93, node_count=2, backend_address=_addr(ok))
+    try:
+        local.fleet.signals_target = f"127.0.0.1:{port}"
+        local.fleet.save(update_fields=["signals_target"])
+        lb = local.lb
+        api_pool = add_pool(lb, "api", _addr(fast))
+        Member.objects.create(pool=api_pool, region=Region.objects.get(slug="us-east"), name="api-2",
+                              address=_addr(slow)[0], port=_addr(slow)[1])
+        bad_pool = add_pool(lb, "bad", _addr(broken))
+        ok_route = add_route(lb, local.listener.default_pool, "/ok", 10)
+        api_route = add_route(lb, api_pool, "/api", 20)
+        bad_route = add_route(lb, bad_pool, "/bad", 30)
+        # A line sent before the collector listens is lost (UDP): wait for it, as an operator starts it first.
+        wait_until(lambda: b"listening on" in (tmp_path / "collector.log").read_bytes(), timeout_s=20)
+        reconcile(local.fleet)
+        nodes = local.nodes
+        assert [local.get(n, "/ok")[1] for n in nodes] == ["ok", "ok"]
+
+        sent = {"/ok": len(nodes), "/api/items": 0, "/bad": 0}  # with the requests that checked the rollout
+        statuses = {"/ok": set(), "/api/items": set(), "/bad": set()}
+        wait_until(lambda: bool(queries.node_regions()), timeout_s=5)
+        for round_ in range(12):
+            for node in nodes:
+                for path in sent:
+                    status, _ = local.get(node, f"{path}?n={round_}")
+                    sent[path] += 1
+                    statuses[path].add(status)
+        assert statuses == {"/ok": {200}, "/api/items": {200}, "/bad": {500}}
+        total_sent = sum(sent.values())
+
+        ops = Organization.objects.get(slug="ops")
+        olga = user_create_with_membership(username="olga", password="olga-pass-123", org=ops, role=Role.ADMIN)
+        client = APIClient()
+        secret = token_create(org=ops, name="olga-read", scopes=["read"], user=olga).secret
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+
+        def chart(scope: str, pk: int) -> dict:
+            answer = client.get("/api/v1/signals/", {"scope": scope, "id": pk, "range": "5m"})
+            assert answer.status_code == 200, answer.content
+            return answer.json()
+
+        # Within seconds of the last request, every one is counted (the collector writes every second).
+        routes = ((ok_route, "/ok"), (api_route, "/api/items"), (bad_route, "/bad"))
+        wait_until(lambda: all(chart("route", r.pk)["totals"]["requests"] >= sent[p] for r, p in routes),
+                   timeout_s=15, what="every request counted at its route")
+        lb_totals = chart("lb", lb.pk)["totals"]
+        seconds = lb_totals["requests"] / lb_totals["rate"]
+        # The frontend also counts connections that closed before sending a request (a port probe): 400s.
+        assert round((lb_totals["rate_2xx"] + lb_totals["rate_5xx"]) * seconds) == total_sent
+
+        bad = chart("route", bad_route.pk)["totals"]
+        assert bad["requests"] == sent["/bad"] and bad["error_ratio"] == 1.0
+        assert bad["rate_backend_5xx"] > 0 and bad["rate_proxy_5xx"] == 0  # the backend's own 500s
+        for route, path in ((ok_route, "/ok"), (api_route, "/api/items")):
+            totals = chart("route", route.pk)["totals"]
+            assert totals["requests"] == sent[path] and totals["error_ratio"] == 0.0, (path, totals)
+
+        api = chart("pool", api_pool.pk)
+        members = {m["name"]: m["signals"] for m in api["members"]}
+        assert members["api-2"]["upstream_p99_ms"] >= SLOW_S * 1000 * 0.85
+        assert members["api-1"]["upstream_p99_ms"] < 100
+        assert members["api-1"]["requests"] + members["api-2"]["requests"] == sent["/api/items"]
+        assert chart("route", ok_route.pk)["totals"]["total_p99_ms"] < 100  # the slow member is not ok's
+        assert chart("pool", bad_pool.pk)["members"][0]["signals"]["error_ratio"] == 1.0
+
+        # The nodes' own counters: each frontend's requests and each server's 5xx.
+        frontend_total, server_5xx = 0, {}
+        for node in nodes:
+            state = read_state(queries.node_conn(node), with_stats=True)
+            for row in state.stats:
+                if row.svname == "FRONTEND" and row.pxname == f"fe_{lb.name}.http":
+                    frontend_total += row.req_tot or 0
+                elif row.is_server:
+                    server_5xx[row.svname] = server_5xx.get(row.svname, 0) + int(row.raw.get("hrsp_5xx") or 0)
+        assert frontend_total == lb_totals["requests"]
+        assert server_5xx["bad-1"] == bad["requests"] and server_5xx["api-2"] == server_5xx["old-1"] == 0
+
+        # On the pages.
+        login(page, "olga", "olga-pass-123")
+        page.goto(f"{live_server.url}/routes/{bad_route.pk}/")
+        page.get_by_test_id("signals-5xx").filter(has_text="100%").wait_for()
+        page.locator(".signals-chart canvas").first.wait_for()
+        shot(page, "signals-route-5xx")
+        page.goto(f"{live_server.url}/routes/{ok_route.pk}/")
+        page.get_by_test_id("signals-5xx").filter(has_text="0%").wait_for()
+        page.goto(f"{live_server.url}/traffic/pools/{api_pool.pk}/")
+        slow_row = page.locator("[data-testid=signals-members] tr[data-member=api-2]")
+        slow_row.wait_for()
+        slow_p99 = int(slow_row.locator("td").nth(4).inner_text().split()[0])
+        fast_p99 = int(page.locator("[data-testid=signals-members] tr[data-member=api-1] td").nth(4)
+                       .inner_text().split()[0])
+        assert slow_p99 >= SLOW_S * 1000 * 0.85 and fast_p99 < 100
+        page.locator(".signals-chart canvas").first.wait_for()
+        shot(page, "signals-pool-slow-member")
+        page.goto(f"{live_server.url}/load-balancers/{lb.pk}/")
+        page.get_by_test_id("signals-totals").filter(has_text=f"{lb_totals['requests']} requests").wait_for()
+        shot(page, "signals-lb")
+    finally:
+        local.stop_all()
+        stop_process(collector)
+        log.close()
+        for server in (ok, fast, slow, broken):
+            server.shutdown()
+            server.server_close()
