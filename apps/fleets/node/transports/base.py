@@ -159,6 +159,48 @@ def _set_time(set_id: str) -> int | None:
 
 
 
+_BACKEND_LINE = re.compile(r"^backend\s+(\S+)")
+_SERVER_LINE = re.compile(r"^\s+server\s+(\S+)\s+(\S+)")
+
+
+def config_server_addresses(config: str) -> dict[tuple[str, str], tuple[str, str]]:
+    """{(backend, server): (address, port)} of the static servers a haproxy.cfg declares."""
+    out: dict[tuple[str, str], tuple[str, str]] = {}
+    backend = ""
+    for line in config.splitlines():
+        if not line[:1].isspace():
+            found = _BACKEND_LINE.match(line)
+            backend = found.group(1) if found else ""
+            continue
+        server = _SERVER_LINE.match(line) if backend else None
+        if server:
+            address, _, port = server.group(2).rpartition(":")
+            out[(backend, server.group(1))] = (address.strip("[]"), port)
+    return out
+
+
+def state_without_moved_servers(state: str, config: str) -> str:
+    """`show servers state` text minus the servers whose address or port differs in `config`.
+
+    HAProxy applies a saved server's port (and, for some, address) over the config's on reload
+    (haproxy/haproxy#985, #1412, #3296: "works as designed"): a member moved to another port kept
+    serving at the old one after the reload that was to move it. The maintainers' workaround is this one:
+    a server missing from the state file takes everything from the config (it loses only its runtime
+    drain/weight, which the config carries too: apps.fleets.config.render writes both).
+    Columns (format 1): be_id be_name srv_id srv_name srv_addr ... srv_port is the 19th.
+    """
+    wanted = config_server_addresses(config)
+    kept = []
+    for line in state.splitlines(keepends=True):
+        cols = line.split()
+        if len(cols) > 18 and not line.startswith("#"):
+            declared = wanted.get((cols[1], cols[3]))
+            if declared is not None and declared != (cols[4], cols[18]):
+                continue
+        kept.append(line)
+    return "".join(kept)
+
+
 def check_bundle_names(files: Mapping[str, bytes]) -> None:
     """Only ``haproxy.cfg``, ``keepalived.conf``, ``maps/<name>`` and ``certs/<name>``: nothing may
     escape the set."""
@@ -428,12 +470,16 @@ class FileSetTransport(ABC):
             self._rmtree(posixpath.join(self.node.sets_dir, entry))
 
     def save_server_state(self) -> bool:
-        """Dump ``show servers state`` into the server-state file; False if the stats socket is down."""
+        """Dump ``show servers state`` into the server-state file, leaving out each server whose address or
+        port the config about to load changed; False if the stats socket is down."""
         try:
             text = self.stats().show_servers_state()
         except RuntimeUnavailable as exc:
             logger.warning("node %s: server state not saved before reload: %s", self.node.name, exc)
             return False
+        config = self._read_file(self.node.config_path)
+        if config is not None:
+            text = state_without_moved_servers(text, config.decode("utf-8", errors="replace"))
         tmp = f"{self.node.server_state_path}.tmp-{secrets.token_hex(4)}"
         self._write_file(tmp, text.encode(), 0o644)
         self._rename(tmp, self.node.server_state_path)
