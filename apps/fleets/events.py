@@ -16,6 +16,8 @@ from apps.traffic.observe import parse_backend
 # What a customer's LB event says of a failed rollout (the words of its rollout page): the error itself names
 # the operator's nodes and addresses and may quote other tenants' config lines.
 CUSTOMER_ROLLOUT_ERROR = "The rollout failed; an operator can see the details."
+CUSTOMER_CANARY_REASON = ("errors or latency rose on the first node that took it; the other nodes never saw it and "
+                          "that node serves the earlier config again")
 _IS_CACHED = {name: Rollout._meta.get_field(name).is_cached for name in ("revision", "fleet")}
 
 
@@ -61,6 +63,21 @@ def rollout_finished(rollout: Rollout, status: str, error: str = "") -> None:
                                         data__revision=lb_revision).exists()
             if done and not seen:
                 event_emit("change.applied", org=lb.org, obj=lb, data={"revision": lb_revision, "fleet": fleet.name})
+
+
+def canary_failed(rollout: Rollout, node: Node, reason: str) -> None:
+    """A watched canary tripped a guard: the operator hears the figures; each changed LB's owner hears that its
+    change was stopped before it reached the other nodes (the node is the operator's, the reason may name it)."""
+    revision = ConfigRevision.objects.defer(*REVISION_BULK_FIELDS).select_related("fleet").get(pk=rollout.revision_id)
+    fleet = revision.fleet
+    data = {"rollout": rollout.pk, "revision": revision.number, "node": node.name, "reason": reason[:300],
+            "fleet": fleet.name}
+    event_emit("rollout.canary_failed", obj=fleet, data=data)
+    changed = _changed_lbs(revision)
+    for lb in LoadBalancer.objects.filter(pk__in=changed).select_related("org") if changed else []:
+        reason_for_owner = data["reason"] if lb.org.is_operator else CUSTOMER_CANARY_REASON
+        event_emit("rollout.canary_failed", org=lb.org, obj=lb,
+                   data={**data, "revision": changed[lb.pk], "node": "", "reason": reason_for_owner})
 
 
 def node_status_changed(node: Node, old: str, new: str, detail: str = "") -> None:

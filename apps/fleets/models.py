@@ -23,6 +23,12 @@ class Fleet(models.Model):
     # Rollout strategy: first node alone (canary), then the rest `batch_size` at a time (0 = all).
     canary = models.BooleanField(default=True)
     batch_size = models.PositiveSmallIntegerField(default=0)
+    # A watched canary (needs signals): the canary serves alone for canary_watch_s while its 5xx share and p99
+    # latency are compared with the other nodes'; a rise past either guard restores it and stops the rollout
+    # (rollout/canary.py). 0: not watched. The guards also flag a change's page (apps.signals.impact).
+    canary_watch_s = models.PositiveSmallIntegerField(default=0)
+    guard_5xx_rise_pct = models.FloatField(default=5.0)  # percentage points of requests answered 5xx
+    guard_p99_rise_ms = models.PositiveIntegerField(default=500)  # 0: latency not judged
     # Off: changes wait (previewable) until someone pushes them; on: each change rolls out at once.
     auto_rollout = models.BooleanField(default=True)
     # The revision number every node should serve (0 = nothing rendered yet).
@@ -54,7 +60,8 @@ class Fleet(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     # What the audit log keeps (apps.audit.services.audit_snapshot).
-    audit_fields = ("name", "region", "canary", "batch_size", "auto_rollout", "vrrp_version", "vrrp_advert_ms")
+    audit_fields = ("name", "region", "canary", "batch_size", "auto_rollout", "vrrp_version", "vrrp_advert_ms",
+                    "canary_watch_s", "guard_5xx_rise_pct", "guard_p99_rise_ms", "signals_target")
 
     objects = OperatorQuerySet.as_manager()
 
@@ -239,6 +246,9 @@ class Rollout(models.Model):
     batch_size = models.PositiveSmallIntegerField(default=0)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     error = models.TextField(blank=True, default="")
+    # A watched canary saw errors or latency rise and put its node back (rollout/canary.py): the reconcile
+    # leaves this revision alone after (an explicit push may still send it).
+    stopped_by_canary = models.BooleanField(default=False)
     actor = models.CharField(max_length=100, blank=True, default="system")
     rollback_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="rollbacks"

@@ -33,6 +33,10 @@ from apps.fleets.health.collect import fleet_health_collect
 from apps.fleets.models import ChallengeAnswer, Fleet, Node, Rollout
 from apps.fleets.node.outside_rollout import set_map_entries, set_server
 from apps.fleets.node.transports.base import NodeConn
+from apps.fleets.rollout.canary import MIN_REQUESTS as CANARY_MIN_REQUESTS
+from apps.fleets.rollout.canary import Verdict as CanaryVerdict
+from apps.fleets.rollout.canary import Watch as CanaryWatch
+from apps.fleets.rollout.canary import register as canary_judge_register
 from apps.fleets.rollout.drift import fleet_converge, fleet_drift_check, fleet_drift_report
 from apps.fleets.rollout.reconcile import fleet_reconcile, fleet_reconcile_now
 from apps.fleets.rollout.rollouts import (
@@ -285,7 +289,11 @@ def node_delete(*, principal: Principal, node: Node) -> None:
 
 
 __all__ = [
+    "CANARY_MIN_REQUESTS",
+    "CanaryVerdict",
+    "CanaryWatch",
     "acme_challenges_set",
+    "canary_judge_register",
     "certificate_save",
     "challenge_answers_expire",
     "enforce",

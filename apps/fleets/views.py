@@ -20,7 +20,7 @@ from apps.fleets import selectors, services
 from apps.fleets.config import preview
 from apps.fleets.config.stored import diff_lines
 from apps.fleets.health.collect import health_cache_key
-from apps.fleets.models import ConfigRevision, Fleet, Node, Rollout
+from apps.fleets.models import ConfigRevision, Fleet, Node, NodeResult, Rollout
 
 RECENT_ROLLOUTS = 15
 RECENT_REVISIONS = 30
@@ -171,7 +171,10 @@ class RolloutMixin(FleetAccessMixin):
         for index, result in enumerate(results, start=1):  # customers: positions, not the node names
             result.label = result.node.name if self.principal.is_operator else f"node {index}"
         done = sum(1 for r in results if r.status not in ("pending", "running"))
-        return {"rollout": rollout, "results": results, "done": done, "total": len(results),
+        # What the heading says: how many serve the revision, not how many are finished (a stopped rollout's
+        # skipped and put-back nodes are finished too, and serve the revision before).
+        count = {status: sum(1 for r in results if r.status == status) for status in NodeResult.Status.values}
+        return {"rollout": rollout, "results": results, "done": done, "total": len(results), "count": count,
                 "active": rollout.status in Rollout.ACTIVE, "is_operator": self.principal.is_operator}
 
 

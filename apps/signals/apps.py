@@ -6,6 +6,7 @@ class SignalsConfig(AppConfig):
     label = "signals"
 
     def ready(self) -> None:
-        from apps.signals import metrics
+        from apps.signals import impact, metrics
 
         metrics.register()
+        impact.register()  # the watched canary's judge (apps.fleets.rollout.canary)

@@ -31,6 +31,7 @@ validate_path = allowlisted(v.validate_path)
 validate_slug = allowlisted(v.validate_slug)
 validate_redirect_url = allowlisted(v.validate_redirect_url)
 validate_ip = allowlisted(v.validate_ip)
+validate_address_port = allowlisted(v.validate_address_port)
 
 
 class SlugNameField(serializers.CharField):

@@ -14,6 +14,7 @@ from apps.core.api.fields import (
     ScopedSlugRelatedField,
     SlugNameField,
     TenantModelSerializer,
+    validate_address_port,
     validate_ip,
 )
 from apps.fleets.config.certificates import expiry_warnings
@@ -37,10 +38,16 @@ class FleetSerializer(TenantModelSerializer):
     load_balancers = serializers.SerializerMethodField()
     nodes = serializers.SerializerMethodField()
     pinned = serializers.SerializerMethodField()
+    signals_target = serializers.CharField(required=False, allow_blank=True, max_length=64,
+                                           validators=[validate_address_port])
+    canary_watch_s = serializers.IntegerField(required=False, min_value=0, max_value=600)
+    guard_5xx_rise_pct = serializers.FloatField(required=False, min_value=0.1, max_value=100.0)
+    guard_p99_rise_ms = serializers.IntegerField(required=False, min_value=0, max_value=60_000)
 
     class Meta:
         model = Fleet
         fields = ["id", "name", "region", "serves", "load_balancers", "canary", "batch_size", "auto_rollout",
+                  "canary_watch_s", "guard_5xx_rise_pct", "guard_p99_rise_ms", "signals_target",
                   "vrrp_version", "vrrp_advert_ms", "desired_revision", "pinned", "nodes", "created_at",
                   "updated_at"]
         read_only_fields = ["desired_revision", "created_at", "updated_at"]

@@ -28,8 +28,9 @@ from apps.fleets.config import routelane
 from apps.fleets.config.render import UnsafeValue, render
 from apps.fleets.config.spec import ConfigBundle, FleetSnapshot, NodeSpec
 from apps.fleets.fanout import parallel
-from apps.fleets.models import REVISION_BULK_FIELDS, ConfigRevision, Node, NodeResult, Rollout
+from apps.fleets.models import REVISION_BULK_FIELDS, ConfigRevision, Fleet, Node, NodeResult, Rollout
 from apps.fleets.node.apply import NodeOutcome, NodePlan, apply_node, precheck_binds, reachable
+from apps.fleets.rollout import canary
 from apps.fleets.rollout.lease import renew as lease_renew
 
 logger = logging.getLogger(__name__)
@@ -195,6 +196,58 @@ def _record_in(batch: list[NodeResult], outcomes: list[NodeOutcome], rollout: Ro
             emit.node_status_changed(node, node.status, node_update["status"], node_update.get("status_detail", ""))
 
 
+def _canary_tripped(rollout: Rollout, result: NodeResult, plan: NodePlan, applied: NodeOutcome,
+                    others: list[Node], owner: str) -> bool:
+    """Watch the canary (rollout/canary.py); past a guard, put it back on what it served and stop the rollout.
+    True: the rollout is finished (rolled back, or its lease lost while watching)."""
+    fleet, node = rollout.fleet, result.node
+    watch = canary.Watch(fleet_id=fleet.pk, canary=Node.label(fleet.name, node.name),
+                         others=tuple(Node.label(fleet.name, n.name) for n in others), since=timezone.now(),
+                         max_5xx_rise_pct=fleet.guard_5xx_rise_pct, max_p99_rise_ms=fleet.guard_p99_rise_ms)
+    held = {"lease": True}
+
+    def keep_going() -> bool:
+        held["lease"] = lease_renew(fleet.pk, owner)
+        return held["lease"]
+
+    verdict = canary.watch_canary(watch, fleet.canary_watch_s, keep_going)
+    if not held["lease"]:
+        logger.warning("rollout %s: lease lost while watching its canary; leaving it to the new holder", rollout.pk)
+        return True
+    if not verdict.failed:
+        with asynchronous_commit():
+            NodeResult.objects.filter(pk=result.pk).update(error=f"canary watched: {verdict.reason}")
+        return False
+    reason = f"canary {node.name}: {verdict.reason}"
+    if plan.last_good is None:
+        Rollout.objects.filter(pk=rollout.pk).update(stopped_by_canary=True)
+        finish(rollout, Rollout.Status.FAILED, f"{reason}; it keeps this revision: it served nothing before it")
+        emit.canary_failed(rollout, node, reason)
+        return True
+    back = apply_node(replace(plan, bundle=plan.last_good, last_good=plan.bundle, applied_sha256=applied.sha256,
+                              worker_pid=applied.worker_pid, recorded_clean=True))
+    with asynchronous_commit():
+        if back.ok:
+            Node.objects.filter(pk=node.pk).update(
+                applied_revision=node.applied_revision, applied_sha256=back.sha256, worker_pid=back.worker_pid,
+                status=Node.Status.UP, status_detail="", last_seen=timezone.now())
+            reason += f"; it serves revision {node.applied_revision.number} again and no other node took this one"
+        else:
+            Node.objects.filter(pk=node.pk).update(status=Node.Status.DRIFTED,
+                                                   status_detail=f"canary restore failed: {back.error}"[:5000])
+            reason += f"; restoring it failed ({back.error[:500]}): the converge repairs it"
+        NodeResult.objects.filter(pk=result.pk).update(status=NodeResult.Status.ROLLED_BACK, error=reason)
+        # The fleet wants what its nodes serve again: the next change renders this one's state with it, and
+        # meets the canary again if the trouble is still there.
+        if rollout.from_revision:
+            Fleet.objects.filter(pk=fleet.pk, desired_revision=rollout.revision.number).update(
+                desired_revision=rollout.from_revision)
+        Rollout.objects.filter(pk=rollout.pk).update(stopped_by_canary=True)
+    finish(rollout, Rollout.Status.ROLLED_BACK, reason)
+    emit.canary_failed(rollout, node, reason)
+    return True
+
+
 def execute(rollout: Rollout, owner: str) -> Rollout:
     """Canary first, then batches; stop at the first failing batch. Safe to call again."""
     fleet_id = rollout.fleet_id
@@ -252,7 +305,8 @@ def execute(rollout: Rollout, owner: str) -> Rollout:
             Node.objects.filter(pk=r.node_id).update(status=Node.Status.DOWN, status_detail=down[r.pk][:5000])
 
     failure = ""
-    for batch in _batches(live, rollout.canary, rollout.batch_size):
+    batches = _batches(live, rollout.canary, rollout.batch_size)
+    for index, batch in enumerate(batches):
         if not lease_renew(fleet_id, owner):
             logger.warning("rollout %s: lease lost; leaving it to the new holder", rollout.pk)
             return rollout
@@ -269,6 +323,10 @@ def execute(rollout: Rollout, owner: str) -> Rollout:
         if failed:
             failure = "\n\n".join(f"node {r.node.name}: {o.error}" for r, o in failed)
             break
+        watched = index == 0 and rollout.canary and len(batches) > 1 and rollout.fleet.canary_watch_s > 0
+        if watched and _canary_tripped(rollout, batch[0], plans[batch[0].pk], outcomes[0],
+                                       [r.node for later in batches[1:] for r in later], owner):
+            return rollout
     if not failure and down:
         failure = "\n".join(sorted(f"{down[r.pk]}" for r in todo if r.pk in down))
         failure += "\nunreachable nodes catch up when they return"

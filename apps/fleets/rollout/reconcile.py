@@ -48,14 +48,19 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
                 covered = max(seq, getattr(revision, "covered_seq", seq))
                 with asynchronous_commit():  # lost with a crash: the converge renders the change again (missed)
                     Fleet.objects.filter(pk=fleet_id, rendered_seq__lt=covered).update(rendered_seq=covered)
-                if revision.validation_ok and revision.number != fleet.desired_revision:
+                # A revision a watched canary refused comes back from the render unchanged when nothing in it
+                # moved since (a fleet setting saved): sent again, its canary's clients would meet it again.
+                refused = Rollout.objects.filter(revision=revision, stopped_by_canary=True).exists()
+                if revision.validation_ok and revision.number != fleet.desired_revision and not refused:
                     # Only certificate contents moved (a renewal): no config change for a canary to try
                     # first, and each certificate was checked when stored; every node at once halves
                     # the rotation's time on the nodes (a failing node still falls back and rolls back).
                     certs_only = revision.validation_kind == ConfigRevision.Validation.CERTIFICATES_ONLY
                     # A route-lane revision moves map entries only (haproxy.cfg is the base's), each read back
-                    # from every node: a canary would try nothing the other nodes do not check themselves.
-                    lane = revision.validation_kind == ConfigRevision.Validation.ROUTE_LANE
+                    # from every node: a canary would try nothing the other nodes do not check themselves,
+                    # unless it is watched (what clients get from a route is the point of a route change).
+                    lane = (revision.validation_kind == ConfigRevision.Validation.ROUTE_LANE
+                            and not fleet.canary_watch_s)
                     with asynchronous_commit():  # lost with a crash, the converge makes this rollout again
                         rollout_create(fleet=fleet, revision=revision, enqueue=False,
                                        canary=False if certs_only or lane else None)
