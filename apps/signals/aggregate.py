@@ -106,6 +106,8 @@ class Resolved:
 class Directory(Protocol):
     def resolve(self, request: Request) -> Resolved: ...
 
+    def maybe_reload(self, missed: bool = False) -> None: ...
+
 
 SeriesKey = tuple[str, int, str]  # (kind, id, node); node "" for routes
 BucketKey = tuple[int, SeriesKey]  # (bucket start, unix seconds; series)

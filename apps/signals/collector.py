@@ -94,6 +94,7 @@ class Collector:
                 reported = time.monotonic()
             try:
                 close_old_connections()
+                self.directory.maybe_reload()  # routes changed since: counted under themselves from now
                 self.write()
             except Exception:  # the database away: keep summing, write when it is back
                 logger.exception("signals: buckets not written; keeping them for the next write")

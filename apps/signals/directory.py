@@ -1,7 +1,9 @@
 """Names in the request log (node, frontend, backend, server) to ids, loaded from the database.
 
-Reloaded every RELOAD_S and, at most every MISS_RELOAD_S, when a line names something it does not know
-(a listener, route or member created since): a new route's traffic is counted under it within seconds.
+Reloaded every RELOAD_S; within CHANGE_CHECK_S of any LB change (LoadBalancer.revision moves with every
+route, pool, member and listener change: one aggregate query tells); and, at most every MISS_RELOAD_S, when a
+line names a listener or member it does not know. A new route matches nothing unknown (its requests resolve
+to another route or none), so only the change check counts it under itself within seconds.
 """
 
 from __future__ import annotations
@@ -9,7 +11,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from apps.balancers.models import Listener, Member, Route
+from django.db.models import Count, Sum
+
+from apps.balancers.models import Listener, LoadBalancer, Member, Route
 from apps.fleets import selectors as fleet_selectors
 from apps.signals.aggregate import Dims, Resolved
 from apps.signals.logline import Request
@@ -18,6 +22,7 @@ from apps.traffic.observe import parse_backend
 
 RELOAD_S = 30.0
 MISS_RELOAD_S = 2.0
+CHANGE_CHECK_S = 2.0
 
 
 @dataclass
@@ -34,8 +39,16 @@ class DatabaseDirectory:
         self.listeners: dict[str, _Listener] = {}
         self.members: dict[tuple[int, str, str], tuple[int, Dims]] = {}
         self.node_regions: dict[str, str] = {}
+        self.version: tuple[int, int] | None = None
+        self.checked_at = -1e9
+
+    @staticmethod
+    def _version() -> tuple[int, int]:
+        found = LoadBalancer.objects.aggregate(n=Count("pk"), revisions=Sum("revision"))
+        return found["n"], found["revisions"] or 0
 
     def load(self) -> None:
+        version = self._version()
         routes_by_lb: dict[int, list[IndexedRoute]] = {}
         for row in Route.objects.values_list(
                 "id", "lb_id", "priority", "hosts", "path_match", "path", "org_id"):
@@ -54,12 +67,19 @@ class DatabaseDirectory:
             members[(pool_id, region, name)] = (mid, Dims(org_id, lb_id, pool_id, region))
         self.listeners, self.members = listeners, members
         self.node_regions = fleet_selectors.node_regions()
-        self.loaded_at = self.clock()
+        self.version, self.loaded_at = version, self.clock()
+        self.checked_at = self.loaded_at
 
     def maybe_reload(self, missed: bool = False) -> None:
-        age = self.clock() - self.loaded_at
+        """Called for every unknown name (missed) and once a second by the collector."""
+        now = self.clock()
+        age = now - self.loaded_at
         if age >= RELOAD_S or (missed and age >= MISS_RELOAD_S):
             self.load()
+        elif now - self.checked_at >= CHANGE_CHECK_S:
+            self.checked_at = now
+            if self._version() != self.version:
+                self.load()
 
     def _lookup(self, request: Request) -> tuple[_Listener | None, tuple[int, Dims] | None, bool]:
         """(listener, member, everything named was known)."""
