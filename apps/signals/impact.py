@@ -19,7 +19,7 @@ from apps.fleets.services import CANARY_MIN_REQUESTS, CanaryVerdict, CanaryWatch
 from apps.signals import hist
 from apps.signals.aggregate import ROW_FIELDS, Sums
 from apps.signals.models import SignalBucket
-from apps.signals.selectors import Target, target
+from apps.signals.selectors import Target, target, window
 from apps.signals.services import COARSE_STEP_S, FINE_KEEP, FINE_STEP_S
 
 MIN_REQUESTS = CANARY_MIN_REQUESTS
@@ -134,7 +134,8 @@ def guards_for(lb_id: int | None) -> tuple[float, int]:
 
 
 def change_impact(t: Target, at: datetime, lb_id: int | None, *, now: datetime | None = None) -> dict[str, Any]:
-    """The target's 5 minutes before `at` against the 5 minutes after (or the minutes so far), and the flag."""
+    """The target's 5 minutes before `at` against the 5 minutes after (or the minutes so far), the flag, and the
+    chart of those 10 minutes."""
     now = now or datetime.now(UTC)
     step = FINE_STEP_S if now - at < FINE_KEEP - WINDOW else COARSE_STEP_S
     rows = t.rows.filter(step_s=step)
@@ -143,10 +144,41 @@ def change_impact(t: Target, at: datetime, lb_id: int | None, *, now: datetime |
     after = Side.of(_sum(rows.filter(start__gte=edge, start__lt=edge + WINDOW)))
     max_pct, max_ms = guards_for(lb_id)
     found = rises(before, after, max_pct, max_ms)
+    first = int((edge - WINDOW).timestamp())
+    point = step if step == COARSE_STEP_S else 10
+    chart = window(t, first, first + 2 * int(WINDOW.total_seconds()), step, point, now=now.timestamp())
     return {
         "before": before.as_dict(), "after": after.as_dict(),
         "after_complete": now >= at + WINDOW, "step_s": step,
         "guards": {"max_5xx_rise_pct": max_pct, "max_p99_rise_ms": max_ms},
         "flagged": bool(found), "reasons": found,
         "judged": before.requests >= MIN_REQUESTS and after.requests >= MIN_REQUESTS,
+        "chart": chart,
     }
+
+
+def change_payload(principal: Any, event_id: int, *, now: datetime | None = None) -> dict[str, Any] | None:
+    """A change's page: who did what, and its effect on the chart of what it changed. None: no such change for
+    this principal (another tenant's change reads as a missing one)."""
+    event = AuditEvent.objects.visible_to(principal).filter(pk=event_id).first()
+    if event is None:
+        return None
+    change = {"id": event.pk, "at": event.at.timestamp(), "who": event.who, "action": event.action,
+              "object_type": event.object_type, "object_id": event.object_id, "object": event.object_label}
+    t = change_target(principal, event)
+    if t is None:
+        return {"change": change, "scope": None, "impact": None,
+                "note": "Nothing charted: the object is gone, or its traffic is not one the signals count."}
+    impact = change_impact(t, event.at, _lb_of(t), now=now)
+    impact["chart"]["markers"] = [{"t": event.at.timestamp(), "kind": "change",
+                                   "label": f"{event.who}: {event.action} {event.object_label}"}]
+    return {"change": change, "scope": t.scope, "target_id": t.obj.pk, "target": str(t.obj), "impact": impact}
+
+
+def _lb_of(t: Target) -> int | None:
+    obj = t.obj
+    if t.scope == "lb":
+        return obj.pk
+    if t.scope == "member":
+        return obj.pool.lb_id
+    return getattr(obj, "lb_id", None)

@@ -30,7 +30,7 @@ class SignalsCollector:
 
     def collect(self) -> Iterator:
         from apps.signals import hist
-        from apps.signals.aggregate import HIST_FIELDS, ROW_FIELDS, Sums
+        from apps.signals.aggregate import ALL_NODES, HIST_FIELDS, ROW_FIELDS, Sums
         from apps.signals.models import SignalBucket
         from apps.signals.services import FINE_STEP_S
 
@@ -47,9 +47,10 @@ class SignalsCollector:
         }
         try:
             end = int(time.time()) // FINE_STEP_S * FINE_STEP_S
+            # Per-node series only: the all-nodes rows are their sums, which a dashboard sums by itself.
             rows = SignalBucket.objects.filter(step_s=FINE_STEP_S,
                                                start__gte=datetime.fromtimestamp(end - WINDOW_S, UTC),
-                                               start__lt=datetime.fromtimestamp(end, UTC))
+                                               start__lt=datetime.fromtimestamp(end, UTC)).exclude(node=ALL_NODES)
             sums: dict[tuple[str, str, str], Sums] = {}
             for row in rows.values_list("kind", "ref_id", "node", *ROW_FIELDS).iterator(2000):
                 sums.setdefault((row[0], str(row[1]), row[2]), Sums()).add_row(row[3:])

@@ -14,7 +14,7 @@ from apps.balancers.models import Listener, LoadBalancer, Member, Pool, PoolRegi
 from apps.fleets import selectors as fleet_selectors
 from apps.fleets.models import Node, Rollout
 from apps.signals import hist
-from apps.signals.aggregate import HIST_FIELDS, ROW_FIELDS, Sums
+from apps.signals.aggregate import ALL_NODES, HIST_FIELDS, ROW_FIELDS, Sums
 from apps.signals.models import SignalBucket
 from apps.signals.services import COARSE_STEP_S, FINE_STEP_S
 
@@ -54,17 +54,19 @@ def target(principal: Any, scope: str, pk: int | str) -> Target | None:
         if lb is None:
             return None
         if principal.is_operator or lb.org_id == principal.org_id:
-            return Target(scope, lb, rows.filter(kind=Kind.LISTENER, lb_id=lb.pk))
+            return Target(scope, lb, rows.filter(kind=Kind.LISTENER, lb_id=lb.pk, node=ALL_NODES))
         return Target(scope, lb, rows.filter(kind=Kind.ROUTE, lb_id=lb.pk))
     if scope == "route":
         route = Route.objects.visible_to(principal).filter(pk=pk).first()
         return None if route is None else Target(scope, route, rows.filter(kind=Kind.ROUTE, ref_id=route.pk))
     if scope == "pool":
         pool = Pool.objects.visible_to(principal).filter(pk=pk).first()
-        return None if pool is None else Target(scope, pool, rows.filter(kind=Kind.MEMBER, pool_id=pool.pk))
+        return None if pool is None else Target(scope, pool, rows.filter(kind=Kind.MEMBER, pool_id=pool.pk,
+                                                                         node=ALL_NODES))
     if scope == "member":
         member = Member.objects.visible_to(principal).filter(pk=pk).first()
-        return None if member is None else Target(scope, member, rows.filter(kind=Kind.MEMBER, ref_id=member.pk))
+        return None if member is None else Target(scope, member, rows.filter(kind=Kind.MEMBER, ref_id=member.pk,
+                                                                             node=ALL_NODES))
     if scope == "node" and principal.is_operator:
         node = Node.objects.select_related("fleet").filter(pk=pk).first()
         if node is None:
@@ -93,48 +95,53 @@ def _summary(sums: Sums, seconds: float) -> dict[str, Any]:
     return out
 
 
-def series(t: Target, range_name: str = "5m", *, now: float | None = None) -> dict[str, Any]:
-    """Points of the chart (oldest first, `point_s` apart, zeros where nothing came) and the window's totals."""
+def series(t: Target, range_name: str = "5m", *, now: float | None = None,
+           by_ref: dict[int, Sums] | None = None) -> dict[str, Any]:
+    """The chart of the last `range_name`: see window()."""
     if range_name not in RANGES:
         raise UnknownRange(f"range must be one of {', '.join(RANGES)}")
     span, step, point = RANGES[range_name]
     now = time.time() if now is None else now
     end = int(now) // point * point + point
-    start = end - span
+    return {**window(t, end - span, end, step, point, now=now, by_ref=by_ref), "range": range_name}
+
+
+def window(t: Target, start: int, end: int, step: int, point: int, *, now: float,
+           by_ref: dict[int, Sums] | None = None) -> dict[str, Any]:
+    """Points of the chart from `start` to `end` (unix s, oldest first, `point` s apart, zeros where nothing came)
+    read from rows of `step` s, and the window's totals. `by_ref`: filled with each series' sums over the window,
+    from the same rows (a pool's members)."""
     rows = t.rows.filter(step_s=step, start__gte=datetime.fromtimestamp(start, UTC),
-                         start__lt=datetime.fromtimestamp(end, UTC)).values_list("start", *ROW_FIELDS)
-    n = span // point
+                         start__lt=datetime.fromtimestamp(end, UTC)).values_list("start", "ref_id", *ROW_FIELDS)
+    n = (end - start) // point
     sums = [Sums() for _ in range(n)]
-    total = Sums()
-    for row in rows:
+    for row in rows.iterator(2000):
         i = (int(row[0].timestamp()) - start) // point
         if 0 <= i < n:
-            sums[i].add_row(row[1:])
-            total.add_row(row[1:])
-    # The newest point is still filling: its rate is over the seconds it has had, not the whole point.
-    elapsed_last = max(1.0, min(point, now - (end - point)))
-    points = [_summary(sums[i], point if i < n - 1 else elapsed_last) for i in range(n)]
+            values = row[2:]
+            sums[i].add_row(values)
+            if by_ref is not None:
+                by_ref.setdefault(row[1], Sums()).add_row(values)
+    total = Sums()
+    for each in sums:
+        if each.requests:
+            total.merge(each)
+    # A point still filling (the newest): its rate is over the seconds it has had, not the whole point.
+    points = [_summary(sums[i], max(1.0, min(point, now - (start + i * point)))) for i in range(n)]
     keys = [k for k in points[0] if k != "requests"] if points else []
     return {
-        "scope": t.scope, "id": t.obj.pk, "range": range_name, "point_s": point,
+        "scope": t.scope, "id": t.obj.pk, "point_s": point,
         "time": [start + i * point for i in range(n)],
         "series": {k: [p[k] for p in points] for k in keys},
         "requests": [p["requests"] for p in points],
-        "totals": _summary(total, max(1.0, min(span, now - start))),
+        "totals": _summary(total, max(1.0, min(end - start, now - start))),
     }
 
 
-def by_member(pool: Pool, principal: Any, range_name: str = "5m", *, now: float | None = None) -> list[dict]:
-    """Each member of a pool over the window: where the pool's requests, errors and latency went."""
-    span, step, _ = RANGES[range_name]
-    now = time.time() if now is None else now
-    rows = (SignalBucket.objects.visible_to(principal)
-            .filter(kind=Kind.MEMBER, pool_id=pool.pk, step_s=step,
-                    start__gte=datetime.fromtimestamp(now - span, UTC))
-            .values_list("ref_id", *ROW_FIELDS))
-    sums: dict[int, Sums] = {}
-    for row in rows:
-        sums.setdefault(row[0], Sums()).add_row(row[1:])
+def by_member(pool: Pool, range_name: str, sums: dict[int, Sums]) -> list[dict]:
+    """Each member of a pool over the window (sums from series(by_ref=...)): where the requests, errors and
+    latency went."""
+    span = RANGES[range_name][0]
     out = []
     for member in pool.members.select_related("region").order_by("region__slug", "name"):
         found = sums.get(member.pk)
@@ -155,7 +162,7 @@ def markers(t: Target, principal: Any, range_name: str = "5m", *, now: float | N
         .order_by("-at")[:MAX_MARKERS * 5])
     wanted = _affecting_ids(t, lb_id, events)
     out = [{"t": e.at.timestamp(), "kind": "change", "label": f"{e.actor_label or e.actor}: {e.action} {e.object_repr}",
-            "action": e.action, "object_type": e.object_type, "object_id": e.object_id}
+            "action": e.action, "object_type": e.object_type, "object_id": e.object_id, "change_id": e.pk}
            for e in events if (e.object_type, e.object_id) in wanted]
     if principal.is_operator and lb_id is not None:
         fleets = list(fleet_selectors.fleet_ids_for_lb(lb_id))

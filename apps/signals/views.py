@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from django.http import Http404
 from django.shortcuts import render
 
 from apps.core.errors import NotFoundError
 from apps.core.ui import PrincipalView
-from apps.signals import selectors
+from apps.signals import impact, selectors
 from apps.signals.api.views import chart_payload
+
+REFRESH_S = {"5m": 5, "1h": 30, "24h": 300, "7d": 900}
 
 
 class SignalsPanelView(PrincipalView):
@@ -24,4 +28,28 @@ class SignalsPanelView(PrincipalView):
             "scope": scope, "pk": pk, "range": range_name, "ranges": list(selectors.RANGES),
             "payload": payload, "totals": payload["totals"], "members": payload.get("members"),
             "panel_id": f"signals-{scope}-{pk}", "data_id": f"signals-{scope}-{pk}-data",
+            # As often as a point can change: a 7-day chart re-read every 5 s cost the database for nothing.
+            "refresh_s": REFRESH_S[range_name],
         })
+
+
+class ChangeImpactPageView(PrincipalView):
+    """A change's page: who did what, the 5 minutes before against the 5 after, and the flag."""
+
+    def get(self, request, pk: int):
+        payload = impact.change_payload(self.principal, pk)
+        if payload is None:
+            raise Http404
+        chart = payload["impact"]["chart"] if payload["impact"] else None
+        return render(request, "signals/change.html", {
+            "payload": payload, "change": payload["change"], "impact": payload["impact"], "chart": chart,
+            "object_url": _object_url(payload), "data_id": f"change-{pk}-data", "min_requests": impact.MIN_REQUESTS,
+            "at": datetime.fromtimestamp(payload["change"]["at"], UTC)})
+
+
+def _object_url(payload: dict) -> str:
+    from django.urls import reverse
+
+    scope, pk = payload.get("scope"), payload.get("target_id")
+    names = {"lb": "lb-detail", "route": "route-detail", "pool": "traffic-pool"}
+    return reverse(names[scope], args=[pk]) if scope in names else ""

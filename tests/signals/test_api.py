@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from apps.signals import services
+from apps.signals.aggregate import ALL_NODES
 from apps.signals.models import SignalBucket
 from tests.factories import LoadBalancerFactory, MemberFactory, PoolFactory, RouteFactory
 
@@ -27,10 +28,13 @@ def _bucket(kind: str, ref_id: int, *, org, lb_id: int, requests: int, s5xx: int
 
     counts = hist.new()
     counts[hist.index(upstream_ms)] = requests
-    return SignalBucket.objects.create(
-        kind=kind, ref_id=ref_id, node=node, start=start, step_s=services.FINE_STEP_S, org=org, lb_id=lb_id,
-        pool_id=pool_id, requests=requests, s2xx=requests - s5xx, s5xx=s5xx,
-        t_upstream=hist.sparse(counts), t_total=hist.sparse(counts))
+    # As the collector writes them: a listener's or member's node row and its all-nodes row.
+    for each in ((node, ALL_NODES) if node else ("",)):
+        row = SignalBucket.objects.create(
+            kind=kind, ref_id=ref_id, node=each, start=start, step_s=services.FINE_STEP_S, org=org, lb_id=lb_id,
+            pool_id=pool_id, requests=requests, s2xx=requests - s5xx, s5xx=s5xx,
+            t_upstream=hist.sparse(counts), t_total=hist.sparse(counts))
+    return row
 
 
 @pytest.fixture

@@ -9,4 +9,5 @@ def register(router) -> None:
 
 urlpatterns = [
     path("signals/", views.SignalsView.as_view(), name="signals"),
+    path("signals/changes/<int:pk>/", views.ChangeImpactView.as_view(), name="signals-change"),
 ]

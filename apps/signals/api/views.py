@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core.errors import DomainError, NotFoundError
-from apps.signals import selectors
+from apps.signals import impact, selectors
 
 
 def chart_payload(principal, scope: str, pk: str, range_name: str) -> dict:
@@ -22,10 +22,11 @@ def chart_payload(principal, scope: str, pk: str, range_name: str) -> dict:
     target = selectors.target(principal, scope, int(pk))
     if target is None:
         raise NotFoundError(f"No such {scope}.")
-    payload = selectors.series(target, range_name)
+    members: dict = {}
+    payload = selectors.series(target, range_name, by_ref=members if scope == "pool" else None)
     payload["markers"] = selectors.markers(target, principal, range_name)
     if scope == "pool":
-        payload["members"] = selectors.by_member(target.obj, principal, range_name)
+        payload["members"] = selectors.by_member(target.obj, range_name, members)
     return payload
 
 
@@ -44,3 +45,15 @@ class SignalsView(APIView):
         with the changes that can have moved them (who did what)."""
         q = request.query_params
         return Response(chart_payload(request.principal, q.get("scope", ""), q.get("id", ""), q.get("range", "5m")))
+
+
+class ChangeImpactView(APIView):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def get(self, request, pk: int):
+        """A change (an audit event) and its effect: the changed object's requests, 5xx share and p99 latency in
+        the 5 minutes before against the 5 minutes after, flagged when either rose past the fleet's guards
+        (guard_5xx_rise_pct, guard_p99_rise_ms), with the chart of those 10 minutes."""
+        payload = impact.change_payload(request.principal, pk)
+        if payload is None:
+            raise NotFoundError("No such change.")
+        return Response(payload)
