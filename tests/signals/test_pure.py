@@ -55,7 +55,7 @@ def test_the_route_index_answers_as_the_routing_rule_does():
     index = RouteIndex(routes)
     rows = [RouteRow(r.id, r.priority, r.hosts, r.path_match, r.path) for r in routes]
     for host in ["a.ex.org", "b.ex.org", "c.ex.org", "x.a.ex.org", "y.x.a.ex.org", "other.org"]:
-        for path in ["/", "/api", "/api/v1/items", "/apix", "/static/app.js", "/nothing"]:
+        for path in ["/", "/api", "/api/", "/api/v1", "/api/v1/items", "/apix", "/static/app.js", "/static", "/no"]:
             want = resolve_route(rows, host, path)
             got = index.resolve(host, path)
             assert (got.id if got else None) == (want.id if want else None), (host, path)
