@@ -19,6 +19,7 @@ from django.db import close_old_connections
 from apps.signals import services
 from apps.signals.aggregate import Aggregator, Directory
 from apps.signals.logline import parse
+from apps.signals.sampling import Sampler
 
 logger = logging.getLogger(__name__)
 
@@ -45,12 +46,13 @@ class Collector:
         self.address = self.sock.getsockname()[:2]
         self.directory = directory
         self.aggregator = Aggregator(step_s)
+        self.sampler = Sampler()
         self.clock = clock
         self.stats = Stats()
 
     def receive(self, until: float) -> None:
         """Read datagrams until the monotonic time `until`."""
-        agg, directory, stats, sock = self.aggregator, self.directory, self.stats, self.sock
+        agg, directory, stats, sock, sampler = self.aggregator, self.directory, self.stats, self.sock, self.sampler
         closed_before = agg.bucket(self.clock() - GRACE_S) - agg.step_s
         while True:
             left = until - time.monotonic()
@@ -66,7 +68,9 @@ class Collector:
             if request is None:
                 stats.ignored += 1
                 continue
-            agg.add(request, directory.resolve(request), self.clock(), closed_before)
+            resolved, now = directory.resolve(request), self.clock()
+            agg.add(request, resolved, now, closed_before)
+            sampler.offer(request, resolved, now)
 
     def write(self) -> None:
         now = self.clock()
@@ -77,12 +81,14 @@ class Collector:
             for _, entry in due:
                 entry.dirty = True
             raise
+        # Samples are the least of it: lost with a failed write rather than held (they are a sample already).
+        services.samples_write(self.sampler.take())
         self.aggregator.close(self.aggregator.bucket(now - GRACE_S) - self.aggregator.step_s)
 
     def report(self) -> str:
         s, a = self.stats, self.aggregator
         return (f"signals: {s.lines} lines, {s.ignored} not ours, {a.unknown} unknown frontends, {a.late} late, "
-                f"{s.written} bucket writes, {len(a.open)} open")
+                f"{s.written} bucket writes, {len(a.open)} open, {self.sampler.dropped} not sampled")
 
     def run(self, *, duration_s: float | None = None) -> None:
         stop = None if duration_s is None else time.monotonic() + duration_s

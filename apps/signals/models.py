@@ -62,3 +62,45 @@ class SignalBucket(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.ref_id}@{self.node or '*'} {self.start:%H:%M:%S}+{self.step_s}s {self.requests}"
+
+
+class RequestSample(models.Model):
+    """One request as a node logged it, sampled by the collector (apps.signals.sampling): the raw requests
+    behind a chart's number. Bounded: at most SAMPLE_ERRORS_PER_S failed and SAMPLE_OTHERS_PER_S other requests
+    per LB and second, kept SAMPLE_KEEP. `org` is whose traffic it is (the route's org, else the LB's)."""
+
+    TENANT_PATH = "org"
+
+    at = models.DateTimeField()
+    lb_id = models.PositiveIntegerField()
+    org = models.ForeignKey("accounts.Organization", null=True, on_delete=models.CASCADE, related_name="+",
+                            db_constraint=False)
+    route_id = models.PositiveIntegerField(null=True)
+    pool_id = models.PositiveIntegerField(null=True)
+    member_id = models.PositiveIntegerField(null=True)
+    node = models.CharField(max_length=128)  # "fleet/node": shown to operators only
+    region = models.CharField(max_length=63, blank=True, default="")  # the node's
+    status = models.SmallIntegerField()  # -1: the client left before a response
+    by_proxy = models.BooleanField(default=False)  # HAProxy answered itself (logline.Request.by_proxy)
+    termination = models.CharField(max_length=4)
+    t_queue = models.IntegerField()
+    t_connect = models.IntegerField()
+    t_upstream = models.IntegerField()
+    t_total = models.IntegerField()
+    retries = models.PositiveSmallIntegerField(default=0)
+    bytes = models.PositiveBigIntegerField(default=0)
+    host = models.CharField(max_length=255)
+    path = models.CharField(max_length=1024)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["lb_id", "-at"], name="sample_lb"),
+            models.Index(fields=["route_id", "-at"], name="sample_route"),
+            models.Index(fields=["pool_id", "-at"], name="sample_pool"),
+            models.Index(fields=["at"], name="sample_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.at:%H:%M:%S} {self.status} {self.host}{self.path}"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from apps.audit.models import AuditEvent
 from apps.balancers.models import Listener, LoadBalancer, Member, Pool, PoolRegion, Route
@@ -15,7 +15,7 @@ from apps.fleets import selectors as fleet_selectors
 from apps.fleets.models import Node, Rollout
 from apps.signals import hist
 from apps.signals.aggregate import ALL_NODES, HIST_FIELDS, ROW_FIELDS, Sums
-from apps.signals.models import SignalBucket
+from apps.signals.models import RequestSample, SignalBucket
 from apps.signals.services import COARSE_STEP_S, FINE_STEP_S
 
 # range name -> (span s, stored step s, point s): about 60-340 points a chart, whatever the range.
@@ -214,3 +214,56 @@ def _affecting_ids(t: Target, lb_id: int | None, events: list[AuditEvent]) -> se
     keep |= {("poolregion", pr) for pr in PoolRegion.objects.filter(pool_id__in=pools, pk__in=ids.get("poolregion", ()))
              .values_list("pk", flat=True)}
     return {(kind, str(pk)) for kind, pk in keep}
+
+
+# --- sampled requests -----------------------------------------------------------------------------------------
+
+SAMPLE_LIMIT_MAX = 200
+_SAMPLE_ROWS = {"lb": "lb_id", "route": "route_id", "pool": "pool_id", "member": "member_id"}
+
+
+class BadFilter(ValueError):
+    def __init__(self, code: str, message: str, field: str) -> None:
+        super().__init__(message)
+        self.code, self.field = code, field
+
+
+def sampled_requests(principal: Any, scope: str, pk: int, *, status: str = "", region: str = "", node: str = "",
+                     since: float | None = None, until: float | None = None, limit: int = 50) -> list[dict] | None:
+    """The sampled requests behind a chart, newest first; None: no such object for this principal. A tenant
+    sees its own routes' requests only (on a shared LB too) and the node's region, never its name."""
+    t = target(principal, scope, pk)
+    if t is None:
+        return None
+    rows = RequestSample.objects.visible_to(principal)
+    rows = rows.filter(node=str(t.obj)) if scope == "node" else rows.filter(**{_SAMPLE_ROWS[scope]: t.obj.pk})
+    if status:
+        if len(status) == 3 and status.endswith("xx") and status[0] in "12345":
+            low = int(status[0]) * 100
+            rows = rows.filter(status__gte=low, status__lt=low + 100)
+        elif status.isdigit() and len(status) == 3:
+            rows = rows.filter(status=int(status))
+        elif status == "failed":
+            rows = rows.filter(Q(status__gte=500) | Q(status__lt=0) | Q(by_proxy=True))
+        else:
+            raise BadFilter("invalid_status", "status: a class (5xx), a code (503) or failed.", "status")
+    if region:
+        rows = rows.filter(region=region)
+    if node:
+        if not principal.is_operator:
+            raise BadFilter("node_filter_operators_only", "Only operators see nodes; filter by region.", "node")
+        rows = rows.filter(node=node)
+    if since is not None:
+        rows = rows.filter(at__gte=datetime.fromtimestamp(since, UTC))
+    if until is not None:
+        rows = rows.filter(at__lt=datetime.fromtimestamp(until, UTC))
+    out = []
+    for r in rows.order_by("-at", "-id")[:max(1, min(limit, SAMPLE_LIMIT_MAX))]:
+        out.append({
+            "at": r.at.timestamp(), "status": r.status, "by_proxy": r.by_proxy, "termination": r.termination,
+            "host": r.host, "path": r.path, "route_id": r.route_id, "member_id": r.member_id, "region": r.region,
+            "t_queue_ms": r.t_queue, "t_connect_ms": r.t_connect, "t_upstream_ms": r.t_upstream,
+            "t_total_ms": r.t_total, "retries": r.retries, "bytes": r.bytes,
+            **({"node": r.node} if principal.is_operator else {}),
+        })
+    return out

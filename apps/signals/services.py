@@ -10,11 +10,13 @@ from django.utils import timezone
 
 from apps.signals import hist
 from apps.signals.aggregate import HIST_FIELDS, ROW_FIELDS, SUM_FIELDS, BucketKey, Dims, Open, Sums
-from apps.signals.models import SignalBucket
+from apps.signals.models import RequestSample, SignalBucket
+from apps.signals.sampling import Sample, row_values
 
 FINE_STEP_S = 5
 COARSE_STEP_S = 300
 FINE_KEEP = timedelta(hours=6)
+SAMPLE_KEEP = FINE_KEEP  # at most 12 rows per LB and second (sampling.py): ~260k per LB at the most
 COARSE_KEEP = timedelta(days=8)
 UNIQUE_FIELDS = ["kind", "ref_id", "node", "step_s", "start"]
 UPDATE_FIELDS = ["org_id", "lb_id", "pool_id", "region", *ROW_FIELDS]
@@ -40,6 +42,12 @@ def buckets_write(entries: Iterable[tuple[BucketKey, Open]], step_s: int = FINE_
     return len(rows)
 
 
+def samples_write(samples: list[Sample]) -> int:
+    if samples:
+        RequestSample.objects.bulk_create([RequestSample(**row_values(s)) for s in samples], batch_size=2000)
+    return len(samples)
+
+
 def signals_rollup(*, now: datetime | None = None, windows: int = 3) -> int:
     """Sum the fine buckets of the last `windows` closed coarse windows into coarse rows (idempotent:
     a window is recomputed whole and overwritten), then drop rows past their retention. Returns rows written."""
@@ -62,4 +70,5 @@ def signals_rollup(*, now: datetime | None = None, windows: int = 3) -> int:
             written += buckets_write(coarse.items(), COARSE_STEP_S)
     SignalBucket.objects.filter(step_s=FINE_STEP_S, start__lt=now - FINE_KEEP).delete()
     SignalBucket.objects.filter(step_s=COARSE_STEP_S, start__lt=now - COARSE_KEEP).delete()
+    RequestSample.objects.filter(at__lt=now - SAMPLE_KEEP).delete()
     return written

@@ -53,3 +53,38 @@ def _object_url(payload: dict) -> str:
     scope, pk = payload.get("scope"), payload.get("target_id")
     names = {"lb": "lb-detail", "route": "route-detail", "pool": "traffic-pool"}
     return reverse(names[scope], args=[pk]) if scope in names else ""
+
+
+class SampledRequestsPageView(PrincipalView):
+    """The sampled requests behind a chart, filtered by route/status/region/node and time (a chart's click)."""
+
+    def get(self, request):
+        from apps.core.errors import DomainError
+        from apps.signals.api.views import requests_payload
+
+        params = request.GET
+        try:
+            payload = requests_payload(self.principal, params)
+            error = ""
+        except NotFoundError:
+            raise Http404 from None
+        except DomainError as exc:
+            payload, error = {"requests": []}, exc.detail
+        for row in payload["requests"]:
+            row["at_dt"] = datetime.fromtimestamp(row["at"], UTC)
+            row["times"] = " / ".join(str(row[k]) if row[k] >= 0 else "—"  # -1: never reached that stage
+                                      for k in ("t_queue_ms", "t_connect_ms", "t_upstream_ms", "t_total_ms"))
+        window = [datetime.fromtimestamp(float(params[k]), UTC) if _is_number(params.get(k)) else None
+                  for k in ("since", "until")]
+        return render(request, "signals/requests.html", {
+            "payload": payload, "rows": payload["requests"], "error": error, "params": params,
+            "since": window[0], "until": window[1], "is_operator": self.principal.is_operator,
+            "statuses": ["", "failed", "5xx", "4xx", "3xx", "2xx"]})
+
+
+def _is_number(raw: str | None) -> bool:
+    try:
+        float(raw or "")
+    except ValueError:
+        return False
+    return True

@@ -150,12 +150,24 @@ def test_a_failing_route_and_a_slow_member_show_where_they_are_and_nowhere_else(
         assert frontend_total == lb_totals["requests"]
         assert server_5xx["bad-1"] == bad["requests"] and server_5xx["api-2"] == server_5xx["old-1"] == 0
 
+        # The requests behind the number: the sampled log has the bad route's 500s, and nothing of the others'.
+        sampled = client.get("/api/v1/signals/requests/", {"scope": "route", "id": bad_route.pk}).json()["requests"]
+        assert sampled and {(r["status"], r["path"].split("?")[0], r["by_proxy"]) for r in sampled} == {
+            (500, "/bad", False)}
+        assert {r["node"] for r in sampled} <= {str(n) for n in nodes}
+
         # On the pages.
         login(page, "olga", "olga-pass-123")
         page.goto(f"{live_server.url}/routes/{bad_route.pk}/")
         page.get_by_test_id("signals-5xx").filter(has_text="100%").wait_for()
         page.locator(".signals-chart canvas").first.wait_for()
         shot(page, "signals-route-5xx")
+        page.get_by_test_id("signals-requests-link").click()
+        rows = page.locator("[data-testid=requests-table] tbody tr")
+        rows.first.wait_for()
+        assert rows.count() == len(sampled) and set(rows.evaluate_all("rs => rs.map(r => r.dataset.status)")) == {"500"}
+        shot(page, "signals-sampled-requests")
+        page.go_back()
         page.goto(f"{live_server.url}/routes/{ok_route.pk}/")
         page.get_by_test_id("signals-5xx").filter(has_text="0%").wait_for()
         page.goto(f"{live_server.url}/traffic/pools/{api_pool.pk}/")

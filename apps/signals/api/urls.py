@@ -10,4 +10,5 @@ def register(router) -> None:
 urlpatterns = [
     path("signals/", views.SignalsView.as_view(), name="signals"),
     path("signals/changes/<int:pk>/", views.ChangeImpactView.as_view(), name="signals-change"),
+    path("signals/requests/", views.SampledRequestsView.as_view(), name="signals-requests"),
 ]

@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core.errors import DomainError, NotFoundError
-from apps.signals import impact, selectors
+from apps.signals import impact, sampling, selectors, services
 
 
 def chart_payload(principal, scope: str, pk: str, range_name: str) -> dict:
@@ -57,3 +57,51 @@ class ChangeImpactView(APIView):
         if payload is None:
             raise NotFoundError("No such change.")
         return Response(payload)
+
+
+def _number(raw: str | None, field: str, cast=float):
+    if raw in (None, ""):
+        return None
+    try:
+        return cast(raw)
+    except ValueError:
+        raise DomainError(f"invalid_{field}", f"{field} must be a number.", field=field) from None
+
+
+def requests_payload(principal, params) -> dict:
+    """The sampled requests behind a chart (the API's answer and the UI's table alike)."""
+    scope, pk = params.get("scope", ""), params.get("id", "")
+    if scope not in selectors.SCOPES:
+        raise DomainError("invalid_scope", f"scope must be one of {', '.join(selectors.SCOPES)}.", field="scope")
+    if not str(pk).isdigit():
+        raise DomainError("id_required", "Give ?id=<object id>.", field="id")
+    try:
+        found = selectors.sampled_requests(
+            principal, scope, int(pk), status=params.get("status", ""), region=params.get("region", ""),
+            node=params.get("node", ""), since=_number(params.get("since"), "since"),
+            until=_number(params.get("until"), "until"), limit=_number(params.get("limit"), "limit", int) or 50)
+    except selectors.BadFilter as exc:
+        raise DomainError(exc.code, str(exc), field=exc.field) from None
+    if found is None:
+        raise NotFoundError(f"No such {scope}.")
+    return {"scope": scope, "id": int(pk), "requests": found, "sampled": {
+        "errors_per_s": sampling.ERRORS_PER_S, "others_per_s": sampling.OTHERS_PER_S,
+        "kept_s": int(services.SAMPLE_KEEP.total_seconds())}}
+
+
+class SampledRequestsView(APIView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("scope", str, required=True, enum=list(selectors.SCOPES)),
+            OpenApiParameter("id", int, required=True),
+            OpenApiParameter("status", str, description="A class (5xx), a code (503) or `failed`."),
+            OpenApiParameter("region", str), OpenApiParameter("node", str, description="Operators only."),
+            OpenApiParameter("since", float, description="Unix seconds."), OpenApiParameter("until", float),
+            OpenApiParameter("limit", int, description=f"At most {selectors.SAMPLE_LIMIT_MAX}; default 50."),
+        ],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request):
+        """Sampled requests as the nodes logged them, newest first: each LB keeps its first failed requests of
+        every second and a few others (sampled.errors_per_s, others_per_s), for sampled.kept_s seconds."""
+        return Response(requests_payload(request.principal, request.query_params))

@@ -62,11 +62,22 @@
       const built = build(el.dataset.chart, data);
       el.replaceChildren();
       const width = Math.max(el.clientWidth || (el.parentElement && el.parentElement.clientWidth) || 600, 300);
-      new uPlot({
+      const chart = new uPlot({
         width: width, height: 220, series: [{}].concat(built.specs),
         scales: { x: { time: true } }, axes: [{}, { label: built.unit }],
         plugins: [markerPlugin(data.markers || [])],
       }, [data.time].concat(built.cols), el);
+      // A click on a point (a spike) opens the sampled requests of that point's seconds.
+      const base = panel.dataset.requestsUrl;
+      if (base) {
+        chart.over.style.cursor = "pointer";
+        chart.over.addEventListener("click", () => {
+          const idx = chart.cursor.idx;
+          if (idx === null || idx === undefined) { return; }
+          const since = data.time[idx];
+          window.location.href = base + "&since=" + since + "&until=" + (since + data.point_s);
+        });
+      }
     });
   }
 
