@@ -20,6 +20,7 @@ from apps.balancers.models import LoadBalancer, Member, Route
 from apps.core.ui import PrincipalView
 from apps.fleets import selectors as fleet_selectors
 from apps.fleets.selectors import member_health
+from apps.signals import selectors as signal_selectors
 from apps.traffic import selectors as traffic_selectors
 from apps.traffic.views import bar_scale
 
@@ -73,6 +74,10 @@ class DashboardMixin:
         return {"overflow": overflow, "window": window, "windows": WINDOWS,
                 "bars": bar_scale([dict(r) for r in overflow["regions"]])}
 
+    def routes_panel(self) -> dict[str, Any]:
+        return {"top_routes": signal_selectors.top_routes(self.principal),
+                "top_candidates": signal_selectors.TOP_LATENCY_CANDIDATES}
+
     def rollouts_panel(self) -> dict[str, Any]:
         return {"rollouts": fleet_selectors.recent_rollouts(self.principal, limit=ROLLOUT_LIMIT)}
 
@@ -94,7 +99,7 @@ class DashboardMixin:
 
     def panels(self) -> dict[str, Callable[[], dict[str, Any]]]:
         return {"fleets": self.fleets_panel, "checks": self.checks_panel, "members": self.members_panel,
-                "overflow": self.overflow_panel,
+                "overflow": self.overflow_panel, "routes": self.routes_panel,
                 "rollouts": self.rollouts_panel, "audit": self.audit_panel, "lbs": self.lbs_panel}
 
     def common(self) -> dict[str, Any]:

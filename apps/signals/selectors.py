@@ -267,3 +267,42 @@ def sampled_requests(principal: Any, scope: str, pk: int, *, status: str = "", r
             **({"node": r.node} if principal.is_operator else {}),
         })
     return out
+
+
+# --- the dashboard's top routes ----------------------------------------------------------------------------------
+
+TOP_WINDOW_S = 900
+TOP_LATENCY_CANDIDATES = 20  # the busiest routes whose p99 is read (histograms are read for these only)
+
+
+def top_routes(principal: Any, *, limit: int = 5, window_s: int = TOP_WINDOW_S,
+               now: float | None = None) -> dict[str, list[dict]]:
+    """The principal's routes with the most 5xx, and the busiest routes' slowest p99, over the last `window_s`:
+    counts summed in the database (one grouped query), histograms read for TOP_LATENCY_CANDIDATES routes."""
+    from django.db.models import Sum
+
+    now = time.time() if now is None else now
+    rows = SignalBucket.objects.visible_to(principal).filter(
+        kind=Kind.ROUTE, step_s=FINE_STEP_S, start__gte=datetime.fromtimestamp(now - window_s, UTC))
+    totals = list(rows.values("ref_id").annotate(requests=Sum("requests"), s5xx=Sum("s5xx"))
+                  .order_by("-requests")[:500])
+    by_errors = sorted((t for t in totals if t["s5xx"]), key=lambda t: (-t["s5xx"], t["ref_id"]))[:limit]
+    busiest = [t["ref_id"] for t in totals[:TOP_LATENCY_CANDIDATES]]
+    latency: dict[int, list[int]] = {}
+    for ref_id, t_total in rows.filter(ref_id__in=busiest).values_list("ref_id", "t_total").iterator(2000):
+        hist.add_sparse(latency.setdefault(ref_id, hist.new()), t_total)
+    p99 = {ref: hist.percentile(counts, 0.99) for ref, counts in latency.items()}
+    by_latency = sorted((t for t in totals if p99.get(t["ref_id"]) is not None),
+                        key=lambda t: (-p99[t["ref_id"]], t["ref_id"]))[:limit]
+    routes = {r.pk: r for r in Route.objects.visible_to(principal).select_related("lb").filter(
+        pk__in={t["ref_id"] for t in [*by_errors, *by_latency]})}
+
+    def entry(t: dict) -> dict | None:
+        route = routes.get(t["ref_id"])
+        if route is None:  # deleted since
+            return None
+        return {"route": route, "requests": t["requests"], "rate": t["requests"] / window_s,
+                "error_pct": 100.0 * t["s5xx"] / t["requests"] if t["requests"] else 0.0,
+                "p99_ms": p99.get(t["ref_id"])}
+
+    return {"errors": [e for e in map(entry, by_errors) if e], "latency": [e for e in map(entry, by_latency) if e]}

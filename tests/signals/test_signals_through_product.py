@@ -20,7 +20,7 @@ from apps.accounts.services import token_create, user_create_with_membership
 from apps.balancers.models import Member, Region
 from apps.fleets import queries
 from apps.fleets.node.outside_rollout import read_state
-from tests.browser import login, shot
+from tests.browser import SHOTS, login, shot
 from tests.fleets.conftest import haproxy_bin  # noqa: F401 (fixture)
 from tests.fleets.fleetkit import add_pool, add_route, make_local_fleet, reconcile
 from tests.processes import REPO, process_env, stop_process
@@ -179,6 +179,12 @@ def test_a_failing_route_and_a_slow_member_show_where_they_are_and_nowhere_else(
         assert slow_p99 >= SLOW_S * 1000 * 0.85 and fast_p99 < 100
         page.locator(".signals-chart canvas").first.wait_for()
         shot(page, "signals-pool-slow-member")
+        page.goto(f"{live_server.url}/")
+        worst = page.locator("[data-testid=top-routes-errors] tbody tr").first
+        assert worst.get_attribute("data-route") == str(bad_route.pk) and "100.0%" in worst.inner_text()
+        slowest = page.locator("[data-testid=top-routes-latency] tbody tr").first
+        assert slowest.get_attribute("data-route") == str(api_route.pk)  # the slow member's route
+        page.locator("#top-routes").screenshot(path=str(SHOTS / "signals-dashboard-top-routes.png"))
         page.goto(f"{live_server.url}/load-balancers/{lb.pk}/")
         page.get_by_test_id("signals-totals").filter(has_text=f"{lb_totals['requests']} requests").wait_for()
         shot(page, "signals-lb")
