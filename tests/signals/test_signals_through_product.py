@@ -1,5 +1,5 @@
-"""Golden signals through the product: real HAProxy nodes send their request log to the real collector
-(`manage.py runsignals`, its own process) while real traffic runs. A route whose backend answers 500 and a
+"""Golden signals through the product: a real Celery worker rolls the config out to real HAProxy nodes, which send
+their request log to the real collector (`manage.py runsignals`, its own process) while real traffic runs. A route whose backend answers 500 and a
 member that answers slowly are seen in the API, on the pages (real Chromium), at that route and that member
 and nowhere else, and the counts equal the nodes' own counters (`show stat`)."""
 
@@ -18,11 +18,12 @@ from rest_framework.test import APIClient
 from apps.accounts.models import Organization, Role
 from apps.accounts.services import token_create, user_create_with_membership
 from apps.balancers.models import Member, Region
-from apps.fleets import queries
+from apps.fleets import queries, services
+from apps.fleets.models import Fleet, Rollout
 from apps.fleets.node.outside_rollout import read_state
 from tests.browser import SHOTS, login, shot
 from tests.fleets.conftest import haproxy_bin  # noqa: F401 (fixture)
-from tests.fleets.fleetkit import add_pool, add_route, make_local_fleet, reconcile
+from tests.fleets.fleetkit import add_pool, add_route, changed, make_local_fleet
 from tests.processes import REPO, process_env, stop_process
 from tests.waiting import wait_until
 
@@ -65,7 +66,7 @@ def _addr(server: ThreadingHTTPServer) -> tuple[str, int]:
 
 
 def test_a_failing_route_and_a_slow_member_show_where_they_are_and_nowhere_else(
-        page, haproxy_bin, tmp_path, live_server):  # noqa: F811 (fixture imported above)
+        page, haproxy_bin, tmp_path, live_server, celery_worker_factory):  # noqa: F811 (fixture imported above)
     ok, fast, slow, broken = (_backend("ok"), _backend("fast"), _backend("slow", delay_s=SLOW_S),
                               _backend("broken", status=500))
     port = _free_udp_port()
@@ -87,7 +88,18 @@ def test_a_failing_route_and_a_slow_member_show_where_they_are_and_nowhere_else(
         bad_route = add_route(lb, bad_pool, "/bad", 30)
         # A line sent before the collector listens is lost (UDP): wait for it, as an operator starts it first.
         wait_until(lambda: b"listening on" in (tmp_path / "collector.log").read_bytes(), timeout_s=20)
-        reconcile(local.fleet)
+        # A real worker rolls the routes out, as a change made through the API has it do.
+        celery_worker_factory()
+        changed(local.fleet)
+        services.request_reconcile(local.fleet.pk)
+
+        def rolled_out() -> bool:
+            fleet = Fleet.objects.get(pk=local.fleet.pk)
+            return fleet.desired_revision > 0 and all(
+                n.applied_revision is not None and n.applied_revision.number == fleet.desired_revision
+                for n in local.nodes) and not Rollout.objects.filter(fleet=fleet, status__in=Rollout.ACTIVE).exists()
+
+        wait_until(rolled_out, timeout_s=60, what="the worker's rollout on every node")
         nodes = local.nodes
         assert [local.get(n, "/ok")[1] for n in nodes] == ["ok", "ok"]
 
