@@ -1,7 +1,7 @@
-"""Golden signals through the product: a real Celery worker rolls the config out to real HAProxy nodes, which send
-their request log to the real collector (`manage.py runsignals`, its own process) while real traffic runs. A route whose backend answers 500 and a
-member that answers slowly are seen in the API, on the pages (real Chromium), at that route and that member
-and nowhere else, and the counts equal the nodes' own counters (`show stat`)."""
+"""Golden signals through the product: a real Celery worker rolls the config out to real HAProxy nodes, which
+send their request log to the real collector (`manage.py runsignals`, its own process) while real traffic runs.
+A route whose backend answers 500 and a member that answers slowly are seen in the API, on the pages (real
+Chromium), at that route and that member and nowhere else, and the counts equal the nodes' own counters."""
 
 from __future__ import annotations
 
