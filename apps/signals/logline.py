@@ -55,6 +55,8 @@ def parse(line: bytes) -> Request | None:
         return None
     text = line.decode("utf-8", "replace").rstrip("\r\n\0")
     parts = text.split(" ", _FIELDS - 1)
+    if len(parts) == _FIELDS - 1:  # cut by the node's `len` inside the path: still a request, its host unknown
+        parts.append("")
     if len(parts) != _FIELDS or parts[0] != SIGNALS_LOG_VERSION:
         return None
     (_, node, frontend, backend, server, status, t_queue, t_connect, t_upstream, t_total, retries,

@@ -30,6 +30,8 @@ def test_a_host_with_spaces_stays_in_the_last_field_and_foreign_lines_are_ignore
     assert parse(b"spw1 too few fields") is None
     assert parse(b"spw9 e/n1 fe_a.http p1_eu s1 200 0 0 1 1 0 ---- 5 /p h") is None
     assert parse(b"spw1 e/n1 fe_a.http fe_a.http <NOSRV> 404 -1 -1 -1 0 0 LR-- 80 /nf h").server is None
+    cut = parse(b"spw1 e/n1 fe_a.http p1_eu s1 200 0 0 1 1 0 ---- 5 /" + b"x" * 3000)  # cut by the node's `len`
+    assert cut is not None and cut.status == 200 and cut.host == ""
 
 
 @pytest.mark.parametrize("true_ms", [1, 7, 33, 180, 950, 4_200, 30_000])
@@ -101,4 +103,4 @@ def test_a_hostile_collector_address_or_node_name_never_reaches_the_config(signa
     assert refused.value.field == field
     bundle = render(snap, NodeSpec(name="n1", runtime_dir="/run/spillway/edge", signals=("10.0.0.5", 5514),
                                    signals_tag="edge/n1"))
-    assert "log 10.0.0.5:5514 len 2048 format raw local0 info" in bundle.main
+    assert "log 10.0.0.5:5514 len 16384 format raw local0 info" in bundle.main

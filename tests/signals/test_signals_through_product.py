@@ -112,6 +112,10 @@ def test_a_failing_route_and_a_slow_member_show_where_they_are_and_nowhere_else(
                     status, _ = local.get(node, f"{path}?n={round_}")
                     sent[path] += 1
                     statuses[path].add(status)
+        # A path longer than any log line HAProxy would have cut (2 KB before): counted as any other request.
+        status, _ = local.get(nodes[0], "/ok/" + "x" * 6000)
+        sent["/ok"] += 1
+        statuses["/ok"].add(status)
         assert statuses == {"/ok": {200}, "/api/items": {200}, "/bad": {500}}
         total_sent = sum(sent.values())
 

@@ -25,6 +25,7 @@ GLOBAL_RUNTIME_LINES = (3, 4)  # global_section's lines naming the node's runtim
 SIGNALS_LOG_VERSION = "spw1"
 SIGNALS_LOG_FIELDS = ("version", "node", "frontend", "backend", "server", "status", "t_queue", "t_connect",
                       "t_upstream", "t_total", "retries", "termination", "bytes", "path", "host")
+SIGNALS_LOG_LEN = 16384
 SIGNALS_LOG_FORMAT = (f"{SIGNALS_LOG_VERSION} %[var(proc.node)] %ft %b %s %ST %Tw %Tc %Tr %Ta %rc %tsc %B "
                       "%[var(txn.path)] %[var(txn.host)]")
 
@@ -33,8 +34,9 @@ def global_section(node: NodeSpec) -> list[str]:
     rd = node.runtime_dir
     signals = []
     if node.signals is not None:
-        # `len`: a long path is cut, never the datagram dropped; the collector counts the request anyway.
-        signals = [f"log {format_address(*node.signals)} len 2048 format raw local0 info",
+        # `len`: HAProxy cuts a longer line. 16 KB holds any request line a default 16 KB buffer accepts, so the
+        # host (the last field) is never cut away; the collector counts a cut line all the same (logline.parse).
+        signals = [f"log {format_address(*node.signals)} len {SIGNALS_LOG_LEN} format raw local0 info",
                    f"set-var proc.node str({node.signals_tag})"]
     return _indent(
         [
