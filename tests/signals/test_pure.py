@@ -104,3 +104,19 @@ def test_a_hostile_collector_address_or_node_name_never_reaches_the_config(signa
     bundle = render(snap, NodeSpec(name="n1", runtime_dir="/run/spillway/edge", signals=("10.0.0.5", 5514),
                                    signals_tag="edge/n1"))
     assert "log 10.0.0.5:5514 len 16384 format raw local0 info" in bundle.main
+
+
+def test_a_flood_of_distinct_paths_grows_no_series_and_no_cache_past_its_bound():
+    from apps.signals import routeindex
+
+    routes = [IndexedRoute(i, i, (), "prefix", f"/r{i}", 1) for i in range(1, 51)]
+    index = RouteIndex(routes)
+    agg = Aggregator(step_s=5)
+    listener = (7, Dims(1, 3, None, "us-east"))
+    for i in range(routeindex.CACHE_MAX + 10_000):
+        path = f"/r{i % 60}/{i}"  # every path new; 10 of 60 prefixes match no route
+        found = index.resolve("shop.example", path)
+        request = parse(f"spw1 f/n1 fe_a.http p1_eu s1 200 0 0 1 1 0 ---- 5 {path} shop.example".encode())
+        agg.add(request, Resolved(listener, (found.id, Dims(1, 3)) if found else None, None), 1000.0)
+    assert len(index._cache) == routeindex.CACHE_MAX
+    assert len(agg.open) == 2 + 50  # the listener's node and all-nodes series, and one per route: not per path
