@@ -128,3 +128,27 @@ def test_a_failed_rollout_tells_a_customer_it_failed_but_not_the_operators_detai
     assert "an operator can see the details" in customer.data["error"]
     assert by_lb[str(shared.pk)].data["error"] == error  # the operator's own LB
     assert Event.objects.get(type="rollout.failed", org=None).data["error"] == error  # the fleet's
+
+
+def test_a_canary_stop_tells_a_customer_what_happened_without_the_operators_node(acme, ops):
+    """The canary's reason names the operator's node and its figures: the customer's LB event says its change
+    stopped at the first node and that no other node saw it; the operator's fleet event keeps the figures."""
+    from apps.balancers.models import LoadBalancer
+    from apps.fleets.models import ConfigRevision, Rollout
+
+    fleet = Fleet.objects.create(name="edge", region=RegionFactory(slug="us-east"))
+    node = Node.objects.create(fleet=fleet, name="edge-secret-7", address="10.9.8.7", runtime_dir="/r",
+                               config_dir="/c")
+    mine = LoadBalancer.objects.create(org=acme, name="shop", fleet=fleet)
+    revision = ConfigRevision.objects.create(fleet=fleet, number=2, text="", sha256="0" * 64,
+                                             lb_revisions={str(mine.pk): 4})
+    rollout = Rollout.objects.create(fleet=fleet, revision=revision, stopped_by_canary=True)
+    reason = "canary edge-secret-7: 5xx rose from 0.0% to 69.1% of requests (+69.1 points, guard 5)"
+
+    emit.canary_failed(rollout, node, reason)
+
+    customer = Event.objects.get(type="rollout.canary_failed", object_type="loadbalancer")
+    assert customer.org == acme and customer.data["revision"] == 4
+    assert "edge-secret-7" not in str(customer.data) and "the other nodes never saw it" in customer.data["reason"]
+    operator = Event.objects.get(type="rollout.canary_failed", object_type="fleet")
+    assert operator.data["reason"] == reason and operator.data["node"] == "edge-secret-7"

@@ -126,3 +126,23 @@ def test_metrics_and_the_grafana_dashboard_name_the_same_series(shared, client, 
     labels = set(re.findall(r'([a-z_]+)="', "\n".join(line for line in text.splitlines()
                                                        if line.startswith("spillway_requests_per_second"))))
     assert labels == {"level", "id", "node", "code"}
+
+
+def test_fleet_guards_and_the_log_target_are_checked_at_the_edge(otto, alice):
+    from apps.balancers.models import Region
+    from apps.fleets.models import Fleet
+
+    fleet = Fleet.objects.create(name="edge", region=Region.objects.get_or_create(slug="us-east")[0])
+    url = f"/api/v1/fleets/{fleet.pk}/"
+    for body, field in (({"canary_watch_s": 100_000}, "canary_watch_s"),
+                        ({"guard_5xx_rise_pct": 0}, "guard_5xx_rise_pct"),
+                        ({"guard_p99_rise_ms": -1}, "guard_p99_rise_ms"),
+                        ({"signals_target": "10.0.0.5:5514\n    log 6.6.6.6:514"}, "signals_target"),
+                        ({"signals_target": "collector.example:5514"}, "signals_target")):
+        answer = otto.client.patch(url, body, format="json")
+        assert answer.status_code == 400 and field in str(answer.json()), (body, answer.content)
+    assert otto.client.patch(url, {"signals_target": "10.0.0.5:5514", "canary_watch_s": 30},
+                             format="json").status_code == 200
+    assert alice.client.patch(url, {"canary_watch_s": 0}, format="json").status_code == 404  # not a tenant's
+    fleet.refresh_from_db()
+    assert (fleet.signals_target, fleet.canary_watch_s) == ("10.0.0.5:5514", 30)
