@@ -17,6 +17,7 @@ from apps.signals import hist
 from apps.signals.aggregate import ALL_NODES, HIST_FIELDS, ROW_FIELDS, Sums
 from apps.signals.models import RequestSample, SignalBucket
 from apps.signals.services import COARSE_STEP_S, FINE_STEP_S
+from apps.traffic.models import TrafficSample
 
 # range name -> (span s, stored step s, point s): about 60-340 points a chart, whatever the range.
 RANGES: dict[str, tuple[int, int, int]] = {
@@ -42,6 +43,9 @@ class Target:
     scope: str
     obj: Any
     rows: QuerySet[SignalBucket]
+    # The nodes' own count of open sessions (traffic.TrafficSample, from `show stat` scur): for LB and pool
+    # charts, the pools whose samples sum to it; None where stats do not split that way (routes, members).
+    sessions: QuerySet[TrafficSample] | None = None
 
 
 def target(principal: Any, scope: str, pk: int | str) -> Target | None:
@@ -53,16 +57,20 @@ def target(principal: Any, scope: str, pk: int | str) -> Target | None:
         lb = LoadBalancer.objects.visible_to(principal).filter(pk=pk).first()
         if lb is None:
             return None
+        # Sessions of the principal's own pools there (a tenant's on a shared LB, every pool for its owner).
+        sessions = TrafficSample.objects.visible_to(principal).filter(pool__lb=lb)
         if principal.is_operator or lb.org_id == principal.org_id:
-            return Target(scope, lb, rows.filter(kind=Kind.LISTENER, lb_id=lb.pk, node=ALL_NODES))
-        return Target(scope, lb, rows.filter(kind=Kind.ROUTE, lb_id=lb.pk))
+            return Target(scope, lb, rows.filter(kind=Kind.LISTENER, lb_id=lb.pk, node=ALL_NODES), sessions)
+        return Target(scope, lb, rows.filter(kind=Kind.ROUTE, lb_id=lb.pk), sessions)
     if scope == "route":
         route = Route.objects.visible_to(principal).filter(pk=pk).first()
         return None if route is None else Target(scope, route, rows.filter(kind=Kind.ROUTE, ref_id=route.pk))
     if scope == "pool":
         pool = Pool.objects.visible_to(principal).filter(pk=pk).first()
-        return None if pool is None else Target(scope, pool, rows.filter(kind=Kind.MEMBER, pool_id=pool.pk,
-                                                                         node=ALL_NODES))
+        if pool is None:
+            return None
+        return Target(scope, pool, rows.filter(kind=Kind.MEMBER, pool_id=pool.pk, node=ALL_NODES),
+                      TrafficSample.objects.filter(pool=pool))
     if scope == "member":
         member = Member.objects.visible_to(principal).filter(pk=pk).first()
         return None if member is None else Target(scope, member, rows.filter(kind=Kind.MEMBER, ref_id=member.pk,
@@ -126,16 +134,40 @@ def window(t: Target, start: int, end: int, step: int, point: int, *, now: float
     for each in sums:
         if each.requests:
             total.merge(each)
+    sessions = _sessions(t, start, end, point) if step == FINE_STEP_S else None
     # A point still filling (the newest): its rate is over the seconds it has had, not the whole point.
     points = [_summary(sums[i], max(1.0, min(point, now - (start + i * point)))) for i in range(n)]
     keys = [k for k in points[0] if k != "requests"] if points else []
+    series = {k: [p[k] for p in points] for k in keys}
+    totals = _summary(total, max(1.0, min(end - start, now - start)))
+    if sessions is not None:
+        series["sessions"] = sessions
+        totals["sessions_now"] = next((v for v in reversed(sessions) if v is not None), None)
     return {
         "scope": t.scope, "id": t.obj.pk, "point_s": point,
         "time": [start + i * point for i in range(n)],
-        "series": {k: [p[k] for p in points] for k in keys},
+        "series": series,
         "requests": [p["requests"] for p in points],
-        "totals": _summary(total, max(1.0, min(end - start, now - start))),
+        "totals": totals,
     }
+
+
+def _sessions(t: Target, start: int, end: int, point: int) -> list[float | None] | None:
+    """Open sessions per point: each health collection's sum over nodes and pools, averaged over the point's
+    collections; None where no collection happened (fine ranges only: samples are kept hours, not days)."""
+    if t.sessions is None:
+        return None
+    per_time: dict[float, int] = {}
+    for at, count in t.sessions.filter(time__gte=datetime.fromtimestamp(start, UTC),
+                                       time__lt=datetime.fromtimestamp(end, UTC)).values_list("time", "sessions"):
+        per_time[at.timestamp()] = per_time.get(at.timestamp(), 0) + count
+    n = (end - start) // point
+    points: list[list[int]] = [[] for _ in range(n)]
+    for at, count in per_time.items():
+        i = int(at - start) // point
+        if 0 <= i < n:
+            points[i].append(count)
+    return [round(sum(p) / len(p), 1) if p else None for p in points]
 
 
 def by_member(pool: Pool, range_name: str, sums: dict[int, Sums]) -> list[dict]:

@@ -67,8 +67,8 @@ def _addr(server: ThreadingHTTPServer) -> tuple[str, int]:
 
 def test_a_failing_route_and_a_slow_member_show_where_they_are_and_nowhere_else(
         page, haproxy_bin, tmp_path, live_server, celery_worker_factory):  # noqa: F811 (fixture imported above)
-    ok, fast, slow, broken = (_backend("ok"), _backend("fast"), _backend("slow", delay_s=SLOW_S),
-                              _backend("broken", status=500))
+    ok, fast, slow, broken, hold = (_backend("ok"), _backend("fast"), _backend("slow", delay_s=SLOW_S),
+                                    _backend("broken", status=500), _backend("hold", delay_s=1.5))
     port = _free_udp_port()
     log = open(tmp_path / "collector.log", "wb")  # noqa: SIM115 (closed below)
     collector = subprocess.Popen([sys.executable, "manage.py", "runsignals", "--listen", f"127.0.0.1:{port}"],
@@ -86,6 +86,8 @@ def test_a_failing_route_and_a_slow_member_show_where_they_are_and_nowhere_else(
         ok_route = add_route(lb, local.listener.default_pool, "/ok", 10)
         api_route = add_route(lb, api_pool, "/api", 20)
         bad_route = add_route(lb, bad_pool, "/bad", 30)
+        hold_pool = add_pool(lb, "hold", _addr(hold))
+        add_route(lb, hold_pool, "/hold", 40)
         # A line sent before the collector listens is lost (UDP): wait for it, as an operator starts it first.
         wait_until(lambda: b"listening on" in (tmp_path / "collector.log").read_bytes(), timeout_s=20)
         # A real worker rolls the routes out, as a change made through the API has it do.
@@ -204,10 +206,26 @@ def test_a_failing_route_and_a_slow_member_show_where_they_are_and_nowhere_else(
         page.goto(f"{live_server.url}/load-balancers/{lb.pk}/")
         page.get_by_test_id("signals-totals").filter(has_text=f"{lb_totals['requests']} requests").wait_for()
         shot(page, "signals-lb")
+
+        # Active sessions as the nodes count them (`show stat` scur, read by the health loop): three requests held
+        # open at a slow member are three sessions on the pool's chart.
+        holders = [threading.Thread(target=local.get, args=(nodes[0], "/hold")) for _ in range(3)]
+        for holder in holders:
+            holder.start()
+        time.sleep(0.5)
+        services.fleet_health_collect(fleet=local.fleet)
+        for holder in holders:
+            holder.join()
+        held = [v for v in chart("pool", hold_pool.pk)["series"]["sessions"] if v is not None]
+        assert held and max(held) == 3, held
+        assert max(v for v in chart("pool", api_pool.pk)["series"]["sessions"] if v is not None) == 0
+        page.goto(f"{live_server.url}/traffic/pools/{hold_pool.pk}/")
+        page.locator("[data-chart=sessions] canvas").wait_for()
+        shot(page, "signals-pool-sessions")
     finally:
         local.stop_all()
         stop_process(collector)
         log.close()
-        for server in (ok, fast, slow, broken):
+        for server in (ok, fast, slow, broken, hold):
             server.shutdown()
             server.server_close()

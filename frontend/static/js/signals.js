@@ -39,6 +39,13 @@
         unit: "req/s",
       };
     }
+    if (kind === "sessions") {
+      return {
+        cols: [s.sessions || []],
+        specs: [{ label: "open sessions", stroke: "#0b63ce", width: 2, points: { show: true, size: 4 } }],
+        unit: "sessions",
+      };
+    }
     return {
       cols: [s.total_p50_ms, s.total_p99_ms, s.upstream_p99_ms, s.connect_p99_ms],
       specs: [

@@ -39,6 +39,12 @@
     return { data: data, specs: specs, key: regions.join(",") };
   }
 
+  function span(times) {
+    const lo = Math.min.apply(null, times);
+    const hi = Math.max.apply(null, times);
+    return lo === hi ? [lo - 60, hi + 60] : [lo, hi];
+  }
+
   let chart = null;
   let chartKey = "";
 
@@ -61,13 +67,17 @@
     const built = build(series);
     if (chart && built.key === chartKey) {
       chart.setData(built.data);  // same regions: update in place, keep the user's legend toggles
+      const [lo, hi] = span(series.time);
+      chart.setScale("x", { min: lo, max: hi });
       return;
     }
     if (chart) { chart.destroy(); }
     el.replaceChildren();
     chart = new uPlot({
       width: width(el), height: 300, series: built.specs,
-      scales: { x: { time: true } },
+      // The span of the data, a minute each side when it is one point (a window's first bucket): left to itself,
+      // uPlot spread a single point's axis over years.
+      scales: { x: { time: true, auto: false, range: span(series.time) } },
       axes: [{}, { label: "req/s" }],
     }, built.data, el);
     chartKey = built.key;
