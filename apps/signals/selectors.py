@@ -10,7 +10,8 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from apps.audit.models import AuditEvent
-from apps.balancers.models import Listener, LoadBalancer, Member, Pool, PoolRegion, Route
+from apps.balancers.models import Listener, LoadBalancer, Member, Pool, PoolRegion, Region, Route
+from apps.events.models import Event
 from apps.fleets import selectors as fleet_selectors
 from apps.fleets.models import Node, Rollout
 from apps.signals import hist
@@ -26,7 +27,7 @@ RANGES: dict[str, tuple[int, int, int]] = {
     "24h": (86400, COARSE_STEP_S, COARSE_STEP_S),
     "7d": (7 * 86400, COARSE_STEP_S, 1800),
 }
-SCOPES = ("lb", "route", "pool", "member", "node")
+SCOPES = ("lb", "route", "pool", "member", "node", "region")
 QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
 MAX_MARKERS = 200
 Kind = SignalBucket.Kind
@@ -75,6 +76,12 @@ def target(principal: Any, scope: str, pk: int | str) -> Target | None:
         member = Member.objects.visible_to(principal).filter(pk=pk).first()
         return None if member is None else Target(scope, member, rows.filter(kind=Kind.MEMBER, ref_id=member.pk,
                                                                              node=ALL_NODES))
+    if scope == "region":
+        # What arrived at the region's nodes: the listeners the principal's LBs have there, per node, summed.
+        region = Region.objects.filter(pk=pk).first()
+        if region is None:
+            return None
+        return Target(scope, region, rows.filter(kind=Kind.LISTENER, region=region.slug).exclude(node=ALL_NODES))
     if scope == "node" and principal.is_operator:
         node = Node.objects.select_related("fleet").filter(pk=pk).first()
         if node is None:
@@ -198,6 +205,12 @@ def markers(t: Target, principal: Any, range_name: str = "5m", *, now: float | N
            for e in events if (e.object_type, e.object_id) in wanted]
     if principal.is_operator and lb_id is not None:
         fleets = list(fleet_selectors.fleet_ids_for_lb(lb_id))
+        # Drift found and repaired on a node serving it (a live repair is no rollout, and moves traffic too).
+        node_ids = [str(pk) for pk in Node.objects.filter(fleet__in=fleets).values_list("pk", flat=True)]
+        for e in (Event.objects.filter(at__gte=since, type__in=("drift.found", "drift.repaired"), object_type="node",
+                                       object_id__in=node_ids).order_by("-at")[:MAX_MARKERS]):
+            out.append({"t": e.at.timestamp(), "kind": "drift", "label": f"system: {e.type} on {e.object_repr}",
+                        "action": e.type, "object_type": "node", "object_id": e.object_id})
         for r in (Rollout.objects.filter(created_at__gte=since, fleet__in=fleets)
                   .select_related("fleet", "revision").order_by("-created_at")[:MAX_MARKERS]):
             out.append({"t": r.created_at.timestamp(), "kind": r.kind,
@@ -268,7 +281,10 @@ def sampled_requests(principal: Any, scope: str, pk: int, *, status: str = "", r
     if t is None:
         return None
     rows = RequestSample.objects.visible_to(principal)
-    rows = rows.filter(node=str(t.obj)) if scope == "node" else rows.filter(**{_SAMPLE_ROWS[scope]: t.obj.pk})
+    if scope in ("node", "region"):
+        rows = rows.filter(node=str(t.obj)) if scope == "node" else rows.filter(region=t.obj.slug)
+    else:
+        rows = rows.filter(**{_SAMPLE_ROWS[scope]: t.obj.pk})
     if status:
         if len(status) == 3 and status.endswith("xx") and status[0] in "12345":
             low = int(status[0]) * 100

@@ -22,7 +22,7 @@ DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "spillw
 
 
 def _bucket(kind: str, ref_id: int, *, org, lb_id: int, requests: int, s5xx: int = 0, node: str = "",
-            pool_id: int | None = None, ago_s: int = 20, upstream_ms: int = 10) -> SignalBucket:
+            pool_id: int | None = None, ago_s: int = 20, upstream_ms: int = 10, region: str = "") -> SignalBucket:
     start = datetime.fromtimestamp((int(time.time()) - ago_s) // 5 * 5, UTC)
     from apps.signals import hist
 
@@ -33,7 +33,7 @@ def _bucket(kind: str, ref_id: int, *, org, lb_id: int, requests: int, s5xx: int
         row = SignalBucket.objects.create(
             kind=kind, ref_id=ref_id, node=each, start=start, step_s=services.FINE_STEP_S, org=org, lb_id=lb_id,
             pool_id=pool_id, requests=requests, s2xx=requests - s5xx, s5xx=s5xx,
-            t_upstream=hist.sparse(counts), t_total=hist.sparse(counts))
+            region=region if each != ALL_NODES else "", t_upstream=hist.sparse(counts), t_total=hist.sparse(counts))
     return row
 
 
@@ -45,7 +45,7 @@ def shared(ops, acme, globex):
     acme_route = RouteFactory(lb=lb, org=acme, path="/a", pool=acme_pool)
     globex_route = RouteFactory(lb=lb, org=globex, path="/g", pool=globex_pool)
     member = MemberFactory(pool=globex_pool)
-    _bucket("listener", 1, org=ops, lb_id=lb.pk, requests=500, node="f/n1")
+    _bucket("listener", 1, org=ops, lb_id=lb.pk, requests=500, node="f/n1", region="us-east")
     _bucket("route", acme_route.pk, org=acme, lb_id=lb.pk, requests=100)
     _bucket("route", globex_route.pk, org=globex, lb_id=lb.pk, requests=400, s5xx=40)
     _bucket("member", member.pk, org=globex, lb_id=lb.pk, pool_id=globex_pool.pk, requests=400, s5xx=40,
@@ -146,3 +146,29 @@ def test_fleet_guards_and_the_log_target_are_checked_at_the_edge(otto, alice):
     assert alice.client.patch(url, {"canary_watch_s": 0}, format="json").status_code == 404  # not a tenant's
     fleet.refresh_from_db()
     assert (fleet.signals_target, fleet.canary_watch_s) == ("10.0.0.5:5514", 30)
+
+
+def test_a_region_chart_sums_what_arrived_at_its_nodes_for_whoever_owns_the_lbs(shared, alice, otto):
+    from apps.balancers.models import Region
+
+    region = Region.objects.get_or_create(slug="us-east")[0]
+    operator = _get(otto, scope="region", id=region.pk).json()["totals"]
+    assert operator["requests"] == 500
+    assert _get(alice, scope="region", id=region.pk).json()["totals"]["requests"] == 0  # not acme's LB
+    assert _get(alice, scope="region", id=999999).json()["code"] == "not_found"
+
+
+def test_a_drift_repair_on_a_serving_node_is_a_marker_for_operators_only(shared, alice, otto):
+    from apps.balancers.models import Region
+    from apps.events.models import Event
+    from apps.fleets.models import Fleet, Node
+
+    lb = shared[0]
+    fleet = Fleet.objects.create(name="edge", region=Region.objects.get_or_create(slug="us-east")[0])
+    lb.fleet = fleet
+    lb.save(update_fields=["fleet"])
+    node = Node.objects.create(fleet=fleet, name="n1", address="10.0.0.1", runtime_dir="/r", config_dir="/c")
+    Event.objects.create(type="drift.repaired", object_type="node", object_id=str(node.pk), object_repr=str(node))
+    operator = [m["label"] for m in _get(otto, scope="lb", id=lb.pk).json()["markers"]]
+    assert "system: drift.repaired on edge/n1" in operator
+    assert not [m for m in _get(alice, scope="lb", id=lb.pk).json()["markers"] if m["kind"] == "drift"]
