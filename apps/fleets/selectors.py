@@ -18,23 +18,27 @@ from apps.fleets.health.members import MemberHealth, member_health
 from apps.fleets.health.vips import NOT_SERVED, FleetVip, listener_vip, unserved_static_ips
 from apps.fleets.models import fleets_visible_to
 from apps.fleets.node.outside_rollout import read_state
-from apps.fleets.queries import (
+from apps.fleets.pages import (
     HISTORY_REVISIONS,
     HISTORY_ROLLOUTS,
-    SUMMARY_ROWS,
     can_push,
-    challenge_answers,
     deploy_state,
-    enabled_nodes,
     failing_checks,
+    fleet_overview,
+    history,
+    nodes_reporting,
+    recent_rollouts,
+)
+from apps.fleets.queries import (
+    SUMMARY_ROWS,
+    challenge_answers,
+    enabled_nodes,
     fleet_binds_one_address,
     fleet_ids_for_lb,
     fleet_lbs,
-    fleet_overview,
     fleet_pin,
     fleet_snapshot,
     health_rows,
-    history,
     latest_revision,
     latest_revision_pk,
     lb_applied_state,
@@ -42,9 +46,7 @@ from apps.fleets.queries import (
     node_conn,
     node_regions,
     node_spec,
-    nodes_reporting,
     pool_nodes,
-    recent_rollouts,
     reference_node,
     remember_revision_snapshot,
     render_problems_for,
