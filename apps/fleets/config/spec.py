@@ -267,7 +267,7 @@ class Manifest:
     main_owners: list[Owner | None] = field(hash=False, repr=False)
     map_owners: dict[str, Sequence[Owner | None]] = field(hash=False, repr=False)
     # (backend, server) -> (admin state, weight, its line in haproxy.cfg below the header) as rendered: a change
-    # of states and weights alone is applied through the runtime API (delivery.hot_changes), not a reload.
+    # of states and weights alone is applied through the runtime API (node.hotchanges), not a reload.
     servers: dict[tuple[str, str], tuple[str, int, int]] = field(default_factory=dict, hash=False, repr=False)
 
 

@@ -231,7 +231,7 @@ def classify_with_maps(
 
     Every map and every lookup line is written even when a map is empty, so adding or removing a
     route changes only map contents, never haproxy.cfg: such a change is applied to a running node
-    through the runtime API without a reload (delivery.hot_changes).
+    through the runtime API without a reload (node.hotchanges).
     """
     maps = build_route_maps(listener.routes)
     prefix = map_prefix(listener)

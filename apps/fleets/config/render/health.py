@@ -3,7 +3,7 @@
     GET http://<node address>:<health_port>/spillway/healthz  ->  200 in service, 503 drained
 
 HAProxy answers it itself (`monitor-uri`); `monitor fail` reads the node's drained flag from a map, so a drain
-or an undrain changes a map entry, applied through the runtime API with no reload (delivery.hot_changes), and
+or an undrain changes a map entry, applied through the runtime API with no reload (node.hotchanges), and
 the node's files on disk say the same after a reboot. Requests already on the node finish: draining stops new
 choices upstream, it does not cut connections. Pure: no Django.
 """
