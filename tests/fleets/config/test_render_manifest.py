@@ -16,7 +16,8 @@ from apps.fleets.config.render import render
 from apps.fleets.config.render.frontends import map_bucket, routes_map_files, routes_map_name
 from apps.fleets.config.spec import NodeSpec, VrrpSpec
 from apps.fleets.config.stored import display_lines
-from apps.fleets.node.apply import bundle_binds, bundle_proxies, floating_binds, hot_changes
+from apps.fleets.node.apply import bundle_binds, bundle_proxies, floating_binds
+from apps.fleets.node.hotchanges import hot_changes
 
 from .test_render import NODE, RULE_FORM, listener, pool, rich_snapshot, route, snapshot
 

@@ -212,7 +212,7 @@ def test_map_layout_agrees_with_priority_order_on_a_large_random_corpus() -> Non
 def test_a_route_change_alters_only_map_files_and_a_new_pool_alters_the_config() -> None:
     """What lets a route change skip the reload (node.hotchanges): same haproxy.cfg body."""
     from apps.fleets.config.render import render
-    from apps.fleets.node.apply import hot_map_changes
+    from apps.fleets.node.hotchanges import hot_map_changes
 
     from .test_render import NODE, pool
 
