@@ -137,7 +137,7 @@ def validate_address_port(s: object) -> tuple[str, int]:
     """`address:port` (IPv6 as `[address]:port`) as (canonical address, port)."""
     value = _check_text(s, code="invalid_address_port", what="Address and port", max_len=64)
     address, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not (port.isascii() and port.isdigit()) or len(port) > 5:
         raise InvalidValue("invalid_address_port", f"{value!r} is not address:port (e.g. 10.0.0.5:5514).")
     if address.startswith("[") and address.endswith("]"):
         address = address[1:-1]

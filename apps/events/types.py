@@ -14,7 +14,7 @@ TYPES: Final[dict[str, str]] = {
     "change.applied": "{object} is applied on every node (revision {revision})",
     "rollout.failed": "Rollout {rollout} of {object} failed: {error}",
     "rollout.rolled_back": "Rollout {rollout} of {object} was rolled back",
-    "rollout.canary_failed": "Rollout {rollout} of {object} stopped at its canary and was rolled back: {reason}",
+    "rollout.canary_failed": "Rollout {rollout} of {object} stopped at its canary: {reason}",
     "drift.found": "{object} drifted: {detail}",
     "drift.repaired": "{object} serves the verified config again",
     "node.health_changed": "Node {object} is {status}",

@@ -18,10 +18,12 @@ from apps.traffic.observe import parse_backend
 CUSTOMER_ROLLOUT_ERROR = "The rollout failed; an operator can see the details."
 CUSTOMER_CANARY_REASON = ("errors or latency rose on the first node that took it; the other nodes never saw it and "
                           "that node serves the earlier config again")
+CUSTOMER_CANARY_KEPT = ("errors or latency rose on the first node that took it; the other nodes never saw it, and an "
+                        "operator puts that node back")
 _IS_CACHED = {name: Rollout._meta.get_field(name).is_cached for name in ("revision", "fleet")}
 
 
-def _changed_lbs(revision: ConfigRevision) -> dict[int, int]:
+def changed_lbs(revision: ConfigRevision) -> dict[int, int]:
     """{lb id: LB revision} of the LBs this fleet revision changed against the one before it."""
     before = (ConfigRevision.objects.filter(fleet_id=revision.fleet_id, number__lt=revision.number)
               .order_by("-number").values_list("lb_revisions", flat=True).first()) or {}
@@ -38,7 +40,7 @@ def rollout_finished(rollout: Rollout, status: str, error: str = "") -> None:
         if revision is None:
             return
         fleet = revision.fleet
-    changed = _changed_lbs(revision)
+    changed = changed_lbs(revision)
     lbs = list(LoadBalancer.objects.filter(pk__in=changed).select_related("org")) if changed else []
     if status == Rollout.Status.FAILED:
         data = {"rollout": rollout.pk, "revision": revision.number, "error": error[:300], "fleet": fleet.name}
@@ -65,7 +67,7 @@ def rollout_finished(rollout: Rollout, status: str, error: str = "") -> None:
                 event_emit("change.applied", org=lb.org, obj=lb, data={"revision": lb_revision, "fleet": fleet.name})
 
 
-def canary_failed(rollout: Rollout, node: Node, reason: str) -> None:
+def canary_failed(rollout: Rollout, node: Node, reason: str, *, restored: bool = True) -> None:
     """A watched canary tripped a guard: the operator hears the figures; each changed LB's owner hears that its
     change was stopped before it reached the other nodes (the node is the operator's, the reason may name it)."""
     revision = ConfigRevision.objects.defer(*REVISION_BULK_FIELDS).select_related("fleet").get(pk=rollout.revision_id)
@@ -73,9 +75,10 @@ def canary_failed(rollout: Rollout, node: Node, reason: str) -> None:
     data = {"rollout": rollout.pk, "revision": revision.number, "node": node.name, "reason": reason[:300],
             "fleet": fleet.name}
     event_emit("rollout.canary_failed", obj=fleet, data=data)
-    changed = _changed_lbs(revision)
+    changed = changed_lbs(revision)
     for lb in LoadBalancer.objects.filter(pk__in=changed).select_related("org") if changed else []:
-        reason_for_owner = data["reason"] if lb.org.is_operator else CUSTOMER_CANARY_REASON
+        customer = CUSTOMER_CANARY_REASON if restored else CUSTOMER_CANARY_KEPT
+        reason_for_owner = data["reason"] if lb.org.is_operator else customer
         event_emit("rollout.canary_failed", org=lb.org, obj=lb,
                    data={**data, "revision": changed[lb.pk], "node": "", "reason": reason_for_owner})
 

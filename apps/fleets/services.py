@@ -33,6 +33,7 @@ from apps.fleets.health.collect import fleet_health_collect
 from apps.fleets.models import ChallengeAnswer, Fleet, Node, Rollout
 from apps.fleets.node.outside_rollout import set_map_entries, set_server
 from apps.fleets.node.transports.base import NodeConn
+from apps.fleets.rollout.canary import MIN_P99_REQUESTS as CANARY_MIN_P99_REQUESTS
 from apps.fleets.rollout.canary import MIN_REQUESTS as CANARY_MIN_REQUESTS
 from apps.fleets.rollout.canary import Verdict as CanaryVerdict
 from apps.fleets.rollout.canary import Watch as CanaryWatch
@@ -289,6 +290,7 @@ def node_delete(*, principal: Principal, node: Node) -> None:
 
 
 __all__ = [
+    "CANARY_MIN_P99_REQUESTS",
     "CANARY_MIN_REQUESTS",
     "CanaryVerdict",
     "CanaryWatch",

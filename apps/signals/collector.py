@@ -1,9 +1,10 @@
 """The request-log collector: UDP datagrams from every node, summed per series and bucket, written each second.
 
 One collector per deployment owns the buckets it writes (a write overwrites a bucket with the collector's
-whole sums for it). Run it with `manage.py runsignals`; a restart loses at most the open buckets' counts
-since the last write (about a second), and the nodes' traffic is never affected: HAProxy sends its log
-over UDP and does not wait for anyone.
+whole sums for it: two collectors at once overwrite each other's). Run it with `manage.py runsignals`; a
+restart loses the open buckets' counts from before it (up to GRACE_S + one bucket, ~10 s: the restarted
+collector writes what it counted since), and the nodes' traffic is never affected: HAProxy sends its log
+over UDP and does not wait for anyone. Lines naming no node Spillway runs are dropped (directory.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ logger = logging.getLogger(__name__)
 RECV_BUFFER = 16 * 1024 * 1024  # a second of lines at 100k req/s while a write runs
 WRITE_EVERY_S = 1.0
 GRACE_S = 5  # a bucket stays open this long after its end, for lines still in flight
+KEEP_UNWRITTEN_S = 300  # buckets older than this are dropped when writes keep failing
 STATS_EVERY_S = float(os.environ.get("SPILLWAY_SIGNALS_STATS_S", "60"))  # how often the counts below are logged
 
 
@@ -75,14 +77,17 @@ class Collector:
     def write(self) -> None:
         now = self.clock()
         due = list(self.aggregator.due())
+        samples = self.sampler.take()
         try:
             self.stats.written += services.buckets_write(due, self.aggregator.step_s)
         except Exception:
             for _, entry in due:
                 entry.dirty = True
+            # Kept for the next write while the database is away, but not forever: memory stays bounded.
+            self.aggregator.close(self.aggregator.bucket(now - KEEP_UNWRITTEN_S))
             raise
         # Samples are the least of it: lost with a failed write rather than held (they are a sample already).
-        services.samples_write(self.sampler.take())
+        services.samples_write(samples)
         self.aggregator.close(self.aggregator.bucket(now - GRACE_S) - self.aggregator.step_s)
 
     def report(self) -> str:

@@ -91,6 +91,12 @@ class DatabaseDirectory:
         return listener, member, listener is not None and member is not None
 
     def resolve(self, request: Request) -> Resolved:
+        if request.node not in self.node_regions:
+            # Not a node Spillway runs (anyone who reaches the port can send a line): counted nowhere, or it
+            # could fake a node's figures (and trip or hide a canary). A node added since: reloaded below.
+            self.maybe_reload(missed=True)
+            if request.node not in self.node_regions:
+                return Resolved(None, None, None)
         listener, member, known = self._lookup(request)
         if not known:
             self.maybe_reload(missed=True)

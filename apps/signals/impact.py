@@ -15,7 +15,13 @@ from typing import Any
 from apps.audit.models import AuditEvent
 from apps.fleets import selectors as fleet_selectors
 from apps.fleets.models import Fleet
-from apps.fleets.services import CANARY_MIN_REQUESTS, CanaryVerdict, CanaryWatch, canary_judge_register
+from apps.fleets.services import (
+    CANARY_MIN_P99_REQUESTS,
+    CANARY_MIN_REQUESTS,
+    CanaryVerdict,
+    CanaryWatch,
+    canary_judge_register,
+)
 from apps.signals import hist
 from apps.signals.aggregate import ROW_FIELDS, Sums
 from apps.signals.models import SignalBucket
@@ -23,6 +29,7 @@ from apps.signals.selectors import Target, target, window
 from apps.signals.services import COARSE_STEP_S, FINE_KEEP, FINE_STEP_S
 
 MIN_REQUESTS = CANARY_MIN_REQUESTS
+MIN_P99_REQUESTS = CANARY_MIN_P99_REQUESTS
 WINDOW = timedelta(minutes=5)
 BASELINE = timedelta(minutes=1)  # the canary's own minute before, when the other nodes saw too little
 DEFAULT_GUARDS = (Fleet._meta.get_field("guard_5xx_rise_pct").default,
@@ -46,7 +53,8 @@ class Side:
 
 
 def rises(before: Side, after: Side, max_5xx_rise_pct: float, max_p99_rise_ms: int) -> list[str]:
-    """What rose past a guard, in words; [] when nothing did or either side is too thin to judge."""
+    """What rose past a guard, in words; [] when nothing did or either side is too thin to judge (p99 needs
+    MIN_P99_REQUESTS on each side)."""
     if before.requests < MIN_REQUESTS or after.requests < MIN_REQUESTS:
         return []
     out = []
@@ -54,7 +62,8 @@ def rises(before: Side, after: Side, max_5xx_rise_pct: float, max_p99_rise_ms: i
     if rise > max_5xx_rise_pct:
         out.append(f"5xx rose from {before.error_pct:.1f}% to {after.error_pct:.1f}% of requests "
                    f"(+{rise:.1f} points, guard {max_5xx_rise_pct:g})")
-    judged_p99 = bool(max_p99_rise_ms) and before.p99_ms is not None and after.p99_ms is not None
+    judged_p99 = (bool(max_p99_rise_ms) and before.p99_ms is not None and after.p99_ms is not None
+                  and min(before.requests, after.requests) >= MIN_P99_REQUESTS)
     if judged_p99 and after.p99_ms - before.p99_ms > max_p99_rise_ms:  # type: ignore[operator]
         out.append(f"p99 latency rose from {before.p99_ms:.0f} ms to {after.p99_ms:.0f} ms "
                        f"(guard +{max_p99_rise_ms} ms)")
@@ -74,6 +83,8 @@ def canary_judge(watch: CanaryWatch) -> CanaryVerdict | None:
     # revision before answered (the canary's own earlier trouble, when the last rollout was refused).
     since = datetime.fromtimestamp(-(-int(watch.since.timestamp()) // FINE_STEP_S) * FINE_STEP_S, UTC)
     listeners = SignalBucket.objects.filter(kind=SignalBucket.Kind.LISTENER, step_s=FINE_STEP_S)
+    if watch.lb_ids:  # the changed LBs' traffic alone: a broken small LB is not diluted by the node's others
+        listeners = listeners.filter(lb_id__in=watch.lb_ids)
     canary = _sum(listeners.filter(node=watch.canary, start__gte=since))
     if canary.requests < MIN_REQUESTS:
         return None
@@ -86,9 +97,9 @@ def canary_judge(watch: CanaryWatch) -> CanaryVerdict | None:
     figures = {"canary_requests": after.requests, "canary_error_pct": after.error_pct or 0.0,
                "baseline_requests": before.requests, "baseline_error_pct": before.error_pct or 0.0,
                "canary_p99_ms": after.p99_ms or 0.0, "baseline_p99_ms": before.p99_ms or 0.0}
-    if before.requests < MIN_REQUESTS:  # nothing to compare with: judged against the guards alone
+    if before.requests < MIN_REQUESTS:  # nothing to compare with: 5xx judged against the guard alone, p99 not
         before = Side(MIN_REQUESTS, 0.0, None)
-        against = "no baseline"
+        against = "no baseline (p99 not judged)"
     found = rises(before, after, watch.max_5xx_rise_pct, watch.max_p99_rise_ms)
     if found:
         return CanaryVerdict(True, f"{'; '.join(found)} against {against}", figures)
@@ -140,8 +151,10 @@ def change_impact(t: Target, at: datetime, lb_id: int | None, *, now: datetime |
     step = FINE_STEP_S if now - at < FINE_KEEP - WINDOW else COARSE_STEP_S
     rows = t.rows.filter(step_s=step)
     edge = datetime.fromtimestamp(int(at.timestamp()) // step * step, UTC)
+    # A coarse bucket holding the change is half before, half after: left out, the sides are true to their names.
+    after_from = edge if step == FINE_STEP_S else edge + timedelta(seconds=step)
     before = Side.of(_sum(rows.filter(start__gte=edge - WINDOW, start__lt=edge)))
-    after = Side.of(_sum(rows.filter(start__gte=edge, start__lt=edge + WINDOW)))
+    after = Side.of(_sum(rows.filter(start__gte=after_from, start__lt=after_from + WINDOW)))
     max_pct, max_ms = guards_for(lb_id)
     found = rises(before, after, max_pct, max_ms)
     first = int((edge - WINDOW).timestamp())

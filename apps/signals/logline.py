@@ -42,9 +42,17 @@ class Request:
         return not self.termination.startswith("-")
 
 
+# A line is data from the network: numbers are clamped to what a request can carry (a stored sum must not
+# overflow a column), names to what the database keeps.
+_MAX_INT = 2**31 - 1
+_MAX_NAME = 128
+
+
 def _int(value: str) -> int:
+    if not value.isascii() or len(value) > 12:
+        return -1
     try:
-        return int(value)
+        return min(int(value), _MAX_INT)
     except ValueError:
         return -1
 
@@ -61,6 +69,8 @@ def parse(line: bytes) -> Request | None:
         return None
     (_, node, frontend, backend, server, status, t_queue, t_connect, t_upstream, t_total, retries,
      termination, size, path, host) = parts
+    if len(node) > _MAX_NAME or len(frontend) > _MAX_NAME or len(backend) > _MAX_NAME or len(server) > _MAX_NAME:
+        return None
     redispatched = retries.startswith("+")
     return Request(
         node=node, frontend=frontend.rstrip("~"), backend=backend,

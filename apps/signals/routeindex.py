@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from apps.balancers.routing import path_matches, prefix_base, related_bases, route_rank
 
 CACHE_MAX = 20_000
+CACHE_PATH_MAX = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +83,8 @@ class RouteIndex:
             pass
         named = [r for r in (index.best(path) for index in self._patterns(host)) if r is not None]
         found = min(named, key=route_rank) if named else self.any_host.best(path)
-        self._cache[key] = found
-        if len(self._cache) > CACHE_MAX:
-            self._cache.popitem(last=False)
+        if len(path) <= CACHE_PATH_MAX:  # a flood of long paths must not hold megabytes of keys
+            self._cache[key] = found
+            if len(self._cache) > CACHE_MAX:
+                self._cache.popitem(last=False)
         return found

@@ -60,7 +60,8 @@ def target(principal: Any, scope: str, pk: int | str) -> Target | None:
             return None
         # Sessions of the principal's own pools there (a tenant's on a shared LB, every pool for its owner).
         sessions = TrafficSample.objects.visible_to(principal).filter(pool__lb=lb)
-        if principal.is_operator or lb.org_id == principal.org_id:
+        # A shared LB's totals are everyone's: its owner sees them only when it is the operator.
+        if principal.is_operator or (lb.org_id == principal.org_id and not lb.shared):
             return Target(scope, lb, rows.filter(kind=Kind.LISTENER, lb_id=lb.pk, node=ALL_NODES), sessions)
         return Target(scope, lb, rows.filter(kind=Kind.ROUTE, lb_id=lb.pk), sessions)
     if scope == "route":
@@ -81,7 +82,7 @@ def target(principal: Any, scope: str, pk: int | str) -> Target | None:
         region = Region.objects.filter(pk=pk).first()
         if region is None:
             return None
-        return Target(scope, region, rows.filter(kind=Kind.LISTENER, region=region.slug).exclude(node=ALL_NODES))
+        return Target(scope, region, rows.filter(kind=Kind.LISTENER, region=region.slug))  # per-node rows only
     if scope == "node" and principal.is_operator:
         node = Node.objects.select_related("fleet").filter(pk=pk).first()
         if node is None:
@@ -99,6 +100,7 @@ def _summary(sums: Sums, seconds: float) -> dict[str, Any]:
         "rate_proxy_5xx": sums.proxy_5xx / seconds,
         "rate_backend_5xx": (sums.s5xx - sums.proxy_5xx) / seconds,
         "error_ratio": sums.s5xx / requests if requests else None,
+        "error_pct": 100.0 * sums.s5xx / requests if requests else None,
         "retries": sums.retries,
         "redispatches": sums.redispatches,
         "bytes_per_s": sums.bytes / seconds,
@@ -118,19 +120,27 @@ def series(t: Target, range_name: str = "5m", *, now: float | None = None,
     span, step, point = RANGES[range_name]
     now = time.time() if now is None else now
     end = int(now) // point * point + point
-    return {**window(t, end - span, end, step, point, now=now, by_ref=by_ref), "range": range_name}
+    # Coarse rows exist for windows the roll-up has closed (a minute or so after each): the newest minutes come
+    # from the fine rows, or every 24h/7d chart ended in a drop that never happened.
+    fine_from = (int(now) // COARSE_STEP_S - 1) * COARSE_STEP_S if step == COARSE_STEP_S else None
+    return {**window(t, end - span, end, step, point, now=now, by_ref=by_ref, fine_from=fine_from),
+            "range": range_name}
 
 
 def window(t: Target, start: int, end: int, step: int, point: int, *, now: float,
-           by_ref: dict[int, Sums] | None = None) -> dict[str, Any]:
+           by_ref: dict[int, Sums] | None = None, fine_from: int | None = None) -> dict[str, Any]:
     """Points of the chart from `start` to `end` (unix s, oldest first, `point` s apart, zeros where nothing came)
     read from rows of `step` s, and the window's totals. `by_ref`: filled with each series' sums over the window,
     from the same rows (a pool's members)."""
-    rows = t.rows.filter(step_s=step, start__gte=datetime.fromtimestamp(start, UTC),
-                         start__lt=datetime.fromtimestamp(end, UTC)).values_list("start", "ref_id", *ROW_FIELDS)
+    split = min(end, fine_from) if fine_from is not None else end
+    parts = [t.rows.filter(step_s=step, start__gte=datetime.fromtimestamp(start, UTC),
+                           start__lt=datetime.fromtimestamp(split, UTC))]
+    if split < end:
+        parts.append(t.rows.filter(step_s=FINE_STEP_S, start__gte=datetime.fromtimestamp(max(start, split), UTC),
+                                   start__lt=datetime.fromtimestamp(end, UTC)))
     n = (end - start) // point
     sums = [Sums() for _ in range(n)]
-    for row in rows.iterator(2000):
+    for row in (r for part in parts for r in part.values_list("start", "ref_id", *ROW_FIELDS).iterator(2000)):
         i = (int(row[0].timestamp()) - start) // point
         if 0 <= i < n:
             values = row[2:]
@@ -160,21 +170,21 @@ def window(t: Target, start: int, end: int, step: int, point: int, *, now: float
 
 
 def _sessions(t: Target, start: int, end: int, point: int) -> list[float | None] | None:
-    """Open sessions per point: each health collection's sum over nodes and pools, averaged over the point's
-    collections; None where no collection happened (fine ranges only: samples are kept hours, not days)."""
+    """Open sessions per point: the sum over nodes and pools of each one's latest reading in the point; None
+    where no collection happened (fine ranges only: samples are kept hours, not days)."""
     if t.sessions is None:
         return None
-    per_time: dict[float, int] = {}
-    for at, count in t.sessions.filter(time__gte=datetime.fromtimestamp(start, UTC),
-                                       time__lt=datetime.fromtimestamp(end, UTC)).values_list("time", "sessions"):
-        per_time[at.timestamp()] = per_time.get(at.timestamp(), 0) + count
     n = (end - start) // point
-    points: list[list[int]] = [[] for _ in range(n)]
-    for at, count in per_time.items():
-        i = int(at - start) // point
-        if 0 <= i < n:
-            points[i].append(count)
-    return [round(sum(p) / len(p), 1) if p else None for p in points]
+    # Each node's latest reading of each pool in the point, summed: fleets collect at their own moments, so
+    # readings of one instant cannot be matched by time.
+    latest: list[dict[tuple[str, int], tuple[float, int]]] = [{} for _ in range(n)]
+    for at, node, pool_id, count in t.sessions.filter(
+            time__gte=datetime.fromtimestamp(start, UTC), time__lt=datetime.fromtimestamp(end, UTC)).values_list(
+            "time", "node", "pool_id", "sessions"):
+        i = int(at.timestamp() - start) // point
+        if 0 <= i < n and latest[i].get((node, pool_id), (-1.0, 0))[0] < at.timestamp():
+            latest[i][(node, pool_id)] = (at.timestamp(), count)
+    return [sum(c for _, c in p.values()) if p else None for p in latest]
 
 
 def by_member(pool: Pool, range_name: str, sums: dict[int, Sums]) -> list[dict]:
@@ -289,7 +299,7 @@ def sampled_requests(principal: Any, scope: str, pk: int, *, status: str = "", r
         if len(status) == 3 and status.endswith("xx") and status[0] in "12345":
             low = int(status[0]) * 100
             rows = rows.filter(status__gte=low, status__lt=low + 100)
-        elif status.isdigit() and len(status) == 3:
+        elif status.isascii() and status.isdigit() and len(status) == 3:
             rows = rows.filter(status=int(status))
         elif status == "failed":
             rows = rows.filter(Q(status__gte=500) | Q(status__lt=0) | Q(by_proxy=True))

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from django.http import Http404
 from django.shortcuts import render
 
-from apps.core.errors import NotFoundError
+from apps.core.errors import DomainError, NotFoundError
 from apps.core.ui import PrincipalView
 from apps.signals import impact, selectors
 from apps.signals.api.views import chart_payload
@@ -22,7 +22,7 @@ class SignalsPanelView(PrincipalView):
             range_name = "5m"
         try:
             payload = chart_payload(self.principal, scope, str(pk), range_name)
-        except NotFoundError:
+        except DomainError:  # no such object for them, or no such scope: the same answer
             raise Http404 from None
         return render(request, "signals/panel.html", {
             "scope": scope, "pk": pk, "range": range_name, "ranges": list(selectors.RANGES),
@@ -59,7 +59,6 @@ class SampledRequestsPageView(PrincipalView):
     """The sampled requests behind a chart, filtered by route/status/region/node and time (a chart's click)."""
 
     def get(self, request):
-        from apps.core.errors import DomainError
         from apps.signals.api.views import requests_payload
 
         params = request.GET
@@ -74,17 +73,9 @@ class SampledRequestsPageView(PrincipalView):
             row["at_dt"] = datetime.fromtimestamp(row["at"], UTC)
             row["times"] = " / ".join(str(row[k]) if row[k] >= 0 else "—"  # -1: never reached that stage
                                       for k in ("t_queue_ms", "t_connect_ms", "t_upstream_ms", "t_total_ms"))
-        window = [datetime.fromtimestamp(float(params[k]), UTC) if _is_number(params.get(k)) else None
+        window = [datetime.fromtimestamp(float(params[k]), UTC) if not error and params.get(k) else None
                   for k in ("since", "until")]
         return render(request, "signals/requests.html", {
             "payload": payload, "rows": payload["requests"], "error": error, "params": params,
             "since": window[0], "until": window[1], "is_operator": self.principal.is_operator,
             "statuses": ["", "failed", "5xx", "4xx", "3xx", "2xx"]})
-
-
-def _is_number(raw: str | None) -> bool:
-    try:
-        float(raw or "")
-    except ValueError:
-        return False
-    return True

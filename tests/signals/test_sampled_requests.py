@@ -84,3 +84,14 @@ class TestTheApi:
         RequestSample.objects.update(at=datetime.now(UTC) - services.SAMPLE_KEEP - services.FINE_KEEP / 6)
         services.signals_rollup()
         assert not RequestSample.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("params", [{"id": "²"}, {"id": "9" * 5000}, {"since": "nan"}, {"until": "inf"},
+                                    {"since": "1e300"}, {"status": "²²²"}, {"limit": "many"}])
+def test_hostile_parameters_answer_400_with_a_code_never_500(params, otto, ops):
+    lb = LoadBalancerFactory(org=ops)
+    answer = otto.client.get("/api/v1/signals/requests/", {"scope": "lb", "id": str(lb.pk), **params})
+    assert answer.status_code == 400 and answer.json()["code"], (params, answer.content)
+    chart = otto.client.get("/api/v1/signals/", {"scope": "lb", "id": params.get("id", str(lb.pk))})
+    assert chart.status_code in (200, 400, 404)  # the chart reads only scope, id and range

@@ -177,7 +177,7 @@ def test_a_failing_route_and_a_slow_member_show_where_they_are_and_nowhere_else(
         # On the pages.
         login(page, "olga", "olga-pass-123")
         page.goto(f"{live_server.url}/routes/{bad_route.pk}/")
-        page.get_by_test_id("signals-5xx").filter(has_text="100%").wait_for()
+        page.get_by_test_id("signals-5xx").filter(has_text="100.0%").wait_for()
         page.locator(".signals-chart canvas").first.wait_for()
         shot(page, "signals-route-5xx")
         page.get_by_test_id("signals-requests-link").click()
@@ -187,7 +187,7 @@ def test_a_failing_route_and_a_slow_member_show_where_they_are_and_nowhere_else(
         shot(page, "signals-sampled-requests")
         page.go_back()
         page.goto(f"{live_server.url}/routes/{ok_route.pk}/")
-        page.get_by_test_id("signals-5xx").filter(has_text="0%").wait_for()
+        page.get_by_test_id("signals-5xx").filter(has_text="0.0%").wait_for()
         page.goto(f"{live_server.url}/traffic/pools/{api_pool.pk}/")
         slow_row = page.locator("[data-testid=signals-members] tr[data-member=api-2]")
         slow_row.wait_for()

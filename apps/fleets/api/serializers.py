@@ -40,7 +40,8 @@ class FleetSerializer(TenantModelSerializer):
     pinned = serializers.SerializerMethodField()
     signals_target = serializers.CharField(required=False, allow_blank=True, max_length=64,
                                            validators=[validate_address_port])
-    canary_watch_s = serializers.IntegerField(required=False, min_value=0, max_value=600)
+    # At most 2 minutes: the watch holds the fleet's reconcile (and its shard worker) while it lasts.
+    canary_watch_s = serializers.IntegerField(required=False, min_value=0, max_value=120)
     guard_5xx_rise_pct = serializers.FloatField(required=False, min_value=0.1, max_value=100.0)
     guard_p99_rise_ms = serializers.IntegerField(required=False, min_value=0, max_value=60_000)
 

@@ -9,8 +9,10 @@ when its time is up: a canary no client used proves nothing, and says so in the 
 Semantics, written down because an operator reads the reason:
 - compared: the canary's requests since it applied with the other nodes' over the same seconds (same clients,
   same moment, the old revision); when the others saw too few, with the canary's own minute before the change;
-- 5xx share rise = canary share - baseline share, in percentage points, judged once the canary has served
-  MIN_REQUESTS; p99 rise = canary p99 - baseline p99 in ms, judged the same way (guard 0: not judged);
+- 5xx share rise = canary share - baseline share, in percentage points, judged once each side has MIN_REQUESTS;
+  p99 rise = canary p99 - baseline p99 in ms, judged once each side has MIN_P99_REQUESTS (the p99 of 20
+  requests is their slowest one: one slow first request after a reload would roll back a good revision);
+  guard 0: not judged;
 - the first judgement past a guard ends the watch; otherwise it ends after `canary_watch_s`.
 """
 
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 MIN_REQUESTS = 20
+MIN_P99_REQUESTS = 200
 POLL_S = 1.0
 
 
@@ -33,6 +36,7 @@ class Watch:
     since: datetime  # when the canary started serving the revision
     max_5xx_rise_pct: float
     max_p99_rise_ms: int
+    lb_ids: tuple[int, ...] = ()  # the LBs the revision changed (judged on their traffic alone); (): all
 
 
 @dataclass(frozen=True)

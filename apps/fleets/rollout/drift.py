@@ -378,6 +378,8 @@ def fleet_converge(*, fleet: Fleet, check_drift: bool = True, enqueue: bool = Tr
     desired = ConfigRevision.objects.filter(fleet=fleet, number=fleet.desired_revision).first()
     if desired is None or not desired.validation_ok:
         return None
+    if Rollout.objects.filter(revision=desired, stopped_by_canary=True).exists():
+        return None  # a watched canary refused it: only a new change or a push sends it (no converge around it)
     candidates = []
     for node in queries.enabled_nodes(fleet):
         off = node.applied_revision_id != desired.pk

@@ -203,7 +203,8 @@ def _canary_tripped(rollout: Rollout, result: NodeResult, plan: NodePlan, applie
     fleet, node = rollout.fleet, result.node
     watch = canary.Watch(fleet_id=fleet.pk, canary=Node.label(fleet.name, node.name),
                          others=tuple(Node.label(fleet.name, n.name) for n in others), since=timezone.now(),
-                         max_5xx_rise_pct=fleet.guard_5xx_rise_pct, max_p99_rise_ms=fleet.guard_p99_rise_ms)
+                         max_5xx_rise_pct=fleet.guard_5xx_rise_pct, max_p99_rise_ms=fleet.guard_p99_rise_ms,
+                         lb_ids=tuple(sorted(emit.changed_lbs(rollout.revision))))
     held = {"lease": True}
 
     def keep_going() -> bool:
@@ -219,32 +220,37 @@ def _canary_tripped(rollout: Rollout, result: NodeResult, plan: NodePlan, applie
             NodeResult.objects.filter(pk=result.pk).update(error=f"canary watched: {verdict.reason}")
         return False
     reason = f"canary {node.name}: {verdict.reason}"
+    restored = False
     if plan.last_good is None:
-        Rollout.objects.filter(pk=rollout.pk).update(stopped_by_canary=True)
-        finish(rollout, Rollout.Status.FAILED, f"{reason}; it keeps this revision: it served nothing before it")
-        emit.canary_failed(rollout, node, reason)
-        return True
-    back = apply_node(replace(plan, bundle=plan.last_good, last_good=plan.bundle, applied_sha256=applied.sha256,
-                              worker_pid=applied.worker_pid, recorded_clean=True))
+        reason += "; it keeps this revision (it had no verified config to go back to); no other node took it"
+    else:
+        back = apply_node(replace(plan, bundle=plan.last_good, last_good=plan.bundle, applied_sha256=applied.sha256,
+                                  worker_pid=applied.worker_pid, recorded_clean=True))
+        restored = back.ok
+        with asynchronous_commit():
+            if back.ok:
+                Node.objects.filter(pk=node.pk).update(
+                    applied_revision=node.applied_revision, applied_sha256=back.sha256, worker_pid=back.worker_pid,
+                    status=Node.Status.UP, status_detail="", last_seen=timezone.now())
+                reason += (f"; it serves revision {node.applied_revision.number} again and no other node took "
+                           "this one")
+            else:
+                Node.objects.filter(pk=node.pk).update(status=Node.Status.DRIFTED,
+                                                       status_detail=f"canary restore failed: {back.error}"[:5000])
+                reason += f"; putting it back failed ({back.error[:500]}): the converge repairs it; no other node " \
+                          "took this one"
     with asynchronous_commit():
-        if back.ok:
-            Node.objects.filter(pk=node.pk).update(
-                applied_revision=node.applied_revision, applied_sha256=back.sha256, worker_pid=back.worker_pid,
-                status=Node.Status.UP, status_detail="", last_seen=timezone.now())
-            reason += f"; it serves revision {node.applied_revision.number} again and no other node took this one"
-        else:
-            Node.objects.filter(pk=node.pk).update(status=Node.Status.DRIFTED,
-                                                   status_detail=f"canary restore failed: {back.error}"[:5000])
-            reason += f"; restoring it failed ({back.error[:500]}): the converge repairs it"
-        NodeResult.objects.filter(pk=result.pk).update(status=NodeResult.Status.ROLLED_BACK, error=reason)
-        # The fleet wants what its nodes serve again: the next change renders this one's state with it, and
-        # meets the canary again if the trouble is still there.
+        status = NodeResult.Status.ROLLED_BACK if restored else NodeResult.Status.FAILED
+        NodeResult.objects.filter(pk=result.pk).update(status=status, error=reason)
+        # The fleet wants what its other nodes serve again (and the converge then puts a canary that could not be
+        # restored back on it): the next change renders this one's state with it, and meets the canary again if
+        # the trouble is still there.
         if rollout.from_revision:
             Fleet.objects.filter(pk=fleet.pk, desired_revision=rollout.revision.number).update(
                 desired_revision=rollout.from_revision)
         Rollout.objects.filter(pk=rollout.pk).update(stopped_by_canary=True)
-    finish(rollout, Rollout.Status.ROLLED_BACK, reason)
-    emit.canary_failed(rollout, node, reason)
+    finish(rollout, Rollout.Status.ROLLED_BACK if restored else Rollout.Status.FAILED, reason)
+    emit.canary_failed(rollout, node, reason, restored=restored)
     return True
 
 

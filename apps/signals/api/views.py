@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
@@ -15,7 +17,7 @@ def chart_payload(principal, scope: str, pk: str, range_name: str) -> dict:
     """The chart of `scope` `pk` over `range_name` (the API's answer and the UI's data block alike)."""
     if scope not in selectors.SCOPES:
         raise DomainError("invalid_scope", f"scope must be one of {', '.join(selectors.SCOPES)}.", field="scope")
-    if not str(pk).isdigit():
+    if not _is_id(pk):
         raise DomainError("id_required", "Give ?id=<object id>.", field="id")
     if range_name not in selectors.RANGES:
         raise DomainError("invalid_range", f"range must be one of {', '.join(selectors.RANGES)}.", field="range")
@@ -59,13 +61,22 @@ class ChangeImpactView(APIView):
         return Response(payload)
 
 
+def _is_id(raw: object) -> bool:
+    text = str(raw)
+    return text.isascii() and text.isdigit() and len(text) <= 12
+
+
 def _number(raw: str | None, field: str, cast=float):
+    """A query parameter as a finite number within the years a timestamp can name; None when absent."""
     if raw in (None, ""):
         return None
     try:
-        return cast(raw)
+        value = cast(raw) if str(raw).isascii() and len(str(raw)) <= 24 else None
     except ValueError:
-        raise DomainError(f"invalid_{field}", f"{field} must be a number.", field=field) from None
+        value = None
+    if value is None or not math.isfinite(value) or abs(value) > 1e11:
+        raise DomainError(f"invalid_{field}", f"{field} must be a number (unix seconds for times).", field=field)
+    return value
 
 
 def requests_payload(principal, params) -> dict:
@@ -73,7 +84,7 @@ def requests_payload(principal, params) -> dict:
     scope, pk = params.get("scope", ""), params.get("id", "")
     if scope not in selectors.SCOPES:
         raise DomainError("invalid_scope", f"scope must be one of {', '.join(selectors.SCOPES)}.", field="scope")
-    if not str(pk).isdigit():
+    if not _is_id(pk):
         raise DomainError("id_required", "Give ?id=<object id>.", field="id")
     try:
         found = selectors.sampled_requests(

@@ -1,6 +1,6 @@
 // Golden-signals panels (apps.signals): two uPlot charts per panel, drawn from the panel's JSON data block
-// (data, never executed; CSP allows no inline script). Changes are dashed vertical lines; hovering shows
-// who did what in the legend row below the chart.
+// (data, never executed; CSP allows no inline script). Changes are dashed vertical lines (the list under the
+// charts says who did what); a click on a point opens the sampled requests of its seconds.
 (function () {
   "use strict";
 
@@ -67,6 +67,7 @@
     try { data = JSON.parse(block.textContent); } catch (err) { return; }
     panel.querySelectorAll(".signals-chart").forEach((el) => {
       const built = build(el.dataset.chart, data);
+      if (el.spwChart) { el.spwChart.destroy(); }  // uPlot keeps every live chart: a redraw must free the last
       el.replaceChildren();
       const width = Math.max(el.clientWidth || (el.parentElement && el.parentElement.clientWidth) || 600, 300);
       const chart = new uPlot({
@@ -74,6 +75,7 @@
         scales: { x: { time: true } }, axes: [{}, { label: built.unit }],
         plugins: [markerPlugin(data.markers || [])],
       }, [data.time].concat(built.cols), el);
+      el.spwChart = chart;
       // A click on a point (a spike) opens the sampled requests of that point's seconds.
       const base = panel.dataset.requestsUrl;
       if (base) {
@@ -93,7 +95,8 @@
   document.addEventListener("DOMContentLoaded", () => drawAll(document));
   document.addEventListener("htmx:afterSwap", (event) => {
     const el = event.detail.elt || event.detail.target;
-    if (el && el.matches && el.matches("[data-signals-from]")) { draw(el); } else { drawAll(document); }
+    // Only what the swap brought: the LB page's other panels poll every few seconds.
+    if (el && el.matches && el.matches("[data-signals-from]")) { draw(el); } else if (el && el.querySelectorAll) { drawAll(el); }
   });
   document.addEventListener("htmx:afterSettle", (event) => {
     const el = event.detail.elt;

@@ -26,6 +26,7 @@ CONFIG = """global
 backend p1_us-east
     balance roundrobin
     server a 10.0.0.1:8080 weight 100
+
     server b 10.0.0.2:8081 weight 100
 
 backend p2_us-east

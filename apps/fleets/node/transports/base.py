@@ -168,6 +168,8 @@ def config_server_addresses(config: str) -> dict[tuple[str, str], tuple[str, str
     out: dict[tuple[str, str], tuple[str, str]] = {}
     backend = ""
     for line in config.splitlines():
+        if not line.strip():
+            continue  # a blank line inside a section does not end it
         if not line[:1].isspace():
             found = _BACKEND_LINE.match(line)
             backend = found.group(1) if found else ""
