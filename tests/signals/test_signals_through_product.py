@@ -36,7 +36,11 @@ class _Backend(BaseHTTPRequestHandler):
     delay_s = 0.0
 
     def do_GET(self) -> None:
+        with self.server.lock:  # type: ignore[attr-defined]
+            self.server.in_flight += 1  # type: ignore[attr-defined]
         time.sleep(self.server.delay_s)  # type: ignore[attr-defined]
+        with self.server.lock:  # type: ignore[attr-defined]
+            self.server.in_flight -= 1  # type: ignore[attr-defined]
         body = self.server.name.encode()  # type: ignore[attr-defined]
         self.send_response(self.server.status)  # type: ignore[attr-defined]
         self.send_header("Content-Length", str(len(body)))
@@ -51,6 +55,7 @@ def _backend(name: str, status: int = 200, delay_s: float = 0.0) -> ThreadingHTT
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Backend)
     server.daemon_threads = True
     server.name, server.status, server.delay_s = name, status, delay_s  # type: ignore[attr-defined]
+    server.in_flight, server.lock = 0, threading.Lock()  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     return server
 
@@ -68,7 +73,7 @@ def _addr(server: ThreadingHTTPServer) -> tuple[str, int]:
 def test_a_failing_route_and_a_slow_member_show_where_they_are_and_nowhere_else(
         page, haproxy_bin, tmp_path, live_server, celery_worker_factory):  # noqa: F811 (fixture imported above)
     ok, fast, slow, broken, hold = (_backend("ok"), _backend("fast"), _backend("slow", delay_s=SLOW_S),
-                                    _backend("broken", status=500), _backend("hold", delay_s=1.5))
+                                    _backend("broken", status=500), _backend("hold", delay_s=3.0))
     port = _free_udp_port()
     log = open(tmp_path / "collector.log", "wb")  # noqa: SIM115 (closed below)
     collector = subprocess.Popen([sys.executable, "manage.py", "runsignals", "--listen", f"127.0.0.1:{port}"],
@@ -212,7 +217,8 @@ def test_a_failing_route_and_a_slow_member_show_where_they_are_and_nowhere_else(
         holders = [threading.Thread(target=local.get, args=(nodes[0], "/hold")) for _ in range(3)]
         for holder in holders:
             holder.start()
-        time.sleep(0.5)
+        # Collected once all three are at the backend (a loaded machine may take a moment to send them).
+        wait_until(lambda: hold.in_flight == 3, timeout_s=2.5, what="three requests held at the backend")  # type: ignore[attr-defined]
         services.fleet_health_collect(fleet=local.fleet)
         for holder in holders:
             holder.join()
