@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import CharField, Q, QuerySet
+from django.db.models.functions import Cast
 
 from apps.audit.models import AuditEvent
 from apps.balancers.models import Listener, LoadBalancer, Member, Pool, PoolRegion, Region, Route
@@ -206,13 +207,13 @@ def markers(t: Target, principal: Any, range_name: str = "5m", *, now: float | N
     now = time.time() if now is None else now
     since = datetime.fromtimestamp(now - span, UTC)
     lb_id = _lb_id(t)
-    events = list(AuditEvent.objects.visible_to(principal).filter(
-        at__gte=since, object_type__in=("route", "pool", "member", "poolregion", "listener", "loadbalancer"))
-        .order_by("-at")[:MAX_MARKERS * 5])
-    wanted = _affecting_ids(t, lb_id, events)
-    out = [{"t": e.at.timestamp(), "kind": "change", "label": f"{e.actor_label or e.actor}: {e.action} {e.object_repr}",
+    # Filtered to this chart's objects in the database: taking the newest events of every object first lost an
+    # LB's own changes from its longer charts on an install making a thousand changes a minute.
+    events = (AuditEvent.objects.visible_to(principal).filter(at__gte=since).filter(_affecting(t, lb_id))
+              .order_by("-at")[:MAX_MARKERS])
+    out = [{"t": e.at.timestamp(), "kind": "change", "label": f"{e.who}: {e.action} {e.object_repr}",
             "action": e.action, "object_type": e.object_type, "object_id": e.object_id, "change_id": e.pk}
-           for e in events if (e.object_type, e.object_id) in wanted]
+           for e in events]
     if principal.is_operator and lb_id is not None:
         fleets = list(fleet_selectors.fleet_ids_for_lb(lb_id))
         # Drift found and repaired on a node serving it (a live repair is no rollout, and moves traffic too).
@@ -240,35 +241,34 @@ def _lb_id(t: Target) -> int | None:
     return None
 
 
-def _affecting_ids(t: Target, lb_id: int | None, events: list[AuditEvent]) -> set[tuple[str, str]]:
-    """Which of `events`' objects can move this chart (looked up for those objects only: bounded by events)."""
-    ids: dict[str, set[int]] = {}
-    for e in events:
-        if e.object_id.isdigit():
-            ids.setdefault(e.object_type, set()).add(int(e.object_id))
+def _ids(rows: QuerySet) -> QuerySet:
+    """A queryset's primary keys as text, for AuditEvent.object_id (a subquery: no id list in Python)."""
+    return rows.annotate(text_id=Cast("pk", output_field=CharField())).values("text_id")
+
+
+def _affecting(t: Target, lb_id: int | None) -> Q:
+    """The audit events whose object can move this chart: the object itself, its pools (a route's targets, an
+    LB's pools), their members and capacity (pool regions), an LB's routes and listeners."""
     if t.scope == "route":
-        pools = set(t.obj.targets.values_list("pool_id", flat=True))
-        keep = {("route", t.obj.pk)}
+        pools = Pool.objects.filter(pk__in=t.obj.targets.values("pool_id"))
+        q = Q(object_type="route", object_id=str(t.obj.pk))
     elif t.scope in ("pool", "member"):
-        pools = {t.obj.pk if t.scope == "pool" else t.obj.pool_id}
-        keep = set()
+        pools = Pool.objects.filter(pk=t.obj.pk if t.scope == "pool" else t.obj.pool_id)
+        q = Q()
+    elif lb_id is not None:
+        pools = Pool.objects.filter(lb_id=lb_id)
+        q = (Q(object_type="loadbalancer", object_id=str(lb_id))
+             | Q(object_type="route", object_id__in=_ids(Route.objects.filter(lb_id=lb_id)))
+             | Q(object_type="listener", object_id__in=_ids(Listener.objects.filter(lb_id=lb_id))))
     else:
-        pools = set(Pool.objects.filter(lb_id=lb_id).values_list("pk", flat=True))
-        keep = {("loadbalancer", lb_id)}
-        keep |= {("route", r) for r in Route.objects.filter(lb_id=lb_id, pk__in=ids.get("route", ()))
-                 .values_list("pk", flat=True)}
-        keep |= {("listener", r) for r in Listener.objects.filter(lb_id=lb_id, pk__in=ids.get("listener", ()))
-                 .values_list("pk", flat=True)}
-    keep |= {("pool", p) for p in pools}
+        return Q(pk__in=[])  # a node's or a region's chart: the operator's rollout and drift markers only
+    q |= Q(object_type="pool", object_id__in=_ids(pools))
     if t.scope == "member":
-        keep.add(("member", t.obj.pk))
+        q |= Q(object_type="member", object_id=str(t.obj.pk))
     else:
-        keep |= {("member", m) for m in Member.objects.filter(pool_id__in=pools, pk__in=ids.get("member", ()))
-                 .values_list("pk", flat=True)}
+        q |= Q(object_type="member", object_id__in=_ids(Member.objects.filter(pool__in=pools)))
     # Capacity (a pool's region: members' max rate, scaler) moves what the pool can serve.
-    keep |= {("poolregion", pr) for pr in PoolRegion.objects.filter(pool_id__in=pools, pk__in=ids.get("poolregion", ()))
-             .values_list("pk", flat=True)}
-    return {(kind, str(pk)) for kind, pk in keep}
+    return q | Q(object_type="poolregion", object_id__in=_ids(PoolRegion.objects.filter(pool__in=pools)))
 
 
 # --- sampled requests -----------------------------------------------------------------------------------------

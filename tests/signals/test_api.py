@@ -172,3 +172,19 @@ def test_a_drift_repair_on_a_serving_node_is_a_marker_for_operators_only(shared,
     operator = [m["label"] for m in _get(otto, scope="lb", id=lb.pk).json()["markers"]]
     assert "system: drift.repaired on edge/n1" in operator
     assert not [m for m in _get(alice, scope="lb", id=lb.pk).json()["markers"] if m["kind"] == "drift"]
+
+
+def test_a_busy_install_keeps_an_lbs_own_change_on_its_chart(shared, alice, acme):
+    """A thousand other changes after it (another tenant's routes) must not push a route's change off its
+    charts: the markers are filtered to the chart's objects before the newest are taken."""
+    from apps.audit.models import AuditEvent
+
+    _, acme_route, globex_route = shared[0], shared[1], shared[2]
+    AuditEvent.objects.create(actor="user:1", actor_label="alice (acme)", org_id=acme.pk, action="route.update",
+                              object_type="route", object_id=str(acme_route.pk))
+    AuditEvent.objects.bulk_create([AuditEvent(actor="system", org_id=acme.pk, action="route.update",
+                                               object_type="route", object_id=str(globex_route.pk + 1000 + i))
+                                    for i in range(1_500)])
+    for scope, pk in (("route", acme_route.pk), ("lb", shared[0].pk)):
+        markers = _get(alice, scope=scope, id=pk, range="1h").json()["markers"]
+        assert [(m["action"], m["object_id"]) for m in markers] == [("route.update", str(acme_route.pk))], scope
