@@ -88,6 +88,22 @@ def test_make_run_as_shown_serves_the_demo_fleet_and_refuses_a_second_run(haprox
                                 headers={"Authorization": f"Bearer {token.stdout.strip()}"})
         assert status == 200 and [lb["name"] for lb in json.loads(body)["results"]] == ["edge"]
 
+        read = {"Authorization": f"Bearer {token.stdout.strip()}"}
+        # Golden signals out of the box, before any change (the start's own roll-out is what the nodes serve):
+        # requests through the demo nodes show on the LB's chart within seconds.
+        lb_id = json.loads(http_get(f"http://{bind}/api/v1/load-balancers/", timeout_s=30, headers=read)[1])[
+            "results"][0]["id"]
+        for _ in range(10):
+            subprocess.run(shlex.split(readme.command("curl ")), capture_output=True, text=True, timeout=30)
+        deadline = time.monotonic() + 30
+        while True:
+            chart = json.loads(http_get(f"http://{bind}/api/v1/signals/?scope=lb&id={lb_id}", timeout_s=30,
+                                        headers=read)[1])
+            if chart["totals"]["requests"] >= 10:
+                break
+            assert time.monotonic() < deadline, f"no requests on the LB's chart: {chart['totals']}"
+            time.sleep(1)
+
         # A real change: one line on the console when every node applied it (the event), nothing per second.
         applied = re.compile(r"event change\.applied \[ops\]: edge is applied on every node \(revision (\d+)\)")
         before = {int(r) for r in applied.findall(console.read_text())}  # the start's own roll-out

@@ -34,8 +34,11 @@ class Command(BaseCommand):
         if opts["check"]:
             return
         procs: list[tuple[str, subprocess.Popen]] = []
-        # Every process started below renders with it: the demo nodes run on this machine.
+        # Every process started below renders with it (the demo nodes run on this machine), and so does this
+        # one: its settings were read before, and the demo's first roll-out runs here (start_demo_processes),
+        # which left every demo node without a request log and every chart empty.
         os.environ.setdefault("SPILLWAY_SIGNALS_TARGET", settings.SIGNALS_LISTEN)
+        settings.SIGNALS_TARGET = os.environ["SPILLWAY_SIGNALS_TARGET"]
 
         log_dir = Path(settings.VAR_DIR) / "log"
         log_dir.mkdir(parents=True, exist_ok=True)
