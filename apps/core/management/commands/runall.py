@@ -62,7 +62,12 @@ class Command(BaseCommand):
         # Overflow shares follow ingress within ~0.5 s (beat's enforce_task, every 1 s, is its fallback).
         spawn("enforcer", [py, str(Path(settings.BASE_DIR) / "manage.py"), "enforcer"])
         # Golden signals: the demo's loopback nodes send their request log here (SPILLWAY_SIGNALS_TARGET).
+        signals_log = log_dir / "signals.log"
+        seen = signals_log.stat().st_size if signals_log.exists() else 0  # the log is appended to, run after run
         spawn("signals", [py, str(Path(settings.BASE_DIR) / "manage.py"), "runsignals"])
+        # Listening before anything is served: a node's log lines sent before the bind are lost (UDP), which
+        # lost the first second of the demo's requests from every chart.
+        _wait_for_line(signals_log, "listening on", after=seen, timeout_s=30)
         start_demo = _demo_hook("start_demo_processes")
         if start_demo is not None:
             message = start_demo()
@@ -176,3 +181,16 @@ def _demo_hook(name: str) -> Callable[[], Any] | None:
         if hook is not None:
             return hook
     return None
+
+
+def _wait_for_line(path: Path, text: str, *, after: int, timeout_s: float) -> bool:
+    """Until `text` is in what `path` got past byte `after`; False when the time is up (the run goes on)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists():
+            with path.open("rb") as f:
+                f.seek(after)
+                if text.encode() in f.read():
+                    return True
+        time.sleep(0.2)
+    return False
