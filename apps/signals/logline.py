@@ -1,10 +1,12 @@
 """One request-log line as HAProxy sends it (apps.fleets.config.render.sections.SIGNALS_LOG_FORMAT). Pure.
 
 Who answered: HAProxy's termination state (`%tsc`, 4 characters) starts with `-` when the session ended
-normally, which for an HTTP request means the response came from the server; any other first character
-(`S` server error or refusal, `s` server timeout, `P` proxy: deny, `L` local: return/redirect, `R` resource,
-`I` internal, `D` down, `K` killed, `C`/`c` client) means HAProxy itself ended it. A 5xx that HAProxy made
-(no server left, connect refused, a timeout) is therefore told apart from a 5xx the backend sent.
+normally, which for an HTTP request means the response came from the server; `S` (server error or refusal),
+`s` (server timeout), `P` (proxy: deny), `L` (local: return/redirect), `R` (resource), `I` (internal), `D`
+(down) and `K` (killed) mean HAProxy itself ended it. `C`/`c` mean the client aborted or timed out: the status
+logged is still the server's when it had answered (a backend's 500 the client did not wait to read is the
+backend's 500). A 5xx that HAProxy made (no server left, connect refused, a timeout) is therefore told apart
+from a 5xx the backend sent.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ class Request:
     @property
     def by_proxy(self) -> bool:
         """HAProxy ended the request itself (see the module's docstring)."""
-        return not self.termination.startswith("-")
+        return not self.termination.startswith(("-", "C", "c"))
 
 
 # A line is data from the network: numbers are clamped to what a request can carry (a stored sum must not

@@ -1,6 +1,6 @@
 """Which requests the collector keeps whole (models.RequestSample): a bounded share per LB and second. Pure.
 
-Failed requests (5xx, HAProxy's own answers, clients gone before a response) are what someone opens the log
+Failed requests (5xx, HAProxy's own refusals, clients gone before a response) are what someone opens the log
 for, so they get the larger share: the first ERRORS_PER_S of each second, then the first OTHERS_PER_S of the
 rest. A flood costs at most (ERRORS_PER_S + OTHERS_PER_S) rows per LB and second, whatever its rate.
 """
@@ -20,7 +20,8 @@ MAX_HOST = 255
 
 
 def failed(request: Request) -> bool:
-    return request.status >= 500 or request.status < 0 or request.by_proxy
+    """A 5xx, no response at all, or HAProxy refusing (a deny's 403): not its redirects (`LR--` 3xx)."""
+    return request.status >= 500 or request.status < 0 or (request.by_proxy and request.status >= 400)
 
 
 @dataclass(slots=True)

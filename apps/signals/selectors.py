@@ -302,7 +302,7 @@ def sampled_requests(principal: Any, scope: str, pk: int, *, status: str = "", r
         elif status.isascii() and status.isdigit() and len(status) == 3:
             rows = rows.filter(status=int(status))
         elif status == "failed":
-            rows = rows.filter(Q(status__gte=500) | Q(status__lt=0) | Q(by_proxy=True))
+            rows = rows.filter(Q(status__gte=500) | Q(status__lt=0) | Q(by_proxy=True, status__gte=400))
         else:
             raise BadFilter("invalid_status", "status: a class (5xx), a code (503) or failed.", "status")
     if region:

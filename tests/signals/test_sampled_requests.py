@@ -95,3 +95,14 @@ def test_hostile_parameters_answer_400_with_a_code_never_500(params, otto, ops):
     assert answer.status_code == 400 and answer.json()["code"], (params, answer.content)
     chart = otto.client.get("/api/v1/signals/", {"scope": "lb", "id": params.get("id", str(lb.pk))})
     assert chart.status_code in (200, 400, 404)  # the chart reads only scope, id and range
+
+
+def test_failed_means_a_5xx_no_response_or_a_refusal_not_a_redirect_or_a_client_leaving():
+    from apps.signals.sampling import failed
+
+    assert failed(_request(503, termination="SC--")) and failed(_request(403, termination="PR--"))
+    assert failed(_request(-1, termination="CR--"))  # the client left before any response
+    assert not failed(_request(302, termination="LR--"))  # HAProxy's own redirect
+    assert not failed(_request(200, termination="CD--"))  # the client left while the body was sent
+    backend_500_unread = _request(500, termination="CD--")
+    assert failed(backend_500_unread) and not backend_500_unread.by_proxy  # the backend's 500, not HAProxy's
