@@ -31,6 +31,7 @@ class SignalsCollector:
     def collect(self) -> Iterator:
         from apps.signals import hist
         from apps.signals.aggregate import ALL_NODES, HIST_FIELDS, ROW_FIELDS, Sums
+        from apps.signals.collector import GRACE_S
         from apps.signals.models import SignalBucket
         from apps.signals.services import FINE_STEP_S
 
@@ -46,7 +47,8 @@ class SignalsCollector:
                                          labels=["level", "id", "node", "stage", "quantile"]),
         }
         try:
-            end = int(time.time()) // FINE_STEP_S * FINE_STEP_S
+            # Complete: the collector keeps a bucket open GRACE_S past its end for lines still in flight.
+            end = int(time.time() - GRACE_S) // FINE_STEP_S * FINE_STEP_S
             # Per-node series only: the all-nodes rows are their sums, which a dashboard sums by itself.
             rows = SignalBucket.objects.filter(step_s=FINE_STEP_S,
                                                start__gte=datetime.fromtimestamp(end - WINDOW_S, UTC),
