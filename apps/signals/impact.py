@@ -25,7 +25,7 @@ from apps.fleets.services import (
 from apps.signals import hist
 from apps.signals.aggregate import ROW_FIELDS, Sums
 from apps.signals.models import SignalBucket
-from apps.signals.selectors import Target, target, window
+from apps.signals.selectors import Target, lb_id_of, target, window
 from apps.signals.services import COARSE_STEP_S, FINE_KEEP, FINE_STEP_S
 
 MIN_REQUESTS = CANARY_MIN_REQUESTS
@@ -182,16 +182,7 @@ def change_payload(principal: Any, event_id: int, *, now: datetime | None = None
     if t is None:
         return {"change": change, "scope": None, "impact": None,
                 "note": "Nothing charted: the object is gone, or its traffic is not one the signals count."}
-    impact = change_impact(t, event.at, _lb_of(t), now=now)
+    impact = change_impact(t, event.at, lb_id_of(t), now=now)
     impact["chart"]["markers"] = [{"t": event.at.timestamp(), "kind": "change",
                                    "label": f"{event.who}: {event.action} {event.object_label}"}]
     return {"change": change, "scope": t.scope, "target_id": t.obj.pk, "target": str(t.obj), "impact": impact}
-
-
-def _lb_of(t: Target) -> int | None:
-    obj = t.obj
-    if t.scope == "lb":
-        return obj.pk
-    if t.scope == "member":
-        return obj.pool.lb_id
-    return getattr(obj, "lb_id", None)

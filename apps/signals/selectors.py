@@ -206,7 +206,7 @@ def markers(t: Target, principal: Any, range_name: str = "5m", *, now: float | N
     span = RANGES[range_name][0]
     now = time.time() if now is None else now
     since = datetime.fromtimestamp(now - span, UTC)
-    lb_id = _lb_id(t)
+    lb_id = lb_id_of(t)
     # Filtered to this chart's objects in the database: taking the newest events of every object first lost an
     # LB's own changes from its longer charts on an install making a thousand changes a minute.
     events = (AuditEvent.objects.visible_to(principal).filter(at__gte=since).filter(_affecting(t, lb_id))
@@ -230,7 +230,8 @@ def markers(t: Target, principal: Any, range_name: str = "5m", *, now: float | N
     return sorted(out, key=lambda m: m["t"])[-MAX_MARKERS:]
 
 
-def _lb_id(t: Target) -> int | None:
+def lb_id_of(t: Target) -> int | None:
+    """The LB a chart belongs to; None for a node's or a region's."""
     obj = t.obj
     if t.scope == "lb":
         return obj.pk
