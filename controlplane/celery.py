@@ -5,7 +5,14 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun, worker_init, worker_process_init
+from celery.signals import (
+    task_postrun,
+    task_prerun,
+    worker_init,
+    worker_process_init,
+    worker_ready,
+    worker_shutting_down,
+)
 from django.db import close_old_connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
@@ -42,6 +49,24 @@ def _worker_process_setup(**kwargs) -> None:
 
     gcpause.install()
     routelane.FREEZE = True  # a worker keeps the lanes it renders
+
+
+@worker_ready.connect
+def _fleet_shard_keepers(sender=None, **kwargs) -> None:
+    """A worker on a fleet shard queue consumes it only while it holds the queue's lease; two or more workers
+    per queue are a primary and its standbys (apps.fleets.rollout.shards)."""
+    from apps.fleets import services
+
+    if sender is not None:
+        services.shard_keepers_start(sender)
+
+
+@worker_shutting_down.connect
+def _fleet_shard_release(**kwargs) -> None:
+    """A worker stopped on purpose hands its queue to a standby at once (a killed one after LEASE_S)."""
+    from apps.fleets import services
+
+    services.shard_keepers_stop()
 
 
 @app.on_after_finalize.connect

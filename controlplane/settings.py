@@ -110,8 +110,11 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = envstr("DATABASE_URL", f"sqlite:///{VAR_DIR / 'spillway.sqlite3'}")
+# Health checks: a kept connection that PostgreSQL dropped (restarted, failed over) is replaced at the start of
+# the next request instead of failing it (tests/core/test_database_down.py).
 try:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 60))}
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 60),
+                                                conn_health_checks=True)}
 except ValueError as exc:
     raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from exc
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
@@ -327,8 +330,15 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_DB_REUSE_MAX = envint("CELERY_DB_REUSE_MAX", 200, minimum=0)
 CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# django-celery-beat's database scheduler, sending only while it holds the beat lease: run a second beat as its
+# standby (controlplane/beat.py).
+CELERY_BEAT_SCHEDULER = "controlplane.beat:LeaderScheduler"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Sending a task while the broker is down gives up after ~1 s (apps.core.enqueue then leaves the work to its
+# periodic safety net): kombu's default retries kept an API write waiting ~20 s per task it queued.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.4}
+if REDIS_URL:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 10}
 
 LOGGING = {
     "version": 1,

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import logging
+import sys
+
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template import loader
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from apps.accounts.models import Scope
 from apps.accounts.services import principal_for_token, token_authenticate
 from apps.core import metrics as _metrics  # noqa: F401  (registers collectors)
 from apps.core import netpolicy
-from apps.core.api.errors import server_error_body
+from apps.core.api.errors import UNAVAILABLE_RETRY_AFTER_S, is_unavailable, server_error_body, unavailable_body
 from frontend import views as frontend_views
 
 
@@ -59,7 +63,25 @@ def error_404(request: HttpRequest, exception: Exception | None = None) -> HttpR
 
 
 def error_500(request: HttpRequest) -> HttpResponse:
-    """Django's last resort (an exception outside a DRF view, e.g. in a middleware)."""
+    """Django's last resort (an exception outside a DRF view, e.g. in a middleware). Called inside Django's
+    `except` for the exception: a database or Redis out of reach is a 503 with Retry-After, not a 500."""
+    exc = sys.exc_info()[1]
+    if is_unavailable(exc):
+        return _unavailable(request, exc)
     if _is_api(request):
         return JsonResponse(server_error_body(), status=500)
     return frontend_views.error_500(request)
+
+
+def _unavailable(request: HttpRequest, exc: BaseException) -> HttpResponse:
+    logging.getLogger("spillway.api").warning("%s %s: %s", request.method, request.path, exc)
+    if _is_api(request):
+        response: HttpResponse = JsonResponse(unavailable_body(exc), status=503)
+    else:
+        # Rendered without the request's context: its processors read the session and the principal (the
+        # database this page is about).
+        body = loader.render_to_string("503.html", {"retry_after_s": UNAVAILABLE_RETRY_AFTER_S,
+                                                    "detail": unavailable_body(exc)["detail"]})
+        response = HttpResponse(body, status=503)
+    response["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER_S)
+    return response

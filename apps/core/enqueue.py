@@ -8,15 +8,40 @@ task's own apply_async sends it.
 
 from __future__ import annotations
 
+import logging
+import threading
 from typing import Any
 
 from celery import Task, current_app
-from celery.result import AsyncResult
+from kombu.exceptions import OperationalError as BrokerUnreachable
+
+from apps.core.errors import REDIS_ERRORS
+
+logger = logging.getLogger(__name__)
 
 
-def enqueue(name: str, *args: Any, **options: Any) -> AsyncResult:
-    """`name` as in `@shared_task(name=...)`; options as apply_async's (countdown, expires, producer, ...)."""
-    return _task(name).apply_async(args, **options)
+BROKER_ERRORS = (BrokerUnreachable, *REDIS_ERRORS)
+# Celery's autodiscovery runs once (a promise): a second thread calling import_default_modules while the first was
+# still importing the tasks modules returned at once and found the task missing (NotRegistered): a web process just
+# started answered a saved write with a 500 (bench-chaos).
+_IMPORT_LOCK = threading.Lock()
+
+
+def enqueue(name: str, *args: Any, **options: Any) -> bool:
+    """`name` as in `@shared_task(name=...)`; options as apply_async's (countdown, expires, producer, ...).
+
+    False when the broker cannot be reached (Redis restarting, down): the caller's work is saved already (tasks
+    are queued after a commit) and each kind has a level-triggered safety net that finds it (the periodic converge,
+    the events sweep, the jobs dispatcher). Failing the request instead answered a 500 for a saved write, which a
+    client retrying would write twice. Sending gives up after settings.CELERY_TASK_PUBLISH_RETRY_POLICY.
+    True when sent."""
+    try:
+        _task(name).apply_async(args, **options)
+    except BROKER_ERRORS as exc:
+        logger.warning("task %s not queued, the broker is unreachable (%s): left to its periodic safety net",
+                       name, exc)
+        return False
+    return True
 
 
 def _task(name: str) -> Task:
@@ -25,5 +50,6 @@ def _task(name: str) -> Task:
     except KeyError:
         # A web process has not imported the apps' tasks modules (a worker does at start): the app's
         # autodiscovery imports them all once, on the first task queued by name.
-        current_app.loader.import_default_modules()
+        with _IMPORT_LOCK:
+            current_app.loader.import_default_modules()
         return current_app.tasks[name]

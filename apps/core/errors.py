@@ -53,3 +53,16 @@ def save_or_conflict(obj: models.Model, conflict: Conflict) -> None:
             obj.save()
     except IntegrityError as exc:
         raise conflict from exc
+
+
+def _redis_errors() -> tuple[type[BaseException], ...]:
+    try:
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        from redis.exceptions import TimeoutError as RedisTimeoutError
+    except ImportError:  # no Redis client installed: nothing of it can fail
+        return ()
+    return (RedisConnectionError, RedisTimeoutError)
+
+
+# Redis (broker and cache) out of reach: a 503 for a request (api/errors.py), a task left to its safety net (enqueue).
+REDIS_ERRORS = _redis_errors()

@@ -56,6 +56,12 @@ class Fleet(models.Model):
     # Where the nodes send their request log (apps.signals' collector), `address:port` as the nodes reach it;
     # blank: settings.SIGNALS_TARGET (blank there too: no request log, and no signals for this fleet).
     signals_target = models.CharField(max_length=64, blank=True, default="")
+    # Set when the nodes serve revisions this database does not know (it was restored from a backup older than
+    # what they serve): no rollout touches a node until an operator confirms (rollout/restore.py). What the
+    # nodes serve, what the database would change on them, when it was found.
+    restore_hold = models.JSONField(default=dict, blank=True)
+    # Revision digests the nodes served that an operator accepted to replace with this database's state.
+    restore_accepted = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -40,6 +40,7 @@ from apps.fleets.rollout.canary import Watch as CanaryWatch
 from apps.fleets.rollout.canary import register as canary_judge_register
 from apps.fleets.rollout.drift import fleet_converge, fleet_drift_check, fleet_drift_report
 from apps.fleets.rollout.reconcile import fleet_reconcile, fleet_reconcile_now
+from apps.fleets.rollout.restore import confirm as fleet_restore_confirm
 from apps.fleets.rollout.rollouts import (
     NODE_SPEC_FIELDS,
     fleet_capacity_follow,
@@ -56,6 +57,8 @@ from apps.fleets.rollout.rollouts import (
     vrrp_refresh,
 )
 from apps.fleets.rollout.settle import fleet_settle
+from apps.fleets.rollout.shards import start_keepers as shard_keepers_start
+from apps.fleets.rollout.shards import stop_keepers as shard_keepers_stop
 
 logger = logging.getLogger(__name__)
 
@@ -310,6 +313,7 @@ __all__ = [
     "fleet_reconcile",
     "fleet_reconcile_now",
     "fleet_render",
+    "fleet_restore_confirm",
     "fleet_rollback",
     "fleet_save",
     "fleet_settle",
@@ -326,5 +330,7 @@ __all__ = [
     "request_reconcile",
     "rollout_create",
     "rollout_rollback",
+    "shard_keepers_start",
+    "shard_keepers_stop",
     "vrrp_refresh",
 ]

@@ -127,6 +127,8 @@ class FleetActionView(FleetAccessMixin, PrincipalView):
             if rollout is not None:
                 return HttpResponseClientRedirect(reverse("rollout-detail", args=[rollout.pk]))
             return _said(report.summary() + ("" if report.skipped else " Nothing to converge."))
+        elif verb == "confirm-restore":
+            services.fleet_restore_confirm(fleet=fleet, principal=self.principal)
         elif verb in ("hold", "auto"):
             services.fleet_save(principal=self.principal, fleet=fleet, data={"auto_rollout": verb == "auto"})
         else:

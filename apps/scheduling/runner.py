@@ -222,12 +222,16 @@ def _claim_careful(run_ids: list[int], *, worker: str, now: datetime,
         runs.sort(key=lambda r: order[r.pk])
         guarded = sorted({r.job_id for r in runs if r.job.concurrency_policy != Job.ConcurrencyPolicy.ALLOW})
         busy: dict[int, int] = {}  # job id -> a run of it that is running
+        catching_up: set[int] = set()  # jobs whose running run is a catch-up (it stands for slots already missed)
         if guarded:
             # The job rows serialise claims of one job (in id order: no deadlock between workers).
             list(Job.objects.select_for_update().filter(pk__in=guarded).order_by("pk").values_list("pk"))
             fresh = now - timedelta(seconds=STALE_AFTER_S)
             running = JobRun.objects.filter(job_id__in=guarded, status=JobRun.Status.RUNNING, heartbeat_at__gte=fresh)
-            busy.update(dict(running.values_list("job_id", "pk")))
+            for job_id, run_pk, trigger in running.values_list("job_id", "pk", "trigger"):
+                busy[job_id] = run_pk
+                if trigger == JobRun.Trigger.CATCH_UP:
+                    catching_up.add(job_id)
         skipped: list[tuple[JobRun, int]] = []
         replaced: list[int] = []  # runs that replace whatever of their job is running
         superseded: list[tuple[JobRun, int]] = []  # claimed in this chunk, then replaced by a later one
@@ -237,6 +241,15 @@ def _claim_careful(run_ids: list[int], *, worker: str, now: datetime,
                 early.append(Ticket(run.pk, run.job.timeout_s, (run.not_before - now).total_seconds()))
                 continue
             policy = run.job.concurrency_policy
+            catch_up_meets_slot = run.job_id in busy and (
+                run.job_id in catching_up or run.trigger == JobRun.Trigger.CATCH_UP)
+            if catch_up_meets_slot and policy == Job.ConcurrencyPolicy.FORBID:
+                # The dispatcher made a catch-up and an on-time slot of this job in the same tick (dispatchers were
+                # down past the grace); sent together, they met here, and forbid skipped whichever came second:
+                # the on-time slot, or the catch-up and with it every missed slot (bench-chaos saw both). Neither
+                # overlaps a run of its own job: the second waits for the first and runs after it.
+                early.append(Ticket(run.pk, run.job.timeout_s, 1.0))
+                continue
             if run.job_id in busy and policy == Job.ConcurrencyPolicy.FORBID:
                 skipped.append((run, busy[run.job_id]))
                 continue
@@ -249,6 +262,10 @@ def _claim_careful(run_ids: list[int], *, worker: str, now: datetime,
                     replaced.append(run.pk)
             if policy != Job.ConcurrencyPolicy.ALLOW:
                 busy[run.job_id] = run.pk
+                if run.trigger == JobRun.Trigger.CATCH_UP:
+                    catching_up.add(run.job_id)  # a slot of this job later in this chunk waits for it
+                else:
+                    catching_up.discard(run.job_id)
             claimed.append(run)
         for run, other in skipped:
             JobRun.objects.filter(pk=run.pk).update(

@@ -20,7 +20,7 @@ from apps.capacity.models import CapacityRun, CapacityTest
 from apps.capacity.services import capacity_run_start
 from apps.fleets import demo
 from apps.fleets import selectors as fleet_selectors
-from apps.fleets.config.render.chain import LIMITS_MAP, UNLIMITED, backend_name
+from apps.fleets.config.render.chain import LIMITS_MAP, backend_name
 from apps.fleets.models import Node
 from apps.fleets.node.runtime_api import HAProxySocket
 from apps.fleets.node.showstat import parse_show_stat
@@ -29,6 +29,7 @@ from tests.browser import login, shot
 from tests.capacity.conftest import wait_for_run
 from tests.fleets.conftest import demo_fleet_addresses, haproxy_bin  # noqa: F401 (fixtures)
 from tests.netutil import http_get
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -51,6 +52,16 @@ def _limits(nodes: list[Node], backend: str) -> set[int]:
         entries = dict(HAProxySocket(fleet_selectors.node_conn(node).stats_socket_path).show_map(LIMITS_MAP))
         found.add(int(entries[backend]))
     return found
+
+
+def _rolled_out(nodes: list[Node]) -> bool:
+    from apps.fleets.models import Fleet, Rollout
+
+    fleet = Fleet.objects.get(pk=nodes[0].fleet_id)
+    if Rollout.objects.filter(fleet=fleet, status__in=Rollout.ACTIVE).exists() or fleet.change_seq > fleet.rendered_seq:
+        return False
+    return all(n.applied_revision.number == fleet.desired_revision
+               for n in Node.objects.filter(pk__in=[n.pk for n in nodes]).select_related("applied_revision"))
 
 
 def test_the_demo_edge_knee_test_measures_us_east_of_the_demo_fleet_through_a_worker(
@@ -99,9 +110,14 @@ def test_the_demo_edge_knee_test_measures_us_east_of_the_demo_fleet_through_a_wo
         assert pool_region.max_rate_per_member == run.recommended_max_rate_per_member
         capacity = {c.region: c.capacity for c in pool_capacities(pool)}
         assert capacity["us-east"] == pytest.approx(capacity_after, abs=0.05)  # what the preview said it would be
-        # us-east is the only region with members, so its nodes' chain is that one step, which absorbs (no limit):
-        # the new capacity changes what the overflow pages and plans say, not what these nodes enforce.
-        assert _limits(us_nodes, backends[0]) == limits_before == {UNLIMITED}
+        # The demo's pool has members in eu-west too, so the us-east nodes' chain is us-east then eu-west: once the
+        # new capacity is rolled out, each us-east node enforces its share of it (no enforcer runs here: the rendered
+        # share, the capacity over the region's nodes). Read before the rollout reached the nodes, this test used to
+        # see the old value and claimed "no limit"; after it, it saw the new share.
+        assert wait_for(lambda: _rolled_out(us_nodes), 30)
+        share = capacity_after / len(us_nodes)
+        limits = _limits(us_nodes, backends[0])
+        assert len(limits) == 1 and abs(limits.pop() - share) <= 1, (limits, share, limits_before)
         status, body = http_get(f"http://{us_nodes[0].bind_address}:8080/", headers={"Host": "acme.example.com"})
         assert status == 200 and body.startswith("acme-us-east-"), (status, body)  # still served, by us-east
     finally:

@@ -7,6 +7,7 @@ runs once per slot for a few seconds.
 from __future__ import annotations
 
 import math
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ import pytest
 
 from apps.scheduling.models import JobRun
 from tests.processes import REPO, process_env, stop_process
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -43,3 +45,38 @@ def test_beat_drives_the_dispatcher_and_every_slot_runs_once(acme, make_job, cel
         stop_process(beat)
     slots = sorted(JobRun.objects.filter(job=job).values_list("scheduled_for", flat=True))
     assert slots == [start + timedelta(seconds=k) for k in range(SLOTS)]
+
+
+def _beat(tmp_path, name: str) -> subprocess.Popen:
+    log = open(tmp_path / f"{name}.log", "wb")  # noqa: SIM115 (closed when the test process ends)
+    return subprocess.Popen([sys.executable, "-m", "celery", "-A", "controlplane", "beat", "--loglevel", "INFO",
+                             "--schedule", str(tmp_path / f"{name}-schedule")], cwd=REPO, env=process_env(),
+                            stdout=log, stderr=subprocess.STDOUT)
+
+
+def _sent(tmp_path, name: str) -> int:
+    return (tmp_path / f"{name}.log").read_text().count("Sending due task")
+
+
+def test_a_second_beat_stands_by_sends_nothing_and_leads_within_seconds_once_the_first_is_killed(
+    tmp_path,
+) -> None:
+    """Two beats: only the lease holder sends (two senders doubled every periodic task); killed with
+    SIGKILL, its standby sends the schedule after the lease runs out (controlplane/beat.py: 5 s)."""
+    first = _beat(tmp_path, "beat-a")
+    procs = [first]
+    try:
+        assert wait_for(lambda: _sent(tmp_path, "beat-a") > 0, 30), (tmp_path / "beat-a.log").read_text()[-2000:]
+        procs.append(_beat(tmp_path, "beat-b"))
+        assert wait_for(lambda: "stands by" in (tmp_path / "beat-b.log").read_text(), 30)
+        sent_before = _sent(tmp_path, "beat-a")
+        time.sleep(3)  # the every-second tasks keep going out, from the leader only
+        assert _sent(tmp_path, "beat-a") > sent_before
+        assert _sent(tmp_path, "beat-b") == 0
+        first.send_signal(signal.SIGKILL)
+        first.wait(5)
+        # LEASE_S + RENEW_S = 6 s, with a slow machine's margin
+        assert wait_for(lambda: _sent(tmp_path, "beat-b") > 0, 15), (tmp_path / "beat-b.log").read_text()[-2000:]
+    finally:
+        for proc in procs:
+            stop_process(proc)

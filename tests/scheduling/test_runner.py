@@ -370,3 +370,25 @@ def test_old_finished_runs_are_pruned_and_live_ones_kept(acme, make_job) -> None
     JobRun.objects.filter(pk=stuck.pk).update(scheduled_for=long_ago - timedelta(seconds=1))  # still pending
     assert services.run_history_prune() == 1
     assert set(JobRun.objects.values_list("pk", flat=True)) == {recent.pk, stuck.pk}
+
+
+@pytest.mark.parametrize("catch_up_first", [True, False])
+def test_a_catch_up_and_an_on_time_slot_sent_together_under_forbid_both_run_one_after_the_other(
+    acme, make_job, catch_up_first
+) -> None:
+    """Dispatchers down past the grace: the next tick makes a catch-up run and the on-time slot, sent together.
+    Under forbid, whichever started second was skipped (bench-chaos saw the catch-up skipped, and with it every
+    missed slot, and the on-time slot skipped): now the second waits for the first, then runs."""
+    job = make_job(acme, "minutely", concurrency_policy="forbid")
+    now = datetime.now(UTC)
+    catch_up = JobRun.objects.create(job=job, scheduled_for=now - timedelta(minutes=3), missed_since=now,
+                                     trigger=JobRun.Trigger.CATCH_UP)
+    on_time = JobRun.objects.create(job=job, scheduled_for=now, trigger=JobRun.Trigger.SCHEDULE)
+    first, second = (catch_up, on_time) if catch_up_first else (on_time, catch_up)
+    sent: list[runner.Ticket] = []
+    claimed = runner.claim_runs([first.pk, second.pk], worker="w1", send=sent.extend)
+    assert [r.pk for r in claimed] == [first.pk]
+    second.refresh_from_db()
+    assert second.status == JobRun.Status.PENDING and [t.run_id for t in sent] == [second.pk]
+    JobRun.objects.filter(pk=first.pk).update(status=JobRun.Status.SUCCEEDED, finished_at=now)
+    assert [r.pk for r in runner.claim_runs([second.pk], worker="w1")] == [second.pk]

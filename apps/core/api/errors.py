@@ -8,14 +8,14 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
-from django.db import DataError, IntegrityError
+from django.db import DataError, IntegrityError, InterfaceError, OperationalError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
-from apps.core.errors import DomainError
+from apps.core.errors import REDIS_ERRORS, DomainError
 
 logger = logging.getLogger("spillway.api")
 
@@ -57,6 +57,12 @@ def _flatten(detail: Any) -> Any:
 
 
 def exception_handler(exc, context):
+    if is_unavailable(exc):
+        logger.warning("%s %s: %s unreachable (%s)", getattr(context.get("request"), "method", "?"),
+                       getattr(context.get("request"), "path", "?"), unavailable_part(exc), exc)
+        set_rollback()
+        return Response(unavailable_body(exc), status=status.HTTP_503_SERVICE_UNAVAILABLE,
+                        headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)})
     if isinstance(exc, DomainError):
         fields = {exc.field: [exc.detail]} if exc.field else {}
         headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s else None
@@ -110,6 +116,31 @@ def _first_code(codes: Any) -> str | None:
 def server_error_body() -> dict[str, Any]:
     return {"code": "server_error", "detail": "The server failed to answer this request; it has been logged.",
             "fields": {}}
+
+
+# While the database or Redis is down (restarted, failed over, unreachable) a request is answered 503 with this
+# Retry-After, not 500: nothing is wrong with the request, and a client that retries succeeds once it is back.
+UNAVAILABLE_RETRY_AFTER_S = 5
+
+
+_UNAVAILABLE = (OperationalError, InterfaceError, *REDIS_ERRORS)
+
+
+def is_unavailable(exc: BaseException | None) -> bool:
+    """The request failed because a service Spillway depends on could not be reached (or dropped the
+    connection), not because of the request or a bug."""
+    return isinstance(exc, _UNAVAILABLE)
+
+
+def unavailable_part(exc: BaseException) -> str:
+    return "the database" if isinstance(exc, OperationalError | InterfaceError) else "Redis"
+
+
+def unavailable_body(exc: BaseException) -> dict[str, Any]:
+    return {"code": "unavailable", "fields": {},
+            "detail": f"Spillway cannot reach {unavailable_part(exc)} right now; a write in this request was not "
+                      f"saved. Retry after {UNAVAILABLE_RETRY_AFTER_S} seconds. Load balancers keep serving their "
+                      "last config meanwhile."}
 
 
 def _server_error(exc: Exception, context) -> Response:

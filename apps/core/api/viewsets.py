@@ -131,39 +131,42 @@ class TenantViewSet(viewsets.ModelViewSet):
         method_path = f"{request.method} {request.path}"[:300]
         digest = hashlib.sha256(f"{method_path}\n{body}".encode()).hexdigest()
         scope = self.principal.actor
-        try:
-            with transaction.atomic():
-                record = IdempotencyRecord.objects.create(scope=scope, key=key, method_path=method_path,
-                                                          request_hash=digest)
-        except IntegrityError:
-            record = IdempotencyRecord.objects.filter(scope=scope, key=key).first()
-            if record is None:  # a concurrent first request with this key failed and freed it this instant
-                raise ApiError("idempotency_in_progress", "A request with this Idempotency-Key was just running; "
-                               "retry.", status.HTTP_409_CONFLICT) from None
-            if record.request_hash != digest:
-                raise ApiError("idempotency_key_reused",
-                               "This Idempotency-Key was used with a different request; use a new key.",
-                               status.HTTP_422_UNPROCESSABLE_ENTITY) from None
-            if record.status_code is None:
-                raise ApiError("idempotency_in_progress", "A request with this Idempotency-Key is still running.",
-                               status.HTTP_409_CONFLICT) from None
-            headers = {"Idempotent-Replayed": "true"}
-            if isinstance(record.body, dict) and "lb_revision" in record.body:
-                headers[produced.HEADER] = str(record.body["lb_revision"])
-            return Response(record.body, status=record.status_code, headers=headers)
-        try:
-            response = self._create(request, *args, **kwargs)
-            produced.stamp(response, produced.take())  # stored with the answer, so a replay says it too
-        except Exception:
-            # Nothing was created: free the key so the client can retry with it.
-            record.delete()
-            raise
-        body = response.data
-        if self.idempotency_redact and isinstance(body, dict):
-            body = {k: (None if k in self.idempotency_redact else v) for k, v in body.items()}
-        record.status_code, record.body = response.status_code, body
-        record.save(update_fields=["status_code", "body"])
-        return response
+        # One transaction for the key, the create and the stored answer: a request killed (web process lost) or
+        # cut off by the database at any point leaves neither the object nor a key stuck "in progress", so the
+        # client's retry with the same key runs it again. A concurrent request with the same key waits on the
+        # key's unique index until this one ends, then replays its answer (or runs, if this one rolled back).
+        with transaction.atomic():
+            try:
+                with transaction.atomic():
+                    record = IdempotencyRecord.objects.create(scope=scope, key=key, method_path=method_path,
+                                                              request_hash=digest)
+            except IntegrityError:
+                record = None
+            if record is not None:
+                response = self._create(request, *args, **kwargs)
+                produced.stamp(response, produced.take())  # stored with the answer, so a replay says it too
+                body = response.data
+                if self.idempotency_redact and isinstance(body, dict):
+                    body = {k: (None if k in self.idempotency_redact else v) for k, v in body.items()}
+                record.status_code, record.body = response.status_code, body
+                record.save(update_fields=["status_code", "body"])
+                return response
+        # The key was taken by a request that has ended (its transaction committed): replay its answer.
+        record = IdempotencyRecord.objects.filter(scope=scope, key=key).first()
+        if record is None:  # a concurrent first request with this key failed and freed it this instant
+            raise ApiError("idempotency_in_progress", "A request with this Idempotency-Key was just running; "
+                           "retry.", status.HTTP_409_CONFLICT)
+        if record.request_hash != digest:
+            raise ApiError("idempotency_key_reused",
+                           "This Idempotency-Key was used with a different request; use a new key.",
+                           status.HTTP_422_UNPROCESSABLE_ENTITY)
+        if record.status_code is None:
+            raise ApiError("idempotency_in_progress", "A request with this Idempotency-Key is still running.",
+                           status.HTTP_409_CONFLICT)
+        headers = {"Idempotent-Replayed": "true"}
+        if isinstance(record.body, dict) and "lb_revision" in record.body:
+            headers[produced.HEADER] = str(record.body["lb_revision"])
+        return Response(record.body, status=record.status_code, headers=headers)
 
     def _create(self, request, *args, **kwargs):
         serializer = self.get_serializer(data=request.data)

@@ -49,9 +49,9 @@ class FleetSerializer(TenantModelSerializer):
         model = Fleet
         fields = ["id", "name", "region", "serves", "load_balancers", "canary", "batch_size", "auto_rollout",
                   "canary_watch_s", "guard_5xx_rise_pct", "guard_p99_rise_ms", "signals_target",
-                  "vrrp_version", "vrrp_advert_ms", "desired_revision", "pinned", "nodes", "created_at",
-                  "updated_at"]
-        read_only_fields = ["desired_revision", "created_at", "updated_at"]
+                  "vrrp_version", "vrrp_advert_ms", "desired_revision", "pinned", "nodes", "restore_hold",
+                  "created_at", "updated_at"]
+        read_only_fields = ["desired_revision", "restore_hold", "created_at", "updated_at"]
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         version = attrs.get("vrrp_version", getattr(self.instance, "vrrp_version", 3))

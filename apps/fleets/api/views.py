@@ -59,6 +59,14 @@ class FleetViewSet(TenantViewSet):
         services.fleet_push(fleet=fleet, principal=self.principal, full=True)
         return Response({"queued": True}, status=status.HTTP_202_ACCEPTED)
 
+    @extend_schema(request=None, responses={200: s.FleetSerializer})
+    @action(detail=True, methods=["post"], serializer_class=EmptySerializer, url_path="confirm-restore")
+    def confirm_restore(self, request, pk=None):
+        """The nodes serve revisions this database does not know (it was restored from an older backup): replace
+        them with this database's state, as `restore_hold.would_change` shows. Nothing to confirm: no change."""
+        fleet = services.fleet_restore_confirm(fleet=self.get_object(), principal=self.principal)
+        return Response(s.FleetSerializer(fleet, context=self.get_serializer_context()).data)
+
     @action(detail=True, methods=["post"], serializer_class=EmptySerializer)
     def converge(self, request, pk=None):
         """Check drift now and re-converge drifted nodes and nodes that came back."""

@@ -13,6 +13,12 @@ from collections.abc import Mapping
 
 from apps.core.memo import IdentityMemo
 
+# The ACME HTTP-01 answers' map (render/frontends.py): rendered empty, and on a node written with the answers its
+# worker serves (node/apply.py persist_answers), so that a node restarted from its own files still answers an open
+# order. Its content follows the node's runtime state, not the revision: a set's digest counts it as rendered
+# (empty), so answers never make a node look drifted and every digest recorded before stays valid.
+ACME_ANSWERS_FILE = "maps/acme-challenges.map"
+
 # Files at least this large have their digest remembered by the identity of their content.
 _REMEMBER_FROM = 64 * 1024
 _large_digest = IdentityMemo(lambda content: hashlib.sha256(content).digest(), size=256)
@@ -30,7 +36,7 @@ def set_digest(files: Mapping[str, bytes]) -> str:
     with different names or contents collide (the framing fixes where each name and digest ends)."""
     digest = hashlib.sha256()
     for name in sorted(files):
-        content = files[name]
+        content = b"" if name == ACME_ANSWERS_FILE else files[name]
         digest.update(name.encode() + b"\0" + str(len(content)).encode() + b"\0" + file_digest(content))
     return digest.hexdigest()
 

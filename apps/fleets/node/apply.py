@@ -83,6 +83,9 @@ class NodePlan:
     # Open ACME HTTP-01 answers (token, key authorization): a reload starts the worker on the rendered,
     # empty challenge map, so they are put back at once (with those the old worker held).
     challenges: tuple[tuple[str, str], ...] = ()
+    # Written to the node's served.json as the apply starts (transports/base.py SERVED_NAME): which revision of
+    # which fleet it is being given. Empty: nothing written.
+    served: bytes = b""
 
     @property
     def already_applied(self) -> bool:
@@ -287,6 +290,11 @@ def _hot_runtime(transport: FileSetTransport, plan: NodePlan, changes: HotChange
         return False
     outcome.status, outcome.sha256, outcome.worker_pid = "succeeded", plan.bundle.sha256, plan.worker_pid
     outcome.hot = True
+    if plan.challenges:  # the worker kept them; the new set's file is rendered empty
+        try:
+            persist_answers(transport, dict(plan.challenges))
+        except NODE_ERRORS as exc:
+            outcome.steps.append(f"ACME HTTP-01 answers not written to the node's files: {exc}")
     return True
 
 
@@ -348,6 +356,12 @@ def live_challenges(transport: FileSetTransport) -> dict[str, str]:
         return {}
 
 
+def persist_answers(transport: FileSetTransport, answers: dict[str, str]) -> None:
+    """Write the HTTP-01 answers the worker serves into the node's challenge map file, so a node restarted from
+    its own files (the control plane down) answers them too: the files are the runtime state's equal."""
+    transport.write_current_file(ACME_CHALLENGE_MAP, "".join(f"{t} {v}\n" for t, v in sorted(answers.items())).encode())
+
+
 def restore_challenges(transport: FileSetTransport, plan: NodePlan, held: dict[str, str],
                        outcome: NodeOutcome) -> None:
     """Put the open HTTP-01 answers into a freshly reloaded worker (its map file is rendered empty).
@@ -363,6 +377,7 @@ def restore_challenges(transport: FileSetTransport, plan: NodePlan, held: dict[s
         for token, value in answers.items():
             stats.del_map_entry(ACME_CHALLENGE_MAP, token)
             stats.add_map_entry(ACME_CHALLENGE_MAP, token, value)
+        persist_answers(transport, answers)
     except NODE_ERRORS as exc:
         outcome.steps.append(f"ACME HTTP-01 answers not restored after the reload: {exc}")
 
@@ -473,6 +488,7 @@ def apply_node(plan: NodePlan) -> NodeOutcome:
     started = time.monotonic()
     outcome = NodeOutcome(node=plan.conn.name, status="failed")
     transport = transport_of(plan.conn, plan.prevalidated)
+    marking = None
     try:
         try:
             proc = transport.show_proc()
@@ -481,6 +497,9 @@ def apply_node(plan: NodePlan) -> NodeOutcome:
             outcome.unreachable = True
             outcome.error = f"node {plan.conn.name} unreachable: {exc}"
             return outcome
+        # Beside the apply, off its critical path: a record of what the node is given. Written first, so a
+        # node always records a revision at least as new as the one it serves (restore detection errs on holding).
+        marking = _PUSHES.submit(transport.write_served, plan.served) if plan.served else None
         current = proc.current_worker
         running_it = (
             on_disk == plan.bundle.sha256
@@ -541,6 +560,11 @@ def apply_node(plan: NodePlan) -> NodeOutcome:
         _rollback(transport, plan, outcome)
         return outcome
     finally:
+        if marking is not None:
+            try:
+                marking.result()
+            except NODE_ERRORS as exc:
+                outcome.steps.append(f"served.json not written: {exc}")
         if outcome.steps:
             outcome.error = "\n".join(filter(None, [outcome.error, *outcome.steps]))
         outcome.duration_ms = (time.monotonic() - started) * 1000.0

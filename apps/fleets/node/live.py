@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from apps.fleets.config.render.chain import LIMITS_MAP, USABLE_MAP
 from apps.fleets.config.render.frontends import ACME_CHALLENGE_MAP
 from apps.fleets.config.spec import ConfigBundle
-from apps.fleets.node.apply import NODE_ERRORS, SERVING_FRONTEND, transport_of
+from apps.fleets.node.apply import NODE_ERRORS, SERVING_FRONTEND, persist_answers, transport_of
 from apps.fleets.node.mapdelta import map_entries, same_entries
 from apps.fleets.node.outside_rollout import _STATE_FOR_ADMIN
 from apps.fleets.node.runtime_api import HAProxySocket, parse_servers_state
@@ -163,6 +163,8 @@ def repair_live_drift(conn: NodeConn, drift: LiveDrift) -> str | None:
         lacking = [k for k, v in drift.challenges.items() if held.get(k) != v]
         if lacking:
             return f"HTTP-01 answers still missing after the runtime update: {', '.join(sorted(lacking))}"
+        if drift.challenges:
+            persist_answers(transport, held)
         for (backend, server), wanted in drift.servers.items():
             if wanted.admin_state != "drain":
                 stats.set_server_weight(backend, server, wanted.weight)

@@ -10,7 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from apps.fleets.config.digest import set_digest_v1
-from apps.fleets.node.apply import NODE_ERRORS, transport_of
+from apps.fleets.config.render.frontends import ACME_CHALLENGE_MAP
+from apps.fleets.node.apply import NODE_ERRORS, persist_answers, transport_of
 from apps.fleets.node.runtime_api import RuntimeApiError
 from apps.fleets.node.showstat import StatRow, parse_show_stat
 from apps.fleets.node.transports import NodeConn
@@ -50,7 +51,8 @@ def set_server(conn: NodeConn, backends: Iterable[str], server: str, admin_state
 
 
 def set_map_entries(conn: NodeConn, name: str, add: dict[str, str], remove: Iterable[str] = ()) -> str | None:
-    """Add and remove live entries of one map on one node without a reload; None or the error."""
+    """Add and remove live entries of one map on one node without a reload; None or the error. The ACME answers'
+    map is then written to the node's files as the worker serves it (read back), so a restart keeps them."""
     transport = transport_of(conn)
     try:
         stats = transport.stats()
@@ -59,6 +61,8 @@ def set_map_entries(conn: NodeConn, name: str, add: dict[str, str], remove: Iter
         for key, value in add.items():
             stats.del_map_entry(name, key)  # re-adding must not leave a stale duplicate first in line
             stats.add_map_entry(name, key, value)
+        if name == ACME_CHALLENGE_MAP:
+            persist_answers(transport, dict(stats.show_map(name)))
     except NODE_ERRORS as exc:
         return f"node {conn.name}: {exc}"
     finally:

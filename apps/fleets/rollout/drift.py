@@ -364,7 +364,7 @@ def fleet_converge(*, fleet: Fleet, check_drift: bool = True, enqueue: bool = Tr
     failed with their error); a new change or a rollback moves them.
     """
     fleet = Fleet.objects.get(pk=fleet.pk)
-    if fleet.desired_revision == 0:
+    if fleet.desired_revision == 0 or fleet.restore_hold:
         return None
     if check_drift:  # the periodic path (converge_fleet_task): maps as they fall due
         fleet_drift_check(fleet=fleet, all_maps=False)

@@ -30,7 +30,7 @@ from apps.fleets.config.spec import ConfigBundle, FleetSnapshot, NodeSpec
 from apps.fleets.fanout import parallel
 from apps.fleets.models import REVISION_BULK_FIELDS, ConfigRevision, Fleet, Node, NodeResult, Rollout
 from apps.fleets.node.apply import NodeOutcome, NodePlan, apply_node, precheck_binds, reachable
-from apps.fleets.rollout import canary
+from apps.fleets.rollout import canary, restore
 from apps.fleets.rollout.lease import renew as lease_renew
 
 logger = logging.getLogger(__name__)
@@ -107,6 +107,7 @@ def plan_for(renderer: BundleRenderer, rollout: Rollout, node: Node,
         prevalidated=_same_binary_as_central(conn),
         recorded_clean=node.status == Node.Status.UP,
         challenges=challenges,
+        served=restore.served_record(rollout),
     )
 
 
@@ -281,6 +282,8 @@ def execute(rollout: Rollout, owner: str) -> Rollout:
     if len(plans) != len(todo):
         finish(rollout, Rollout.Status.FAILED, "a node's settings cannot be rendered (see its result)")
         return rollout
+    if restore.check(rollout, {r.node.name: plans[r.pk] for r in todo}):
+        return rollout  # pending: the nodes serve what this database does not know, an operator decides
 
     # Pre-flight, for every node before any is touched: who is down, who would hit a bind conflict.
     def preflight(result: NodeResult) -> tuple[str, list[str]]:

@@ -38,6 +38,7 @@ def route_task(name: str, args: Any, kwargs: Any, options: Any, task: Any = None
     return {"queue": fleet_queue(int(fleet_id))} if fleet_id is not None else None
 
 
-def enqueue_reconcile(fleet_id: int) -> None:
-    """Queue fleets.reconcile_task for the fleet (routed to its shard by route_task), after DEBOUNCE_S."""
-    enqueue("fleets.reconcile_task", fleet_id, countdown=DEBOUNCE_S or None)
+def enqueue_reconcile(fleet_id: int) -> bool:
+    """Queue fleets.reconcile_task for the fleet (routed to its shard by route_task), after DEBOUNCE_S; False
+    when the broker could not be reached."""
+    return enqueue("fleets.reconcile_task", fleet_id, countdown=DEBOUNCE_S or None)

@@ -64,6 +64,8 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
                     with asynchronous_commit():  # lost with a crash, the converge makes this rollout again
                         rollout_create(fleet=fleet, revision=revision, enqueue=False,
                                        canary=False if certs_only or lane else None)
+            if fleet.restore_hold:
+                break  # rollouts wait for an operator (rollout/restore.py)
             rollout = _next_rollout(fleet)
             if rollout is not None:
                 execute(rollout, owner)

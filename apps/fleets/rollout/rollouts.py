@@ -81,8 +81,10 @@ def request_reconcile(fleet_id: int) -> bool:
     """Queue one reconcile for the fleet unless one is queued already (the queued one sees every
     change made before it starts). True when a task was queued."""
     queued = Fleet.objects.filter(pk=fleet_id, reconcile_queued=False).update(reconcile_queued=True)
-    if queued:
-        enqueue_reconcile(fleet_id)
+    if queued and not enqueue_reconcile(fleet_id):
+        # Not sent (the broker is down): a flag left set would make every later change wait for the converge.
+        Fleet.objects.filter(pk=fleet_id).update(reconcile_queued=False)
+        return False
     return bool(queued)
 
 
@@ -130,9 +132,11 @@ def fleets_mark_changed(*, fleet_ids: list[int], routes_only: bool = False) -> l
                 "RETURNING f.id, f.auto_rollout AND NOT locked.was_queued",
                 [1 if routes_only else 0, *ids])
             queued = sorted(pk for pk, mine in cursor.fetchall() if mine)
-    for fleet_id in queued:
-        enqueue_reconcile(fleet_id)
-    return queued
+    unsent = [fleet_id for fleet_id in queued if not enqueue_reconcile(fleet_id)]
+    for fleet_id in unsent:  # the broker is down: the converge (or the next change, once it is back) reconciles
+        # One row at a time, in id order (as the statement above locks them): no deadlock with another writer.
+        Fleet.objects.filter(pk=fleet_id).update(reconcile_queued=False)
+    return [fleet_id for fleet_id in queued if fleet_id not in unsent]
 
 
 def fleet_mark_changed(*, fleet: Fleet | int, routes_only: bool = False) -> bool:

@@ -156,3 +156,43 @@ def test_an_empty_pin_is_refused(haproxy_node: HAProxyNodeFactory, sshd: SshdInf
     node = dataclasses.replace(sshd.node(haproxy_node.conn("x")), ssh_known_hosts="")
     with pytest.raises(TransportError, match="no pinned SSH host key"):
         SshTransport(node)
+
+
+def test_a_command_whose_connection_is_lost_is_run_again_not_read_as_a_refusal(ssh_node, sshd) -> None:
+    """The node rebooted or its link went away while a command ran: the channel closes with no exit status. Read as
+    exit code -1 that was "the node refused the config" with no output (bench-chaos: a rollout failed and the node
+    was not retried with that revision); now the transport reconnects and runs it again."""
+    import os
+    import signal
+    import threading
+    import time
+
+    _node, transport, _port = ssh_node
+    assert transport._run(["true"], "/", 10) == (0, "")  # connected
+    sessions = _descendants(sshd.pid)
+    assert sessions, "no sshd session process for the transport's connection"
+    answer: list[tuple[int, str]] = []
+    runner = threading.Thread(target=lambda: answer.append(transport._run(["sleep", "1"], "/", 30)))
+    runner.start()
+    time.sleep(0.4)  # the command runs
+    for pid in sessions:
+        os.kill(pid, signal.SIGKILL)  # the connection goes, as with a node that reboots
+    runner.join(30)
+    assert answer == [(0, "")]
+
+
+def _descendants(pid: int) -> list[int]:
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == parent:
+                found.append(int(entry.name))
+                frontier.append(int(entry.name))
+    return found

@@ -131,7 +131,8 @@ def worker_commands(py: str, *, sqlite: bool) -> list[tuple[str, list[str]]]:
       writer at a time, so few threads there.
     - `fleets.0`, `fleets.1`, ...: fleet reconciles (render, then roll out) by fleet id, ONE process each
       (threads, for fleets sharing a shard): each fleet's route lane lives in the process that last
-      rendered it (apps.fleets.rollout.queues).
+      rendered it (apps.fleets.rollout.queues). In production a second worker per queue stands by on a lease
+      (apps.fleets.rollout.shards); `make run` (one host, SQLite broker) starts one and restarts none.
     - `acme`: certificate orders and their deployment, one slot: a task orders every due certificate
       together, so a request never waits behind fleet work nor fleet work behind a batch of orders.
     """

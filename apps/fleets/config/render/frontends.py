@@ -18,6 +18,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
+from apps.fleets.config.digest import ACME_ANSWERS_FILE
 from apps.fleets.config.render.chain import backend_name, chain_lines
 from apps.fleets.config.render.manifest import ManifestBuilder
 from apps.fleets.config.render.memo import by_identity
@@ -53,7 +54,7 @@ def map_prefix(listener: ListenerSpec) -> str:
 # every node while an ACME order is open (apps.acme). The file is always rendered empty and every HTTP
 # frontend always carries the two lines below, so a challenge never changes a revision or needs a
 # reload, and whichever node of whichever region the CA reaches answers it.
-ACME_CHALLENGE_MAP = "maps/acme-challenges.map"
+ACME_CHALLENGE_MAP = ACME_ANSWERS_FILE  # written on each node with the answers it serves (config/digest.py)
 ACME_CHALLENGE_LINES = [
     "# ACME HTTP-01: answer /.well-known/acme-challenge/<token> from the challenge map (apps.acme).",
     f"http-request set-var(txn.acme) path,field(4,/),map({ACME_CHALLENGE_MAP}) "

@@ -58,6 +58,9 @@ KEEPALIVED_BIN = "keepalived"
 STATS_SOCKET_NAME = "stats.sock"
 MASTER_SOCKET_NAME = "master.sock"
 SERVER_STATE_NAME = "server-state"
+# Beside `current`: which revision of which fleet the node was last given (JSON, rollout/restore.py). Outside the
+# config sets, so it is in no bundle's digest. A database restored from a backup is told apart from drift by it.
+SERVED_NAME = "served.json"
 LOG_NAME = "haproxy.log"  # where apps.fleets.node.process points the master's stdout/stderr
 # An empty server-state file makes `haproxy -c -dW` fail ("Can't get version"), and a
 # missing one too ("Can't open"); the bare version line is a valid empty state.
@@ -537,6 +540,35 @@ class FileSetTransport(ABC):
         if current:
             self._swap_link(self.node.previous_dir, current)
         return self.activate(timeout_s)
+
+    def write_served(self, record: bytes) -> None:
+        """Replace the node's served.json (written, then renamed: a reader sees the old or the new record)."""
+        self._ensure_layout()
+        path = posixpath.join(self.node.config_dir, SERVED_NAME)
+        tmp = f"{path}.tmp-{secrets.token_hex(4)}"
+        self._write_unsynced(tmp, record, 0o644)
+        self._rename(tmp, path, sync=False)
+
+    def _write_unsynced(self, path: str, data: bytes, mode: int) -> None:
+        """A small file whose loss in a power cut costs nothing (served.json: the next apply writes it again)."""
+        self._write_file(path, data, mode)
+
+    def write_current_file(self, name: str, data: bytes) -> None:
+        """Replace one file of the set the node serves, by rename (never in place: sets share unchanged files
+        through hard links). Only for files the set's digest counts as rendered (config/digest.py)."""
+        path = posixpath.join(self.node.current_dir, name)
+        tmp = f"{path}.tmp-{secrets.token_hex(4)}"
+        self._write_file(tmp, data, file_mode(name))
+        self._rename(tmp, path)
+
+    def read_served(self) -> bytes | None:
+        return self._read_file(posixpath.join(self.node.config_dir, SERVED_NAME))
+
+    def read_current_files(self) -> dict[str, bytes]:
+        """The files the node serves (under `current`), for showing what a push would change."""
+        if self._readlink(self.node.current_dir) is None:
+            return {}
+        return self._read_tree(self.node.current_dir)
 
     def config_sha256(self, fresh: bool = False) -> str | None:
         """``set_digest`` of the files under ``current`` as the node has them now. `fresh`: read and hashed

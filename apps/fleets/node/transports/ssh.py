@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import posixpath
 import shlex
@@ -76,6 +77,16 @@ class _LoopThread:
             return cls._loop
 
 
+# One SSH connection (and SFTP session) per node and process, shared by every transport of that node: each rollout,
+# health read, drift check and enforcer run opened its own before (bench-chaos counted ~2.5 new connections a second
+# per worker at 6 nodes, each a key exchange on the node and here). Touched only by coroutines on the loop thread, so
+# no lock but the per-key one that keeps two transports from connecting twice. Keyed by everything that decides what
+# the connection is (a changed key or pin connects anew) and the process (the loop does not survive a fork). A
+# connection found lost is dropped from here (`_drop`), and the operation reconnects once (`_call`).
+_POOL: dict[tuple[Any, ...], tuple[asyncssh.SSHClientConnection, asyncssh.SFTPClient]] = {}
+_POOL_LOCKS: dict[tuple[Any, ...], asyncio.Lock] = {}
+
+
 def _run_sync(coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
     future = asyncio.run_coroutine_threadsafe(coro, _LoopThread.loop())
     try:
@@ -127,19 +138,27 @@ class SshTransport(FileSetTransport):
             raise TransportError(f"node {node.name}: SSH private key cannot be read: {exc}") from exc
         self._conn: asyncssh.SSHClientConnection | None = None
         self._sftp: asyncssh.SFTPClient | None = None
-        self._connect_lock: asyncio.Lock | None = None
 
     @property
     def _host(self) -> str:
         return self.node.ssh_host or self.node.address
 
     # --- connection -------------------------------------------------------------------
+    def _pool_key(self) -> tuple[Any, ...]:
+        n = self.node
+        digest = hashlib.sha256(f"{n.ssh_private_key}\0{n.ssh_known_hosts}".encode()).hexdigest()
+        return (os.getpid(), self._host, n.ssh_port, n.ssh_user, digest)
+
     async def _connect(self) -> tuple[asyncssh.SSHClientConnection, asyncssh.SFTPClient]:
-        if self._connect_lock is None:
-            self._connect_lock = asyncio.Lock()
-        async with self._connect_lock:
-            if self._conn is not None and self._sftp is not None:
+        key = self._pool_key()
+        lock = _POOL_LOCKS.setdefault(key, asyncio.Lock())
+        async with lock:
+            if self._conn is not None and self._sftp is not None and not self._conn.is_closed():
                 return self._conn, self._sftp
+            pooled = _POOL.get(key)
+            if pooled is not None and not pooled[0].is_closed():
+                self._conn, self._sftp = pooled
+                return pooled
             try:
                 conn = await asyncssh.connect(
                     self._host,
@@ -151,7 +170,10 @@ class SshTransport(FileSetTransport):
                     config=[],  # ignore ~/.ssh/config of whoever runs the worker
                     preferred_auth="publickey",
                     connect_timeout=self.connect_timeout_s,
-                    keepalive_interval=30,
+                    # A node that vanishes (link down, power off) sends no RST: without a short keepalive a command
+                    # waited on it until TCP gave up (a rollout held 30 s on a rebooting node in bench-chaos).
+                    keepalive_interval=5,
+                    keepalive_count_max=3,
                 )
             except asyncssh.HostKeyNotVerifiable as exc:
                 raise HostKeyMismatch(await self._host_key_message(str(exc))) from exc
@@ -171,6 +193,7 @@ class SshTransport(FileSetTransport):
                 conn.close()
                 raise TransportError(f"node {self.node.name}: SFTP is not available: {exc}") from exc
             self._conn, self._sftp = conn, sftp
+            _POOL[key] = (conn, sftp)
             return conn, sftp
 
     async def _host_key_message(self, reason: str) -> str:
@@ -189,8 +212,12 @@ class SshTransport(FileSetTransport):
         )
 
     def _drop(self) -> None:
+        """Forget and close a connection found lost (for every transport of the node: it leaves the pool)."""
         conn, self._conn, self._sftp = self._conn, None, None
         if conn is not None:
+            key = self._pool_key()
+            if key in _POOL and _POOL[key][0] is conn:
+                del _POOL[key]
             conn.close()
 
     def _call(
@@ -231,9 +258,8 @@ class SshTransport(FileSetTransport):
         self._call(lambda conn, sftp: asyncio.sleep(0))
 
     def close(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                _run_sync(self._close_async(), 5.0)
+        """Let go of the node's connection; it stays open in the pool for the node's next transport."""
+        self._conn, self._sftp = None, None
 
     # --- primitives --------------------------------------------------------------------
     def _sender(self, socket_path: str) -> Sender:
@@ -391,6 +417,13 @@ class SshTransport(FileSetTransport):
         async def op(conn: asyncssh.SSHClientConnection, _sftp: asyncssh.SFTPClient) -> tuple[int, str]:
             result = await conn.run(command, check=False, stderr=asyncssh.STDOUT, timeout=timeout_s)
             output = result.stdout if isinstance(result.stdout, str) else (result.stdout or b"").decode()
+            if result.exit_status is None and result.exit_signal is None:
+                # The channel closed without an exit status: the connection was lost under the command (the
+                # node rebooted or its link went away), it did not fail. Read as exit code -1 this was "the node
+                # refused the config" with no output (a failed rollout, not retried with the same revision);
+                # raised, `_call` reconnects and runs it again (validation, HUP and `ip addr` are idempotent),
+                # or the node is reported unreachable.
+                raise asyncssh.ConnectionLost(f"connection lost while running {argv[0]}")
             code = result.exit_status if result.exit_status is not None else -1
             return code, output
 

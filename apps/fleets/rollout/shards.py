@@ -1,0 +1,140 @@
+"""Standby fleet shard workers: two or more workers may serve one shard queue, and one consumes it at a time.
+
+Each fleet's route lane lives in the process that last rendered it (config/routelane.py), so a shard queue
+is best served by one process: a reconcile landing in another one renders all of the fleet's routes again.
+That made the shard worker a singleton, and a killed one stopped every fleet of its shard until a human
+restarted it. Now every worker started on a `fleets.N` queue takes part in a lease per queue (in the cache,
+as the enforcer's): the holder consumes and renews it every RENEW_S; the others cancel their consumer and
+try the lease as often. A holder killed with `kill -9` stops renewing, a standby takes the lease after at
+most LEASE_S, starts consuming, and queues a reconcile for every fleet of the shard: the message the dead
+worker held (acknowledged late, redelivered only after the broker's visibility timeout) is then not waited
+for, and neither is a `reconcile_queued` flag it left set. A holder that could not renew in time (a stalled
+process) stops consuming, so two consumers overlap for at most one renewal: that costs a lane render, not
+correctness (the fleet lease still lets one reconciler at a time touch the nodes).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import connection
+
+from apps.core.locks import cache_lease
+
+logger = logging.getLogger(__name__)
+
+LEASE_S = 3  # a holder that has not renewed for this long has lost its queue to a standby
+RENEW_S = 0.5  # how often a holder renews and a standby tries (a takeover waits LEASE_S + RENEW_S at most)
+_KEY = "spillway:fleet-shard:{}"
+
+
+def lease_try(queue: str, token: str) -> bool:
+    """Take or renew the queue's lease; False while another worker holds it (or the cache is unreachable)."""
+    return cache_lease(_KEY.format(queue), token, LEASE_S)
+
+
+def lease_holder(queue: str) -> str | None:
+    return cache.get(_KEY.format(queue))
+
+
+def lease_release(queue: str, token: str) -> None:
+    key = _KEY.format(queue)
+    try:
+        if cache.get(key) == token:
+            cache.delete(key)
+    except Exception:  # noqa: S110 (expires by itself)
+        pass
+
+
+def shard_fleet_ids(queue: str) -> list[int]:
+    from apps.fleets.models import Fleet
+
+    shards = len(settings.FLEET_QUEUES)
+    index = settings.FLEET_QUEUES.index(queue)
+    return [pk for pk in Fleet.objects.values_list("pk", flat=True) if pk % shards == index]
+
+
+def take_over(queue: str) -> list[int]:
+    """Queue a reconcile for every fleet of the shard (the new holder rebuilds its lanes and finishes what the
+    last one left), whatever their reconcile_queued says: that flag may name a message the dead worker held."""
+    from apps.fleets.models import Fleet
+    from apps.fleets.rollout.queues import enqueue_reconcile
+
+    fleet_ids = shard_fleet_ids(queue)
+    Fleet.objects.filter(pk__in=fleet_ids).update(reconcile_queued=True)
+    for fleet_id in fleet_ids:
+        enqueue_reconcile(fleet_id)
+    return fleet_ids
+
+
+class ShardKeeper(threading.Thread):
+    """In a worker: hold the queue's lease and consume it, or wait as its standby with the consumer cancelled.
+    Consumer operations run in the consumer's own loop (consumer.call_soon), as Celery's remote control does."""
+
+    def __init__(self, consumer: Any, queue: str) -> None:
+        super().__init__(name=f"spillway-shard-{queue}", daemon=True)
+        self.consumer, self.queue = consumer, queue
+        self.token = f"{consumer.hostname}:{uuid.uuid4().hex[:8]}"
+        # None: just started, consuming the queue (a worker restarted by a supervisor takes over like a standby)
+        self.holding: bool | None = None
+        self.stopped = threading.Event()
+
+    def step(self) -> None:
+        held = lease_try(self.queue, self.token)
+        if held and not self.holding:
+            logger.warning("fleet shard %s: this worker (%s) takes the queue over", self.queue,
+                           self.consumer.hostname)
+            if self.holding is False:
+                self.consumer.call_soon(self.consumer.add_task_queue, self.queue)
+            self.holding = True
+            try:
+                take_over(self.queue)
+            except Exception:  # the periodic converge reconciles them anyway
+                logger.exception("fleet shard %s: queueing the shard's reconciles failed", self.queue)
+            finally:
+                connection.close()  # this thread's own: the worker keeps one connection per task thread
+        elif not held and self.holding is not False:
+            logger.warning("fleet shard %s: held by another worker (%s); this one stands by", self.queue,
+                           lease_holder(self.queue))
+            self.consumer.call_soon(self.consumer.cancel_task_queue, self.queue)
+            self.holding = False
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                self.step()
+            except Exception:  # a keeper that dies would leave the shard to no one
+                logger.exception("fleet shard %s: lease step failed", self.queue)
+            self.stopped.wait(RENEW_S)
+        if self.holding:
+            lease_release(self.queue, self.token)
+
+
+_KEEPERS: list[ShardKeeper] = []
+
+
+def start_keepers(consumer: Any) -> list[ShardKeeper]:
+    """For each fleet shard queue the worker consumes, a keeper (the first step runs here, before the worker
+    takes a second message). Without a shared cache (SQLite `make run`: one worker per shard) there is none."""
+    if not getattr(settings, "REDIS_URL", None):
+        return []
+    consuming = [q for q in settings.FLEET_QUEUES if consumer.task_consumer.consuming_from(q)]
+    for queue in consuming:
+        keeper = ShardKeeper(consumer, queue)
+        keeper.step()
+        keeper.start()
+        _KEEPERS.append(keeper)
+    return list(_KEEPERS)
+
+
+def stop_keepers() -> None:
+    for keeper in _KEEPERS:
+        keeper.stopped.set()
+    for keeper in _KEEPERS:
+        keeper.join(timeout=2)
+    _KEEPERS.clear()
