@@ -13,9 +13,10 @@ edge that would still exist is listed in KNOWN_UPWARD with its reason (none is):
 
 from __future__ import annotations
 
-import ast
 from collections import defaultdict
 from pathlib import Path
+
+from tests.source import absolute_imports
 
 REPO = Path(__file__).resolve().parents[2]
 LAYERS: dict[str, int] = {
@@ -57,17 +58,10 @@ def import_edges() -> dict[tuple[str, str], set[str]]:
             src = _owner(path)
             if src is None:
                 continue
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                if isinstance(node, ast.Import):
-                    modules = [alias.name for alias in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                    modules = [node.module]
-                else:
-                    continue
-                for module in modules:
-                    dst = _target(module)
-                    if dst is not None and dst != src:
-                        edges[(src, dst)].add(str(path.relative_to(REPO)))
+            for module, _names in absolute_imports(path):
+                dst = _target(module)
+                if dst is not None and dst != src:
+                    edges[(src, dst)].add(str(path.relative_to(REPO)))
     return edges
 
 

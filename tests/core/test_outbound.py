@@ -8,7 +8,6 @@ is not listed here with the reason it may.
 
 from __future__ import annotations
 
-import ast
 import socket
 import threading
 import time
@@ -19,6 +18,7 @@ import pytest
 import requests
 
 from apps.core import outbound, webhooks
+from tests.source import absolute_imports
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,6 +28,7 @@ class Trickle:
 
     def __init__(self, every_s: float = 0.2, limit_s: float = 60.0) -> None:
         self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)  # here, not in the thread: a test may close the socket before that thread runs
         self.port = self.sock.getsockname()[1]
         self.every_s, self.limit_s = every_s, limit_s
         self.stop = threading.Event()
@@ -38,7 +39,6 @@ class Trickle:
         return f"http://127.0.0.1:{self.port}"
 
     def _serve(self) -> None:
-        self.sock.settimeout(0.2)
         while not self.stop.is_set():
             try:
                 conn, _ = self.sock.accept()
@@ -184,16 +184,9 @@ def test_no_module_opens_connections_around_the_deadlines():
         for path in (REPO / root).rglob("*.py"):
             if "migrations" in path.parts:
                 continue
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                names = []
-                if isinstance(node, ast.Import):
-                    names = [a.name for a in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                    names = [node.module]
-                hit = [n for n in names if n in NETWORK_MODULES or n.split(".")[0] in {"requests", "urllib3",
-                                                                                        "asyncssh", "httpx"}]
-                if hit:
-                    found[str(path.relative_to(REPO))] = hit
+            for module, _names in absolute_imports(path):
+                if module in NETWORK_MODULES or module.split(".")[0] in {"requests", "urllib3", "asyncssh", "httpx"}:
+                    found.setdefault(str(path.relative_to(REPO)), []).append(module)
     unexplained = {p: m for p, m in found.items() if p not in ALLOWED}
     assert not unexplained, (f"these modules open network connections: route them through apps.core.outbound "
                              f"(or list them in ALLOWED with why they may): {unexplained}")

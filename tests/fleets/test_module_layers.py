@@ -13,11 +13,12 @@ Read from the source (module-level and function-level imports alike).
 
 from __future__ import annotations
 
-import ast
 from functools import cache
 from pathlib import Path
 
 import pytest
+
+from tests.source import absolute_imports
 
 REPO = Path(__file__).resolve().parents[2]
 FLEETS = REPO / "apps" / "fleets"
@@ -55,13 +56,12 @@ def module_path(name: str) -> Path | None:
 def imports_of(path: Path) -> frozenset[str]:
     """Modules `path` imports; `from pkg import name` counts pkg.name when that is a module, else pkg."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            for alias in node.names:
-                submodule = f"{node.module}.{alias.name}"
-                found.add(submodule if module_path(submodule) is not None else node.module)
+    for module, names in absolute_imports(path):
+        if not names:
+            found.add(module)
+        for name in names:
+            submodule = f"{module}.{name}"
+            found.add(submodule if module_path(submodule) is not None else module)
     return frozenset(found)
 
 
