@@ -158,6 +158,87 @@ def test_a_refused_runtime_map_update_falls_back_to_a_reload(fleet3: LocalFleet,
     assert n1.reload_ms is not None and "reloading instead" in n1.error
 
 
+@pytest.fixture
+def nodes_checking_their_own_pushes(monkeypatch) -> list[str]:
+    """Local nodes that run `haproxy -c` on every push, as SSH nodes do; the names of the nodes that ran it."""
+    from apps.fleets.node.transports.base import FileSetTransport
+    from apps.fleets.rollout import execute
+
+    monkeypatch.setattr(execute, "REVALIDATE_LOCAL_NODES", True)
+    checked: list[str] = []
+    real = FileSetTransport.validate_dir
+
+    def validate_dir(self, set_dir):
+        checked.append(self.node.name)
+        return real(self, set_dir)
+
+    monkeypatch.setattr(FileSetTransport, "validate_dir", validate_dir)
+    return checked
+
+
+def test_a_route_change_on_nodes_that_check_their_own_pushes_runs_no_haproxy_check(
+    fleet3: LocalFleet, tiny_backend, nodes_checking_their_own_pushes: list[str]
+) -> None:
+    """GIVEN nodes that validate what they are sent (SSH nodes: their binary may differ from Spillway's), WHEN a
+    route-only change rolls out, THEN no node runs `haproxy -c` (its worker takes every moved entry first, and
+    that is the node's own check), none reloads, each serves the route, and each node's files on disk are the
+    new revision's (a restart serves the change too)."""
+    new = tiny_backend("new")
+    pool = add_pool(fleet3.lb, "new", (new.address, new.port))
+    add_route(fleet3.lb, pool, "/new", 10)
+    reconcile(fleet3.fleet)  # a pool: haproxy.cfg moves, every node checks it
+    assert sorted(set(nodes_checking_their_own_pushes)) == ["n1", "n2", "n3"]
+    workers = running_workers(fleet3)
+    nodes_checking_their_own_pushes.clear()
+
+    add_route(fleet3.lb, pool, "/hot", 11)
+    result = reconcile(fleet3.fleet)
+
+    rollout = Rollout.objects.get(pk=result["rollouts"][-1])
+    assert rollout.status == Rollout.Status.SUCCEEDED
+    assert nodes_checking_their_own_pushes == []
+    assert running_workers(fleet3) == workers
+    assert set(fleet3.bodies("/hot/x").values()) == {"new"}
+    for node in Node.objects.filter(fleet=fleet3.fleet):
+        assert node.applied_revision_id == rollout.revision_id
+        assert transport_for(selectors.node_conn(node)).config_sha256() == node.applied_sha256
+
+
+def test_a_worker_refusing_a_route_change_sends_a_self_checking_node_to_a_checked_push_and_reload(
+    fleet3: LocalFleet, tiny_backend, nodes_checking_their_own_pushes: list[str], monkeypatch
+) -> None:
+    """GIVEN a node that validates its pushes and whose worker refuses the moved map entries, WHEN a route-only
+    change rolls out, THEN that node's files are checked on the node (`haproxy -c`) before it reloads onto them,
+    it serves the route, and the other nodes neither check nor reload.
+
+    The refusal is injected (as in test_a_refused_runtime_map_update_falls_back_to_a_reload); the rest is real."""
+    new = tiny_backend("new")
+    pool = add_pool(fleet3.lb, "new", (new.address, new.port))
+    add_route(fleet3.lb, pool, "/new", 10)
+    reconcile(fleet3.fleet)
+    workers = running_workers(fleet3)
+    nodes_checking_their_own_pushes.clear()
+    n1_socket = f"{fleet3.nodes[0].runtime_dir}/stats.sock"
+    real_replace, real_delta = HAProxySocket.replace_map, HAProxySocket.apply_map_delta
+
+    def refuse_on_n1(real):
+        def call(self, name, entries):
+            if self.path == n1_socket:
+                raise RuntimeApiError(f"add map {name}", "Unknown map identifier. Please use #<id> or <file>.")
+            return real(self, name, entries)
+        return call
+
+    monkeypatch.setattr(HAProxySocket, "replace_map", refuse_on_n1(real_replace))
+    monkeypatch.setattr(HAProxySocket, "apply_map_delta", refuse_on_n1(real_delta))
+    add_route(fleet3.lb, pool, "/hot", 11)
+    reconcile(fleet3.fleet)
+
+    assert nodes_checking_their_own_pushes == ["n1"]
+    now = running_workers(fleet3)
+    assert now["n1"] != workers["n1"] and (now["n2"], now["n3"]) == (workers["n2"], workers["n3"])
+    assert set(fleet3.bodies("/hot/x").values()) == {"new"}
+
+
 def test_a_push_failing_beside_the_runtime_map_update_leaves_the_node_serving_its_last_good_files(
     fleet3: LocalFleet, tiny_backend, monkeypatch
 ) -> None:

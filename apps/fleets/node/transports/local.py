@@ -137,8 +137,8 @@ class LocalTransport(FileSetTransport):
     def _sender(self, socket_path: str) -> Sender:
         return unix_socket_sender(socket_path)
 
-    def push(self, bundle):  # type: ignore[no-untyped-def]
-        result: PushResult = super().push(bundle)
+    def push(self, bundle, validate=True):  # type: ignore[no-untyped-def]
+        result: PushResult = super().push(bundle, validate)
         if result.ok and result.set_id:
             # The files just written hash to the bundle's digest (the same definition, set_digest).
             root = os.path.realpath(os.path.join(self.node.sets_dir, result.set_id))
