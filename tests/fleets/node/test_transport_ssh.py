@@ -78,6 +78,28 @@ def test_push_activate_and_rollback_over_ssh(ssh_node) -> None:
     assert transport.config_sha256() == v1_sha
 
 
+def test_the_digest_of_a_pushed_set_is_not_read_back_until_the_set_changes_on_the_node(ssh_node, monkeypatch) -> None:
+    """A rollout asks every node which set it serves: answered from the digest of the set Spillway pushed while the
+    set's files keep their names, modes, sizes and mtimes (one SFTP directory listing per directory). An edit on the
+    node is seen; a drift check (fresh) always reads and hashes the files."""
+    node, transport, port = ssh_node
+    bundle = SimpleBundle.of({"haproxy.cfg": (standard_global(node) + text_config(port, "v2")).encode(),
+                              "maps/a.map": b"/a 1\n"})
+    assert transport.push(bundle).ok
+    reads: list[str] = []
+    real_read_tree = SshTransport._read_tree
+    monkeypatch.setattr(SshTransport, "_read_tree", lambda self, root: reads.append(root) or real_read_tree(self, root))
+
+    assert transport.config_sha256() == bundle.sha256 and reads == []
+
+    edited = Path(node.current_dir) / "maps" / "a.map"
+    edited.write_bytes(b"/a 1\n/evil 2\n")  # by hand on the node: size and mtime move
+    on_disk = transport.config_sha256()
+    assert on_disk == set_digest({**bundle.files, "maps/a.map": b"/a 1\n/evil 2\n"}) != bundle.sha256
+    assert len(reads) == 1
+    assert transport.config_sha256(fresh=True) == on_disk and len(reads) == 2
+
+
 def test_a_broken_config_is_refused_on_the_node(ssh_node) -> None:
     node, transport, port = ssh_node
     before = transport.config_sha256()

@@ -22,7 +22,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 from apps.fleets import caches
 from apps.fleets.node.runtime_api import Sender, unix_socket_sender, write_file_atomic
-from apps.fleets.node.transports.base import FileSetTransport, NodeConn, PushResult, TransportError, file_mode
+from apps.fleets.node.transports.base import (
+    FileSetTransport,
+    NodeConn,
+    PushResult,
+    TransportError,
+    file_mode,
+    forget_digests,
+    recorded_digest,
+    remember_digest,
+)
 
 WRITE_THREADS = 8
 # Files at least this large are shared between the pushes of this process's local nodes (_write_shared).
@@ -83,20 +92,12 @@ _COLLECTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spillway-set-
 # (they would wait SHARE_WAIT_S and write it themselves).
 _WRITES = ThreadPoolExecutor(max_workers=8 * WRITE_THREADS, thread_name_prefix="spillway-write")
 
-# A config set's digest (and, for a set this process pushed, its files as pushed) by its real path, valid while every
-# file in it keeps the (mode, inode, size, mtime) recorded with it. Sets are never changed in place (a push writes a
-# new one), so only an edit on disk changes a signature: an edit moves the mtime (unless someone sets it back by
-# hand, with the same size), and a replaced file has a new inode; then the set is read and hashed again, and drift
-# checks see it. Not the ctime: every hard link to a shared file (unchanged files between sets, large files between
-# this host's nodes: _write_shared) and every unlink of an old set moves it, for every set sharing the inode, so
-# each push made the other nodes' next rollout read and hash their whole set again (~30 ms per node at 100k routes).
-_SET_DIGESTS: OrderedDict[str, tuple[tuple, str, Mapping[str, bytes] | None]] = caches.register(
-    "set_digests", OrderedDict())
-_SET_DIGESTS_SIZE = 256
-_SET_DIGESTS_LOCK = threading.Lock()
-
-
 def _set_signature(root: str) -> tuple:
+    """Every file's (mode, inode, size, mtime), for base.remember_digest (by the set's real path): an edit moves the
+    mtime (unless someone sets it back by hand, with the same size), and a replaced file has a new inode. Not the
+    ctime: every hard link to a shared file (unchanged files between sets, large files between this host's nodes:
+    _write_shared) and every unlink of an old set moves it, for every set sharing the inode, so each push made the
+    other nodes' next rollout read and hash their whole set again (~30 ms per node at 100k routes)."""
     entries = []
     for dirpath, _dirs, names in os.walk(root):
         for name in names:
@@ -106,18 +107,9 @@ def _set_signature(root: str) -> tuple:
     return tuple(sorted(entries))
 
 
-def _remember_digest(root: str, signature: tuple, digest: str, files: Mapping[str, bytes] | None = None) -> None:
-    with _SET_DIGESTS_LOCK:
-        _SET_DIGESTS[root] = (signature, digest, files)
-        _SET_DIGESTS.move_to_end(root)
-        while len(_SET_DIGESTS) > _SET_DIGESTS_SIZE:
-            _SET_DIGESTS.popitem(last=False)
-
-
 def _known(root: str) -> tuple[str, Mapping[str, bytes] | None] | None:
     """(digest, files as pushed or None) of the set at `root` while it is as recorded; None otherwise."""
-    with _SET_DIGESTS_LOCK:
-        known = _SET_DIGESTS.get(root)
+    known = recorded_digest(root)
     if known is None:
         return None
     try:
@@ -143,7 +135,7 @@ class LocalTransport(FileSetTransport):
             # The files just written hash to the bundle's digest (the same definition, set_digest).
             root = os.path.realpath(os.path.join(self.node.sets_dir, result.set_id))
             with contextlib.suppress(OSError):
-                _remember_digest(root, _set_signature(root), result.sha256, dict(bundle.files))
+                remember_digest(root, _set_signature(root), result.sha256, dict(bundle.files))
         return result
 
     def _after_push(self) -> None:
@@ -152,9 +144,7 @@ class LocalTransport(FileSetTransport):
     def _collect(self) -> None:
         """_gc_sets, then forget the digests of the sets gone."""
         self._gc_sets()
-        with _SET_DIGESTS_LOCK:
-            for root in [r for r in _SET_DIGESTS if not os.path.isdir(r)]:
-                _SET_DIGESTS.pop(root, None)
+        forget_digests(lambda key: isinstance(key, str) and not os.path.isdir(key))
 
     def config_sha256(self, fresh: bool = False) -> str | None:
         """A rollout's question (is the node on its last good set?) is answered from the remembered digest while the
@@ -172,12 +162,11 @@ class LocalTransport(FileSetTransport):
             return super().config_sha256()
         digest = super().config_sha256()
         if digest is not None:
-            with _SET_DIGESTS_LOCK:
-                before = _SET_DIGESTS.get(root)
+            before = recorded_digest(root)
             # Found as pushed: the files stay known, so the next push still links what it keeps without reading it.
             # Found otherwise (edited): only the digest is remembered, and the next push compares every file it links.
             same = before is not None and before[0] == signature and before[1] == digest
-            _remember_digest(root, signature, digest, before[2] if same else None)
+            remember_digest(root, signature, digest, before[2] if same else None)
         return digest
 
     def _makedirs(self, path: str, mode: int) -> None:
