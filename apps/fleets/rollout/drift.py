@@ -85,8 +85,10 @@ def _audit_drift(node: Node, lines: list[str], repair: str) -> None:
 
 
 # How often the periodic check (each converge, every 10 s) reads a node's live maps back: at 100k routes that
-# is 200k lines a node, the largest cost of a converge and CPU the route changes beside it need. Everything
-# else (disk, worker, server states, ACME answers) is read every time, and "Check drift" reads every map.
+# is 200k lines a node, the largest cost of a converge and CPU the route changes beside it need. Its first look reads
+# and hashes the files on disk as often (between two, each file's name, mode, size and mtime must be as pushed:
+# reading every file of every SSH node each converge held the node's SFTP session from the route changes beside it).
+# The rest (worker, server states, ACME answers) is read every time, and "Check drift" reads every map and file.
 LIVE_MAPS_EVERY_S = float(getattr(settings, "FLEET_LIVE_MAPS_EVERY_S", 30.0))
 # node id -> when (monotonic) this process last read its maps and found them clean
 _MAPS_READ: dict[int, float] = caches.register(
@@ -134,7 +136,8 @@ def _looks_clean(fleet: Fleet, due_after_s: float | None) -> int | None:
     nodes = list(queries.enabled_nodes(fleet))
     if any(n.status != Node.Status.UP or n.applied_revision_id is None for n in nodes):
         return None
-    states = parallel(lambda n: read_state(queries.node_conn(n), fresh=True), nodes) if nodes else []
+    states = parallel(lambda n: read_state(queries.node_conn(n), fresh=_maps_due(n, due_after_s)),
+                      nodes) if nodes else []
     renderer = BundleRenderer()
     jobs = []
     for node, state in zip(nodes, states, strict=True):

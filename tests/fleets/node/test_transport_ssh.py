@@ -100,6 +100,32 @@ def test_the_digest_of_a_pushed_set_is_not_read_back_until_the_set_changes_on_th
     assert transport.config_sha256(fresh=True) == on_disk and len(reads) == 2
 
 
+def test_a_push_links_the_files_it_keeps_from_the_set_it_pushed_unless_that_set_was_edited(ssh_node) -> None:
+    """A route change moves one map of many: the others are hard-linked from the current set over SFTP, not written
+    and fsynced again. Not when the current set was edited on the node: the edit must not reach the new set."""
+    node, transport, port = ssh_node
+    cfg = (standard_global(node) + text_config(port, "v2")).encode()
+    kept, moved = b"/kept 1\n", b"/moved 1\n"
+    first = transport.push(SimpleBundle.of({"haproxy.cfg": cfg, "maps/kept.map": kept, "maps/moved.map": moved}))
+    assert first.ok
+    before = Path(node.current_dir).resolve()
+
+    second = transport.push(SimpleBundle.of({"haproxy.cfg": cfg, "maps/kept.map": kept, "maps/moved.map": b"/m 2\n"}))
+    assert second.ok
+    after = Path(node.current_dir).resolve()
+    assert after != before
+    assert (after / "maps/kept.map").stat().st_ino == (before / "maps/kept.map").stat().st_ino
+    assert (after / "maps/moved.map").stat().st_ino != (before / "maps/moved.map").stat().st_ino
+    assert transport.config_sha256(fresh=True) == second.sha256
+
+    (after / "maps/kept.map").write_bytes(b"/kept 1\n/evil 9\n")  # by hand on the node
+    third = transport.push(SimpleBundle.of({"haproxy.cfg": cfg, "maps/kept.map": kept, "maps/moved.map": b"/m 3\n"}))
+    assert third.ok
+    latest = Path(node.current_dir).resolve()
+    assert (latest / "maps/kept.map").read_bytes() == kept
+    assert transport.config_sha256(fresh=True) == third.sha256
+
+
 def test_a_broken_config_is_refused_on_the_node(ssh_node) -> None:
     node, transport, port = ssh_node
     before = transport.config_sha256()

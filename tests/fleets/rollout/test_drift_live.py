@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -122,6 +123,47 @@ def test_an_on_disk_edit_is_shown_audited_and_repaired_by_converge(fleet2: Local
     rollout.refresh_from_db()
     assert rollout.status == "succeeded"
     assert services.fleet_drift_check(fleet=fleet2.fleet) == []
+
+
+def test_the_periodic_check_sees_a_disk_edit_at_once_and_reads_the_files_when_due(fleet2: LocalFleet,
+                                                                                 monkeypatch) -> None:
+    """Between two reads of the files (as often as the live maps: LIVE_MAPS_EVERY_S), each converge compares every
+    file's name, mode, size and mtime with the set as pushed: an edit that changes them is drift at the next
+    converge. One that keeps the size and sets the mtime back is found by "Check drift" at once, and by the
+    periodic check once the files are due."""
+    import os
+
+    from apps.fleets.rollout import drift
+
+    monkeypatch.setattr(drift, "LIVE_MAPS_EVERY_S", 3.0)
+    monkeypatch.setattr(drift, "QUIET_S", 0.0)
+    from apps.fleets.node.transports.local import LocalTransport
+
+    reconcile(fleet2.fleet)
+    assert fleet_drift_report(fleet=fleet2.fleet, all_maps=False).summary().startswith("No drift")  # read: clean
+    reads: list[str] = []
+    real_read_tree = LocalTransport._read_tree
+    monkeypatch.setattr(LocalTransport, "_read_tree",
+                        lambda self, root: reads.append(root) or real_read_tree(self, root))
+    assert fleet_drift_report(fleet=fleet2.fleet, all_maps=False).summary().startswith("No drift")
+    assert reads == []  # not due: no file read
+    cfg = f"{fleet2.nodes[0].config_dir}/current/haproxy.cfg"
+    original = Path(cfg).read_bytes()
+    times = os.stat(cfg)
+
+    with open(cfg, "ab") as handle:
+        handle.write(b"\n# hand edit\n")
+    report = fleet_drift_report(fleet=fleet2.fleet, all_maps=False)  # files not due
+    assert list(report.drifted) == ["n1"] and "config on disk" in report.drifted["n1"][0]
+
+    with open(cfg, "wb") as handle:  # the same size, the mtime set back: only a read of the files sees it
+        handle.write(original.replace(b"global", b"GLOBAL", 1))
+    os.utime(cfg, ns=(times.st_atime_ns, times.st_mtime_ns))
+    Node.objects.filter(pk=fleet2.nodes[0].pk).update(status=Node.Status.UP, status_detail="")
+    assert list(fleet_drift_report(fleet=fleet2.fleet).drifted) == ["n1"]  # "Check drift"
+    Node.objects.filter(pk=fleet2.nodes[0].pk).update(status=Node.Status.UP, status_detail="")
+    time.sleep(3.1)
+    assert list(fleet_drift_report(fleet=fleet2.fleet, all_maps=False).drifted) == ["n1"]
 
 
 def test_push_and_check_drift_say_so_when_they_find_nothing_to_do(fleet2: LocalFleet, otto) -> None:

@@ -78,7 +78,7 @@ _NAME_PART_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 # changes a signature; then the set is read and hashed again. Drift checks (`config_sha256(fresh=True)`) always read.
 _SET_DIGESTS: OrderedDict[Hashable, tuple[tuple, str, Mapping[str, bytes] | None]] = caches.register(
     "set_digests", OrderedDict())
-_SET_DIGESTS_SIZE = 1024
+_SET_DIGESTS_SIZE = 256
 _SET_DIGESTS_LOCK = threading.Lock()
 
 

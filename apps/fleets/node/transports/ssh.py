@@ -23,11 +23,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import os
 import posixpath
 import shlex
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import asyncssh
@@ -89,6 +91,15 @@ class _LoopThread:
 # connection found lost is dropped from here (`_drop`), and the operation reconnects once (`_call`).
 _POOL: dict[tuple[Any, ...], tuple[asyncssh.SSHClientConnection, asyncssh.SFTPClient]] = {}
 _POOL_LOCKS: dict[tuple[Any, ...], asyncio.Lock] = {}
+# (pool key, config dir) -> the connection on which the node's layout was made sure of (base._ensure_layout): once per
+# connection (a node that restarts or loses its link comes back on a new one), not on every push and served record
+# (three SFTP requests each, twice per route change).
+_LAYOUT: dict[tuple[Any, ...], asyncssh.SSHClientConnection] = {}
+# Old sets are collected after a push returns, as local.py does: listing and removing them held every route change's
+# push for several SFTP round trips. base._gc_sets keeps any set newer than `current`, so a late collection cannot
+# remove a push in flight.
+_COLLECTOR = ThreadPoolExecutor(max_workers=2, thread_name_prefix="spillway-ssh-gc")
+logger = logging.getLogger(__name__)
 
 
 def _run_sync(coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
@@ -294,6 +305,23 @@ class SshTransport(FileSetTransport):
 
         return send
 
+    def _after_push(self) -> None:
+        _COLLECTOR.submit(self._collect)
+
+    def _collect(self) -> None:
+        try:
+            self._gc_sets()
+        except (TransportError, asyncssh.Error, OSError) as exc:  # the next push collects them
+            logger.info("node %s: old config sets not collected: %s", self.node.name, exc)
+
+    def _ensure_layout(self) -> None:
+        key = (self._pool_key(), self.node.config_dir)
+        if self._conn is not None and _LAYOUT.get(key) is self._conn and not self._conn.is_closed():
+            return
+        super()._ensure_layout()
+        if self._conn is not None:
+            _LAYOUT[key] = self._conn
+
     def _makedirs(self, path: str, mode: int) -> None:
         async def op(_conn: asyncssh.SSHClientConnection, sftp: asyncssh.SFTPClient) -> None:
             await sftp.makedirs(path, exist_ok=True)
@@ -317,9 +345,20 @@ class SshTransport(FileSetTransport):
         self._call(op)
 
     def _write_set(self, set_dir: str, files: Mapping[str, bytes]) -> None:
-        # One coroutine for the whole set: SFTP requests are pipelined instead of paying
-        # a round trip (and a thread hop) per file.
+        """One coroutine for the whole set: SFTP requests are pipelined instead of paying a round trip (and a thread
+        hop) per file.
+
+        A file the current set holds as this process pushed it (the very bytes object: a route change keeps every
+        map it does not move) is hard-linked (OpenSSH's hardlink@openssh.com), not written and fsynced again, while
+        that set's signature is as pushed (an edit on the node must not reach the new set). Sets are never modified
+        in place, so two sets sharing an inode is safe (as in local.py)."""
         async def op(_conn: asyncssh.SSHClientConnection, sftp: asyncssh.SFTPClient) -> None:
+            try:
+                state = await self._state(sftp, self.node.current_dir)
+            except asyncssh.SFTPNoSuchFile:  # collected under the listing: nothing to link from
+                state = None
+            known = recorded_digest(self._set_key(state[0])) if state is not None else None
+            pushed = known[2] if known is not None and known[0] == state[1] and known[2] is not None else {}
             for parent in sorted({posixpath.dirname(name) for name in files} - {""}):
                 path = posixpath.join(set_dir, parent)
                 await sftp.makedirs(path, exist_ok=True)
@@ -328,7 +367,14 @@ class SshTransport(FileSetTransport):
 
             async def put(name: str) -> None:
                 async with limit:
-                    await self._put(sftp, posixpath.join(set_dir, name), files[name], file_mode(name))
+                    target = posixpath.join(set_dir, name)
+                    if state is not None and pushed.get(name) is files[name]:
+                        try:
+                            await sftp.link(posixpath.join(state[0], name), target)
+                            return
+                        except asyncssh.SFTPError:  # no hardlink extension: written the ordinary way
+                            pass
+                    await self._put(sftp, target, files[name], file_mode(name))
 
             await asyncio.gather(*(put(name) for name in sorted(files)))
 
@@ -397,10 +443,10 @@ class SshTransport(FileSetTransport):
     def push(self, bundle, validate=True):  # type: ignore[no-untyped-def]
         result: PushResult = super().push(bundle, validate)
         if result.ok and result.set_id:
-            with contextlib.suppress(TransportError):  # only a read saved for the next rollout
+            with contextlib.suppress(TransportError, asyncssh.SFTPError):  # only a read saved for the next rollout
                 state = self._set_state(posixpath.join(self.node.sets_dir, result.set_id))
-                if state is not None:
-                    remember_digest((self._host, self.node.ssh_port, state[0]), state[1], result.sha256)
+                if state is not None:  # the files as pushed too: the next push links those it keeps (_write_set)
+                    remember_digest(self._set_key(state[0]), state[1], result.sha256, dict(bundle.files))
         return result
 
     def config_sha256(self, fresh: bool = False) -> str | None:
@@ -408,44 +454,61 @@ class SshTransport(FileSetTransport):
         set `current` points to while its signature holds (base.remember_digest); reading and hashing every file
         over SFTP took a third of each route change's time on a busy SSH node. A drift check (`fresh`) reads the
         files, so an edit within the same second that kept the size is seen too."""
-        state = self._set_state(self.node.current_dir)
-        if state is None:
-            return None
-        root, signature = state
-        key = (self._host, self.node.ssh_port, root)
-        known = None if fresh else recorded_digest(key)
-        if known is not None and known[0] == signature:
-            return known[1]
-        digest = set_digest(self._read_tree(root))
-        remember_digest(key, signature, digest)
-        return digest
+        for _attempt in range(3):
+            try:
+                state = self._set_state(self.node.current_dir)
+                if state is None:
+                    return None
+                root, signature = state
+                key = self._set_key(root)
+                known = None if fresh else recorded_digest(key)
+                if known is not None and known[0] == signature:
+                    return known[1]
+                digest = set_digest(self._read_tree(root))
+            except asyncssh.SFTPNoSuchFile:
+                continue  # the set was collected under the read (a push moved `current` meanwhile): look again
+            remember_digest(key, signature, digest)
+            return digest
+        raise TransportError(f"node {self.node.name}: its current config set moved under every read")
+
+    def _set_key(self, root: str) -> tuple[str, int, str]:
+        return (self._host, self.node.ssh_port, root)
 
     def _set_state(self, path: str) -> tuple[str, tuple] | None:
-        """The real path of the set at `path` (`current` resolved) and its signature: each file's name, mode, size and
-        mtime (seconds: SFTP v3) from one directory listing per directory, no file read. None when it is missing."""
+        """The real path of the set at `path` (`current` resolved) and its signature (_signature). None when missing."""
         async def op(_conn: asyncssh.SSHClientConnection, sftp: asyncssh.SFTPClient) -> tuple[str, tuple] | None:
-            try:
-                base = str(await sftp.realpath(path))
-                if not await sftp.isdir(base):
-                    return None
-            except asyncssh.SFTPError:
-                return None
-            entries: list[tuple] = []
-
-            async def walk(directory: str, prefix: str) -> None:
-                for entry in await sftp.readdir(directory):
-                    name = str(entry.filename)
-                    if name in (".", ".."):
-                        continue
-                    attrs = entry.attrs
-                    if attrs.type == asyncssh.FILEXFER_TYPE_DIRECTORY:
-                        await walk(posixpath.join(directory, name), f"{prefix}{name}/")
-                    entries.append((f"{prefix}{name}", attrs.type, attrs.permissions, attrs.size, attrs.mtime))
-
-            await walk(base, "")
-            return base, tuple(sorted(entries))
+            return await self._state(sftp, path)
 
         return self._call(op)
+
+    @classmethod
+    async def _state(cls, sftp: asyncssh.SFTPClient, path: str) -> tuple[str, tuple] | None:
+        try:
+            base = str(await sftp.realpath(path))
+            if not await sftp.isdir(base):
+                return None
+        except asyncssh.SFTPError:
+            return None
+        return base, await cls._signature(sftp, base)
+
+    @staticmethod
+    async def _signature(sftp: asyncssh.SFTPClient, base: str) -> tuple:
+        """Each file's name, type, mode, size and mtime (seconds: SFTP v3) under `base`, from one directory listing
+        per directory: no file is read."""
+        entries: list[tuple] = []
+
+        async def walk(directory: str, prefix: str) -> None:
+            for entry in await sftp.readdir(directory):
+                name = str(entry.filename)
+                if name in (".", ".."):
+                    continue
+                attrs = entry.attrs
+                if attrs.type == asyncssh.FILEXFER_TYPE_DIRECTORY:
+                    await walk(posixpath.join(directory, name), f"{prefix}{name}/")
+                entries.append((f"{prefix}{name}", attrs.type, attrs.permissions, attrs.size, attrs.mtime))
+
+        await walk(base, "")
+        return tuple(sorted(entries))
 
     def _read_tree(self, root: str) -> dict[str, bytes]:
         async def op(_conn: asyncssh.SSHClientConnection, sftp: asyncssh.SFTPClient) -> dict[str, bytes]:
