@@ -351,6 +351,10 @@ LOGGING = {
         "console": {"class": "logging.StreamHandler", "formatter": "structured", "filters": ["request_id"]},
     },
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
+    # asyncssh logs every channel at INFO: each runtime API command to an SSH node is one, and the enforcer sends
+    # several a second per node (37k lines from one enforcer in a 6-minute bench-chaos run). Its failures reach
+    # Spillway's own logs and pages as TransportError.
+    "loggers": {"asyncssh": {"level": envstr("ASYNCSSH_LOG_LEVEL", "WARNING")}},
 }
 
 # --- Spillway -------------------------------------------------------------------
