@@ -28,8 +28,10 @@ from apps.core.locks import cache_lease
 
 logger = logging.getLogger(__name__)
 
-LEASE_S = 3  # a holder that has not renewed for this long has lost its queue to a standby
-RENEW_S = 0.5  # how often a holder renews and a standby tries (a takeover waits LEASE_S + RENEW_S at most)
+# Whole seconds (a Redis expiry). 3 s made a killed holder's changes wait ~7 s in bench-chaos; GC pauses here reach
+# ~0.5 s, and a holder that misses it only shares its queue for a moment (the fleet lease keeps one reconciler).
+LEASE_S = 2  # a holder that has not renewed for this long has lost its queue to a standby
+RENEW_S = 0.4  # how often a holder renews and a standby tries (a takeover waits LEASE_S + RENEW_S at most)
 _KEY = "spillway:fleet-shard:{}"
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from apps.fleets import caches
 from apps.fleets.config.digest import set_digest
 from apps.fleets.node.runtime_api import HAProxySocket
 from apps.fleets.node.transports.base import HostKeyMismatch, NodeConn, TransportError
@@ -117,6 +118,14 @@ def test_a_push_links_the_files_it_keeps_from_the_set_it_pushed_unless_that_set_
     assert (after / "maps/kept.map").stat().st_ino == (before / "maps/kept.map").stat().st_ino
     assert (after / "maps/moved.map").stat().st_ino != (before / "maps/moved.map").stat().st_ino
     assert transport.config_sha256(fresh=True) == second.sha256
+
+    caches.reset("set_digests")  # a worker that knows nothing of the node yet (took the fleet over, restarted)
+    assert transport.config_sha256() == second.sha256  # read from the node, and remembered with its files
+    fourth = transport.push(SimpleBundle.of({"haproxy.cfg": cfg, "maps/kept.map": kept[:-1] + b"\n",  # equal, not same
+                                             "maps/moved.map": b"/m 4\n"}))
+    assert fourth.ok
+    assert (Path(node.current_dir).resolve() / "maps/kept.map").stat().st_ino == (after / "maps/kept.map").stat().st_ino
+    after = Path(node.current_dir).resolve()
 
     (after / "maps/kept.map").write_bytes(b"/kept 1\n/evil 9\n")  # by hand on the node
     third = transport.push(SimpleBundle.of({"haproxy.cfg": cfg, "maps/kept.map": kept, "maps/moved.map": b"/m 3\n"}))

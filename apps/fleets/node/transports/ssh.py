@@ -99,6 +99,7 @@ _LAYOUT: dict[tuple[Any, ...], asyncssh.SSHClientConnection] = {}
 # push for several SFTP round trips. base._gc_sets keeps any set newer than `current`, so a late collection cannot
 # remove a push in flight.
 _COLLECTOR = ThreadPoolExecutor(max_workers=2, thread_name_prefix="spillway-ssh-gc")
+REMEMBER_READ_BYTES = 8 * 1024 * 1024
 logger = logging.getLogger(__name__)
 
 
@@ -348,10 +349,11 @@ class SshTransport(FileSetTransport):
         """One coroutine for the whole set: SFTP requests are pipelined instead of paying a round trip (and a thread
         hop) per file.
 
-        A file the current set holds as this process pushed it (the very bytes object: a route change keeps every
-        map it does not move) is hard-linked (OpenSSH's hardlink@openssh.com), not written and fsynced again, while
-        that set's signature is as pushed (an edit on the node must not reach the new set). Sets are never modified
-        in place, so two sets sharing an inode is safe (as in local.py)."""
+        A file the current set holds with the same content, as this process pushed or read it, is hard-linked
+        (OpenSSH's hardlink@openssh.com), not written and fsynced again (a route change keeps every map it does not
+        move: the very bytes object, compared by identity first), while that set's signature is as recorded (an
+        edit on the node must not reach the new set). Sets are never modified in place, so two sets sharing an inode
+        is safe (as in local.py)."""
         async def op(_conn: asyncssh.SSHClientConnection, sftp: asyncssh.SFTPClient) -> None:
             try:
                 state = await self._state(sftp, self.node.current_dir)
@@ -368,7 +370,8 @@ class SshTransport(FileSetTransport):
             async def put(name: str) -> None:
                 async with limit:
                     target = posixpath.join(set_dir, name)
-                    if state is not None and pushed.get(name) is files[name]:
+                    kept = pushed.get(name)
+                    if state is not None and kept is not None and (kept is files[name] or kept == files[name]):
                         try:
                             await sftp.link(posixpath.join(state[0], name), target)
                             return
@@ -464,10 +467,14 @@ class SshTransport(FileSetTransport):
                 known = None if fresh else recorded_digest(key)
                 if known is not None and known[0] == signature:
                     return known[1]
-                digest = set_digest(self._read_tree(root))
+                files = self._read_tree(root)
+                digest = set_digest(files)
             except asyncssh.SFTPNoSuchFile:
                 continue  # the set was collected under the read (a push moved `current` meanwhile): look again
-            remember_digest(key, signature, digest)
+            # The files read too (a few MB at most): the next push links those it keeps, as after a push of its own
+            # (a worker that took over a fleet, or restarted, wrote every file of its first push again).
+            small = sum(len(data) for data in files.values()) <= REMEMBER_READ_BYTES
+            remember_digest(key, signature, digest, files if small else None)
             return digest
         raise TransportError(f"node {self.node.name}: its current config set moved under every read")
 
