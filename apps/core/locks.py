@@ -7,7 +7,11 @@ serialises writers (transaction_mode IMMEDIATE), so nothing more is needed there
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import uuid
 import zlib
+from pathlib import Path
 
 from django.core.cache import cache
 from django.db import connection
@@ -23,17 +27,44 @@ def xact_lock(name: str) -> None:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", [key])
 
 
+def process_token(label: str) -> str:
+    """A lease holder's token: this host and process, `label` (what a person reads), and a random part."""
+    return f"{socket.gethostname()}:{os.getpid()}:{label}:{uuid.uuid4().hex[:8]}"
+
+
+def process_gone(token: str) -> bool:
+    """The holder named by a process_token ran on this host, in another process, and that process no longer exists
+    (or is a zombie: a killed worker whose parent died too lingers until reaped). False when that cannot be told."""
+    host, _, rest = token.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) == os.getpid():
+        return False
+    try:
+        stat = Path(f"/proc/{pid_text}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
 def cache_lease(key: str, token: str, timeout_s: float) -> bool:
     """Take or renew the lease `key` for `token` (it lasts `timeout_s` unless renewed); False while another token
     holds it. The cache is the broker's Redis in production: when it cannot be reached, the answer is False (a
-    holder stops, a standby keeps waiting), since nothing could be sent through the broker either."""
+    holder stops, a standby keeps waiting), since nothing could be sent through the broker either.
+
+    A holder whose process on this host is gone (process_gone: its token is a process_token) is not waited for: its
+    lease is taken at once, not after `timeout_s`. Two standbys that both see it gone may both clear it; only one
+    adds its own (`add` is atomic), and one that clears the other's new lease makes it lose one renewal, no more."""
     try:
         if cache.add(key, token, timeout=timeout_s):
             return True
-        if cache.get(key) == token:
+        holder = cache.get(key)
+        if holder == token:
             cache.touch(key, timeout=timeout_s)
             # Renewed after the check: a standby may have taken it in between (the key expired). Read again.
             return cache.get(key) == token
+        if isinstance(holder, str) and process_gone(holder) and cache.get(key) == holder:
+            cache.delete(key)
+            return bool(cache.add(key, token, timeout=timeout_s))
     except Exception as exc:  # any cache error means "not held"
         logger.warning("lease %s unreachable (%s)", key, exc)
     return False

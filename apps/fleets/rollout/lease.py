@@ -11,14 +11,13 @@ import logging
 import os
 import socket
 import threading
-import uuid
 from datetime import timedelta
-from pathlib import Path
 
 from django.db.models import Q
 from django.utils import timezone
 
 from apps.core.commits import asynchronous_commit
+from apps.core.locks import process_gone, process_token
 from apps.fleets.models import Fleet
 
 logger = logging.getLogger(__name__)
@@ -33,25 +32,17 @@ _HELD_LOCK = threading.Lock()
 
 
 def new_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}:{uuid.uuid4().hex[:8]}"
+    return process_token(str(threading.get_ident()))
 
 
 def _owner_gone(owner: str) -> bool:
-    """The lease holder ran on this host and its process no longer exists."""
+    """The lease holder ran on this host and its process no longer exists, or it is this process and no reconcile
+    of its own holds it."""
     host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
+    if host == socket.gethostname() and rest.partition(":")[0] == str(os.getpid()):
         with _HELD_LOCK:
             return owner not in _HELD
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    # A killed worker whose parent died too can linger as a zombie (state Z) until reaped.
-    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+    return process_gone(owner)
 
 
 def claim(fleet_id: int, owner: str) -> bool:

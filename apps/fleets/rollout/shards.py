@@ -5,26 +5,26 @@ is best served by one process: a reconcile landing in another one renders all of
 That made the shard worker a singleton, and a killed one stopped every fleet of its shard until a human
 restarted it. Now every worker started on a `fleets.N` queue takes part in a lease per queue (in the cache,
 as the enforcer's): the holder consumes and renews it every RENEW_S; the others cancel their consumer and
-try the lease as often. A holder killed with `kill -9` stops renewing, a standby takes the lease after at
-most LEASE_S, starts consuming, and queues a reconcile for every fleet of the shard: the message the dead
-worker held (acknowledged late, redelivered only after the broker's visibility timeout) is then not waited
-for, and neither is a `reconcile_queued` flag it left set. A holder that could not renew in time (a stalled
-process) stops consuming, so two consumers overlap for at most one renewal: that costs a lane render, not
-correctness (the fleet lease still lets one reconciler at a time touch the nodes).
+try the lease as often. A holder killed with `kill -9` stops renewing; a standby takes the lease after at
+most LEASE_S (at once on the same host, where it sees the holder's process gone), starts consuming, and
+queues a reconcile for every fleet of the shard: the message the dead worker held (acknowledged late,
+redelivered only after the broker's visibility timeout) is then not waited for, and neither is a
+`reconcile_queued` flag it left set. A holder that could not renew in time (a stalled process) stops
+consuming, so two consumers overlap for at most one renewal: that costs a lane render, not correctness (the
+fleet lease still lets one reconciler at a time touch the nodes).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
 
-from apps.core.locks import cache_lease
+from apps.core.locks import cache_lease, process_token
 
 logger = logging.getLogger(__name__)
 
@@ -68,9 +68,12 @@ def take_over(queue: str) -> list[int]:
     from apps.fleets.rollout.queues import enqueue_reconcile
 
     fleet_ids = shard_fleet_ids(queue)
-    Fleet.objects.filter(pk__in=fleet_ids).update(reconcile_queued=True)
     for fleet_id in fleet_ids:
-        enqueue_reconcile(fleet_id)
+        Fleet.objects.filter(pk=fleet_id).update(reconcile_queued=True)
+        if not enqueue_reconcile(fleet_id):
+            # Not sent (the broker is coming back: a takeover follows a Redis restart too). A flag left set made
+            # every later change of the fleet wait for the periodic converge (bench-chaos: 19 s to converge).
+            Fleet.objects.filter(pk=fleet_id).update(reconcile_queued=False)
     return fleet_ids
 
 
@@ -81,7 +84,9 @@ class ShardKeeper(threading.Thread):
     def __init__(self, consumer: Any, queue: str) -> None:
         super().__init__(name=f"spillway-shard-{queue}", daemon=True)
         self.consumer, self.queue = consumer, queue
-        self.token = f"{consumer.hostname}:{uuid.uuid4().hex[:8]}"
+        # This host and process in the token: a standby on the same host takes the queue over as soon as this
+        # process is gone (cache_lease), not LEASE_S later; one elsewhere waits LEASE_S.
+        self.token = process_token(consumer.hostname)
         # None: just started, consuming the queue (a worker restarted by a supervisor takes over like a standby)
         self.holding: bool | None = None
         self.stopped = threading.Event()

@@ -120,6 +120,22 @@ def test_a_node_not_recorded_clean_takes_a_route_change_by_reload(fleet3: LocalF
     assert set(fleet3.bodies("/hot/x").values()) == {"new"}
 
 
+def refuse_map_updates(monkeypatch, node: Node) -> None:
+    """`node`'s HAProxy refuses every runtime map update (HAProxy's own error text): whole-map swaps and key-by-key
+    updates alike (apps.fleets.node.mapdelta picks one per map)."""
+    stats_socket = f"{node.runtime_dir}/stats.sock"
+
+    def refusing(real):
+        def call(self, name, entries):
+            if self.path == stats_socket:
+                raise RuntimeApiError(f"add map {name}", "Unknown map identifier. Please use #<id> or <file>.")
+            return real(self, name, entries)
+        return call
+
+    monkeypatch.setattr(HAProxySocket, "replace_map", refusing(HAProxySocket.replace_map))
+    monkeypatch.setattr(HAProxySocket, "apply_map_delta", refusing(HAProxySocket.apply_map_delta))
+
+
 def test_a_refused_runtime_map_update_falls_back_to_a_reload(fleet3: LocalFleet, tiny_backend, monkeypatch) -> None:
     """GIVEN node n1's HAProxy refusing the map update, WHEN a route-only change rolls out, THEN n1
     reloads instead (loading the pushed files) and serves the route; the others keep their workers.
@@ -132,19 +148,7 @@ def test_a_refused_runtime_map_update_falls_back_to_a_reload(fleet3: LocalFleet,
     add_route(fleet3.lb, pool, "/new", 10)
     reconcile(fleet3.fleet)
     workers = running_workers(fleet3)
-    n1_socket = f"{fleet3.nodes[0].runtime_dir}/stats.sock"
-    real_replace, real_delta = HAProxySocket.replace_map, HAProxySocket.apply_map_delta
-
-    def refuse_on_n1(real):
-        def call(self, name, entries):
-            if self.path == n1_socket:
-                raise RuntimeApiError(f"add map {name}", "Unknown map identifier. Please use #<id> or <file>.")
-            return real(self, name, entries)
-        return call
-
-    # Whole-map swaps and key-by-key updates alike (apps.fleets.node.mapdelta picks one per map).
-    monkeypatch.setattr(HAProxySocket, "replace_map", refuse_on_n1(real_replace))
-    monkeypatch.setattr(HAProxySocket, "apply_map_delta", refuse_on_n1(real_delta))
+    refuse_map_updates(monkeypatch, fleet3.nodes[0])
 
     add_route(fleet3.lb, pool, "/hot", 11)
     result = reconcile(fleet3.fleet)
@@ -218,18 +222,7 @@ def test_a_worker_refusing_a_route_change_sends_a_self_checking_node_to_a_checke
     reconcile(fleet3.fleet)
     workers = running_workers(fleet3)
     nodes_checking_their_own_pushes.clear()
-    n1_socket = f"{fleet3.nodes[0].runtime_dir}/stats.sock"
-    real_replace, real_delta = HAProxySocket.replace_map, HAProxySocket.apply_map_delta
-
-    def refuse_on_n1(real):
-        def call(self, name, entries):
-            if self.path == n1_socket:
-                raise RuntimeApiError(f"add map {name}", "Unknown map identifier. Please use #<id> or <file>.")
-            return real(self, name, entries)
-        return call
-
-    monkeypatch.setattr(HAProxySocket, "replace_map", refuse_on_n1(real_replace))
-    monkeypatch.setattr(HAProxySocket, "apply_map_delta", refuse_on_n1(real_delta))
+    refuse_map_updates(monkeypatch, fleet3.nodes[0])
     add_route(fleet3.lb, pool, "/hot", 11)
     reconcile(fleet3.fleet)
 

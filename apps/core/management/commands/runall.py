@@ -136,7 +136,10 @@ def worker_commands(py: str, *, sqlite: bool) -> list[tuple[str, list[str]]]:
     - `acme`: certificate orders and their deployment, one slot: a task orders every due certificate
       together, so a request never waits behind fleet work nor fleet work behind a batch of orders.
     """
-    celery = [py, "-m", "celery", "-A", "controlplane", "worker", "--loglevel", "INFO"]
+    # No mingle or gossip: Spillway uses neither (remote control is the pidbox), and mingle's sync cost a restarted
+    # worker ~1 s before it took a task.
+    celery = [py, "-m", "celery", "-A", "controlplane", "worker", "--loglevel", "INFO", "--without-mingle",
+              "--without-gossip"]
     fleets = [(f"fleets-worker-{shard}", [*celery, "--queues", queue, "--pool", "threads", "--concurrency",
                                           "2", "--hostname", f"fleets{shard}@%h"])
               for shard, queue in enumerate(settings.FLEET_QUEUES)]
