@@ -79,6 +79,12 @@ def _wanted_servers(fleet: Fleet) -> dict[tuple[str, str], ServerWanted]:
     return wanted
 
 
+# What happens to a drifted node of a fleet held after a restore (rollout/restore.py): nothing, until an operator
+# confirms. "Re-pushed by the next converge" was false there: the converge leaves a held fleet alone.
+HELD_NEXT_STEP = "held after a restore: nothing is pushed to it until an operator confirms on the fleet page"
+REPUSH_NEXT_STEP = "re-pushed and reloaded by the next converge"
+
+
 def _audit_drift(node: Node, lines: list[str], repair: str) -> None:
     audit_record(principal=None, org=None, action="node.drift", obj=node,
                  before={"differences": lines}, after={"repair": repair})
@@ -256,6 +262,7 @@ def fleet_drift_report(*, fleet: Fleet, all_maps: bool = True) -> DriftReport:
         report.skipped = True
         return report
     try:
+        held = bool(Fleet.objects.filter(pk=fleet.pk).values_list("restore_hold", flat=True).first())
         nodes = list(queries.enabled_nodes(fleet))
         report.checked = len(nodes)
         states = parallel(lambda n: read_state(queries.node_conn(n), recorded_sha256=n.applied_sha256, fresh=True),
@@ -325,9 +332,9 @@ def fleet_drift_report(*, fleet: Fleet, all_maps: bool = True) -> DriftReport:
                 continue
             if reasons:
                 report.drifted[node.name] = reasons
-                detail = "; ".join(reasons)
+                detail = "; ".join([*reasons, HELD_NEXT_STEP] if held else reasons)
                 if node.status != Node.Status.DRIFTED or node.status_detail != detail[:5000]:
-                    _audit_drift(node, reasons, "re-pushed and reloaded by the next converge")
+                    _audit_drift(node, reasons, HELD_NEXT_STEP if held else REPUSH_NEXT_STEP)
                 Node.objects.filter(pk=node.pk).update(status=Node.Status.DRIFTED, status_detail=detail[:5000],
                                                        last_seen=now)
                 emit.node_status_changed(node, node.status, Node.Status.DRIFTED, detail)

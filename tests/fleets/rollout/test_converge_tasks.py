@@ -85,3 +85,23 @@ def test_a_reconcile_the_database_failed_under_is_run_again(monkeypatch, shared)
     assert result.state == states.RETRY
     assert [o["countdown"] for o in sent] == [2]
     assert tasks.reconcile_task.max_retries * 2 >= 120  # two minutes of tries
+
+
+def test_a_converge_the_database_failed_under_hands_the_fleet_to_a_retrying_reconcile(monkeypatch, shared) -> None:
+    """A converge that loses the database may have held the fleet's lease, with changes left to it by reconciles that
+    found the lease taken: it queues a reconcile (2 s later, retried every 2 s) so they go live once the database is
+    back, not at the next converge tick. The database error is injected and what is sent is recorded."""
+    from django.db import OperationalError
+
+    fleet: Fleet = shared["fleet"]
+    sent: list[tuple] = []
+
+    def failing(fleet_id):  # type: ignore[no-untyped-def]
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(tasks, "_converge_fleet", failing)
+    monkeypatch.setattr(tasks, "enqueue", lambda name, *args, **options: sent.append((name, args, options)) or True)
+    with pytest.raises(OperationalError):
+        tasks.converge_fleet_task(fleet.pk)
+
+    assert sent == [("fleets.reconcile_task", (fleet.pk,), {"countdown": 2})]

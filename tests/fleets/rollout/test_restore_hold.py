@@ -10,6 +10,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
+from apps.audit.models import AuditEvent
 from apps.fleets import caches
 from apps.fleets.models import Fleet, Node, Rollout
 from apps.fleets.node.transports.local import LocalTransport
@@ -81,6 +82,14 @@ def test_after_a_restore_from_an_older_dump_no_node_is_rolled_back_until_an_oper
     from apps.fleets import services
 
     assert services.fleet_converge(fleet=fleet) is None
+    # "Check drift" finds the nodes off the database's revision and says what happens to them: nothing, yet.
+    from apps.fleets.rollout.drift import fleet_drift_report
+
+    assert set(fleet_drift_report(fleet=fleet).drifted) == {"n1", "n2"}
+    for node in Node.objects.filter(fleet=fleet):
+        assert "held after a restore" in node.status_detail, node.status_detail
+    repairs = {e.after["repair"] for e in AuditEvent.objects.filter(action="node.drift")}
+    assert repairs and all("held after a restore" in r for r in repairs)
 
     # On the fleet page, for operators only (the maps hold every tenant's routes).
     web = Client()
@@ -103,6 +112,5 @@ def test_after_a_restore_from_an_older_dump_no_node_is_rolled_back_until_an_oper
     assert wait_for(lambda: set(fleet2.bodies("/after-restore").values()) == {"new"}, 10)
     assert set(fleet2.bodies("/after-dump").values()) == {"old"}  # the operator chose the database's state
     assert {n.applied_revision.number for n in Node.objects.filter(fleet=fleet)} == {fleet.desired_revision}
-    from apps.audit.models import AuditEvent
 
     assert AuditEvent.objects.filter(action="fleet.restore_confirmed", actor_label__contains="otto").exists()

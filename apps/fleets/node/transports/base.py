@@ -33,15 +33,12 @@ import logging
 import posixpath
 import re
 import secrets
-import threading
 import time
 from abc import ABC, abstractmethod
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
-from apps.fleets import caches
 from apps.fleets.config.digest import set_digest
 from apps.fleets.node.runtime_api import (
     HAProxySocket,
@@ -70,36 +67,6 @@ LOG_NAME = "haproxy.log"  # where apps.fleets.node.process points the master's s
 EMPTY_SERVER_STATE = b"1\n"
 MAX_SOCKET_PATH_BYTES = 97
 _NAME_PART_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-
-
-# A config set's digest (and, for a set this process pushed, its files as pushed) by a key naming the set on its node,
-# valid while the set's signature holds: what its transport reads of the files' metadata cheaply (local.py, ssh.py
-# say what theirs covers). Sets are never changed in place (a push writes a new one), so only an edit on the node
-# changes a signature; then the set is read and hashed again. Drift checks (`config_sha256(fresh=True)`) always read.
-_SET_DIGESTS: OrderedDict[Hashable, tuple[tuple, str, Mapping[str, bytes] | None]] = caches.register(
-    "set_digests", OrderedDict())
-_SET_DIGESTS_SIZE = 256
-_SET_DIGESTS_LOCK = threading.Lock()
-
-
-def remember_digest(key: Hashable, signature: tuple, digest: str, files: Mapping[str, bytes] | None = None) -> None:
-    with _SET_DIGESTS_LOCK:
-        _SET_DIGESTS[key] = (signature, digest, files)
-        _SET_DIGESTS.move_to_end(key)
-        while len(_SET_DIGESTS) > _SET_DIGESTS_SIZE:
-            _SET_DIGESTS.popitem(last=False)
-
-
-def recorded_digest(key: Hashable) -> tuple[tuple, str, Mapping[str, bytes] | None] | None:
-    """(signature, digest, files or None) as remembered for the set, whatever it holds now."""
-    with _SET_DIGESTS_LOCK:
-        return _SET_DIGESTS.get(key)
-
-
-def forget_digests(gone: Callable[[Hashable], bool]) -> None:
-    with _SET_DIGESTS_LOCK:
-        for key in [k for k in _SET_DIGESTS if gone(k)]:
-            _SET_DIGESTS.pop(key, None)
 
 
 class ConfigBundleLike(Protocol):

@@ -28,10 +28,8 @@ from apps.fleets.node.transports.base import (
     PushResult,
     TransportError,
     file_mode,
-    forget_digests,
-    recorded_digest,
-    remember_digest,
 )
+from apps.fleets.node.transports.digests import forget_digests, recorded_digest, remember_digest
 
 WRITE_THREADS = 8
 # Files at least this large are shared between the pushes of this process's local nodes (_write_shared).

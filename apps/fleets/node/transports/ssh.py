@@ -43,9 +43,8 @@ from apps.fleets.node.transports.base import (
     PushResult,
     TransportError,
     file_mode,
-    recorded_digest,
-    remember_digest,
 )
+from apps.fleets.node.transports.digests import recorded_digest, remember_digest
 
 T = TypeVar("T")
 _KEYTYPE_PREFIXES = ("ssh-", "ecdsa-", "sk-ssh-", "sk-ecdsa-", "rsa-sha2-")
