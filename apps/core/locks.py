@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import uuid
 import zlib
 from pathlib import Path
@@ -29,7 +28,7 @@ def xact_lock(name: str) -> None:
 
 def process_token(label: str) -> str:
     """A lease holder's token: this host and process, `label` (what a person reads), and a random part."""
-    return f"{socket.gethostname()}:{os.getpid()}:{label}:{uuid.uuid4().hex[:8]}"
+    return f"{os.uname().nodename}:{os.getpid()}:{label}:{uuid.uuid4().hex[:8]}"
 
 
 def process_gone(token: str) -> bool:
@@ -37,7 +36,7 @@ def process_gone(token: str) -> bool:
     (or is a zombie: a killed worker whose parent died too lingers until reaped). False when that cannot be told."""
     host, _, rest = token.partition(":")
     pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) == os.getpid():
+    if host != os.uname().nodename or not pid_text.isdigit() or int(pid_text) == os.getpid():
         return False
     try:
         stat = Path(f"/proc/{pid_text}/stat").read_text()

@@ -165,7 +165,6 @@ ALLOWED = {
     "apps/fleets/node/transports/ssh.py": "the operator's own nodes over SSH (asyncssh, with its timeouts)",
     "apps/fleets/node/transports/__init__.py": "re-exports of the transports",
     "apps/fleets/node/runtime_api.py": "the HAProxy runtime API of the operator's nodes",
-    "apps/fleets/rollout/lease.py": "this host's name only (socket.gethostname, who holds a lease)",
     "apps/fleets/config/check.py": "bind checks on this host before a push",
     "apps/fleets/api/serializers.py": "address parsing only (socket.inet_pton)",
     "apps/signals/collector.py": "receives the nodes' request log (a UDP socket it binds; it connects nowhere)",

@@ -59,10 +59,12 @@ def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
 def test_a_worker_holding_a_counted_down_task_reconnects_after_redis_goes_away(own_redis: OwnRedis,
                                                                                celery_worker_factory,
                                                                                tmp_path: Path) -> None:
+    # PYTEST_XDIST_WORKER empty: the settings would move the worker to another database index of this Redis.
     worker = celery_worker_factory(name="brokerloss", queues="celery", pool="threads", concurrency=2,
-                                   REDIS_URL=own_redis.url)
+                                   REDIS_URL=own_redis.url, PYTEST_XDIST_WORKER="")
     log = tmp_path / "celery-brokerloss.log"
-    sender = Celery("sender", broker=own_redis.url)
+    # Not the current app: the suite's own tasks must keep sending to the suite's broker.
+    sender = Celery("sender", broker=own_redis.url, set_as_current=False)
     try:
         # Held by the worker, unacknowledged, until its countdown ends (as a reconcile retried in 2 s is).
         sender.send_task("fleets.reconcile_task", args=(987654,), queue="celery", countdown=120)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 from datetime import timedelta
 
@@ -39,7 +38,7 @@ def _owner_gone(owner: str) -> bool:
     """The lease holder ran on this host and its process no longer exists, or it is this process and no reconcile
     of its own holds it."""
     host, _, rest = owner.partition(":")
-    if host == socket.gethostname() and rest.partition(":")[0] == str(os.getpid()):
+    if host == os.uname().nodename and rest.partition(":")[0] == str(os.getpid()):
         with _HELD_LOCK:
             return owner not in _HELD
     return process_gone(owner)
