@@ -236,7 +236,14 @@ def _hot_apply(transport: FileSetTransport, plan: NodePlan, changes: HotChanges,
         # worker that refuses an entry sends the node to the reload path, which pushes with the check; a
         # push that fails after the worker moved reloads it onto the files it has, as below.
         if not _hot_runtime(transport, plan, changes, outcome):
-            return False
+            # The worker may hold some of the moved entries already: checked files are pushed here, so that a
+            # refusal reloads it onto the files it has (last_good's) instead of leaving them live.
+            if not _push(transport, plan.bundle, outcome):
+                refused = outcome.error
+                _reload_from_disk(transport, plan, outcome)
+                outcome.error = refused
+                return True
+            return False  # the caller reloads onto the checked files
         if not _push_or_error(transport, plan.bundle, outcome, validate=False):
             _reload_from_disk(transport, plan, outcome)
         return True

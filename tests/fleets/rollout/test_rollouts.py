@@ -232,6 +232,46 @@ def test_a_worker_refusing_a_route_change_sends_a_self_checking_node_to_a_checke
     assert set(fleet3.bodies("/hot/x").values()) == {"new"}
 
 
+def test_a_self_checking_node_whose_worker_took_part_of_a_refused_change_serves_its_last_good_files(
+    fleet3: LocalFleet, tiny_backend, nodes_checking_their_own_pushes: list[str], monkeypatch
+) -> None:
+    """GIVEN a node that validates its pushes, whose worker takes the moved map entries but fails their read-back,
+    and whose `haproxy -c` then refuses the files, WHEN a route-only change rolls out, THEN that node is reloaded
+    onto the files it has and serves the old routing: nothing the worker took stays live ahead of its disk.
+
+    Both failures are injected (the read-back after a real update of n1's maps, and n1's check); the rest is real."""
+    from apps.fleets.node.transports.base import FileSetTransport
+
+    new = tiny_backend("new")
+    pool = add_pool(fleet3.lb, "new", (new.address, new.port))
+    add_route(fleet3.lb, pool, "/new", 10)
+    reconcile(fleet3.fleet)
+    n1 = fleet3.nodes[0]
+    n1_socket = f"{n1.runtime_dir}/stats.sock"
+    real_replace, real_delta = HAProxySocket.replace_map, HAProxySocket.apply_map_delta
+
+    def taken_then_unread(real):
+        def call(self, name, entries):
+            result = real(self, name, entries)
+            if self.path == n1_socket:
+                raise RuntimeApiError(f"get map {name}", "not as written after the update")
+            return result
+        return call
+
+    monkeypatch.setattr(HAProxySocket, "replace_map", taken_then_unread(real_replace))
+    monkeypatch.setattr(HAProxySocket, "apply_map_delta", taken_then_unread(real_delta))
+    checking = FileSetTransport.validate_dir  # the fixture's counting wrapper
+    monkeypatch.setattr(FileSetTransport, "validate_dir", lambda self, set_dir: (False, "refused by n1") if
+                        self.node.name == "n1" else checking(self, set_dir))
+
+    add_route(fleet3.lb, pool, "/hot", 11)
+    reconcile(fleet3.fleet)
+
+    assert fleet3.get(n1, "/hot/x")[1] == "old"
+    n1 = Node.objects.get(pk=n1.pk)
+    assert transport_for(selectors.node_conn(n1)).config_sha256() == n1.applied_sha256  # its last good files
+
+
 def test_a_push_failing_beside_the_runtime_map_update_leaves_the_node_serving_its_last_good_files(
     fleet3: LocalFleet, tiny_backend, monkeypatch
 ) -> None:
