@@ -114,10 +114,15 @@ def test_the_demo_edge_knee_test_measures_us_east_of_the_demo_fleet_through_a_wo
         # new capacity is rolled out, each us-east node enforces its share of it (no enforcer runs here: the rendered
         # share, the capacity over the region's nodes). Read before the rollout reached the nodes, this test used to
         # see the old value and claimed "no limit"; after it, it saw the new share.
-        assert wait_for(lambda: _rolled_out(us_nodes), 30)
+        # Waiting for the nodes to reach the fleet's desired revision was not enough: read before the new capacity's
+        # render, that revision was still the old one (a run of the whole suite saw "no limit" once).
         share = capacity_after / len(us_nodes)
-        limits = _limits(us_nodes, backends[0])
-        assert len(limits) == 1 and abs(limits.pop() - share) <= 1, (limits, share, limits_before)
+
+        def enforcing_the_share() -> bool:
+            limits = _limits(us_nodes, backends[0])
+            return len(limits) == 1 and abs(next(iter(limits)) - share) <= 1
+
+        assert wait_for(enforcing_the_share, 30), (_limits(us_nodes, backends[0]), share, limits_before)
         status, body = http_get(f"http://{us_nodes[0].bind_address}:8080/", headers={"Host": "acme.example.com"})
         assert status == 200 and body.startswith("acme-us-east-"), (status, body)  # still served, by us-east
     finally:
