@@ -54,16 +54,6 @@ def _limits(nodes: list[Node], backend: str) -> set[int]:
     return found
 
 
-def _rolled_out(nodes: list[Node]) -> bool:
-    from apps.fleets.models import Fleet, Rollout
-
-    fleet = Fleet.objects.get(pk=nodes[0].fleet_id)
-    if Rollout.objects.filter(fleet=fleet, status__in=Rollout.ACTIVE).exists() or fleet.change_seq > fleet.rendered_seq:
-        return False
-    return all(n.applied_revision.number == fleet.desired_revision
-               for n in Node.objects.filter(pk__in=[n.pk for n in nodes]).select_related("applied_revision"))
-
-
 def test_the_demo_edge_knee_test_measures_us_east_of_the_demo_fleet_through_a_worker(
         haproxy_bin, demo_fleet_addresses, celery_worker_factory, settings, tmp_path, page) -> None:  # noqa: F811
     """GIVEN `make run`'s demo (loaddemo, the demo fleet started, a worker with 2 slots)
