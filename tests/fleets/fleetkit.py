@@ -11,7 +11,9 @@ import contextlib
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from django.db.models import F
 
@@ -21,6 +23,9 @@ from apps.fleets import services
 from apps.fleets.demo.localnodes import start_local_node, stop_local_node
 from apps.fleets.models import Fleet, Node
 from tests.netutil import free_port_on, http_get
+
+if TYPE_CHECKING:
+    from tests.fleets.conftest import TinyBackend
 
 
 @dataclass
@@ -90,6 +95,17 @@ def make_local_fleet(
         local.stop_all()
         raise
     return local
+
+
+@contextlib.contextmanager
+def serving_local_fleet(backend: TinyBackend, *, name: str, subnet: int, node_count: int) -> Iterator[LocalFleet]:
+    """make_local_fleet whose default pool's member is `backend`, stopped on the way out (a fixture's body)."""
+    local = make_local_fleet(name=name, subnet=subnet, node_count=node_count,
+                             backend_address=(backend.address, backend.port))
+    try:
+        yield local
+    finally:
+        local.stop_all()
 
 
 def add_pool(lb: LoadBalancer, name: str, backend_address: tuple[str, int], region: str = "us-east") -> Pool:

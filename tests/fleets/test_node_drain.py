@@ -22,7 +22,7 @@ from apps.fleets.node.showstat import parse_show_stat
 from tests.netutil import free_port_on
 from tests.processes import stop_process
 
-from .fleetkit import LocalFleet, make_local_fleet, reconcile
+from .fleetkit import LocalFleet, reconcile, serving_local_fleet
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
 
@@ -39,12 +39,8 @@ def _get(url: str, timeout: float = 10.0) -> int:
 
 @pytest.fixture
 def pair(haproxy_bin, tiny_backend) -> Iterator[LocalFleet]:
-    app = tiny_backend("app")
-    local = make_local_fleet(name="drn", subnet=78, node_count=2, backend_address=(app.address, app.port))
-    try:
+    with serving_local_fleet(tiny_backend("app"), name="drn", subnet=78, node_count=2) as local:
         yield local
-    finally:
-        local.stop_all()
 
 
 @pytest.fixture

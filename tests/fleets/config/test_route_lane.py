@@ -26,7 +26,7 @@ from apps.fleets import caches, selectors, services
 from apps.fleets.config import routelane
 from apps.fleets.config.render import render
 from apps.fleets.models import ConfigRevision, Fleet, Node, Rollout
-from tests.fleets.fleetkit import LocalFleet, add_pool, make_local_fleet, reconcile
+from tests.fleets.fleetkit import LocalFleet, add_pool, make_local_fleet, reconcile, serving_local_fleet
 from tests.fleets.node.test_hot_map_delta import live_maps_equal_a_full_render, rolled_out, workers
 from tests.waiting import wait_for
 
@@ -35,12 +35,8 @@ pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
 
 @pytest.fixture
 def fleet3(haproxy_bin, tiny_backend) -> Iterator[LocalFleet]:
-    old = tiny_backend("old")
-    local = make_local_fleet(name="lane", subnet=73, node_count=3, backend_address=(old.address, old.port))
-    try:
+    with serving_local_fleet(tiny_backend("old"), name="lane", subnet=73, node_count=3) as local:
         yield local
-    finally:
-        local.stop_all()
 
 
 def routes_changed(local: LocalFleet) -> None:

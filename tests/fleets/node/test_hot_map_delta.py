@@ -18,7 +18,7 @@ from apps.fleets.config.render.frontends import map_bucket, routes_map_name
 from apps.fleets.models import Node, Rollout
 from apps.fleets.node import apply as delivery
 from apps.fleets.node.runtime_api import HAProxySocket, MasterSocket
-from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
+from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, reconcile, serving_local_fleet
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
 
@@ -53,12 +53,8 @@ def rolled_out(local: LocalFleet) -> Rollout:
 
 @pytest.fixture
 def fleet3(haproxy_bin, tiny_backend) -> Iterator[LocalFleet]:
-    old = tiny_backend("old")
-    local = make_local_fleet(name="web", subnet=72, node_count=3, backend_address=(old.address, old.port))
-    try:
+    with serving_local_fleet(tiny_backend("old"), name="web", subnet=72, node_count=3) as local:
         yield local
-    finally:
-        local.stop_all()
 
 
 def test_route_create_update_delete_move_only_their_keys_and_end_as_a_full_render(

@@ -18,19 +18,15 @@ from apps.balancers.models import Member
 from apps.fleets.models import Node
 from apps.fleets.node.transports.local import LocalTransport
 from apps.fleets.queries import node_conn
-from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
+from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, reconcile, serving_local_fleet
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.slow]
 
 
 @pytest.fixture
 def fleet2(haproxy_bin, tiny_backend) -> Iterator[LocalFleet]:
-    old = tiny_backend("old")
-    local = make_local_fleet(name="reboot", subnet=82, node_count=2, backend_address=(old.address, old.port))
-    try:
+    with serving_local_fleet(tiny_backend("old"), name="reboot", subnet=82, node_count=2) as local:
         yield local
-    finally:
-        local.stop_all()
 
 
 def _servers(node: Node) -> dict[tuple[str, str], int | None]:

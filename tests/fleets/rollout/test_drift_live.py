@@ -16,19 +16,15 @@ from apps.fleets.models import Node, NodeResult
 from apps.fleets.node.live import parse_servers_state
 from apps.fleets.node.runtime_api import HAProxySocket
 from apps.fleets.rollout.drift import fleet_drift_report
-from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
+from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, reconcile, serving_local_fleet
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
 
 
 @pytest.fixture
 def fleet2(haproxy_bin, tiny_backend) -> Iterator[LocalFleet]:
-    old = tiny_backend("old")
-    local = make_local_fleet(name="live", subnet=72, node_count=2, backend_address=(old.address, old.port))
-    try:
+    with serving_local_fleet(tiny_backend("old"), name="live", subnet=72, node_count=2) as local:
         yield local
-    finally:
-        local.stop_all()
 
 
 def _stats(node: Node) -> HAProxySocket:

@@ -15,7 +15,7 @@ from apps.fleets import caches
 from apps.fleets.models import Fleet, Node, Rollout
 from apps.fleets.node.transports.local import LocalTransport
 from apps.fleets.queries import node_conn
-from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
+from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, reconcile, serving_local_fleet
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.slow]
@@ -23,12 +23,8 @@ pytestmark = [pytest.mark.haproxy, pytest.mark.slow]
 
 @pytest.fixture
 def fleet2(otto, haproxy_bin, tiny_backend) -> Iterator[LocalFleet]:
-    old = tiny_backend("old")
-    local = make_local_fleet(name="restored", subnet=81, node_count=2, backend_address=(old.address, old.port))
-    try:
+    with serving_local_fleet(tiny_backend("old"), name="restored", subnet=81, node_count=2) as local:
         yield local
-    finally:
-        local.stop_all()
 
 
 def _pg(tool: str, *args: str) -> None:

@@ -15,7 +15,7 @@ from apps.fleets.models import Certificate, ConfigRevision, Fleet, Node, NodeRes
 from apps.fleets.node.apply import verify
 from apps.fleets.node.runtime_api import HAProxySocket, MasterSocket, RuntimeApiError
 from apps.fleets.node.transports import transport_for
-from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
+from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, reconcile, serving_local_fleet
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
 
@@ -28,12 +28,8 @@ def running_workers(local: LocalFleet) -> dict[str, int]:
 
 @pytest.fixture
 def fleet3(haproxy_bin, tiny_backend) -> Iterator[LocalFleet]:
-    old = tiny_backend("old")
-    local = make_local_fleet(name="web", subnet=71, node_count=3, backend_address=(old.address, old.port))
-    try:
+    with serving_local_fleet(tiny_backend("old"), name="web", subnet=71, node_count=3) as local:
         yield local
-    finally:
-        local.stop_all()
 
 
 def test_a_three_node_fleet_converges_on_a_new_route(fleet3: LocalFleet, tiny_backend) -> None:

@@ -19,7 +19,7 @@ from apps.fleets.models import Fleet, Rollout
 from apps.fleets.rollout import execute, lease
 from apps.fleets.rollout.reconcile import fleet_reconcile
 from apps.fleets.rollout.settle import fleet_settle
-from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, changed, make_local_fleet, reconcile
+from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, changed, reconcile, serving_local_fleet
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.haproxy]
@@ -29,12 +29,8 @@ ELSEWHERE = "another-host:4242:1:abcd1234"  # a reconciler on another host: neve
 
 @pytest.fixture
 def fleet3(haproxy_bin, tiny_backend) -> Iterator[LocalFleet]:
-    old = tiny_backend("old")
-    local = make_local_fleet(name="settle", subnet=77, node_count=3, backend_address=(old.address, old.port))
-    try:
+    with serving_local_fleet(tiny_backend("old"), name="settle", subnet=77, node_count=3) as local:
         yield local
-    finally:
-        local.stop_all()
 
 
 @pytest.mark.django_db

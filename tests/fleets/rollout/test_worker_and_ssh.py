@@ -16,7 +16,7 @@ from apps.core import crypto
 from apps.fleets import selectors, services
 from apps.fleets.models import Fleet, Node, NodeResult, Rollout
 from apps.fleets.node.transports.local import LocalTransport
-from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile
+from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile, serving_local_fleet
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.slow]
@@ -24,12 +24,8 @@ pytestmark = [pytest.mark.haproxy, pytest.mark.slow]
 
 @pytest.fixture
 def fleet3(haproxy_bin, tiny_backend) -> Iterator[LocalFleet]:
-    old = tiny_backend("old")
-    local = make_local_fleet(name="kill", subnet=72, node_count=3, backend_address=(old.address, old.port))
-    try:
+    with serving_local_fleet(tiny_backend("old"), name="kill", subnet=72, node_count=3) as local:
         yield local
-    finally:
-        local.stop_all()
 
 
 def _children(pid: int) -> list[int]:
