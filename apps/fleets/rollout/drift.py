@@ -273,6 +273,7 @@ def fleet_drift_report(*, fleet: Fleet, all_maps: bool = True) -> DriftReport:
         now = timezone.now()
         live_jobs = []
         verdicts: dict[int, list[str]] = {}
+        restarted: dict[int, int | None] = {}  # node id -> the worker that started from the verified files
         for node, state in zip(nodes, states, strict=True):
             if not state.reachable:
                 Node.objects.filter(pk=node.pk).update(status=Node.Status.DOWN, status_detail=state.error[:5000])
@@ -291,8 +292,14 @@ def fleet_drift_report(*, fleet: Fleet, all_maps: bool = True) -> DriftReport:
                     reasons.append(f"config on disk {str(state.on_disk_sha256)[:12]} is not the verified "
                                    f"{node.applied_sha256[:12]}")
                 if state.worker_pid != node.worker_pid:
-                    reasons.append(f"worker {state.worker_pid} is not the verified worker {node.worker_pid} "
-                                   "(reloaded or restarted outside Spillway)")
+                    if state.on_disk_sha256 == node.applied_sha256 and not state.failed_reloads:
+                        # Restarted from its verified files (a reboot: last-known-good). Adopted once its live
+                        # state reads as theirs, with every map: a reload would only start the same files again
+                        # (~5 s over SSH, holding the fleet's changes: bench-chaos, a node rebooted).
+                        restarted[node.pk] = state.worker_pid
+                    else:
+                        reasons.append(f"worker {state.worker_pid} is not the verified worker {node.worker_pid} "
+                                       "(reloaded or restarted outside Spillway)")
             if state.failed_reloads:
                 reasons.append(f"the master reports {state.failed_reloads} failed reload(s)")
             verdicts[node.pk] = reasons
@@ -308,7 +315,8 @@ def fleet_drift_report(*, fleet: Fleet, all_maps: bool = True) -> DriftReport:
             node, bundle = job
             conn = queries.node_conn(node)
             try:
-                drift = _read_live(node, conn, bundle, servers, challenges, due_after_s)
+                drift = _read_live(node, conn, bundle, servers, challenges,
+                                   0.0 if node.pk in restarted else due_after_s)
             except NODE_ERRORS as exc:
                 return None, f"live state unreadable: {exc}"
             problem = repair_live_drift(conn, drift) if drift else None
@@ -316,8 +324,11 @@ def fleet_drift_report(*, fleet: Fleet, all_maps: bool = True) -> DriftReport:
                 _maps_read(node.pk, time.monotonic())
             return drift, problem
 
+        read_live: set[int] = set()
         for (node, _bundle), (drift, problem) in zip(live_jobs, parallel(live, live_jobs) if live_jobs else [],
                                                      strict=True):
+            if drift is not None:
+                read_live.add(node.pk)
             if drift is None:
                 verdicts[node.pk].append(problem or "live state unreadable")
             elif drift and problem is None:
@@ -326,6 +337,16 @@ def fleet_drift_report(*, fleet: Fleet, all_maps: bool = True) -> DriftReport:
                 emit.drift_repaired_live(node, drift.lines)
             elif drift:
                 verdicts[node.pk] += [*drift.lines, f"runtime repair failed ({problem}): a reload repairs it"]
+        for node in nodes:
+            if node.pk not in restarted:
+                continue
+            if node.pk in read_live and verdicts.get(node.pk) == []:
+                Node.objects.filter(pk=node.pk).update(worker_pid=restarted[node.pk])
+                _audit_drift(node, [f"worker {restarted[node.pk]} started from the verified files (was "
+                                    f"{node.worker_pid})"], "adopted: it serves the verified revision (no reload)")
+            elif node.pk in verdicts:
+                verdicts[node.pk].append(f"worker {restarted[node.pk]} is not the verified worker {node.worker_pid} "
+                                         "(restarted outside Spillway)")
         for node in nodes:
             reasons = verdicts.get(node.pk)
             if reasons is None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from apps.balancers.models import Member
+from apps.fleets.config.render.frontends import map_bucket, routes_map_name
 from apps.fleets.models import Node
 from apps.fleets.node.transports.local import LocalTransport
 from apps.fleets.queries import node_conn
@@ -117,3 +118,56 @@ def test_a_node_rebooted_with_the_control_plane_down_still_answers_an_open_acme_
 
     assert fleet2.get(n1, f"/.well-known/acme-challenge/{token}") == (200, value)
     assert fleet2.get(n1, "/.well-known/acme-challenge/unknown")[1] != value
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_drift_check_adopts_a_worker_restarted_from_the_verified_files_without_a_reload(
+    fleet2: LocalFleet, tiny_backend
+) -> None:
+    """After a reboot the node serves its verified files through a new worker. A reload would only start the same
+    files again (~5 s over SSH, holding the fleet's changes): the check reads every live map and adopts it."""
+    from apps.audit.models import AuditEvent
+    from apps.fleets import services
+
+    reconcile(fleet2.fleet)
+    new = tiny_backend("new")
+    add_route(fleet2.lb, add_pool(fleet2.lb, "new", (new.address, new.port)), "/a", 10)
+    reconcile(fleet2.fleet)
+    n1 = Node.objects.get(fleet=fleet2.fleet, name="n1")
+    _reboot(fleet2, n1)
+    rebooted = LocalTransport(node_conn(n1)).stats().show_info()["Pid"]
+    assert int(rebooted) != n1.worker_pid
+
+    assert services.fleet_drift_check(fleet=fleet2.fleet) == []
+    n1.refresh_from_db()
+    assert n1.status == Node.Status.UP
+    assert n1.worker_pid == int(rebooted), "adopted, not reloaded"
+    assert int(LocalTransport(node_conn(n1)).stats().show_info()["Pid"]) == int(rebooted)
+    assert AuditEvent.objects.filter(action="node.drift", object_id=str(n1.pk),
+                                     after__repair__startswith="adopted").exists()
+    assert fleet2.get(n1, "/a/x")[1] == "new"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_restarted_worker_whose_live_maps_differ_from_its_files_is_put_back_not_trusted(
+    fleet2: LocalFleet, tiny_backend
+) -> None:
+    """A worker started from the verified files and then changed through its socket is not adopted as it stands:
+    the check reads every map (not only the due ones), puts the entry back, and only then adopts it."""
+    from apps.fleets import services
+
+    reconcile(fleet2.fleet)
+    new = tiny_backend("new")
+    pool = add_pool(fleet2.lb, "new", (new.address, new.port))
+    add_route(fleet2.lb, pool, "/a", 10)
+    reconcile(fleet2.fleet)
+    n1 = Node.objects.get(fleet=fleet2.fleet, name="n1")
+    services.fleet_drift_check(fleet=fleet2.fleet)  # this process read the maps just now: none is due
+    _reboot(fleet2, n1)
+    stats = LocalTransport(node_conn(n1)).stats()
+    routes_map = routes_map_name(f"maps/{fleet2.lb.name}.http", map_bucket("*"))
+    stats.command(f"set map {routes_map} */a/ p{fleet2.listener.default_pool_id}")
+    assert fleet2.get(n1, "/a/x")[1] == "old"
+
+    assert services.fleet_drift_check(fleet=fleet2.fleet, all_maps=False) == []
+    assert fleet2.get(n1, "/a/x")[1] == "new"
