@@ -261,13 +261,21 @@ class HAProxySocket:
         read back as intended (the caller then replaces or reloads).
         """
         _check_map(name)
+        # A new key may be live already: a worker killed in the middle of applying this delta took it, and the
+        # node's record still names the revision before. `add map` would add a second entry, and the first one
+        # (its value possibly older) keeps answering until a reload. `set map` first sets every entry of the key
+        # (a key not there answers "not found"), so the live map answers the new value either way.
+        ahead = [f"set map {name} {_cli_escape(_map_line(key, value))}" for key, value in delta.added]
         moves = [f"add map {name} {_cli_escape(_map_line(key, value))}" for key, value in delta.added]
         moves += [f"set map {name} {_cli_escape(_map_line(key, value))}" for key, value in delta.changed]
         removes = [f"del map {name} {_cli_escape(_map_key(key))}" for key in delta.removed]
         wanted = (*delta.added, *delta.changed)
         reads = [f"get map {name} {_cli_escape(key)}" for key, _ in wanted]
         reads += [f"get map {name} {_cli_escape(key)}" for key in delta.removed]
-        answers = self.batch([*moves, *removes, *reads])
+        answers = self.batch([*ahead, *moves, *removes, *reads])
+        for command, answer in zip(ahead, answers[:len(ahead)], strict=True):
+            _del_answer(command, answer)  # "not found" is the usual answer
+        answers = answers[len(ahead):]
         for command, answer in zip(moves, answers[:len(moves)], strict=True):
             _set_answer(command, answer)
         for command, answer in zip(removes, answers[len(moves):len(moves) + len(removes)], strict=True):

@@ -248,6 +248,26 @@ def test_a_map_delta_and_its_read_back_go_over_few_connections_and_hostile_chara
         stats.apply_map_delta("maps/r.map", MapDelta(changed=(("/never-added", "x"),)))
 
 
+def test_a_key_added_that_is_live_already_answers_the_new_value(haproxy_node: HAProxyNodeFactory, free_port) -> None:
+    """A worker killed in the middle of applying a delta leaves keys live that the node's record does not know of;
+    the successor adds them again. Added on top, the older entry kept answering (and the drift check then found
+    "duplicate keys live": bench-chaos, both workers of a fleet shard killed)."""
+    from apps.fleets.node.mapdelta import MapDelta
+
+    port = free_port()
+    node = _answers_from_map(haproxy_node, port, b"/keep kept\n")
+    stats = HAProxySocket(node.stats_socket_path)
+    stats.command("add map maps/r.map /new older")  # what the killed worker took
+
+    stats.apply_map_delta("maps/r.map", MapDelta(added=(("/new", "newer"), ("/other", "fresh"))))
+
+    live = stats.show_map("maps/r.map")
+    assert [value for key, value in live if key == "/new"] in (["newer"], ["newer", "newer"])
+    _status, body = http_get(f"http://127.0.0.1:{port}/new")
+    assert body.strip() == "newer"
+    assert dict(live)["/other"] == "fresh"
+
+
 def test_show_stat_rows_are_read_by_header_name_whatever_the_quoting(haproxy_node: HAProxyNodeFactory,
                                                                      free_port, tiny_backend) -> None:
     """parse_show_stat splits an unquoted line on commas and hands a quoted one (a check's text holding a comma
