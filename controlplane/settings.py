@@ -305,6 +305,9 @@ CELERY_RESULT_BACKEND = None
 # interpreter lock (two fleets' lane steps 100-120 ms instead of 50-60 ms).
 FLEET_WORKER_SHARDS = envint("FLEET_WORKER_SHARDS", 2, minimum=1)
 FLEET_QUEUES = [f"fleets.{shard}" for shard in range(FLEET_WORKER_SHARDS)]
+# A fleet worker covers another shard's queue when every worker of that shard is gone, once it has itself run
+# this long (apps.fleets.rollout.shards.COVER_AFTER_START_S).
+FLEET_SHARD_COVER_AFTER_S = envint("FLEET_SHARD_COVER_AFTER_S", 15, minimum=0)
 # The periodic drift check reads each node's live maps at most this often (apps.fleets.rollout.drift.LIVE_MAPS_EVERY_S).
 FLEET_LIVE_MAPS_EVERY_S = envint("FLEET_LIVE_MAPS_EVERY_S", 30, minimum=1)
 # How long the periodic drift check may put off a fleet whose rollouts move its nodes under every look

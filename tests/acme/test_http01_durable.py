@@ -61,9 +61,14 @@ def test_an_open_answer_is_served_again_after_a_reload_and_a_restart_and_a_withd
     # the restarted node answers from its challenge map file (the answers are written there as they are published)
     answer = http_get(f"http://{node.bind_address}:{port}/.well-known/acme-challenge/tok-durable_1")
     assert answer == (200, "tok-durable_1.thumb")
-    # the periodic converge: the drift check sees the new worker, the converge reloads the node
-    converge = fleet_services.fleet_converge(fleet=node.fleet, enqueue=False)
-    assert converge is not None and list(converge.results.values_list("node__name", flat=True)) == [node.name]
+    # the periodic converge: the drift check sees the new worker started from the verified files, reads its live
+    # state (the answer included) as theirs and adopts it; nothing is pushed or reloaded
+    restarted = int(HAProxySocket(f"{node.runtime_dir}/stats.sock").show_info()["Pid"])
+    assert restarted != node.worker_pid
+    assert fleet_services.fleet_converge(fleet=node.fleet, enqueue=False) is None
+    node.refresh_from_db()
+    assert node.status == Node.Status.UP and node.worker_pid == restarted
+    assert int(HAProxySocket(f"{node.runtime_dir}/stats.sock").show_info()["Pid"]) == restarted  # no reload
     fleet_services.fleet_reconcile(fleet_id=node.fleet_id)
     assert set(_answers(two_regions, "tok-durable_1").values()) == {(200, "tok-durable_1.thumb")}
 

@@ -41,6 +41,9 @@ LEASE_S = 2  # a holder that has not renewed for this long has lost its queue to
 RENEW_S = 0.4  # how often a holder renews and a standby tries (a takeover waits LEASE_S + RENEW_S at most)
 # A shard's own standbys try every RENEW_S: a worker of another shard steps in only after they had two tries.
 COVER_GRACE_S = 2 * RENEW_S
+# A worker covers other shards only once it has run this long: workers started together boot seconds apart, and a
+# cover taken then would be handed back at once, a full render of the shard's lanes twice for nothing.
+COVER_AFTER_START_S = float(getattr(settings, "FLEET_SHARD_COVER_AFTER_S", 15))
 _KEY = "spillway:fleet-shard:{}"
 _WAITING = "spillway:fleet-shard-waiting:{}"  # one of the shard's own workers stands by (a cover hands back)
 
@@ -193,6 +196,8 @@ class ShardCover(threading.Thread):
             connection.close()
 
     def run(self) -> None:
+        if self.stopped.wait(COVER_AFTER_START_S):
+            return
         while not self.stopped.is_set():
             try:
                 self.step()

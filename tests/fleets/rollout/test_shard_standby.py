@@ -75,7 +75,10 @@ def test_a_worker_of_another_shard_covers_a_queue_whose_own_workers_are_all_gone
     pool = add_pool(fleet2.lb, "new", (new.address, new.port))
     own = celery_worker_factory(name="own", concurrency=2, queues=queue, pool="threads")
     assert wait_for(lambda: ":own@" in (shards.lease_holder(queue) or ""), 10)
-    celery_worker_factory(name="neighbour", concurrency=2, queues=other_queue, pool="threads")
+    # Covering from its start (by default a worker covers once it has run 15 s: workers started together boot
+    # seconds apart, tests/fleets/config/test_route_lane.py).
+    celery_worker_factory(name="neighbour", concurrency=2, queues=other_queue, pool="threads",
+                          FLEET_SHARD_COVER_AFTER_S="0")
     log_neighbour = tmp_path / "celery-neighbour.log"
     add_route(fleet2.lb, pool, "/one", 10)
     services.fleet_mark_changed(fleet=fleet2.fleet)
