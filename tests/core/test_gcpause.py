@@ -25,7 +25,9 @@ def test_a_collection_at_least_slow_ms_long_is_logged_with_its_generation(instal
     monkeypatch.setattr(gcpause, "SLOW_MS", 10_000.0)
     gc.collect()
     time.sleep(0.1)
-    assert not caplog.records
+    # Only this logger's: a thread another test left in this worker may log meanwhile (a job runner's heartbeat
+    # failing once its test database is gone failed this test in a whole-suite run).
+    assert not [r for r in caplog.records if r.name == "spillway.gc"]
     monkeypatch.setattr(gcpause, "SLOW_MS", 0.0)
     cycles = [[] for _ in range(1000)]
     for a, b in zip(cycles, cycles[1:] + cycles[:1], strict=True):

@@ -98,6 +98,16 @@ def take_over(queue: str) -> list[int]:
     return fleet_ids
 
 
+def _take_over_here(queue: str) -> None:
+    """take_over from a keeper's or cover's thread."""
+    try:
+        take_over(queue)
+    except Exception:  # the periodic converge reconciles them anyway
+        logger.exception("fleet shard %s: queueing the shard's reconciles failed", queue)
+    finally:
+        connection.close()  # this thread's own: the worker keeps one connection per task thread
+
+
 class ShardKeeper(threading.Thread):
     """In a worker: hold the queue's lease and consume it, or wait as its standby with the consumer cancelled.
     Consumer operations run in the consumer's own loop (consumer.call_soon), as Celery's remote control does."""
@@ -120,12 +130,7 @@ class ShardKeeper(threading.Thread):
             if self.holding is False:
                 self.consumer.call_soon(self.consumer.add_task_queue, self.queue)
             self.holding = True
-            try:
-                take_over(self.queue)
-            except Exception:  # the periodic converge reconciles them anyway
-                logger.exception("fleet shard %s: queueing the shard's reconciles failed", self.queue)
-            finally:
-                connection.close()  # this thread's own: the worker keeps one connection per task thread
+            _take_over_here(self.queue)
         elif not held:
             if self.holding is not False:
                 logger.warning("fleet shard %s: held by another worker (%s); this one stands by", self.queue,
@@ -188,12 +193,7 @@ class ShardCover(threading.Thread):
                        self.consumer.hostname)
         self.consumer.call_soon(self.consumer.add_task_queue, self.queue)
         self.holding = True
-        try:
-            take_over(self.queue)
-        except Exception:  # the periodic converge reconciles them anyway
-            logger.exception("fleet shard %s: queueing the shard's reconciles failed", self.queue)
-        finally:
-            connection.close()
+        _take_over_here(self.queue)
 
     def run(self) -> None:
         if self.stopped.wait(COVER_AFTER_START_S):
