@@ -31,15 +31,25 @@ def process_token(label: str) -> str:
     return f"{os.uname().nodename}:{os.getpid()}:{label}:{uuid.uuid4().hex[:8]}"
 
 
+def _token_pid_here(token: str) -> int | None:
+    """The PID a process_token names when it was made on this host, else None."""
+    host, _, rest = token.partition(":")
+    pid_text = rest.partition(":")[0]
+    return int(pid_text) if host == os.uname().nodename and pid_text.isdigit() else None
+
+
+def made_by_this_process(token: str) -> bool:
+    return _token_pid_here(token) == os.getpid()
+
+
 def process_gone(token: str) -> bool:
     """The holder named by a process_token ran on this host, in another process, and that process no longer exists
     (or is a zombie: a killed worker whose parent died too lingers until reaped). False when that cannot be told."""
-    host, _, rest = token.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != os.uname().nodename or not pid_text.isdigit() or int(pid_text) == os.getpid():
+    pid = _token_pid_here(token)
+    if pid is None or pid == os.getpid():
         return False
     try:
-        stat = Path(f"/proc/{pid_text}/stat").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return True
     return stat.rsplit(")", 1)[1].split()[0] == "Z"

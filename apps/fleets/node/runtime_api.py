@@ -144,8 +144,8 @@ def _set_answer(command: str, answer: str) -> None:
         raise RuntimeApiError(command, answer)
 
 
-def _del_answer(command: str, answer: str) -> None:
-    # A key that is not there is not an error.
+def _absent_ok_answer(command: str, answer: str) -> None:
+    # A key that is not there is not an error (a `del map`, or the `set map` tried before an `add map`).
     if answer.strip() and "not found" not in answer.lower():
         raise RuntimeApiError(command, answer)
 
@@ -246,7 +246,7 @@ class HAProxySocket:
     def del_map_entry(self, name: str, key: str) -> None:
         """Remove every entry for `key`; a key that is not there is not an error."""
         command = f"del map {_check_map(name)} {_map_key(key)}"
-        _del_answer(command, self.command(command))
+        _absent_ok_answer(command, self.command(command))
 
     def map_lookup(self, name: str, key: str) -> tuple[str, str] | None:
         """The live entry `get map` matches for `key` with the map's own match (longest prefix for
@@ -274,12 +274,12 @@ class HAProxySocket:
         reads += [f"get map {name} {_cli_escape(key)}" for key in delta.removed]
         answers = self.batch([*ahead, *moves, *removes, *reads])
         for command, answer in zip(ahead, answers[:len(ahead)], strict=True):
-            _del_answer(command, answer)  # "not found" is the usual answer
+            _absent_ok_answer(command, answer)  # "not found" is the usual answer
         answers = answers[len(ahead):]
         for command, answer in zip(moves, answers[:len(moves)], strict=True):
             _set_answer(command, answer)
         for command, answer in zip(removes, answers[len(moves):len(moves) + len(removes)], strict=True):
-            _del_answer(command, answer)
+            _absent_ok_answer(command, answer)
         found = [parse_get_map(answer) for answer in answers[len(moves) + len(removes):]]
         for (key, value), live in zip(wanted, found[:len(wanted)], strict=True):
             if live != (key, value):

@@ -8,7 +8,6 @@ reconcile picks the rollout up where it stood.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from datetime import timedelta
 
@@ -16,7 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.core.commits import asynchronous_commit
-from apps.core.locks import process_gone, process_token
+from apps.core.locks import made_by_this_process, process_gone, process_token
 from apps.fleets.models import Fleet
 
 logger = logging.getLogger(__name__)
@@ -37,8 +36,7 @@ def new_owner() -> str:
 def _owner_gone(owner: str) -> bool:
     """The lease holder ran on this host and its process no longer exists, or it is this process and no reconcile
     of its own holds it."""
-    host, _, rest = owner.partition(":")
-    if host == os.uname().nodename and rest.partition(":")[0] == str(os.getpid()):
+    if made_by_this_process(owner):
         with _HELD_LOCK:
             return owner not in _HELD
     return process_gone(owner)

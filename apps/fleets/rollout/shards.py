@@ -108,19 +108,46 @@ def _take_over_here(queue: str) -> None:
         connection.close()  # this thread's own: the worker keeps one connection per task thread
 
 
-class ShardKeeper(threading.Thread):
+class _QueueLeaseThread(threading.Thread):
+    """A worker's thread that steps on a queue's lease every RENEW_S (from `start_after_s` on) until stopped, and
+    releases the lease if it holds it then."""
+
+    start_after_s = 0.0
+    holding: bool | None
+    token: str
+
+    def __init__(self, consumer: Any, queue: str, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self.consumer, self.queue = consumer, queue
+        self.stopped = threading.Event()
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def run(self) -> None:
+        if self.stopped.wait(self.start_after_s):
+            return
+        while not self.stopped.is_set():
+            try:
+                self.step()
+            except Exception:  # a thread that dies would leave the queue to no one
+                logger.exception("fleet shard %s: %s step failed", self.queue, type(self).__name__)
+            self.stopped.wait(RENEW_S)
+        if self.holding:
+            lease_release(self.queue, self.token)
+
+
+class ShardKeeper(_QueueLeaseThread):
     """In a worker: hold the queue's lease and consume it, or wait as its standby with the consumer cancelled.
     Consumer operations run in the consumer's own loop (consumer.call_soon), as Celery's remote control does."""
 
     def __init__(self, consumer: Any, queue: str) -> None:
-        super().__init__(name=f"spillway-shard-{queue}", daemon=True)
-        self.consumer, self.queue = consumer, queue
+        super().__init__(consumer, queue, f"spillway-shard-{queue}")
         # This host and process in the token: a standby on the same host takes the queue over as soon as this
         # process is gone (cache_lease), not LEASE_S later; one elsewhere waits LEASE_S.
         self.token = process_token(consumer.hostname)
         # None: just started, consuming the queue (a worker restarted by a supervisor takes over like a standby)
-        self.holding: bool | None = None
-        self.stopped = threading.Event()
+        self.holding = None
 
     def step(self) -> None:
         held = lease_try(self.queue, self.token)
@@ -142,28 +169,19 @@ class ShardKeeper(threading.Thread):
             with contextlib.suppress(Exception):
                 cache.set(_WAITING.format(self.queue), self.token, timeout=LEASE_S)
 
-    def run(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                self.step()
-            except Exception:  # a keeper that dies would leave the shard to no one
-                logger.exception("fleet shard %s: lease step failed", self.queue)
-            self.stopped.wait(RENEW_S)
-        if self.holding:
-            lease_release(self.queue, self.token)
 
 
-class ShardCover(threading.Thread):
+class ShardCover(_QueueLeaseThread):
     """In a worker of another shard: consume a queue that none of its own workers holds, and hand it back as soon
     as one of them stands by. The price of covering is a render of the shard's lanes here, and another on return."""
 
+    start_after_s = COVER_AFTER_START_S
+
     def __init__(self, consumer: Any, queue: str) -> None:
-        super().__init__(name=f"spillway-cover-{queue}", daemon=True)
-        self.consumer, self.queue = consumer, queue
+        super().__init__(consumer, queue, f"spillway-cover-{queue}")
         self.token = process_token(f"{consumer.hostname} covering")
         self.holding = False
         self.vacant_since: float | None = None
-        self.stopped = threading.Event()
 
     def _vacant(self) -> bool:
         try:
@@ -195,23 +213,12 @@ class ShardCover(threading.Thread):
         self.holding = True
         _take_over_here(self.queue)
 
-    def run(self) -> None:
-        if self.stopped.wait(COVER_AFTER_START_S):
-            return
-        while not self.stopped.is_set():
-            try:
-                self.step()
-            except Exception:
-                logger.exception("fleet shard %s: cover step failed", self.queue)
-            self.stopped.wait(RENEW_S)
-        if self.holding:
-            lease_release(self.queue, self.token)
 
 
-_KEEPERS: list[ShardKeeper | ShardCover] = []
+_KEEPERS: list[_QueueLeaseThread] = []
 
 
-def start_keepers(consumer: Any) -> list[ShardKeeper | ShardCover]:
+def start_keepers(consumer: Any) -> list[_QueueLeaseThread]:
     """For each fleet shard queue the worker consumes, a keeper (the first step runs here, before the worker
     takes a second message), and a cover for each other shard queue. Without a shared cache (SQLite `make run`:
     one worker per shard) there is none."""
