@@ -207,13 +207,15 @@ def enforced_plan(
     capacities: Mapping[str, float],
     policy: Policy,
     overload: str = "absorb",
+    weights: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Plan:
     """What the rendered rules serve where, for `node_demand` (node -> (its region, req/s)).
 
     Each node walks its chain (limits from `shares`): a limited step takes up to its per-node
     limit (the chain admits until this node's rate to the step reaches it), an unlimited step takes
     the rest. What a chain of only limited steps leaves is spread over its steps in proportion to
-    their capacities (`absorb`, the renderer's overload pass) or answered 503 (`shed`, counted as
+    their capacities or the node's `weights` (`absorb`, the overload pass; the enforcement loop sets
+the weights, `shares.absorb_weights`) or answered 503 (`shed`, counted as
     `unserved`); a node with an empty chain serves nothing (`unserved`).
     """
     demand: dict[str, float] = {}
@@ -238,11 +240,12 @@ def enforced_plan(
         if left > 0 and overload == "shed":
             unserved[region] = unserved.get(region, 0.0) + left
         elif left > 0:
-            weights = [capacities.get(r, 0.0) for r, _ in steps]
-            if any(math.isinf(w) for w in weights) or sum(weights) <= 0:
-                weights = [1.0] * len(steps)
-            for (step_region, _), weight in zip(steps, weights, strict=True):
-                row[step_region] = row.get(step_region, 0.0) + left * weight / sum(weights)
+            given = weights.get(node) if weights is not None else None
+            spread = [(given or capacities).get(r, 0.0) for r, _ in steps]
+            if any(math.isinf(w) for w in spread) or sum(spread) <= 0:
+                spread = [1.0] * len(steps)
+            for (step_region, _), weight in zip(steps, spread, strict=True):
+                row[step_region] = row.get(step_region, 0.0) + left * weight / sum(spread)
     served = {origin: {r: v for r, v in sorted(row.items()) if v > 0} for origin, row in sorted(served.items())}
     unserved_all = {origin: unserved.get(origin, 0.0) for origin in sorted(demand)}
     return Plan(policy=policy, served=served, unserved=unserved_all,

@@ -140,6 +140,10 @@ class Steering:
     def dial(self, region: str) -> float:
         return float(self.dials.get(region, 1.0))
 
+    def static(self) -> Steering:
+        """What a rendered config knows: the configured order and dials, not the health decisions."""
+        return Steering(preferred=self.preferred, dials=self.dials)
+
     def effective(self, caps: Mapping[str, float]) -> dict[str, float]:
         """Capacities as the policy may use them: drained regions 0, dialled ones scaled."""
         out = {}

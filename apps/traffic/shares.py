@@ -22,6 +22,15 @@ Two rules, both keeping sum(limits of region r over all nodes) <= C_r:
   at once. Only idle nodes hold more than their planned share, so under sustained demand the sum
   over the nodes that carry it still stays within capacity.
 
+Steering (`overflow.Steering`): the chains follow the pool's configured order (preferred regions
+first: what the rendered maps hold), the plan follows every decision (failed-over and drained regions
+too), so a failed-over region is skipped by its limits, not by reordering a node's chain at run time.
+Under the spray policies the leftover capacity is not handed to anyone's first step (that would be
+waterfall again): limits are the planned shares, and what arrives past them is spread by the overload
+pass in proportion to `absorb_weights` (capacity under spray to world, spare capacity of the other
+regions under spray to region). A `shed` pool gets REMOTE_HEADROOM over its planned shares instead,
+since past its limits it answers 503.
+
 Limits are integers (req/s per node, floored). None = unlimited (unlimited capacity).
 """
 
@@ -30,7 +39,18 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from apps.traffic.overflow import Distances, Policy, RegionCapacity, capacity_by_region, plan
+from apps.traffic.overflow import (
+    NO_STEERING,
+    SPRAY_POLICIES,
+    SPRAY_TO_REGION,
+    Distances,
+    Plan,
+    Policy,
+    RegionCapacity,
+    Steering,
+    capacity_by_region,
+    plan,
+)
 from apps.traffic.thresholds import region_chain
 
 Limits = dict[str, dict[str, int | None]]  # node -> target region -> req/s (None = unlimited)
@@ -55,10 +75,13 @@ def _spread(amount: float, weights: Mapping[str, float]) -> dict[str, float]:
 
 
 def static_limits(
-    capacities: Iterable[RegionCapacity], node_regions: Mapping[str, str], distances: Distances, policy: Policy
+    capacities: Iterable[RegionCapacity], node_regions: Mapping[str, str], distances: Distances, policy: Policy,
+    steering: Steering = NO_STEERING,
 ) -> Limits:
-    caps = capacity_by_region(capacities)
-    chains = {region: region_chain(region, caps, distances, policy) for region in set(node_regions.values())}
+    raw = capacity_by_region(capacities)
+    chains = {region: region_chain(region, raw, distances, policy, steering.static())
+              for region in set(node_regions.values())}
+    caps = steering.effective(raw)
     own: dict[str, list[str]] = {}
     for node, region in node_regions.items():
         own.setdefault(region, []).append(node)
@@ -87,12 +110,13 @@ def static_steps(
     distances: Distances,
     policy: Policy,
     nodes_per_region: Mapping[str, int],
+    steering: Steering = NO_STEERING,
 ) -> list[tuple[str, int | None]]:
     """The chain one node of `fleet_region` renders, with its static shares (steps at 0 are kept:
     the enforcement loop raises them at run time)."""
     node_regions = {f"{region}#{i}": region for region, count in nodes_per_region.items() for i in range(count)}
     node_regions.setdefault(f"{fleet_region}#0", fleet_region)
-    row = static_limits(capacities, node_regions, distances, policy)[f"{fleet_region}#0"]
+    row = static_limits(capacities, node_regions, distances, policy, steering)[f"{fleet_region}#0"]
     return list(row.items())
 
 
@@ -102,14 +126,32 @@ def dynamic_limits(
     demand: Mapping[str, float],
     distances: Distances,
     policy: Policy,
+    steering: Steering = NO_STEERING,
+    overload: str = "absorb",
 ) -> Limits:
     """Limits from observed per-node demand (req/s arriving at each node for this pool)."""
-    caps = capacity_by_region(capacities)
-    chains = {region: region_chain(region, caps, distances, policy) for region in set(node_regions.values())}
+    return planned_limits(capacities, node_regions, demand, distances, policy, steering, overload)[0]
+
+
+def planned_limits(
+    capacities: Sequence[RegionCapacity],
+    node_regions: Mapping[str, str],
+    demand: Mapping[str, float],
+    distances: Distances,
+    policy: Policy,
+    steering: Steering = NO_STEERING,
+    overload: str = "absorb",
+) -> tuple[Limits, Plan]:
+    """`dynamic_limits` and the plan they enforce (for `absorb_weights`)."""
+    raw = capacity_by_region(capacities)
+    chains = {region: region_chain(region, raw, distances, policy, steering.static())
+              for region in set(node_regions.values())}
+    caps = steering.effective(raw)
     region_demand: dict[str, float] = {}
     for node, region in node_regions.items():
         region_demand[region] = region_demand.get(region, 0.0) + max(0.0, demand.get(node, 0.0))
-    result = plan(region_demand, capacities, distances, policy)
+    result = plan(region_demand, capacities, distances, policy, steering)
+    spray = policy in SPRAY_POLICIES
 
     shares: dict[str, dict[str, float]] = {node: {} for node in node_regions}
     used: dict[str, float] = {}
@@ -131,21 +173,32 @@ def dynamic_limits(
         # here rather than pushed down the chain until the next run; and for the nodes of a full region
         # whose next step this is, so the jitter of a demand right at capacity is served here, not shed
         # (one node at 1x of its region: 5% answered 503 while the neighbour stood idle).
-        remote = {n: shares[n].get(target, 0.0) for n, r in node_regions.items()
-                  if r != target and shares[n].get(target, 0.0) > 0}
-        remote |= {n: max(0.0, demand.get(n, 0.0)) for n, r in node_regions.items()
-                   if r in full and n not in remote and demand.get(n, 0.0) > 0
-                   and chains[r][1:2] == [target]}
-        extra = min(left, REMOTE_HEADROOM * sum(remote.values()))
-        for node, part in _spread(extra, remote).items():
-            shares[node][target] = shares[node].get(target, 0.0) + part
-        left -= extra
+        if spray:
+            # No first step gets the rest (that is waterfall): the overload pass sprays what arrives past
+            # the planned shares (a shed pool gets headroom on its last step instead, `_shed_headroom`).
+            # Spray to region keeps its own region first: the rest of it stays with its own nodes.
+            if policy != SPRAY_TO_REGION or not _own_first(target, steering):
+                continue
+        else:
+            remote = {n: shares[n].get(target, 0.0) for n, r in node_regions.items()
+                      if r != target and shares[n].get(target, 0.0) > 0}
+            remote |= {n: max(0.0, demand.get(n, 0.0)) for n, r in node_regions.items()
+                       if r in full and n not in remote and demand.get(n, 0.0) > 0
+                       and chains[r][1:2] == [target]}
+            extra = min(left, REMOTE_HEADROOM * sum(remote.values()))
+            for node, part in _spread(extra, remote).items():
+                shares[node][target] = shares[node].get(target, 0.0) + part
+            left -= extra
+            if not _own_first(target, steering):
+                continue  # failed over or dialled: its own nodes get their planned share, no more
         own = {n: max(0.0, demand.get(n, 0.0)) for n, r in node_regions.items() if r == target}
         if not own:
             own = {n: max(0.0, demand.get(n, 0.0)) for n, r in node_regions.items() if target in chains[r]}
         for node, part in _spread(left, own).items():
             shares[node][target] = shares[node].get(target, 0.0) + part
 
+    if spray and overload == "shed":
+        _shed_headroom(shares, caps, chains, node_regions, steering)
     limits: Limits = {}
     for node, region in node_regions.items():
         limits[node] = {
@@ -162,11 +215,68 @@ def dynamic_limits(
             take = min(excess, row.get(target) or 0)
             row[target] = (row.get(target) or 0) - take
             excess -= take
-    return limits
+    return limits, result
+
+
+def _shed_headroom(shares: dict[str, dict[str, float]], caps: Mapping[str, float],
+                   chains: Mapping[str, list[str]], node_regions: Mapping[str, str], steering: Steering) -> None:
+    """A spraying `shed` pool answers 503 past a node's limits, so a node's jitter needs room; given on
+    the last step of its chain with capacity left, the earlier steps still fill to exactly their
+    planned shares (headroom on every step would fill the first ones past theirs, waterfall again)."""
+    left = {t: c - sum(row.get(t, 0.0) for row in shares.values()) for t, c in caps.items() if not math.isinf(c)}
+    for node, region in sorted(node_regions.items()):
+        want = REMOTE_HEADROOM * sum(shares[node].values())
+        for target in reversed(chains[region]):
+            if want > 0 and left.get(target, 0.0) > 0 and target not in steering.failed_over:
+                extra = min(want, left[target])
+                shares[node][target] = shares[node].get(target, 0.0) + extra
+                left[target] -= extra
+                break
+
+
+def _own_first(region: str, steering: Steering) -> bool:
+    """A region whose own nodes may take its leftover capacity first: not failed over nor dialled down
+    (both must serve their own traffic only as planned)."""
+    return region not in steering.failed_over and steering.dial(region) == 1.0
+
+
+def absorb_weights(policy: Policy, capacities: Sequence[RegionCapacity], node_regions: Mapping[str, str],
+                   chains: Mapping[str, Sequence[str]], result: Plan | None,
+                   steering: Steering = NO_STEERING) -> dict[str, dict[str, float]]:
+    """{node: {region: weight}}: how the overload pass spreads what arrives past every limit of a node.
+
+    By capacity over the best steering tier of the node's chain that has any (a failed-over region
+    takes overload only when no healthy one can); under spray to region, by the spare capacity the
+    plan leaves in the other regions (the node's own region is full when its traffic gets here), by
+    capacity when no region has any. Unlimited regions share evenly."""
+    caps = steering.effective(capacity_by_region(capacities))
+    spare = {f.region: max(0.0, caps.get(f.region, 0.0) - f.served) for f in result.flows} if result else {}
+    out: dict[str, dict[str, float]] = {}
+    for node, region in node_regions.items():
+        chain = list(chains.get(node, ()))
+        weights: dict[str, float] = {}
+        if policy == SPRAY_TO_REGION:
+            weights = _best_tier({r: spare.get(r, 0.0) for r in chain if r != region}, steering)
+        if not weights:
+            weights = _best_tier({r: caps.get(r, 0.0) for r in chain}, steering)
+        unlimited = [r for r, w in weights.items() if math.isinf(w)]
+        if unlimited:
+            weights = dict.fromkeys(unlimited, 1.0)
+        out[node] = {r: weights.get(r, 0.0) for r in chain}
+    return out
+
+
+def _best_tier(weights: Mapping[str, float], steering: Steering) -> dict[str, float]:
+    positive = {r: w for r, w in weights.items() if w > 0}
+    if not positive:
+        return {}
+    best = min(steering.tier(r)[0] for r in positive)  # failed over or not; preference orders the walk only
+    return {r: w for r, w in positive.items() if steering.tier(r)[0] == best}
 
 
 def reserve_idle(limits: Limits, capacities: Sequence[RegionCapacity], node_regions: Mapping[str, str],
-                 demand: Mapping[str, float]) -> Limits:
+                 demand: Mapping[str, float], policy: Policy | None = None,
+                 steering: Steering = NO_STEERING) -> Limits:
     """`dynamic_limits` with every idle node of a region keeping at least its static share of that region.
 
     When ingress moves onto a node that had no demand (one node -> 80/20), its own region serves what
@@ -174,13 +284,15 @@ def reserve_idle(limits: Limits, capacities: Sequence[RegionCapacity], node_regi
     requests overflowing, react_s 2.1-2.4 s). The sum of limits over a region's nodes with demand still
     never exceeds its capacity; an idle node adds under IDLE_FRACTION of a share until the next run
     sees its demand and gives it a planned share (the region's other nodes then get less)."""
-    caps = capacity_by_region(capacities)
+    if policy == "spray_to_world":
+        return limits  # no region is a node's own under spray to world: nothing to reserve
+    caps = steering.effective(capacity_by_region(capacities))
     own: dict[str, list[str]] = {}
     for node, region in node_regions.items():
         own.setdefault(region, []).append(node)
     for region, nodes in own.items():
         cap = caps.get(region, 0.0)
-        if len(nodes) < 2 or math.isinf(cap) or cap <= 0:
+        if len(nodes) < 2 or math.isinf(cap) or cap <= 0 or not _own_first(region, steering):
             continue
         share = _floor(cap / len(nodes))
         for node in nodes:

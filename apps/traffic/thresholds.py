@@ -38,11 +38,13 @@ from typing import Final, Literal
 
 from apps.traffic.overflow import (
     ISOLATION,
-    WATERFALL,
+    NO_STEERING,
+    POLICIES,
     Distances,
     PlanInputError,
     Policy,
     RegionCapacity,
+    Steering,
     capacity_by_region,
     region_order,
 )
@@ -54,15 +56,20 @@ Step = tuple[str, int | None]  # (region, rate_limit_per_node req/s; None = no l
 
 
 def region_chain(
-    fleet_region: str, capacities: Mapping[str, float], distances: Distances, policy: Policy
+    fleet_region: str, capacities: Mapping[str, float], distances: Distances, policy: Policy,
+    steering: Steering = NO_STEERING,
 ) -> list[str]:
-    """Regions a node of `fleet_region` may send to, nearest first (no limits yet)."""
+    """Regions a node of `fleet_region` may send to, in the order it uses them (no limits yet).
+
+    Every policy but isolation walks the same chain (steering tier, then nearest first); the spray
+    policies differ in the limits and the absorb weights the enforcement loop sets on it."""
+    if policy not in POLICIES:
+        raise PlanInputError("invalid_policy", f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    capacities = steering.effective(capacities)
     if policy == ISOLATION:
         return [fleet_region] if capacities.get(fleet_region, 0.0) > 0 else []
-    if policy != WATERFALL:
-        raise PlanInputError("invalid_policy", f"policy must be waterfall or isolation, got {policy!r}")
     chain: list[str] = []
-    for region in region_order(fleet_region, capacities, distances):
+    for region in region_order(fleet_region, capacities, distances, steering):
         capacity = capacities[region]
         if capacity <= 0:
             continue
