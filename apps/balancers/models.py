@@ -169,9 +169,11 @@ class Pool(models.Model):
         LEASTCONN = "leastconn"
         SOURCE = "source"
 
-    class OverflowPolicy(models.TextChoices):
+    class OverflowPolicy(models.TextChoices):  # semantics: apps/traffic/overflow.py
         WATERFALL = "waterfall"
         ISOLATION = "isolation"
+        SPRAY_TO_REGION = "spray_to_region"
+        SPRAY_TO_WORLD = "spray_to_world"
 
     TENANT_PATH = "org"
 
@@ -187,6 +189,10 @@ class Pool(models.Model):
         SHED = "shed"  # every region at capacity: answer 503 with Retry-After
 
     overload = models.CharField(max_length=8, choices=Overload.choices, default=Overload.ABSORB)
+    # Steering (apps/traffic/overflow.py, "Steering"; decisions with hysteresis: apps/traffic/steering.py).
+    preferred_regions = models.JSONField(default=list, blank=True)  # region slugs, most preferred first
+    failover_threshold = models.FloatField(null=True, blank=True)  # healthy share 0.01..0.99; None = off
+    auto_drain = models.BooleanField(default=False)  # drain a region under 25% healthy (at most half of them)
     health_path = models.CharField(max_length=1024, blank=True, default="/")
     health_interval_s = models.PositiveIntegerField(default=2)
     health_rise = models.PositiveIntegerField(default=2)
@@ -216,12 +222,15 @@ class PoolRegion(models.Model):
     region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="+")
     max_rate_per_member = models.FloatField(null=True, blank=True)  # None = unlimited
     capacity_scaler = models.FloatField(default=1.0)
+    traffic_dial = models.FloatField(default=1.0)  # share of the region's own traffic it accepts (0..1)
 
     objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["pool", "region"], name="pool_region_unique"),
+            models.CheckConstraint(condition=Q(traffic_dial__gte=0, traffic_dial__lte=1),
+                                   name="pool_region_dial_range"),
             models.CheckConstraint(
                 condition=Q(capacity_scaler=0) | Q(capacity_scaler__gte=0.1, capacity_scaler__lte=1.0),
                 name="pool_region_scaler_range",

@@ -29,18 +29,31 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from django.core.cache import cache
+from django.db.models import Count
 
-from apps.balancers.models import LoadBalancer, Pool, RegionDistance
+from apps.balancers.models import LoadBalancer, Member, Pool, RegionDistance
+from apps.events.services import event_emit
 from apps.fleets import queries
-from apps.fleets.config.render.chain import DEMAND_TABLE, LIMITS_MAP, RATES_TABLE, UNLIMITED, USABLE_MAP, backend_name
+from apps.fleets.config.render.chain import (
+    ABSORB_MAP,
+    DEMAND_TABLE,
+    LIMITS_MAP,
+    RATES_TABLE,
+    UNLIMITED,
+    USABLE_MAP,
+    absorb_thresholds,
+    backend_name,
+)
 from apps.fleets.models import Node
 from apps.fleets.node.apply import NODE_ERRORS
-from apps.fleets.node.showstat import backend_usable, parse_backend_usable, parse_show_stat
+from apps.fleets.node.showstat import backend_usable, parse_backend_active, parse_backend_usable, parse_show_stat
 from apps.fleets.node.transports import transport_for
 from apps.fleets.node.transports.base import NodeConn
-from apps.traffic.overflow import PlanInputError
-from apps.traffic.selectors import pool_capacities_many
-from apps.traffic.shares import Limits, dynamic_limits, reserve_idle, static_limits
+from apps.traffic import steering as decisions
+from apps.traffic.overflow import SPRAY_POLICIES, PlanInputError, Steering, capacity_by_region
+from apps.traffic.selectors import pool_capacities_many, pool_steerings
+from apps.traffic.shares import Limits, absorb_weights, planned_limits, reserve_idle, static_limits
+from apps.traffic.thresholds import region_chain
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +61,7 @@ _ROW_RE = re.compile(r"key=(\S+) .*?http_req_rate\(\d+\)=(\d+)")
 _CNT_RE = re.compile(r"key=(\S+) .*?http_req_cnt=(\d+)")
 _SET_BATCH = 50  # `set map` commands per CLI line (`;`-separated)
 _HOLD_KEY = "spillway:overflow-hold:{}"
+_DECISION_KEY = "spillway:steering:{}"  # a pool's failover / auto-drain decision (traffic.steering), JSON
 _LEASE_KEY = "spillway:enforcer-lease"
 LEASE_S = 2  # an enforcer that has not run for this long has lost its lease to a standby (or to beat)
 
@@ -108,6 +122,8 @@ class NodeReading:
     live_limits: dict[str, str] = field(default_factory=dict)
     live_usable: dict[str, str] = field(default_factory=dict)
     rates: dict[str, float] = field(default_factory=dict)  # step backend -> this node's sliding rate to it
+    active: dict[str, int] = field(default_factory=dict)  # backend -> usable active servers
+    live_absorb: dict[str, str] = field(default_factory=dict)
     error: str = ""
 
 
@@ -194,10 +210,12 @@ def read_node(node: Node, region: str, run: Callable[[str], str] | None = None) 
         at = time.monotonic()
         demand = {int(k): v for k, v in parse_show_table(table).items() if k.isdigit()}
         counts = {int(k): v for k, v in parse_show_table_counts(table).items() if k.isdigit()}
-        usable = {be: int(ok) for be, ok in parse_backend_usable(run("show stat -1 2 -1")).items()}
+        stat = run("show stat -1 2 -1")
+        usable = {be: int(ok) for be, ok in parse_backend_usable(stat).items()}
         return NodeReading(node.pk, region, True, demand, counts, at, usable,
                            _parse_map(run(f"show map {LIMITS_MAP}")), _parse_map(run(f"show map {USABLE_MAP}")),
-                           parse_show_table(run(f"show table {RATES_TABLE}")))
+                           parse_show_table(run(f"show table {RATES_TABLE}")), parse_backend_active(stat),
+                           _parse_map(run(f"show map {ABSORB_MAP}")))
     except NODE_ERRORS as exc:
         return NodeReading(node.pk, region, False, error=str(exc))
     finally:
@@ -219,41 +237,106 @@ def lb_nodes() -> dict[int, dict[int, tuple[Node, str]]]:
     return {lb: nodes for lb, nodes in out.items() if kinds.get(lb) == LoadBalancer.Kind.HAPROXY}
 
 
+@dataclass
+class Desired:
+    limits: dict[int, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))  # node -> backend -> limit
+    absorb: dict[int, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))  # node -> backend -> threshold
+    modes: dict[int, str] = field(default_factory=dict)  # pool -> "dynamic" | "static" (| "held ...")
+
+
 def desired_limits(readings: dict[int, NodeReading], lbs: dict[int, dict[int, tuple[Node, str]]],
-                   step_down: float | None = None) -> tuple[dict[int, dict[str, int]], dict[int, str]]:
-    """({node id: {backend: limit}}, {pool id: "dynamic" | "static"}) for every pool of those LBs.
+                   step_down: float | None = None, now: float | None = None) -> Desired:
+    """Every node's limits and overload weights for every pool of those LBs, and each pool's mode.
 
     With `step_down` (the enforcer's), a dynamic limit falls in steps its node's rate can follow
-    (`_step_down`) rather than at once."""
+    (`_step_down`) rather than at once. A pool with a failover threshold or auto drain gets its
+    decision from the nodes' healthy shares (`traffic.steering`, kept between runs in the cache)."""
     distances = {(d.src.slug, d.dst.slug): d.rtt_ms for d in RegionDistance.objects.select_related("src", "dst")}
     pools = list(Pool.objects.filter(lb_id__in=list(lbs)).order_by("pk"))
     caps = pool_capacities_many(pools)
-    wanted: dict[int, dict[str, int]] = defaultdict(dict)
-    modes: dict[int, str] = {}
+    configured = pool_steerings(pools)
+    members = _member_counts([p for p in pools if p.failover_threshold is not None or p.auto_drain])
+    out = Desired()
     for pool in pools:
-        members = lbs[pool.lb_id]
-        node_regions = {str(nid): region for nid, (_, region) in members.items()}
-        fresh = all(readings[nid].reachable for nid in members)
+        nodes = lbs[pool.lb_id]
+        node_regions = {str(nid): region for nid, (_, region) in nodes.items()}
+        fresh = all(readings[nid].reachable for nid in nodes)
+        policy = pool.overflow_policy
+        steering = configured[pool.pk]
+        if pool.pk in members and fresh:
+            steering = _decide(pool, steering, members[pool.pk], readings, list(nodes), now)
         try:
+            pool_caps = caps.get(pool.pk, [])
+            result = None
             if fresh:
-                demand = {str(nid): readings[nid].demand.get(pool.pk, 0.0) for nid in members}
-                limits: Limits = dynamic_limits(caps.get(pool.pk, []), node_regions, demand, distances,
-                                                pool.overflow_policy)  # type: ignore[arg-type]
-                limits = reserve_idle(limits, caps.get(pool.pk, []), node_regions, demand)
-                if step_down is not None:
+                demand = {str(nid): readings[nid].demand.get(pool.pk, 0.0) for nid in nodes}
+                limits, result = planned_limits(pool_caps, node_regions, demand, distances, policy,  # type: ignore[arg-type]
+                                                steering, pool.overload)
+                limits = reserve_idle(limits, pool_caps, node_regions, demand, policy, steering)  # type: ignore[arg-type]
+                if step_down is not None and policy not in SPRAY_POLICIES:
                     _step_down(limits, pool.pk, readings, step_down)
             else:
-                limits = static_limits(caps.get(pool.pk, []), node_regions, distances,
-                                       pool.overflow_policy)  # type: ignore[arg-type]
+                limits = static_limits(pool_caps, node_regions, distances, policy, steering)  # type: ignore[arg-type]
+            raw = capacity_by_region(pool_caps)
+            chains = {n: region_chain(r, raw, distances, policy, steering.static())  # type: ignore[arg-type]
+                      for n, r in node_regions.items()}
+            weights = absorb_weights(policy, pool_caps, node_regions, chains, result, steering)  # type: ignore[arg-type]
         except PlanInputError:
             continue
         held = cache.get(_HOLD_KEY.format(pool.pk))
         limits = _hold(limits, node_regions, held)
-        modes[pool.pk] = ("held " if held else "") + ("dynamic" if fresh else "static")
+        out.modes[pool.pk] = ("held " if held else "") + ("dynamic" if fresh else "static")
         for nid, row in limits.items():
             for region, limit in row.items():
-                wanted[int(nid)][backend_name(pool.pk, region, "http")] = UNLIMITED if limit is None else limit
-    return wanted, modes
+                out.limits[int(nid)][backend_name(pool.pk, region, "http")] = UNLIMITED if limit is None else limit
+        for nid, row in weights.items():
+            live = readings[int(nid)].live_absorb
+            steps = [(backend_name(pool.pk, r, "http"), w) for r, w in row.items()
+                     if backend_name(pool.pk, r, "http") in live]
+            out.absorb[int(nid)].update(absorb_thresholds(steps))
+    return out
+
+
+def _member_counts(pools: list[Pool]) -> dict[int, dict[str, int]]:
+    """{pool id: {region: configured members}} for the pools whose steering follows health."""
+    counts: dict[int, dict[str, int]] = {p.pk: {} for p in pools}
+    if pools:
+        for pool_id, region, n in Member.objects.filter(pool__in=pools).values_list("pool_id", "region__slug").annotate(
+                n=Count("pk")).values_list("pool_id", "region__slug", "n"):
+            counts[pool_id][region] = n
+    return counts
+
+
+def _decide(pool: Pool, steering: Steering, members: dict[str, int], readings: dict[int, NodeReading],
+            node_ids: list[int], now: float | None) -> Steering:
+    """Failover / drain for this run: each region's healthy share is the mean over the pool's nodes of
+    usable active servers / configured members; transitions are recorded as events, once each."""
+    shares = {}
+    for region, total in members.items():
+        backend = backend_name(pool.pk, region, "http")
+        seen = [readings[nid].active.get(backend) for nid in node_ids]
+        seen = [v for v in seen if v is not None]
+        if total and seen:
+            shares[region] = min(1.0, sum(seen) / len(seen) / total)
+    key = _DECISION_KEY.format(pool.pk)
+    previous = decisions.Decision.from_json(cache.get(key))
+    decision, changes = decisions.decide(shares, pool.failover_threshold, pool.auto_drain, previous,
+                                         time.time() if now is None else now)
+    if decision != previous:
+        cache.set(key, decision.to_json(), timeout=None)
+    for change in changes:
+        event_emit(f"steering.{change.action}", org=pool.org, obj=pool,
+                   data={"region": change.region, "healthy_share": round(change.healthy_share, 3),
+                         "failover_threshold": pool.failover_threshold, "auto_drain": pool.auto_drain})
+        logger.info("pool %s: region %s %s (healthy share %.2f)", pool.pk, change.region, change.action,
+                    change.healthy_share)
+    return Steering(preferred=steering.preferred, dials=steering.dials, failed_over=decision.failed_over,
+                    drained=decision.drained)
+
+
+def steering_decision(pool_id: int) -> decisions.Decision:
+    """The failover / drain decision the enforcement loop holds for a pool now (for pages and the what-if)."""
+    return decisions.Decision.from_json(cache.get(_DECISION_KEY.format(pool_id)))
 
 
 def _step_down(limits: Limits, pool_id: int, readings: dict[int, NodeReading], gap: float) -> None:
@@ -278,11 +361,13 @@ def _step_down(limits: Limits, pool_id: int, readings: dict[int, NodeReading], g
             row[region] = max(limit, min(int(live), math.floor(rate - gap * (rate - limit))))
 
 
-def _apply(node: Node, reading: NodeReading, limits: dict[str, int],
+def _apply(node: Node, reading: NodeReading, limits: dict[str, int], absorb: dict[str, int] | None = None,
            run: Callable[[str], str] | None = None) -> int:
     """Send the `set map` commands that make the node's live maps what they should be; returns the count."""
     commands = [f"set map {LIMITS_MAP} {be} {value}" for be, value in sorted(limits.items())
                 if be in reading.live_limits and reading.live_limits[be] != str(value)]
+    commands += [f"set map {ABSORB_MAP} {be} {value}" for be, value in sorted((absorb or {}).items())
+                 if be in reading.live_absorb and reading.live_absorb[be] != str(value)]
     commands += [f"set map {USABLE_MAP} {be} {value}" for be, value in sorted(reading.usable.items())
                  if be in reading.live_usable and reading.live_usable[be] != str(value)]
     if not commands:
@@ -361,9 +446,10 @@ def enforce(lb_ids: Collection[int] | None = None, meter: DemandMeter | None = N
     if meter is not None:
         for reading in readings.values():
             meter.observe(reading)
-    wanted, modes = desired_limits(readings, lbs, STEP_DOWN_GAP if meter is not None else None)
+    desired = desired_limits(readings, lbs, STEP_DOWN_GAP if meter is not None else None)
     reachable = [nid for nid in ids if readings[nid].reachable]
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(reachable)))) as pool:
-        sets = sum(pool.map(lambda nid: _apply(nodes[nid][0], readings[nid], wanted.get(nid, {})), reachable))
+        sets = sum(pool.map(lambda nid: _apply(nodes[nid][0], readings[nid], desired.limits.get(nid, {}),
+                                               desired.absorb.get(nid, {})), reachable))
     return {"nodes": len(ids), "unreachable": [nid for nid in ids if not readings[nid].reachable],
-            "sets": sets, "pools": modes, "ms": round((time.monotonic() - started) * 1000.0, 1)}
+            "sets": sets, "pools": desired.modes, "ms": round((time.monotonic() - started) * 1000.0, 1)}

@@ -54,8 +54,8 @@ from apps.fleets.models import (
     Rollout,
 )
 from apps.fleets.node.transports import NodeConn
-from apps.traffic.overflow import PlanInputError
-from apps.traffic.selectors import pool_capacities_many
+from apps.traffic.overflow import NO_STEERING, PlanInputError
+from apps.traffic.selectors import pool_capacities_many, pool_steerings
 from apps.traffic.shares import static_steps
 
 # `show stat` rows that summarise a proxy rather than describe one server.
@@ -168,6 +168,7 @@ def _fleet_snapshot(fleet: Fleet, revision: int) -> tuple[FleetSnapshot, dict[st
     for m in Member.objects.filter(pool_id__in=[p.pk for p in pools]).select_related("region").order_by("pk"):
         members[m.pool_id].append(m)
     pool_caps = pool_capacities_many(pools)
+    steerings = pool_steerings(pools)
     pool_regions: dict[int, list[PoolRegion]] = defaultdict(list)
     for pr in PoolRegion.objects.filter(pool_id__in=[p.pk for p in pools]).select_related("region"):
         pool_regions[pr.pool_id].append(pr)
@@ -187,7 +188,8 @@ def _fleet_snapshot(fleet: Fleet, revision: int) -> tuple[FleetSnapshot, dict[st
         per_region = dict(nodes_per_region.get(pool.lb_id, {}))
         per_region[region] = max(1, per_region.get(region, 0))  # a fleet without nodes yet still renders
         try:
-            steps = (static_steps(capacities, region, distances, pool.overflow_policy, per_region)
+            steps = (static_steps(capacities, region, distances, pool.overflow_policy, per_region,
+                                  steerings.get(pool.pk, NO_STEERING))
                      if capacities is not None else [])
         except PlanInputError:
             steps = []  # bad capacity rows: fall back to health-only ordering (renderer default)

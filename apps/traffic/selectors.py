@@ -30,7 +30,7 @@ from apps.traffic.observe import (
     parse_backend,
     plan_to_dict,
 )
-from apps.traffic.overflow import Distances, PlanInputError, RegionCapacity, capacity_by_region, plan
+from apps.traffic.overflow import Distances, PlanInputError, RegionCapacity, Steering, capacity_by_region, plan
 from apps.traffic.shares import dynamic_limits
 from apps.traffic.thresholds import Step
 
@@ -97,6 +97,17 @@ def member_health(pool_ids: Iterable[int], *, now: datetime | None = None) -> di
         vote[0] += 1
         vote[1] += 1 if _healthy_status(status) else 0
     return {key: healthy * 2 >= total for key, (total, healthy) in votes.items()}
+
+
+def pool_steerings(pools: Iterable[Pool]) -> dict[int, Steering]:
+    """{pool id: its configured steering} (preferred regions, traffic dials; one query). The decisions
+    that follow health (failed over, drained) are the enforcement loop's (`traffic.steering`)."""
+    pools = list(pools)
+    dials: dict[int, dict[str, float]] = defaultdict(dict)
+    for pool_id, slug, dial in PoolRegion.objects.filter(pool__in=pools).exclude(traffic_dial=1.0).values_list(
+            "pool_id", "region__slug", "traffic_dial"):
+        dials[pool_id][slug] = dial
+    return {p.pk: Steering(preferred=tuple(p.preferred_regions or ()), dials=dials.get(p.pk, {})) for p in pools}
 
 
 def pool_capacities_many(

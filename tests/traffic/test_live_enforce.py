@@ -229,18 +229,19 @@ def test_a_capacity_test_holds_off_overflow_of_the_region_it_measures(two_region
     readings = {nid: NodeReading(nid, name[:2], True, demand={pool.pk: 50.0 if name == "ra1" else 0.0})
                 for name, nid in ids.items()}
     ra, rb = f"p{pool.pk}_ra", f"p{pool.pk}_rb"
-    wanted, modes = desired_limits(readings, lbs)
+    wanted = desired_limits(readings, lbs).limits
     assert wanted[ids["ra1"]][ra] == 20 and wanted[ids["ra1"]][rb] > 0  # ra (2 x 10) full, 30 overflow
     overflow_hold(pool.pk, "ra", 30)
     try:
-        wanted, modes = desired_limits(readings, lbs)
-        assert modes[pool.pk] == "held dynamic"
+        desired = desired_limits(readings, lbs)
+        wanted = desired.limits
+        assert desired.modes[pool.pk] == "held dynamic"
         assert wanted[ids["ra1"]][ra] == wanted[ids["ra2"]][ra] == 1_000_000_000
         assert wanted[ids["ra1"]][rb] == 0 and wanted[ids["rb1"]][ra] == 0
     finally:
         overflow_release(pool.pk)
     assert cache.get(f"spillway:overflow-hold:{pool.pk}") is None
-    assert desired_limits(readings, lbs)[0][ids["ra1"]][ra] == 20
+    assert desired_limits(readings, lbs).limits[ids["ra1"]][ra] == 20
 
 
 def test_starting_a_capacity_run_sets_the_held_limits_on_the_nodes_before_its_shards_start(

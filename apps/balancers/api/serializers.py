@@ -142,10 +142,15 @@ class PoolRegionInlineSerializer(TenantModelSerializer):
     max_rate_per_member = serializers.FloatField(min_value=0.001, max_value=1_000_000, allow_null=True,
                                                  required=False)
     capacity_scaler = serializers.FloatField(min_value=0, max_value=1, required=False)
+    traffic_dial = serializers.FloatField(
+        min_value=0, max_value=1, required=False,
+        help_text="Share of the traffic arriving in this region that it accepts (0..1; 1 = all). The rest is "
+                  "served elsewhere as if the region were full, and the region runs at no more than this share "
+                  "of its capacity.")
 
     class Meta:
         model = PoolRegion
-        fields = ["id", "pool", "region", "max_rate_per_member", "capacity_scaler"]
+        fields = ["id", "pool", "region", "max_rate_per_member", "capacity_scaler", "traffic_dial"]
         read_only_fields = ["pool"]
 
     def validate_capacity_scaler(self, value: float) -> float:
@@ -175,10 +180,19 @@ class PoolSerializer(OrgOwnedSerializer):
     health_expected_status = serializers.IntegerField(min_value=100, max_value=599, required=False)
     # Capacity per region, created with the pool (services.pool_create); changed later through /pool-regions/.
     regions = PoolRegionInlineSerializer(many=True, required=False, max_length=100)
+    preferred_regions = serializers.ListField(
+        child=serializers.SlugField(max_length=63), max_length=20, required=False,
+        help_text="Regions used first, most preferred first: another region (even the traffic's own) takes "
+                  "traffic only when these are full or failed over.")
+    failover_threshold = serializers.FloatField(
+        min_value=0.01, max_value=0.99, allow_null=True, required=False,
+        help_text="Healthy share of a region's members below which its traffic fails over to the nearest "
+                  "healthy region (GCP: 0.7); null = off.")
 
     class Meta:
         model = Pool
         fields = ["id", "lb", "org", "name", "algorithm", "overflow_policy", "overload",
+                  "preferred_regions", "failover_threshold", "auto_drain",
                   "health_path", "health_interval_s",
                   "health_rise", "health_fall", "health_expected_status", "regions", "created_at", "updated_at"]
         read_only_fields = ["created_at", "updated_at"]
@@ -195,6 +209,15 @@ class PoolSerializer(OrgOwnedSerializer):
                     code="regions_via_pool_regions")]})
             data = {k: v for k, v in data.items() if k != "regions"}  # sent back as read: nothing to change
         return super().to_internal_value(data)
+
+    def validate_preferred_regions(self, slugs: list[str]) -> list[str]:
+        if len(set(slugs)) != len(slugs):
+            raise serializers.ValidationError("Each region at most once.", code="duplicate_region")
+        known = set(Region.objects.filter(slug__in=slugs).values_list("slug", flat=True))
+        for slug in slugs:
+            if slug not in known:
+                raise serializers.ValidationError(f"Region {slug} does not exist.", code="unknown_region")
+        return slugs
 
     def validate_regions(self, regions: list[dict]) -> list[dict]:
         slugs = [r["region"].slug for r in regions]

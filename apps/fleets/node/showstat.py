@@ -132,18 +132,28 @@ def parse_backend_usable(text: str) -> dict[str, bool]:
 
     Usable is status UP with at least one usable server (`act` + `bck`): HAProxy 2.6 reports a backend without
     any server as UP (a pool's region before its first member), which no request should be sent to."""
+    return {px: backend_usable(status, act, bck) for px, status, act, bck in _backend_rows(text)}
+
+
+def parse_backend_active(text: str) -> dict[str, int]:
+    """{backend: its count of usable active servers} (`act`), from the same BACKEND rows: a region's healthy
+    share of members as this node sees it, for failover and auto capacity drain (apps.traffic.steering)."""
+    return {px: int_or_none(act) or 0 for px, _, act, _ in _backend_rows(text)}
+
+
+def _backend_rows(text: str) -> list[tuple[str, str, str, str]]:
     lines, index = _header(text)
     wanted = ("pxname", "svname", "status", "act", "bck")
     if missing := [name for name in wanted if name not in index]:
         raise ValueError(f"show stat header lacks {', '.join(missing)}: {lines[0][:200]!r}")
     px, sv, st, act, bck = (index[name] for name in wanted)
     split_at = max(px, sv, st, act, bck) + 1
-    usable: dict[str, bool] = {}
+    rows = []
     for line in lines[1:]:
         values = line.split(",", split_at) if '"' not in line else next(csv.reader([line]))
         if len(values) > split_at - 1 and values[sv] == "BACKEND":
-            usable[values[px]] = backend_usable(values[st], values[act], values[bck])
-    return usable
+            rows.append((values[px], values[st], values[act], values[bck]))
+    return rows
 
 
 def backend_usable(status: str, act: str, bck: str) -> bool:

@@ -89,17 +89,26 @@ def chain_files(chains: Chains, pools: dict[int, PoolSpec], manifest: ManifestBu
 
 
 def _absorb_thresholds(steps: list[tuple[str, int | None]], pool: PoolSpec) -> list[tuple[str, int]]:
-    """Cumulative capacity share of each step on a 1e6 scale (unknown or unlimited: equal weights)."""
+    """Cumulative capacity share of each step on a 1e6 scale (unknown or unlimited: equal weights). The
+    enforcement loop replaces them at run time with the pool's steering weights (`shares.absorb_weights`)."""
     caps = dict(pool.capacities)
-    regions = [backend.split("_", 1)[1] for backend, _ in steps]
-    weights = [caps.get(r) for r in regions]
-    if any(w is None for w in weights) or sum(w or 0 for w in weights) <= 0:
-        weights = [1] * len(steps)
-    total = sum(w or 0 for w in weights)
-    out, cumulative = [], 0
-    for (backend, _), weight in zip(steps, weights, strict=True):
+    return absorb_thresholds([(backend, caps.get(backend.split("_", 1)[1])) for backend, _ in steps])
+
+
+def absorb_thresholds(weights: list[tuple[str, float | None]]) -> list[tuple[str, int]]:
+    """(step backend, weight) in chain order -> (step backend, cumulative share on a 1e6 scale). A step of
+    weight 0 gets its predecessor's threshold, so the overload pass never picks it; with an unknown or
+    infinite weight, or none positive, the steps share equally."""
+    values = [w for _, w in weights]
+    if any(w is None or w == float("inf") for w in values) or sum(w or 0 for w in values) <= 0:
+        values = [1.0] * len(weights)
+    total = sum(values)  # type: ignore[arg-type]
+    out, cumulative = [], 0.0
+    for (backend, _), weight in zip(weights, values, strict=True):
         cumulative += weight or 0
-        out.append((backend, cumulative * ABSORB_SCALE // total))
+        out.append((backend, int(cumulative * ABSORB_SCALE // total)))
+    if out and values[-1]:
+        out[-1] = (out[-1][0], ABSORB_SCALE)  # float residue must not leave the last picks to nothing
     return out
 
 
