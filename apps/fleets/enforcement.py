@@ -51,7 +51,7 @@ from apps.fleets.node.transports import transport_for
 from apps.fleets.node.transports.base import NodeConn
 from apps.traffic import steering as decisions
 from apps.traffic.overflow import SPRAY_POLICIES, PlanInputError, Steering, capacity_by_region
-from apps.traffic.selectors import pool_capacities_many, pool_steerings
+from apps.traffic.selectors import DECISION_KEY, pool_capacities_many, pool_steerings
 from apps.traffic.shares import Limits, absorb_weights, planned_limits, reserve_idle, static_limits
 from apps.traffic.thresholds import region_chain
 
@@ -61,7 +61,7 @@ _ROW_RE = re.compile(r"key=(\S+) .*?http_req_rate\(\d+\)=(\d+)")
 _CNT_RE = re.compile(r"key=(\S+) .*?http_req_cnt=(\d+)")
 _SET_BATCH = 50  # `set map` commands per CLI line (`;`-separated)
 _HOLD_KEY = "spillway:overflow-hold:{}"
-_DECISION_KEY = "spillway:steering:{}"  # a pool's failover / auto-drain decision (traffic.steering), JSON
+
 _LEASE_KEY = "spillway:enforcer-lease"
 LEASE_S = 2  # an enforcer that has not run for this long has lost its lease to a standby (or to beat)
 
@@ -318,7 +318,7 @@ def _decide(pool: Pool, steering: Steering, members: dict[str, int], readings: d
         seen = [v for v in seen if v is not None]
         if total and seen:
             shares[region] = min(1.0, sum(seen) / len(seen) / total)
-    key = _DECISION_KEY.format(pool.pk)
+    key = DECISION_KEY.format(pool.pk)
     previous = decisions.Decision.from_json(cache.get(key))
     decision, changes = decisions.decide(shares, pool.failover_threshold, pool.auto_drain, previous,
                                          time.time() if now is None else now)
@@ -332,11 +332,6 @@ def _decide(pool: Pool, steering: Steering, members: dict[str, int], readings: d
                     change.healthy_share)
     return Steering(preferred=steering.preferred, dials=steering.dials, failed_over=decision.failed_over,
                     drained=decision.drained)
-
-
-def steering_decision(pool_id: int) -> decisions.Decision:
-    """The failover / drain decision the enforcement loop holds for a pool now (for pages and the what-if)."""
-    return decisions.Decision.from_json(cache.get(_DECISION_KEY.format(pool_id)))
 
 
 def _step_down(limits: Limits, pool_id: int, readings: dict[int, NodeReading], gap: float) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from django.core.cache import cache
 from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 
@@ -31,8 +32,9 @@ from apps.traffic.observe import (
     plan_to_dict,
 )
 from apps.traffic.overflow import Distances, PlanInputError, RegionCapacity, Steering, capacity_by_region, plan
-from apps.traffic.shares import dynamic_limits
-from apps.traffic.thresholds import Step
+from apps.traffic.shares import absorb_weights, planned_limits
+from apps.traffic.steering import Decision
+from apps.traffic.thresholds import Step, region_chain
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +112,22 @@ def pool_steerings(pools: Iterable[Pool]) -> dict[int, Steering]:
     return {p.pk: Steering(preferred=tuple(p.preferred_regions or ()), dials=dials.get(p.pk, {})) for p in pools}
 
 
+DECISION_KEY: Final = "spillway:steering:{}"  # the enforcement loop's failover / drain decision per pool
+
+
+def pool_steering_now(pool: Pool) -> Steering:
+    """The pool's steering as the nodes apply it now: configured, plus the enforcement loop's decision."""
+    config = pool_steerings([pool])[pool.pk]
+    decision = Decision.from_json(cache.get(DECISION_KEY.format(pool.pk)))
+    return Steering(preferred=config.preferred, dials=config.dials, failed_over=decision.failed_over,
+                    drained=decision.drained)
+
+
+def steering_to_dict(steering: Steering) -> dict[str, Any]:
+    return {"preferred": list(steering.preferred), "failed_over": sorted(steering.failed_over),
+            "drained": sorted(steering.drained), "dials": dict(sorted(steering.dials.items()))}
+
+
 def pool_capacities_many(
     pools: Iterable[Pool | int], *, now: datetime | None = None, use_health: bool = True
 ) -> dict[int, list[RegionCapacity]]:
@@ -170,12 +188,19 @@ def pool_capacities(pool: Pool | int, *, now: datetime | None = None, use_health
 
 
 def node_chains(
-    capacities: list[RegionCapacity], dist: Distances, policy: str, node_demand: Mapping[str, tuple[str, float]]
-) -> dict[str, list[Step]]:
-    """{node: its chain with the limits the enforcement loop sets for this demand} (traffic.shares)."""
-    limits = dynamic_limits(capacities, {n: r for n, (r, _) in node_demand.items()},
-                            {n: d for n, (_, d) in node_demand.items()}, dist, policy)  # type: ignore[arg-type]
-    return {node: list(row.items()) for node, row in sorted(limits.items())}
+    capacities: list[RegionCapacity], dist: Distances, policy: str, node_demand: Mapping[str, tuple[str, float]],
+    steering: Steering | None = None, overload: str = "absorb",
+) -> tuple[dict[str, list[Step]], dict[str, dict[str, float]]]:
+    """({node: its chain with the limits the enforcement loop sets for this demand}, {node: its overload
+    weights}) (traffic.shares)."""
+    steering = steering or Steering()
+    node_regions = {n: r for n, (r, _) in node_demand.items()}
+    limits, result = planned_limits(capacities, node_regions, {n: d for n, (_, d) in node_demand.items()},
+                                    dist, policy, steering, overload)  # type: ignore[arg-type]
+    raw = capacity_by_region(capacities)
+    chains = {n: region_chain(r, raw, dist, policy, steering.static()) for n, r in node_regions.items()}  # type: ignore[arg-type]
+    weights = absorb_weights(policy, capacities, node_regions, chains, result, steering)  # type: ignore[arg-type]
+    return {node: list(row.items()) for node, row in sorted(limits.items())}, weights
 
 
 def chain_to_dict(steps: list[Step]) -> list[dict[str, Any]]:
@@ -237,6 +262,7 @@ def observed_overflow(pool: Pool, window_s: int, *, now: datetime | None = None)
     capacities = pool_capacities(pool)
     caps = capacity_by_region(capacities)
     dist = distances()
+    steering = pool_steering_now(pool)
 
     times = sorted({p.time for p in points})
     regions = sorted(set(caps) | {p.region for p in points})
@@ -286,21 +312,22 @@ def observed_overflow(pool: Pool, window_s: int, *, now: datetime | None = None)
 
     demand = {row["region"]: row["demand"] for row in summary if row["demand"] > 0}
     return {
-        "pool": {"id": pool.pk, "name": pool.name, "lb": pool.lb_id, "policy": pool.overflow_policy},
+        "pool": {"id": pool.pk, "name": pool.name, "lb": pool.lb_id, "policy": pool.overflow_policy,
+                 "steering": steering_to_dict(steering)},
         "now": now.isoformat(),
         "window_s": window_s,
         "resolution_s": resolution_s,
         "buckets": len(times),
         "regions": summary,
         "latest": latest,
-        "plan": plan_to_dict(plan(demand, capacities, dist, pool.overflow_policy)),  # type: ignore[arg-type]
-        "expected": _expected(pool, capacities, dist, window_s, now),
+        "plan": plan_to_dict(plan(demand, capacities, dist, pool.overflow_policy, steering)),  # type: ignore[arg-type]
+        "expected": _expected(pool, capacities, dist, window_s, now, steering),
         "series": {"time": [int(t.timestamp()) for t in times], "regions": series},
     }
 
 
 def _expected(pool: Pool, capacities: list[RegionCapacity], dist: Distances, window_s: int,
-              now: datetime) -> dict[str, Any] | None:
+              now: datetime, steering: Steering) -> dict[str, Any] | None:
     """enforced_plan for each node's mean demand in the window (raw samples only; None without)."""
     rows = TrafficSample.objects.filter(pool=pool, time__gte=now - timedelta(seconds=window_s), time__lte=now)
     samples = mean_by_node(_sample_from_row(r) for r in rows)
@@ -310,9 +337,9 @@ def _expected(pool: Pool, capacities: list[RegionCapacity], dist: Distances, win
     for region, names in readers.pool_nodes(pool).items():
         for name in names:  # idle nodes get their share of their region's spare capacity too
             node_demand.setdefault(name, (region, 0.0))
-    chains = node_chains(capacities, dist, pool.overflow_policy, node_demand)
-    result = enforced_plan(node_demand, chains, capacity_by_region(capacities),
-                           pool.overflow_policy, pool.overload)  # type: ignore[arg-type]
+    chains, weights = node_chains(capacities, dist, pool.overflow_policy, node_demand, steering, pool.overload)
+    result = enforced_plan(node_demand, chains, steering.effective(capacity_by_region(capacities)),
+                           pool.overflow_policy, pool.overload, weights)  # type: ignore[arg-type]
     return plan_to_dict(result) | {"chains": {n: chain_to_dict(c) for n, c in chains.items()}}
 
 

@@ -42,6 +42,7 @@ from apps.traffic.overflow import (
     POLICIES,
     PlanInputError,
     RegionCapacity,
+    Steering,
     capacity_by_region,
     plan,
 )
@@ -398,6 +399,33 @@ def _demand(entries: Any) -> dict[str, float]:
     return {str(region): float(_number(rate, f"demand.{region}") or 0.0) for region, rate in sorted(entries.items())}
 
 
+_STEERING_KEYS = {"preferred", "failed_over", "drained", "dials"}
+
+
+def _steering(raw: Any, current: Steering) -> Steering:
+    """The what-if's proposed steering: each key given replaces the pool's current one."""
+    if not isinstance(raw, dict) or set(raw) - _STEERING_KEYS:
+        raise DomainError("invalid_steering", f"steering must be an object with keys among "
+                          f"{', '.join(sorted(_STEERING_KEYS))}.", field="steering")
+    lists = {}
+    for key in ("preferred", "failed_over", "drained"):
+        value = raw.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list) or len(value) > 100 or not all(isinstance(x, str) and x for x in value):
+            raise DomainError("invalid_steering", f"steering.{key} must be a list of region slugs.", field="steering")
+        lists[key] = value
+    dials = raw.get("dials", dict(current.dials))
+    if not isinstance(dials, dict) or len(dials) > 100:
+        raise DomainError("invalid_steering", "steering.dials must map region slugs to 0..1.", field="steering")
+    try:
+        return Steering(preferred=tuple(lists.get("preferred", current.preferred)),
+                        failed_over=frozenset(lists.get("failed_over", current.failed_over)),
+                        drained=frozenset(lists.get("drained", current.drained)), dials=dials)
+    except PlanInputError as exc:
+        raise DomainError(exc.code, exc.message, field="steering") from exc
+
+
 def what_if(*, principal: Principal, data: Mapping[str, Any]) -> dict[str, Any]:
     """The plan for proposed capacities and/or demand; nothing is changed.
 
@@ -408,7 +436,7 @@ def what_if(*, principal: Principal, data: Mapping[str, Any]) -> dict[str, Any]:
     baseline plan (current capacities, same demand), and for a pool served by HAProxy nodes the
     per-node chains the proposal would render and what those chains would serve (`enforced`).
     """
-    unknown = set(data) - {"pool", "policy", "capacities", "demand"}
+    unknown = set(data) - {"pool", "policy", "capacities", "demand", "steering"}
     if unknown:
         raise DomainError("unknown_field", f"Unknown fields: {', '.join(sorted(unknown))}.",
                           field=sorted(unknown)[0])
@@ -451,15 +479,18 @@ def what_if(*, principal: Principal, data: Mapping[str, Any]) -> dict[str, Any]:
         observed_from = "last 5 min"
     dist = selectors.distances()
     proposed_list = [proposed[r] for r in sorted(proposed)]
+    current = selectors.pool_steering_now(pool) if pool else Steering()
+    steering = _steering(data["steering"], current) if "steering" in data else current
     try:
-        proposed_plan = plan(demand, proposed_list, dist, policy)
-        baseline = plan(demand, [base[r] for r in sorted(base)], dist, policy) if pool else None
+        proposed_plan = plan(demand, proposed_list, dist, policy, steering)
+        baseline = plan(demand, [base[r] for r in sorted(base)], dist, policy, current) if pool else None
     except PlanInputError as exc:
         raise DomainError(exc.code, exc.message) from exc
 
     result: dict[str, Any] = {
         "pool": pool.pk if pool else None,
         "policy": policy,
+        "steering": selectors.steering_to_dict(steering),
         "demand": demand,
         "demand_source": observed_from or "request",
         "capacities": [
@@ -479,8 +510,9 @@ def what_if(*, principal: Principal, data: Mapping[str, Any]) -> dict[str, Any]:
             for region, names in nodes.items():
                 for name in names:
                     node_demand.setdefault(name, (region, 0.0))
-            chains = selectors.node_chains(proposed_list, dist, policy, node_demand)
-            enforced = enforced_plan(node_demand, chains, capacity_by_region(proposed_list), policy, pool.overload)
+            chains, weights = selectors.node_chains(proposed_list, dist, policy, node_demand, steering, pool.overload)
+            enforced = enforced_plan(node_demand, chains, steering.effective(capacity_by_region(proposed_list)),
+                                     policy, pool.overload, weights)  # type: ignore[arg-type]
             result["enforced"] = plan_to_dict(enforced) | {
                 "chains": {n: selectors.chain_to_dict(c) for n, c in chains.items()},
                 "nodes_per_region": {r: len(n) for r, n in nodes.items()},

@@ -78,10 +78,12 @@ class PoolTrafficView(PoolPanelMixin, PrincipalView):
     @staticmethod
     def _form_regions(pool: Pool, seen: dict[str, Any]) -> list[dict[str, Any]]:
         demand = {r["region"]: r["demand"] for r in seen["regions"]}
+        steering = seen["pool"]["steering"]
         return [
             {"region": c.region, "healthy_members": c.healthy_members,
              "max_rate_per_member": "" if c.max_rate_per_member is None else c.max_rate_per_member,
-             "capacity_scaler": c.capacity_scaler, "demand": demand.get(c.region, 0.0)}
+             "capacity_scaler": c.capacity_scaler, "demand": demand.get(c.region, 0.0),
+             "dial": steering["dials"].get(c.region, 1.0), "failed_over": c.region in steering["failed_over"]}
             for c in selectors.pool_capacities(pool)
         ]
 
@@ -126,7 +128,13 @@ class PoolWhatIfView(PrincipalView):
                 rate = _parse_number(request.POST.get(f"demand_{region}", ""), f"demand_{region}")
                 if rate is not None:
                     demand[region] = rate
-            data: dict[str, Any] = {"pool": pool.pk, "capacities": capacities, "demand": demand}
+            dials = {}
+            for region in regions:
+                dial = _parse_number(request.POST.get(f"dial_{region}", ""), f"dial_{region}")
+                if dial is not None and dial != 1.0:
+                    dials[region] = dial
+            data: dict[str, Any] = {"pool": pool.pk, "capacities": capacities, "demand": demand, "steering": {
+                "dials": dials, "failed_over": [r for r in regions if request.POST.get(f"failed_over_{r}")]}}
             if request.POST.get("policy"):
                 data["policy"] = request.POST["policy"]
             result = services.what_if(principal=self.principal, data=data)
