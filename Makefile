@@ -66,7 +66,7 @@ run: install
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py runall --bind $(RUN_BIND)
 
 # Benchmarks: each prints its figures and a last line `RESULT key=value ...`.
-bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-overflow-fleet bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui bench-vip-failover bench-events bench-dataplane bench-acme bench-scale bench-fuzz bench-longpoll bench-signals bench-chaos
+bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-overflow-fleet bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui bench-vip-failover bench-events bench-dataplane bench-acme bench-scale bench-fuzz bench-longpoll bench-signals bench-chaos bench-steering
 
 # --- benchmark targets (one per line pair; keep this section at the end) ---
 bench-runtime: install-dev
@@ -110,3 +110,5 @@ bench-signals: install-dev
 	$(BIN)/python tests/bench/bench_signals.py
 bench-chaos: install-dev
 	$(BIN)/python tests/bench/bench_chaos.py
+bench-steering: install-dev
+	$(BIN)/python tests/bench/bench_steering.py
