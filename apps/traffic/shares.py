@@ -43,6 +43,7 @@ from apps.traffic.overflow import (
     NO_STEERING,
     SPRAY_POLICIES,
     SPRAY_TO_REGION,
+    SPRAY_TO_WORLD,
     Distances,
     Plan,
     Policy,
@@ -197,6 +198,11 @@ def planned_limits(
         for node, part in _spread(left, own).items():
             shares[node][target] = shares[node].get(target, 0.0) + part
 
+    if policy == SPRAY_TO_WORLD and overload == "absorb":
+        # Every request through the overload pass, which picks a region in proportion to its capacity:
+        # exact whatever the ingress, and at once when ingress moves (planned shares as limits filled
+        # each node's first steps past their share until the loop caught up: 5.1 s, make bench-steering).
+        return {node: dict.fromkeys(chains[region], 0) for node, region in node_regions.items()}, result
     if spray and overload == "shed":
         _shed_headroom(shares, caps, chains, node_regions, steering)
     limits: Limits = {}
@@ -251,11 +257,16 @@ def absorb_weights(policy: Policy, capacities: Sequence[RegionCapacity], node_re
     capacity when no region has any. Unlimited regions share evenly."""
     caps = steering.effective(capacity_by_region(capacities))
     spare = {f.region: max(0.0, caps.get(f.region, 0.0) - f.served) for f in result.flows} if result else {}
+    served_by = {f.region for f in result.flows} if result else set()
     out: dict[str, dict[str, float]] = {}
     for node, region in node_regions.items():
         chain = list(chains.get(node, ()))
         weights: dict[str, float] = {}
-        if policy == SPRAY_TO_REGION:
+        if policy == SPRAY_TO_WORLD and result is not None:
+            # Every origin is split alike: the planned split itself (preferred and failed-over tiers included).
+            weights = {r: result.flow(r).served for r in chain if r in served_by}
+            weights = {r: w for r, w in weights.items() if w > 0}
+        elif policy == SPRAY_TO_REGION:
             weights = _best_tier({r: spare.get(r, 0.0) for r in chain if r != region}, steering)
         if not weights:
             weights = _best_tier({r: caps.get(r, 0.0) for r in chain}, steering)
