@@ -50,10 +50,9 @@ from apps.fleets.node.showstat import backend_usable, parse_backend_active, pars
 from apps.fleets.node.transports import transport_for
 from apps.fleets.node.transports.base import NodeConn
 from apps.traffic import steering as decisions
-from apps.traffic.overflow import SPRAY_POLICIES, PlanInputError, Steering, capacity_by_region
+from apps.traffic.overflow import SPRAY_POLICIES, PlanInputError, Steering
 from apps.traffic.selectors import DECISION_KEY, pool_capacities_many, pool_steerings
 from apps.traffic.shares import Limits, absorb_weights, planned_limits, reserve_idle, static_limits
-from apps.traffic.thresholds import region_chain
 
 logger = logging.getLogger(__name__)
 
@@ -278,10 +277,7 @@ def desired_limits(readings: dict[int, NodeReading], lbs: dict[int, dict[int, tu
                     _step_down(limits, pool.pk, readings, step_down, steering.failed_over | steering.drained)
             else:
                 limits = static_limits(pool_caps, node_regions, distances, policy, steering)  # type: ignore[arg-type]
-            raw = capacity_by_region(pool_caps)
-            chains = {n: region_chain(r, raw, distances, policy, steering.static())  # type: ignore[arg-type]
-                      for n, r in node_regions.items()}
-            weights = absorb_weights(policy, pool_caps, node_regions, chains, result, steering)  # type: ignore[arg-type]
+            weights = absorb_weights(policy, pool_caps, node_regions, distances, result, steering)  # type: ignore[arg-type]
         except PlanInputError:
             continue
         held = cache.get(_HOLD_KEY.format(pool.pk))
@@ -292,8 +288,8 @@ def desired_limits(readings: dict[int, NodeReading], lbs: dict[int, dict[int, tu
                 out.limits[int(nid)][backend_name(pool.pk, region, "http")] = UNLIMITED if limit is None else limit
         for nid, row in weights.items():
             live = readings[int(nid)].live_absorb
-            steps = [(backend_name(pool.pk, r, "http"), w) for r, w in row.items()
-                     if backend_name(pool.pk, r, "http") in live]
+            steps = [(be, w) for be, w in ((backend_name(pool.pk, r, "http"), w) for r, w in row.items())
+                     if be in live]
             out.absorb[int(nid)].update(absorb_thresholds(steps))
     return out
 

@@ -149,7 +149,7 @@ class Steering:
         out = {}
         for region, cap in caps.items():
             dial = 0.0 if region in self.drained else self.dial(region)
-            out[region] = 0.0 if dial == 0 else (cap if dial == 1.0 else cap * dial)
+            out[region] = 0.0 if dial == 0 else cap * dial  # a test before multiplying: inf * 0 is nan
         return out
 
 
@@ -384,24 +384,10 @@ def _spray(
             if not asks:
                 break
             for region, by_origin in sorted(asks.items()):
-                _grant_part(region, by_origin, excess, spare, served)
+                _grant(region, by_origin, excess, spare, served)
             for origin, rest in excess.items():  # float residue of a fully served origin
                 if 0 < rest < 1e-9:
                     excess[origin] = 0.0
-
-
-def _grant_part(region: str, asks: Mapping[str, float], excess: dict[str, float], spare: dict[str, float],
-                served: dict[str, dict[str, float]]) -> None:
-    """`_grant` for asks that are parts of each origin's excess (spraying)."""
-    room = spare[region]
-    asked = sum(asks.values())
-    ratio = 1.0 if asked <= room * (1 + _REL_EPS) else room / asked
-    for origin, ask in asks.items():
-        amount = ask * ratio
-        if amount > 0:
-            served[origin][region] = served[origin].get(region, 0.0) + amount
-            excess[origin] = max(0.0, excess[origin] - amount)
-    spare[region] = max(0.0, room - asked) if ratio == 1.0 else 0.0
 
 
 def _flows(

@@ -34,7 +34,7 @@ from apps.traffic.observe import (
 from apps.traffic.overflow import Distances, PlanInputError, RegionCapacity, Steering, capacity_by_region, plan
 from apps.traffic.shares import absorb_weights, planned_limits
 from apps.traffic.steering import Decision
-from apps.traffic.thresholds import Step, region_chain
+from apps.traffic.thresholds import Step
 
 logger = logging.getLogger(__name__)
 
@@ -197,9 +197,7 @@ def node_chains(
     node_regions = {n: r for n, (r, _) in node_demand.items()}
     limits, result = planned_limits(capacities, node_regions, {n: d for n, (_, d) in node_demand.items()},
                                     dist, policy, steering, overload)  # type: ignore[arg-type]
-    raw = capacity_by_region(capacities)
-    chains = {n: region_chain(r, raw, dist, policy, steering.static()) for n, r in node_regions.items()}  # type: ignore[arg-type]
-    weights = absorb_weights(policy, capacities, node_regions, chains, result, steering)  # type: ignore[arg-type]
+    weights = absorb_weights(policy, capacities, node_regions, dist, result, steering)  # type: ignore[arg-type]
     return {node: list(row.items()) for node, row in sorted(limits.items())}, weights
 
 

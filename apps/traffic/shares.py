@@ -65,6 +65,14 @@ def _floor(value: float) -> int:
     return max(0, math.floor(value + 1e-9 * max(1.0, value)))
 
 
+def _chains(raw: Mapping[str, float], node_regions: Mapping[str, str], distances: Distances, policy: Policy,
+            steering: Steering) -> dict[str, list[str]]:
+    """{region: the chain its nodes walk}: the configured order (what the rendered maps hold), not the
+    health decisions (those act through the limits and weights)."""
+    return {region: region_chain(region, raw, distances, policy, steering.static())
+            for region in set(node_regions.values())}
+
+
 def _spread(amount: float, weights: Mapping[str, float]) -> dict[str, float]:
     """`amount` over the keys of `weights` in proportion (evenly when every weight is 0)."""
     if not weights:
@@ -80,8 +88,7 @@ def static_limits(
     steering: Steering = NO_STEERING,
 ) -> Limits:
     raw = capacity_by_region(capacities)
-    chains = {region: region_chain(region, raw, distances, policy, steering.static())
-              for region in set(node_regions.values())}
+    chains = _chains(raw, node_regions, distances, policy, steering)
     caps = steering.effective(raw)
     own: dict[str, list[str]] = {}
     for node, region in node_regions.items():
@@ -145,8 +152,7 @@ def planned_limits(
 ) -> tuple[Limits, Plan]:
     """`dynamic_limits` and the plan they enforce (for `absorb_weights`)."""
     raw = capacity_by_region(capacities)
-    chains = {region: region_chain(region, raw, distances, policy, steering.static())
-              for region in set(node_regions.values())}
+    chains = _chains(raw, node_regions, distances, policy, steering)
     caps = steering.effective(raw)
     region_demand: dict[str, float] = {}
     for node, region in node_regions.items():
@@ -247,7 +253,7 @@ def _own_first(region: str, steering: Steering) -> bool:
 
 
 def absorb_weights(policy: Policy, capacities: Sequence[RegionCapacity], node_regions: Mapping[str, str],
-                   chains: Mapping[str, Sequence[str]], result: Plan | None,
+                   distances: Distances, result: Plan | None,
                    steering: Steering = NO_STEERING) -> dict[str, dict[str, float]]:
     """{node: {region: weight}}: how the overload pass spreads what arrives past every limit of a node.
 
@@ -255,12 +261,14 @@ def absorb_weights(policy: Policy, capacities: Sequence[RegionCapacity], node_re
     takes overload only when no healthy one can); under spray to region, by the spare capacity the
     plan leaves in the other regions (the node's own region is full when its traffic gets here), by
     capacity when no region has any. Unlimited regions share evenly."""
-    caps = steering.effective(capacity_by_region(capacities))
+    raw = capacity_by_region(capacities)
+    chains = _chains(raw, node_regions, distances, policy, steering)
+    caps = steering.effective(raw)
     spare = {f.region: max(0.0, caps.get(f.region, 0.0) - f.served) for f in result.flows} if result else {}
     served_by = {f.region for f in result.flows} if result else set()
     out: dict[str, dict[str, float]] = {}
     for node, region in node_regions.items():
-        chain = list(chains.get(node, ()))
+        chain = chains[region]
         weights: dict[str, float] = {}
         if policy == SPRAY_TO_WORLD and result is not None:
             # Every origin is split alike: the planned split itself (preferred and failed-over tiers included).

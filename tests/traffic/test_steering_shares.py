@@ -11,7 +11,6 @@ import pytest
 from apps.traffic.observe import enforced_plan
 from apps.traffic.overflow import POLICIES, SPRAY_TO_REGION, SPRAY_TO_WORLD, WATERFALL, Steering, plan
 from apps.traffic.shares import absorb_weights, planned_limits, reserve_idle
-from apps.traffic.thresholds import region_chain
 from tests.traffic.test_overflow import cap
 
 CAPS = [cap("a", 120, healthy=3), cap("b", 240, healthy=3), cap("c", 120, healthy=3)]
@@ -35,8 +34,7 @@ def enforced(policy, steering: Steering, demand: dict[str, float], overload: str
     limits, result = planned_limits(CAPS, NODES, demand, DIST, policy, steering, overload)
     limits = reserve_idle(limits, CAPS, NODES, demand, policy, steering)
     raw = {c.region: c.capacity for c in CAPS}
-    chains = {n: region_chain(r, raw, DIST, policy, steering.static()) for n, r in NODES.items()}
-    weights = absorb_weights(policy, CAPS, NODES, chains, result, steering)
+    weights = absorb_weights(policy, CAPS, NODES, DIST, result, steering)
     node_demand = {n: (r, demand.get(n, 0.0)) for n, r in NODES.items()}
     return enforced_plan(node_demand, {n: list(row.items()) for n, row in limits.items()},
                          steering.effective(raw), policy, overload, weights)
@@ -71,9 +69,6 @@ def test_spray_to_world_puts_one_nodes_traffic_everywhere_by_capacity() -> None:
 
 
 def test_spray_to_region_weights_the_overflow_by_spare_capacity_not_distance() -> None:
-    weights = absorb_weights(SPRAY_TO_REGION, CAPS, NODES,
-                             {n: region_chain(r, {c.region: c.capacity for c in CAPS}, DIST, SPRAY_TO_REGION)
-                              for n, r in NODES.items()},
-                             plan({"a": 300.0}, CAPS, DIST, SPRAY_TO_REGION))
+    weights = absorb_weights(SPRAY_TO_REGION, CAPS, NODES, DIST, plan({"a": 300.0}, CAPS, DIST, SPRAY_TO_REGION))
     assert weights["a1"]["a"] == 0.0  # its own region is full when traffic gets to the overload pass
     assert weights["a1"]["b"] == pytest.approx(2 * weights["a1"]["c"])  # 240 vs 120 spare
