@@ -94,3 +94,30 @@ def test_what_if_refuses_bad_steering_with_a_code(alice, two_regions, steering) 
                                  format="json")
     assert response.status_code == 400
     assert response.json()["code"] in ("invalid_steering", "invalid_dial", "invalid_preferred"), response.json()
+
+
+def test_a_removed_member_can_no_longer_steer_nor_plan_the_pool(alice, acme, two_regions) -> None:
+    from apps.accounts.models import Membership
+
+    pool = two_regions.pool
+    assert alice.client.patch(f"/api/v1/pools/{pool.pk}/", {"preferred_regions": ["rb"]},
+                              format="json").status_code == 200
+    Membership.objects.filter(user=alice.user, org=acme).delete()
+    assert alice.client.patch(f"/api/v1/pools/{pool.pk}/", {"preferred_regions": []},
+                              format="json").status_code in (401, 403, 404)
+    assert alice.client.post(WHAT_IF, {"pool": pool.pk, "demand": {"ra": 1}},
+                             format="json").status_code in (401, 403, 404)
+    assert Pool.objects.get(pk=pool.pk).preferred_regions == ["rb"]
+
+
+def test_far_too_much_steering_is_refused_and_another_tenant_is_still_served(alice, charlie, two_regions) -> None:
+    pool = two_regions.pool
+    many = [f"r{i}" for i in range(21)]
+    response = alice.client.patch(f"/api/v1/pools/{pool.pk}/", {"preferred_regions": many}, format="json")
+    assert response.status_code == 400 and Pool.objects.get(pk=pool.pk).preferred_regions == []
+    huge = {"pool": pool.pk, "demand": {"ra": 1}, "steering": {"failed_over": [f"r{i}" for i in range(101)]}}
+    answer = alice.client.post(WHAT_IF, huge, format="json")
+    assert answer.status_code == 400 and answer.json()["code"] == "invalid_steering"
+    assert charlie.client.post(WHAT_IF, {"policy": "spray_to_world", "demand": {"ra": 1},
+                                         "capacities": [{"region": "ra", "healthy_members": 1}]},
+                               format="json").status_code == 200
