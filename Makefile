@@ -26,10 +26,14 @@ lint: install-dev
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/spillway
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/1
 
-# Two xdist workers, whole files per worker (module-scoped fleets stay on one worker); each worker gets its
-# own test database and Redis database. Files run longest first (tests/file_durations.json, tests/conftest.py),
-# not xdist's most-tests-first. `make test PYTEST_XDIST=` runs serially.
-PYTEST_XDIST ?= -n 2 --dist loadfile --no-loadscope-reorder
+# xdist workers take whole files (module-scoped fleets stay on one worker); each gets its own test database (a
+# copy of one migrated template: tests/dbsetup.py) and Redis database. scripts/test-workers picks how many: two
+# per core where a core is about as fast as the reference machine's and the machine is not busy (most of a
+# worker's time is spent waiting on real processes: 2 workers 634 s, 4 workers 427-446 s on 2 cores, measured),
+# otherwise one per core, so a slower machine does not starve the tests that measure under load.
+# Files run longest first (tests/file_durations.json, tests/conftest.py), not xdist's most-tests-first.
+# `make test PYTEST_XDIST=` runs serially; SPILLWAY_TEST_WORKERS=N sets the count.
+PYTEST_XDIST ?= $(shell scripts/test-workers)
 
 # scripts/setup-system installs missing system packages and the cloud extra, starts PostgreSQL and
 # Redis and creates the database. A test skipped for a missing dependency fails the run
@@ -39,7 +43,7 @@ test: install-dev
 	$(BIN)/ruff check .
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) SPILLWAY_TESTING=1 $(BIN)/python -m pytest -q $(PYTEST_XDIST) $(PYTEST_ARGS)
 
-# The inner loop: no real processes, browsers or slow tests (tests/conftest.py marks them), on two workers,
+# The inner loop: no real processes, browsers or slow tests (tests/conftest.py marks them), on the same workers,
 # keeping the test databases between runs (Django still applies new migrations to them).
 # `make test-fast PYTEST_ARGS=--lf` re-runs what failed last time.
 test-fast: install-dev
@@ -66,7 +70,7 @@ run: install
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py runall --bind $(RUN_BIND)
 
 # Benchmarks: each prints its figures and a last line `RESULT key=value ...`.
-bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-overflow-fleet bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui bench-vip-failover bench-events bench-dataplane bench-acme bench-scale bench-fuzz bench-longpoll bench-signals bench-chaos bench-steering
+bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-overflow-fleet bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui bench-vip-failover bench-events bench-dataplane bench-acme bench-scale bench-tenants bench-fuzz bench-longpoll bench-signals bench-chaos bench-steering
 
 # --- benchmark targets (one per line pair; keep this section at the end) ---
 bench-runtime: install-dev
@@ -102,6 +106,8 @@ bench-acme: install-dev
 	$(BIN)/python tests/bench/bench_acme.py
 bench-scale: install-dev
 	$(BIN)/python tests/bench/bench_scale.py
+bench-tenants: install-dev
+	$(BIN)/python tests/bench/bench_tenants.py
 bench-fuzz: install-dev
 	$(BIN)/python tests/bench/bench_fuzz.py
 bench-longpoll: install-dev

@@ -39,6 +39,8 @@ POOL_FIELDS = (
     FormField("algorithm", "Balancing", "select", choices=lambda v: Pool.Algorithm.choices),
     FormField("overflow_policy", "When a region is full", "select", choices=lambda v: Pool.OverflowPolicy.choices),
     FormField("overload", "When every region is full", "select", choices=lambda v: Pool.Overload.choices),
+    FormField("session_affinity", "Sticky sessions", "select", choices=lambda v: Pool.SessionAffinity.choices,
+              help="cookie: a session stays on its member, and in the region it landed in while that region has room."),
     FormField("health_path", "Health check path", placeholder="/healthz"),
     FormField("health_interval_s", "Check every (s)", "number"),
     FormField("health_expected_status", "Expected status", "number", placeholder="200"),

@@ -144,7 +144,7 @@ PROCESS_FIXTURES = frozenset({"celery_worker_factory", "live_server", "page", "b
                               "tiny_backend", "haproxy_bin", "sshd", "demo_fleet_addresses"})
 
 
-# Seconds each test file took in a full run (`make test-durations` writes it). The two xdist workers take whole
+# Seconds each test file took in a full run (`make test-durations` writes it). The xdist workers take whole
 # files in collection order (Makefile: --dist loadfile --no-loadscope-reorder), so the longest files go first and
 # the short ones fill in at the end: ordered by test count instead (xdist's default), a 45 s file that started in
 # the last minute left one worker idle for minutes.
@@ -186,6 +186,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                     totals[path] = totals.get(path, 0.0) + report.duration
         FILE_DURATIONS.write_text(json.dumps({k: round(v, 1) for k, v in sorted(totals.items())}, indent=0) + "\n")
         terminalreporter.write_line(f"wrote {FILE_DURATIONS} ({len(totals)} files, {sum(totals.values()):.0f} s)")
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        from tests.dbsetup import drop_template
+
+        drop_template(config)
     # From the reports (not the workers' state): under xdist the controller prints the summary.
     missing = [f"{r.nodeid}: {r.longrepr[2]}" for r in terminalreporter.stats.get("skipped", [])
                if deps.is_missing_dependency(r)]
@@ -197,3 +201,4 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 from tests.browser import browser, page  # noqa: E402, F401  (one shared Playwright session)
+from tests.dbsetup import django_db_setup  # noqa: E402, F401  (one migrated template, copied per worker)

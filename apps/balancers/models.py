@@ -189,6 +189,15 @@ class Pool(models.Model):
         SHED = "shed"  # every region at capacity: answer 503 with Retry-After
 
     overload = models.CharField(max_length=8, choices=Overload.choices, default=Overload.ABSORB)
+
+    class SessionAffinity(models.TextChoices):
+        NONE = "none", "Off"
+        # A cookie per pool naming the member: the session stays on its member, and in the region it landed in
+        # (overflowed or not) while that region has room; never on a drained member (fleets.render.chain).
+        COOKIE = "cookie", "Cookie"
+
+    session_affinity = models.CharField(max_length=8, choices=SessionAffinity.choices,
+                                        default=SessionAffinity.NONE)
     # Steering (apps/traffic/overflow.py, "Steering"; decisions with hysteresis: apps/traffic/steering.py).
     preferred_regions = models.JSONField(default=list, blank=True)  # region slugs, most preferred first
     failover_threshold = models.FloatField(null=True, blank=True)  # healthy share 0.01..0.99; None = off

@@ -108,6 +108,8 @@ def object_save(*, principal: Principal | None, obj, action: AuditAction | str |
 def object_delete(*, principal: Principal | None, obj) -> None:
     lb_id = _lb_of(obj)
     route_ids = [obj.pk] if isinstance(obj, Route) else []
+    if route_ids:
+        quotas.check_write_rate(obj.org, "route_changes_per_minute")
     audited_delete(principal=principal, obj=obj,
                    after_delete=(lambda: lb_touch(lb_id, route_ids=route_ids)) if lb_id is not None else None)
 
@@ -379,6 +381,7 @@ def route_save(*, principal: Principal, route: Route, data: dict[str, Any]) -> R
     for field, value in data.items():
         setattr(route, field, value)
     route.hosts = sorted({hostnames.normalize(h) for h in route.hosts})
+    quotas.check_write_rate(route.org, "route_changes_per_minute")  # before the LB's lock: a refusal waits for none
     # What reads no other route is checked before the LB's lock, which orders every route write of the LB:
     # its holder's time is the LB's whole write rate (1,000 changes a minute in bench-scale).
     if targets is not None:

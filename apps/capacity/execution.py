@@ -88,7 +88,7 @@ def run_prepare(run_id: int, enqueue: Enqueue) -> str:
             CapacityShard.objects.get_or_create(run_id=run.pk, index=index)
         time_limit_s = START_LEAD_S + plan.max_duration_s + 30.0
         transaction.on_commit(lambda: [enqueue(run.pk, i, time_limit_s) for i in range(shards)])
-    pool_region = pool_region_for(test)
+    pool_region = None if run.for_drill else pool_region_for(test)  # a drill measures the overflow itself
     if pool_region is not None:
         CapacityRun.objects.filter(pk=run.pk).update(pool_counters_start=_pool_counters(pool_region))
         overflow_hold(pool_region.pool_id, pool_region.region.slug, START_LEAD_S + plan.max_duration_s + 5.0)
@@ -372,7 +372,9 @@ def _outcome(run: CapacityRun, steps: list[engine.StepResult], sent: int = 0) ->
     out: dict[str, Any] = {"knee_capacity_rps": result.capacity_rps, "knee_step_index": result.step_index,
                            "knee_code": result.code, "knee_reason": result.reason}
     pool_region = pool_region_for(test)
-    if test.pool_id is None:
+    if run.for_drill:
+        out["recommendation_note"] = "A failover drill's load (overflow allowed): nothing to recommend from it."
+    elif test.pool_id is None:
         out["recommendation_note"] = "The test names no pool, so there is nothing to recommend for."
     elif pool_region is None:
         out["recommendation_note"] = "Name the region: the pool has several and the listener's fleet has none."

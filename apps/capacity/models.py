@@ -124,6 +124,9 @@ class CapacityRun(models.Model):
     # split or overflow sends some of the test's requests to other pools or regions).
     pool_counters_start = models.JSONField(null=True, blank=True)
     pool_served = models.PositiveBigIntegerField(null=True, blank=True)
+    # Started by a failover drill: the load is the drill's, so the tested region is not held (overflow is what
+    # the drill measures) and nothing is recommended from it.
+    for_drill = models.BooleanField(default=False)
     applied_at = models.DateTimeField(null=True, blank=True)
     applied_by = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -229,6 +232,62 @@ class StepResult(models.Model):
     def error_rate(self) -> float:
         total = self.requests
         return self.error_count / total if total else 0.0
+
+
+class Drill(models.Model):
+    """A failover drill: drain a share of one region of a pool for a while (optionally under a capacity test's
+    load), check that the other regions absorb it within their capacities and the drill's SLO, restore, and
+    keep what happened each second (`samples`) and what it came to (`summary`). apps/capacity/drills.py."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        PASSED = "passed"
+        FAILED = "failed"  # an SLO or capacity check broke: restored at once
+        CANCELLED = "cancelled"
+
+    ACTIVE = (Status.PENDING, Status.RUNNING)
+    TENANT_PATH = "pool__org"
+
+    pool = models.ForeignKey("balancers.Pool", on_delete=models.CASCADE, related_name="drills")
+    region = models.ForeignKey("balancers.Region", on_delete=models.PROTECT, related_name="+")
+    share = models.FloatField(default=1.0)  # of the region drained: 1.0 = all of it
+    duration_s = models.FloatField(default=60.0)
+    test = models.ForeignKey(CapacityTest, null=True, blank=True, on_delete=models.SET_NULL, related_name="drills")
+    capacity_run = models.ForeignKey(CapacityRun, null=True, blank=True, on_delete=models.SET_NULL,
+                                     related_name="+")
+    slo_p99_ms = models.FloatField(null=True, blank=True)  # needs a capacity test (clients measure latency)
+    slo_error_rate = models.FloatField(default=0.01)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True)
+    phase = models.CharField(max_length=16, blank=True, default="")  # baseline, drained, restored
+    requested_by = models.CharField(max_length=64, blank=True, default="")
+    reason = models.TextField(blank=True, default="")  # why it failed or was cancelled
+    failed_check = models.CharField(max_length=32, blank=True, default="")  # error_rate, p99, over_capacity, ...
+    # One entry per second: {"t", "phase", "served": {region: req/s}, "capacity": {region: req/s or None},
+    # "arrived", "errors" (req/s), "error_rate", "p99_ms"}.
+    samples = models.JSONField(default=list, blank=True)
+    summary = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    drained_at = models.DateTimeField(null=True, blank=True)
+    restored_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(share__gt=0, share__lte=1), name="drill_share_range"),
+        ]
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.pool.name}#{self.pk}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in self.ACTIVE
 
 
 class TargetAllowlistQuerySet(TenantQuerySet):

@@ -17,6 +17,10 @@ MAX_STEPS = 50
 MAX_SHARDS = 16
 MAX_TIMEOUT_S = 60.0
 DEFAULT_MAX_CONNECTIONS = 100
+# A failover drill's bounds (low, high): the API, the pool page's form, the job kind and the service agree.
+DRILL_SHARE = (0.05, 1.0)
+DRILL_DURATION_S = (5.0, 3600.0)
+DRILL_P99_MS = (1.0, 60_000.0)
 
 
 def caps_of(org: Organization) -> safety.Caps:

@@ -145,3 +145,38 @@ def apply_preview(run: CapacityRun) -> dict[str, Any] | None:
             "capacity_before": _rate(before_cap), "capacity_after": _rate(after_cap),
             "scaler": pool_region.capacity_scaler,
             "lines": lines}
+
+
+def drill_chart(drill) -> dict[str, Any]:
+    """A drill's seconds for uPlot: served req/s and capacity per region, error rate and p99, the drained span."""
+    samples = drill.samples or []
+    regions = sorted({r for s in samples for r in s["served"]})
+    drained = [s["t"] for s in samples if s["phase"] == "drained"]
+    return {
+        "drill": drill.pk,
+        "t": [s["t"] for s in samples],
+        "regions": regions,
+        "served": {r: [s["served"].get(r, 0.0) for s in samples] for r in regions},
+        "capacity": {r: [s["capacity"].get(r) for s in samples] for r in regions},
+        "error_rate": [round(100 * s["error_rate"], 2) for s in samples],
+        "p99_ms": [s.get("p99_ms") for s in samples],
+        # The drained span: from the sample before the first drained one (the drain began within that second).
+        "drained": [max(0.0, drained[0] - 1.0), drained[-1]] if drained else None,
+        "region": drill.region.slug,
+        "slo_error_rate_pct": round(100 * drill.slo_error_rate, 2),
+    }
+
+
+def drill_rows(drill) -> list[dict[str, Any]]:
+    """The report's table: per region, before / during / moved, capacity while drained and peak utilization."""
+    summary = drill.summary or {}
+    last_drained = next((s for s in reversed(drill.samples or []) if s["phase"] == "drained"), None)
+    rows = []
+    for region in summary.get("regions", []):
+        capacity = last_drained["capacity"].get(region) if last_drained else None
+        peak = summary.get("peak_utilization", {}).get(region)
+        rows.append({"region": region, "drained": region == summary.get("region"),
+                     "before": summary["before"].get(region), "during": summary["during"].get(region),
+                     "moved": summary["moved"].get(region), "capacity": capacity,
+                     "peak_pct": None if peak is None else round(100 * peak)})
+    return rows

@@ -10,11 +10,20 @@ from django.utils import timezone
 from apps.accounts.models import Organization
 from apps.accounts.principal import Principal
 from apps.audit.services import audit_record, audit_snapshot
-from apps.balancers.models import PoolRegion
+from apps.balancers.models import LoadBalancer, Pool, PoolRegion, Region
 from apps.balancers.services import object_save
 from apps.capacity import safety
-from apps.capacity.models import CapacityRun, CapacityTest, TargetAllowlist
-from apps.capacity.rules import DEFAULT_MAX_CONNECTIONS, capacity_test_check, caps_of, load_of, normalize_steps
+from apps.capacity.models import CapacityRun, CapacityTest, Drill, TargetAllowlist
+from apps.capacity.rules import (
+    DEFAULT_MAX_CONNECTIONS,
+    DRILL_DURATION_S,
+    DRILL_P99_MS,
+    DRILL_SHARE,
+    capacity_test_check,
+    caps_of,
+    load_of,
+    normalize_steps,
+)
 from apps.capacity.selectors import org_active_load
 from apps.core.enqueue import enqueue
 from apps.core.errors import Conflict, DomainError, NotFoundError, save_or_conflict
@@ -54,7 +63,7 @@ def capacity_test_delete(*, principal: Principal, test: CapacityTest) -> None:
 # --- runs ------------------------------------------------------------------------------------
 
 
-def capacity_run_start(*, principal: Principal | None, test: CapacityTest) -> CapacityRun:
+def capacity_run_start(*, principal: Principal | None, test: CapacityTest, for_drill: bool = False) -> CapacityRun:
     """Check target and caps again (either may have changed since the test was saved), reserve the
     org's budget and enqueue the run once the transaction commits."""
     with transaction.atomic():
@@ -67,7 +76,7 @@ def capacity_run_start(*, principal: Principal | None, test: CapacityTest) -> Ca
         run = CapacityRun.objects.create(
             test=test, requested_by=principal.actor if principal else "system",
             peak_rate=load.peak_rate, concurrency=load.concurrency, shards_total=test.shards,
-            step_count=len(test.steps))
+            step_count=len(test.steps), for_drill=for_drill)
         audit_record(principal=principal, org=org, action="capacityrun.start", obj=run,
                      after={"test": test.pk, "steps": test.steps, "mode": test.mode, "shards": test.shards})
         transaction.on_commit(lambda: enqueue("capacity.start_run_task", run.pk))
@@ -114,6 +123,79 @@ def capacity_apply_recommendation(*, principal: Principal | None, run: CapacityR
                      after={"max_rate_per_member": run.recommended_max_rate_per_member,
                             "pool_region": pool_region.pk})
     return pool_region
+
+
+# --- failover drills (apps/capacity/drills.py runs them) ------------------------------------
+
+DRILLS_ACTIVE_PER_ORG = 2  # each holds a worker for its window: one org cannot take every worker
+
+
+def drill_start(*, principal: Principal, pool: Pool, region: Region | str, share: float = 1.0,
+                duration_s: float = 60.0, test: CapacityTest | None = None, slo_p99_ms: float | None = None,
+                slo_error_rate: float = 0.01) -> Drill:
+    """Check the drill and enqueue it. The pool is the caller's (scoped); the test must be the pool's org's."""
+    if not principal.can_write:
+        raise DomainError("read_only", "Your role cannot run drills.", status=403)
+    if not Pool.objects.writable_by(principal).filter(pk=pool.pk).exists():
+        raise NotFoundError("Pool not found.")
+    slug = region.slug if isinstance(region, Region) else region
+    pool_region = PoolRegion.objects.filter(pool=pool, region__slug=slug).select_related("region").first()
+    if pool_region is None:
+        raise DomainError("invalid_region", f"The pool has no region {str(slug)[:63]!r}.", field="region")
+    others = PoolRegion.objects.filter(pool=pool).exclude(pk=pool_region.pk).exclude(capacity_scaler=0)
+    if share >= 1.0 and not others.exists():
+        raise DomainError("nothing_to_absorb", "The pool has no other region to take this region's traffic.",
+                          field="region")
+    if pool.lb.kind != LoadBalancer.Kind.HAPROXY:
+        raise DomainError("not_haproxy", "Drills run on HAProxy fleets (a cloud LB's nodes cannot be read).")
+    _range("share", share, *DRILL_SHARE)
+    _range("duration_s", duration_s, *DRILL_DURATION_S)
+    _range("slo_error_rate", slo_error_rate, 0.0, 1.0)
+    if slo_p99_ms is not None:
+        _range("slo_p99_ms", slo_p99_ms, *DRILL_P99_MS)
+        if test is None:
+            raise DomainError("p99_needs_test", "A p99 SLO needs a capacity test: its clients measure latency.",
+                              field="slo_p99_ms")
+    if test is not None and (test.org_id != pool.org_id
+                             or not CapacityTest.objects.visible_to(principal).filter(pk=test.pk).exists()):
+        raise NotFoundError("Capacity test not found.", field="test")  # another org's test: never its load
+    with transaction.atomic():
+        Organization.objects.select_for_update().get(pk=pool.org_id)  # one starter per org at a time
+        if Drill.objects.filter(pool=pool, status__in=Drill.ACTIVE).exists():
+            raise Conflict("drill_running", "A drill is already running on this pool.")
+        if Drill.objects.filter(pool__org_id=pool.org_id, status__in=Drill.ACTIVE).count() >= DRILLS_ACTIVE_PER_ORG:
+            raise DomainError("too_many_drills", f"At most {DRILLS_ACTIVE_PER_ORG} drills run at once per "
+                              "organization; wait for one to finish.", status=429, retry_after_s=30)
+        drill = Drill.objects.create(pool=pool, region=pool_region.region, share=share, duration_s=duration_s,
+                                     test=test, slo_p99_ms=slo_p99_ms, slo_error_rate=slo_error_rate,
+                                     requested_by=principal.actor)
+        audit_record(principal=principal, org=pool.org, action="drill.start", obj=drill,
+                     after={"pool": pool.pk, "region": slug, "share": share, "duration_s": duration_s,
+                            "test": test.pk if test else None})
+        transaction.on_commit(lambda: enqueue("capacity.drill_task", drill.pk))
+    return drill
+
+
+def drill_cancel(*, principal: Principal | None, drill: Drill) -> Drill:
+    """Stop the drill: its loop sees it within a second and restores the region."""
+    if principal is not None and not principal.can_write:
+        raise DomainError("read_only", "Your role cannot cancel drills.", status=403)
+    with transaction.atomic():
+        if not Drill.objects.filter(pk=drill.pk, status__in=Drill.ACTIVE).update(
+                status=Drill.Status.CANCELLED, reason="cancelled"):
+            drill.refresh_from_db()
+            raise Conflict("drill_finished", f"The drill already finished ({drill.status}).")
+        if not Drill.objects.filter(pk=drill.pk, started_at__isnull=False).exists():
+            Drill.objects.filter(pk=drill.pk).update(finished_at=timezone.now(), phase="done")  # never started
+        drill.refresh_from_db()
+        audit_record(principal=principal, org=drill.pool.org, action="drill.cancel", obj=drill,
+                     after={"status": drill.status})
+    return drill
+
+
+def _range(name: str, value: object, low: float, high: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise DomainError("invalid_drill", f"{name} must be a number from {low:g} to {high:g}.", field=name)
 
 
 # --- allowlist -------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from apps.capacity import execution
+from apps.capacity import drills, execution
 
 
 def _enqueue_shard(run_id: int, index: int, time_limit_s: float) -> None:
@@ -26,4 +26,9 @@ def run_shard_task(self, run_id: int, shard_index: int) -> str:
 
 @shared_task(name="capacity.reap_stale_runs_task")
 def reap_stale_runs_task() -> int:
-    return execution.reap_stale_runs()
+    return execution.reap_stale_runs() + drills.reap_lost_drills()
+
+
+@shared_task(name="capacity.drill_task")
+def drill_task(drill_id: int) -> str:
+    return drills.drill_execute(drill_id)

@@ -12,4 +12,9 @@ urlpatterns = [
     path("capacity/runs/<int:pk>/cancel/", views.CapacityRunCancelView.as_view(), name="capacity-run-cancel"),
     path("capacity/runs/<int:pk>/apply/", views.CapacityRunApplyView.as_view(), name="capacity-run-apply"),
     path("capacity/runs/<int:pk>/chart.json", views.CapacityRunChartView.as_view(), name="capacity-run-chart"),
+    path("capacity/pools/<int:pk>/drills/", views.PoolDrillsView.as_view(), name="pool-drills"),
+    path("capacity/drills/<int:pk>/", views.DrillDetailView.as_view(), name="drill"),
+    path("capacity/drills/<int:pk>/progress/", views.DrillProgressView.as_view(), name="drill-progress"),
+    path("capacity/drills/<int:pk>/cancel/", views.DrillCancelView.as_view(), name="drill-cancel"),
+    path("capacity/drills/<int:pk>/chart.json", views.DrillChartView.as_view(), name="drill-chart"),
 ]

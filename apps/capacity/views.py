@@ -6,6 +6,7 @@ Thin: reads through visible_to / selectors, writes through the same services as 
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any
 
 from django.http import HttpResponse, JsonResponse
@@ -18,7 +19,7 @@ from django_htmx.http import HttpResponseClientRedirect, HttpResponseClientRefre
 from apps.balancers.models import Pool, Region
 from apps.capacity import selectors, services
 from apps.capacity.api.serializers import CapacityTestSerializer
-from apps.capacity.models import CapacityRun, CapacityTest
+from apps.capacity.models import CapacityRun, CapacityTest, Drill
 from apps.core.errors import DomainError
 from apps.core.ui import PrincipalView, errors_of
 from apps.fleets.selectors import unserved_static_ips
@@ -186,3 +187,97 @@ class CapacityCompareView(PrincipalView):
         rows = [(i, left[i] if i < len(left) else None, right[i] if i < len(right) else None)
                 for i in range(max(len(left), len(right)))]
         return render(request, "capacity/compare.html", {"runs": runs, "rows": rows})
+
+
+# --- failover drills -----------------------------------------------------------------------------
+
+
+def _drill_number(request, name: str, label: str, *, default: float | None = None) -> float | None:
+    text = (request.POST.get(name) or "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise DomainError("invalid_drill", f"{label} must be a number.", field=name) from None
+    if not math.isfinite(value):
+        raise DomainError("invalid_drill", f"{label} must be a number.", field=name)
+    return value
+
+
+class PoolDrillsView(PrincipalView):
+    """The pool page's drill card (loaded by htmx from the overflow page): run one now, and the recent ones."""
+
+    def _context(self, pool: Pool, **extra: Any) -> dict[str, Any]:
+        return {"pool": pool, "regions": [pr.region.slug for pr in pool.regions.select_related("region")],
+                "tests": self.scoped(CapacityTest).filter(org_id=pool.org_id).order_by("name"),
+                "drills": pool.drills.select_related("region").order_by("-created_at", "-id")[:10],
+                "can_write": self.principal.can_write,
+                "values": {"share_pct": 100, "duration_s": 60, "slo_error_rate_pct": 1}, **extra}
+
+    def get(self, request, pk: int):
+        pool = self.get_scoped(Pool, pk=pk)
+        return render(request, "capacity/pool_drills.html", self._context(pool))
+
+    def post(self, request, pk: int):
+        pool = self.get_scoped(Pool, pk=pk)
+        try:
+            test_id = request.POST.get("test") or ""
+            test = None
+            if test_id:
+                test = self.scoped(CapacityTest).filter(pk=int(test_id) if test_id.isdigit() else 0).first()
+                if test is None:
+                    raise DomainError("not_found", "Capacity test not found.", field="test")
+            share_pct = _drill_number(request, "share_pct", "Share drained", default=100.0)
+            error_pct = _drill_number(request, "slo_error_rate_pct", "SLO error rate", default=1.0)
+            drill = services.drill_start(
+                principal=self.principal, pool=pool, region=(request.POST.get("region") or "")[:63],
+                share=share_pct / 100.0, duration_s=_drill_number(request, "duration_s", "Duration", default=60.0),
+                test=test, slo_p99_ms=_drill_number(request, "slo_p99_ms", "SLO p99"),
+                slo_error_rate=error_pct / 100.0)
+        except DomainError as exc:
+            return TemplateResponse(request, "capacity/pool_drills.html",
+                                    self._context(pool, error=exc, values=request.POST), status=422)
+        return HttpResponseClientRedirect(reverse("drill", args=[drill.pk]))
+
+
+class DrillDetailView(PrincipalView):
+    """The drill's report: what moved where, how fast, what broke, with the charts (live while it runs)."""
+
+    def get(self, request, pk: int):
+        drill = get_object_or_404(self.scoped(Drill).select_related("pool__lb", "region", "test", "capacity_run"),
+                                  pk=pk)
+        took = drill.finished_at - drill.started_at if drill.finished_at and drill.started_at else None
+        return render(request, "capacity/drill_detail.html", {
+            "drill": drill, "rows": selectors.drill_rows(drill), "can_write": self.principal.can_write,
+            "took_s": took.total_seconds() if took is not None else None,
+            "slo_error_pct": 100 * drill.slo_error_rate,
+            "max_error_pct": 100 * float((drill.summary or {}).get("max_error_rate") or 0.0)})
+
+
+class DrillProgressView(PrincipalView):
+    """Polled every second while the drill runs; once it has finished, the page reloads once to the report."""
+
+    def get(self, request, pk: int):
+        drill = get_object_or_404(self.scoped(Drill).select_related("region"), pk=pk)
+        if request.GET.get("active") == "1" and not drill.is_active and drill.finished_at is not None:
+            return HttpResponseClientRefresh()
+        return render(request, "capacity/drill_progress.html", {"drill": drill, "can_write": self.principal.can_write})
+
+
+class DrillCancelView(PrincipalView):
+    def post(self, request, pk: int):
+        drill = get_object_or_404(self.scoped(Drill).select_related("region"), pk=pk)
+        try:
+            services.drill_cancel(principal=self.principal, drill=drill)
+        except DomainError as exc:
+            if exc.status == 403:
+                return HttpResponse(escape(exc.detail), status=403)
+        drill.refresh_from_db()
+        return render(request, "capacity/drill_progress.html", {"drill": drill, "can_write": self.principal.can_write})
+
+
+class DrillChartView(PrincipalView):
+    def get(self, request, pk: int):
+        drill = get_object_or_404(self.scoped(Drill).select_related("region"), pk=pk)
+        return JsonResponse(selectors.drill_chart(drill))

@@ -10,7 +10,8 @@ from apps.configcode import document
 from apps.scheduling.models import Job
 from apps.scheduling.registry import params_for_export
 
-POOL_FIELDS = ("algorithm", "overflow_policy", "health_path", "health_interval_s", "health_rise", "health_fall",
+POOL_FIELDS = ("algorithm", "overflow_policy", "overload", "preferred_regions", "failover_threshold", "auto_drain",
+               "session_affinity", "health_path", "health_interval_s", "health_rise", "health_fall",
                "health_expected_status")
 JOB_FIELDS = ("kind", "params", "schedule_type", "cron", "timezone", "interval_s", "start_at", "run_at", "end_at",
               "misfire_policy", "misfire_grace_s", "concurrency_policy", "max_retries", "retry_backoff_s",
@@ -30,7 +31,8 @@ def org_export(org: Any) -> dict[str, Any]:
         "load_balancers": [{"name": lb.name, "kind": lb.kind} for lb in lbs],
         "pools": [{"lb": p.lb.name, "name": p.name, **{f: getattr(p, f) for f in POOL_FIELDS}} for p in pools],
         "pool_regions": [{"lb": r.pool.lb.name, "pool": r.pool.name, "region": r.region.slug,
-                          "max_rate_per_member": r.max_rate_per_member, "capacity_scaler": r.capacity_scaler}
+                          "max_rate_per_member": r.max_rate_per_member, "capacity_scaler": r.capacity_scaler,
+                          "traffic_dial": r.traffic_dial}
                          for r in PoolRegion.objects.filter(pool__org=org).select_related("pool__lb", "region")],
         "members": [{"lb": m.pool.lb.name, "pool": m.pool.name, "name": m.name, "region": m.region.slug,
                      "address": m.address, "port": m.port, "weight": m.weight, "admin_state": m.admin_state}

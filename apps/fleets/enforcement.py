@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection
@@ -39,6 +38,7 @@ from apps.fleets.config.render.chain import (
     DEMAND_TABLE,
     LIMITS_MAP,
     RATES_TABLE,
+    ROOM_MAP,
     UNLIMITED,
     USABLE_MAP,
     absorb_thresholds,
@@ -46,7 +46,14 @@ from apps.fleets.config.render.chain import (
 )
 from apps.fleets.models import Node
 from apps.fleets.node.apply import NODE_ERRORS
-from apps.fleets.node.showstat import backend_usable, parse_backend_active, parse_backend_usable, parse_show_stat
+from apps.fleets.node.showstat import (
+    backend_usable,
+    parse_backend_active,
+    parse_backend_usable,
+    parse_show_stat,
+    parse_show_table,
+    parse_show_table_counts,
+)
 from apps.fleets.node.transports import transport_for
 from apps.fleets.node.transports.base import NodeConn
 from apps.traffic import steering as decisions
@@ -56,8 +63,6 @@ from apps.traffic.shares import Limits, absorb_weights, planned_limits, reserve_
 
 logger = logging.getLogger(__name__)
 
-_ROW_RE = re.compile(r"key=(\S+) .*?http_req_rate\(\d+\)=(\d+)")
-_CNT_RE = re.compile(r"key=(\S+) .*?http_req_cnt=(\d+)")
 _SET_BATCH = 50  # `set map` commands per CLI line (`;`-separated)
 _HOLD_KEY = "spillway:overflow-hold:{}"
 
@@ -123,17 +128,8 @@ class NodeReading:
     rates: dict[str, float] = field(default_factory=dict)  # step backend -> this node's sliding rate to it
     active: dict[str, int] = field(default_factory=dict)  # backend -> usable active servers
     live_absorb: dict[str, str] = field(default_factory=dict)
+    live_room: dict[str, str] = field(default_factory=dict)  # sticky pools' steps: 1 while the region has room
     error: str = ""
-
-
-def parse_show_table(text: str) -> dict[str, float]:
-    """`show table <t>` rows -> {key: http_req_rate}."""
-    return {m.group(1): float(m.group(2)) for m in _ROW_RE.finditer(text)}
-
-
-def parse_show_table_counts(text: str) -> dict[str, int]:
-    """`show table <t>` rows -> {key: http_req_cnt} (rows of a table that stores it)."""
-    return {m.group(1): int(m.group(2)) for m in _CNT_RE.finditer(text)}
 
 
 class DemandMeter:
@@ -214,7 +210,9 @@ def read_node(node: Node, region: str, run: Callable[[str], str] | None = None) 
         return NodeReading(node.pk, region, True, demand, counts, at, usable,
                            _parse_map(run(f"show map {LIMITS_MAP}")), _parse_map(run(f"show map {USABLE_MAP}")),
                            parse_show_table(run(f"show table {RATES_TABLE}")), parse_backend_active(stat),
-                           _parse_map(run(f"show map {ABSORB_MAP}")))
+                           _parse_map(run(f"show map {ABSORB_MAP}")),
+                           # Loaded only with sticky pools; without, HAProxy's "Unknown map" parses as empty.
+                           _parse_map(run(f"show map {ROOM_MAP}")))
     except NODE_ERRORS as exc:
         return NodeReading(node.pk, region, False, error=str(exc))
     finally:
@@ -241,6 +239,7 @@ class Desired:
     limits: dict[int, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))  # node -> backend -> limit
     absorb: dict[int, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))  # node -> backend -> threshold
     modes: dict[int, str] = field(default_factory=dict)  # pool -> "dynamic" | "static" (| "held ...")
+    room: dict[int, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))  # node -> backend -> 0/1
 
 
 def desired_limits(readings: dict[int, NodeReading], lbs: dict[int, dict[int, tuple[Node, str]]],
@@ -253,7 +252,7 @@ def desired_limits(readings: dict[int, NodeReading], lbs: dict[int, dict[int, tu
     distances = {(d.src.slug, d.dst.slug): d.rtt_ms for d in RegionDistance.objects.select_related("src", "dst")}
     pools = list(Pool.objects.filter(lb_id__in=list(lbs)).order_by("pk"))
     caps = pool_capacities_many(pools)
-    configured = pool_steerings(pools)
+    configured = pool_steerings(pools, live=True)
     members = _member_counts([p for p in pools if p.failover_threshold is not None or p.auto_drain])
     out = Desired()
     for pool in pools:
@@ -291,7 +290,56 @@ def desired_limits(readings: dict[int, NodeReading], lbs: dict[int, dict[int, tu
             steps = [(be, w) for be, w in ((backend_name(pool.pk, r, "http"), w) for r, w in row.items())
                      if be in live]
             out.absorb[int(nid)].update(absorb_thresholds(steps))
+        if pool.session_affinity == "cookie" and fresh:
+            key = _OVER_KEY.format(pool.pk)
+            over = cache.get(key) or {}
+            room, changed, still_over = _room(pool.pk, pool_caps, steering, readings, list(nodes), over,
+                                              time.time() if now is None else now)
+            if still_over != over:
+                cache.set(key, still_over, timeout=60)
+            for nid in nodes:
+                out.room[nid].update(room)
+            for region, has_room in changed:
+                event_emit("steering.sticky_room" if has_room else "steering.sticky_full", org=pool.org, obj=pool,
+                           data={"region": region})
     return out
+
+
+ROOM_FULL, ROOM_AGAIN = 1.05, 0.95  # of a region's capacity: sticky sessions leave above, may stay again below
+# Over ROOM_FULL for this long before a region counts as full: at capacity, a 1 s request rate read four times a
+# second jitters past 5% for a moment (clients' requests bunch), and each such moment moved sessions (CI, 2 of 25).
+ROOM_SUSTAIN_S = 2.0
+_OVER_KEY = "spillway:sticky-over:{}"
+
+
+def _room(pool_id: int, caps: list, steering: Steering, readings: dict[int, NodeReading], node_ids: list[int],
+          over_since: dict[str, float], now: float) -> tuple[dict[str, int], list[tuple[str, int]], dict[str, float]]:
+    """{step backend: 1 while its region has room for the sticky sessions it holds, else 0}: a region drained,
+    failed over or dialled to nothing has none at once; one serving more than ROOM_FULL x its capacity (all
+    nodes' rates to it) for ROOM_SUSTAIN_S has none until it is back under ROOM_AGAIN x, so sessions do not
+    leave and return in turn. `over_since` {region: when it went over} is the previous run's; the new one is
+    returned with [(region, 0 or 1)] for each region whose room changed from what its nodes hold (an event each)."""
+    effective = steering.effective({c.region: c.capacity for c in caps})
+    out: dict[str, int] = {}
+    changed: list[tuple[str, int]] = []
+    still_over: dict[str, float] = {}
+    for region, capacity in effective.items():
+        backend = backend_name(pool_id, region, "http")
+        served = sum(readings[nid].rates.get(backend, 0.0) for nid in node_ids)
+        live = [readings[nid].live_room.get(backend) for nid in node_ids]
+        had_room = "0" not in live
+        if capacity > 0 and served > capacity * ROOM_FULL:
+            still_over[region] = over_since.get(region, now)
+        if region in steering.drained or region in steering.failed_over or capacity <= 0 or (
+                now - still_over.get(region, now) >= ROOM_SUSTAIN_S):
+            out[backend] = 0
+        elif served < capacity * ROOM_AGAIN:
+            out[backend] = 1
+        else:
+            out[backend] = int(had_room)
+        if any(v is not None for v in live) and out[backend] != int(had_room):
+            changed.append((region, out[backend]))
+    return out, changed, still_over
 
 
 def _member_counts(pools: list[Pool]) -> dict[int, dict[str, int]]:
@@ -327,8 +375,8 @@ def _decide(pool: Pool, steering: Steering, members: dict[str, int], readings: d
                          "failover_threshold": pool.failover_threshold, "auto_drain": pool.auto_drain})
         logger.info("pool %s: region %s %s (healthy share %.2f)", pool.pk, change.region, change.action,
                     change.healthy_share)
-    return Steering(preferred=steering.preferred, dials=steering.dials, failed_over=decision.failed_over,
-                    drained=decision.drained)
+    # On top of what `steering` already holds (a drill's drain).
+    return steering.adding(failed_over=decision.failed_over, drained=decision.drained)
 
 
 def _step_down(limits: Limits, pool_id: int, readings: dict[int, NodeReading], gap: float,
@@ -355,7 +403,7 @@ def _step_down(limits: Limits, pool_id: int, readings: dict[int, NodeReading], g
 
 
 def _apply(node: Node, reading: NodeReading, limits: dict[str, int], absorb: dict[str, int] | None = None,
-           run: Callable[[str], str] | None = None) -> int:
+           run: Callable[[str], str] | None = None, room: dict[str, int] | None = None) -> int:
     """Send the `set map` commands that make the node's live maps what they should be; returns the count."""
     commands = [f"set map {LIMITS_MAP} {be} {value}" for be, value in sorted(limits.items())
                 if be in reading.live_limits and reading.live_limits[be] != str(value)]
@@ -363,6 +411,8 @@ def _apply(node: Node, reading: NodeReading, limits: dict[str, int], absorb: dic
                  if be in reading.live_absorb and reading.live_absorb[be] != str(value)]
     commands += [f"set map {USABLE_MAP} {be} {value}" for be, value in sorted(reading.usable.items())
                  if be in reading.live_usable and reading.live_usable[be] != str(value)]
+    commands += [f"set map {ROOM_MAP} {be} {value}" for be, value in sorted((room or {}).items())
+                 if be in reading.live_room and reading.live_room[be] != str(value)]
     if not commands:
         return 0
     transport = None
@@ -443,6 +493,6 @@ def enforce(lb_ids: Collection[int] | None = None, meter: DemandMeter | None = N
     reachable = [nid for nid in ids if readings[nid].reachable]
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(reachable)))) as pool:
         sets = sum(pool.map(lambda nid: _apply(nodes[nid][0], readings[nid], desired.limits.get(nid, {}),
-                                               desired.absorb.get(nid, {})), reachable))
+                                               desired.absorb.get(nid, {}), room=desired.room.get(nid)), reachable))
     return {"nodes": len(ids), "unreachable": [nid for nid in ids if not readings[nid].reachable],
             "sets": sets, "pools": desired.modes, "ms": round((time.monotonic() - started) * 1000.0, 1)}

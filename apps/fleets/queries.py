@@ -179,7 +179,7 @@ def _fleet_snapshot(fleet: Fleet, revision: int) -> tuple[FleetSnapshot, dict[st
         for m in members[pool.pk]:
             by_region[m.region.slug].append(
                 MemberSpec(name=m.name, address=m.address, port=m.port, weight=m.weight,
-                           admin_state=m.admin_state)  # type: ignore[arg-type]
+                           admin_state=m.admin_state, id=m.pk)  # type: ignore[arg-type]
             )
         rows = {pr.region.slug: pr for pr in pool_regions[pool.pk]}
         region_slugs = sorted(set(by_region) | set(rows))
@@ -205,6 +205,7 @@ def _fleet_snapshot(fleet: Fleet, revision: int) -> tuple[FleetSnapshot, dict[st
                           for slug in region_slugs),
             chain=tuple(RegionStep(region=r, rate_limit_per_node=limit) for r, limit in steps),
             overload=pool.overload,  # type: ignore[arg-type]
+            sticky=pool.session_affinity == "cookie",
             capacities=tuple(sorted((c.region, None if math.isinf(c.capacity) else int(c.capacity))
                                     for c in capacities or ())),
         ))

@@ -15,6 +15,7 @@ from apps.fleets.config.route_tester import route_test
 from apps.fleets.config.serving import ServingFleet, serving, what_if
 from apps.fleets.config.stored import diff_lines
 from apps.fleets.health.members import MemberHealth, member_health
+from apps.fleets.health.pool_counters import NodeCounters, pool_counters
 from apps.fleets.health.vips import NOT_SERVED, FleetVip, listener_vip, unserved_static_ips
 from apps.fleets.models import fleets_visible_to
 from apps.fleets.node.outside_rollout import read_state
@@ -64,6 +65,7 @@ __all__ = [
     "SUMMARY_ROWS",
     "FleetVip",
     "MemberHealth",
+    "NodeCounters",
     "ServingFleet",
     "backend_name",
     "can_push",
@@ -93,6 +95,7 @@ __all__ = [
     "node_regions",
     "node_spec",
     "nodes_reporting",
+    "pool_counters",
     "pool_nodes",
     "read_state",
     "recent_rollouts",

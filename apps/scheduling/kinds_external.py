@@ -11,9 +11,10 @@ import time
 from typing import Any
 
 from apps.accounts.principal import Principal
-from apps.balancers.models import LoadBalancer
+from apps.balancers.models import LoadBalancer, PoolRegion
 from apps.capacity import services as capacity_services
-from apps.capacity.models import CapacityTest
+from apps.capacity.models import CapacityTest, Drill
+from apps.capacity.rules import DRILL_DURATION_S, DRILL_P99_MS, DRILL_SHARE
 from apps.cloud import services as cloud_services
 from apps.cloud.models import CloudTarget
 from apps.fleets import services as fleet_services
@@ -27,6 +28,7 @@ from apps.scheduling.registry import (
     RunContext,
     _bad,
     _bool,
+    _number,
     _only,
     _resolve_at_run,
     _visible,
@@ -139,6 +141,66 @@ register(JobKind("capacity_test", "Run a capacity test",
                  params=(Param("test", "Capacity test", "ref", ref="capacity_test", required=True),
                          Param("wait", "Wait for the run to finish", "bool", default=True),
                          Param("apply_recommendation", "Apply its recommendation", "bool", default=False))))
+
+
+# --- failover drills -----------------------------------------------------------------------
+
+
+def _drill_validate(params: Params, principal: Principal) -> Params:
+    _only(params, {"pool_region", "share", "duration_s", "test", "slo_p99_ms", "slo_error_rate"})
+    pool_region = _visible(PoolRegion, principal, "pool_region", params.get("pool_region"), "pool region")
+    out: Params = {"pool_region": pool_region.pk,
+                   "share": _number(params, "share", low=DRILL_SHARE[0], high=DRILL_SHARE[1], default=1.0),
+                   "duration_s": _number(params, "duration_s", low=DRILL_DURATION_S[0], high=DRILL_DURATION_S[1],
+                                         default=60.0),
+                   "slo_error_rate": _number(params, "slo_error_rate", low=0.0, high=1.0, default=0.01),
+                   "test": None, "slo_p99_ms": None}
+    if params.get("test") is not None:
+        test = _visible(CapacityTest, principal, "test", params.get("test"), "capacity test")
+        if test.org_id != pool_region.pool.org_id:
+            raise _bad("test", f"capacity test {test.pk} not found.")  # never another org's load on this pool
+        out["test"] = test.pk
+    if params.get("slo_p99_ms") is not None:
+        if out["test"] is None:
+            raise _bad("slo_p99_ms", "slo_p99_ms needs a capacity test: its clients measure latency.")
+        out["slo_p99_ms"] = _number(params, "slo_p99_ms", low=DRILL_P99_MS[0], high=DRILL_P99_MS[1])
+    return out
+
+
+def _drill_execute(ctx: RunContext, params: Params) -> dict[str, Any]:
+    pool_region = _resolve_at_run(PoolRegion, ctx, params["pool_region"], "pool region")
+    test = _resolve_at_run(CapacityTest, ctx, params["test"], "capacity test") if params.get("test") else None
+    drill = capacity_services.drill_start(
+        principal=ctx.principal, pool=pool_region.pool, region=pool_region.region, share=params["share"],
+        duration_s=params["duration_s"], test=test, slo_p99_ms=params.get("slo_p99_ms"),
+        slo_error_rate=params["slo_error_rate"])
+    try:
+        while True:
+            drill.refresh_from_db(fields=["status", "reason", "summary"])
+            if not drill.is_active:
+                break
+            ctx.sleep(1.0)
+    except RunCancelled:
+        with contextlib.suppress(Exception):  # finished meanwhile
+            capacity_services.drill_cancel(principal=ctx.principal, drill=drill)
+        raise
+    output = {"drill": drill.pk, "status": drill.status, "react_s": drill.summary.get("react_s"),
+              "moved": drill.summary.get("moved")}
+    if drill.status != Drill.Status.PASSED:
+        raise JobFailed(f"drill {drill.pk} {drill.status}: {drill.reason}")
+    return output
+
+
+register(JobKind("failover_drill", "Run a failover drill",
+                 "Drain a share of a pool's region for a while (optionally under a capacity test's load), check "
+                 "that the other regions absorb it within their capacities and the SLO, restore, keep a report.",
+                 _drill_validate, _drill_execute,
+                 params=(Param("pool_region", "Pool region to drain", "ref", ref="pool_region", required=True),
+                         Param("share", "Share of the region drained (0.05-1)", "number", default=1.0),
+                         Param("duration_s", "Drained for (seconds)", "number", default=60.0),
+                         Param("test", "Capacity test driving the load", "ref", ref="capacity_test"),
+                         Param("slo_p99_ms", "SLO: p99 latency (ms, needs a test)", "number"),
+                         Param("slo_error_rate", "SLO: error rate", "number", default=0.01))))
 
 
 # --- cloud -----------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
 Policy = Literal["waterfall", "isolation", "spray_to_region", "spray_to_world"]
@@ -139,6 +139,11 @@ class Steering:
 
     def dial(self, region: str) -> float:
         return float(self.dials.get(region, 1.0))
+
+    def adding(self, *, failed_over: Iterable[str] = (), drained: Iterable[str] = ()) -> Steering:
+        """This steering with more regions failed over or drained (the loop's decision, a drill's drain)."""
+        return replace(self, failed_over=self.failed_over | frozenset(failed_over),
+                       drained=self.drained | frozenset(drained))
 
     def static(self) -> Steering:
         """What a rendered config knows: the configured order and dials, not the health decisions."""

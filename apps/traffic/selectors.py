@@ -12,6 +12,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -101,26 +102,44 @@ def member_health(pool_ids: Iterable[int], *, now: datetime | None = None) -> di
     return {key: healthy * 2 >= total for key, (total, healthy) in votes.items()}
 
 
-def pool_steerings(pools: Iterable[Pool]) -> dict[int, Steering]:
-    """{pool id: its configured steering} (preferred regions, traffic dials; one query). The decisions
-    that follow health (failed over, drained) are the enforcement loop's (`traffic.steering`)."""
+def pool_steerings(pools: Iterable[Pool], *, live: bool = False) -> dict[int, Steering]:
+    """{pool id: its configured steering} (preferred regions, traffic dials; one query); `live` adds a running
+    drill's drain (the enforcement loop's view; a rendered config never holds it). The decisions that
+    follow health (failed over, drained) are the enforcement loop's (`traffic.steering`)."""
     pools = list(pools)
     dials: dict[int, dict[str, float]] = defaultdict(dict)
     for pool_id, slug, dial in PoolRegion.objects.filter(pool__in=pools).exclude(traffic_dial=1.0).values_list(
             "pool_id", "region__slug", "traffic_dial"):
         dials[pool_id][slug] = dial
-    return {p.pk: Steering(preferred=tuple(p.preferred_regions or ()), dials=dials.get(p.pk, {})) for p in pools}
+    drills = cache.get_many([DRILL_KEY.format(p.pk) for p in pools]) if pools and live else {}
+    out = {}
+    for p in pools:
+        steering = Steering(preferred=tuple(p.preferred_regions or ()), dials=dials.get(p.pk, {}))
+        out[p.pk] = with_drill(steering, drills.get(DRILL_KEY.format(p.pk)))
+    return out
 
 
 DECISION_KEY: Final = "spillway:steering:{}"  # the enforcement loop's failover / drain decision per pool
+# A failover drill's drain of one region (capacity.drills): {"region": slug, "share": 0..1}. A lease in the cache
+# the drill renews every second (5 s to live), so a drill whose worker dies restores the region by itself.
+DRILL_KEY: Final = "spillway:drill:{}"
+
+
+def with_drill(steering: Steering, drill: Mapping[str, Any] | None) -> Steering:
+    """The steering with a drill's drain on top: the whole region drained, or its dial lowered by the share."""
+    if not drill:
+        return steering
+    region, share = str(drill["region"]), float(drill["share"])
+    if share >= 1.0:
+        return steering.adding(drained=[region])
+    return replace(steering, dials={**steering.dials, region: min(steering.dial(region), 1.0 - share)})
 
 
 def pool_steering_now(pool: Pool) -> Steering:
     """The pool's steering as the nodes apply it now: configured, plus the enforcement loop's decision."""
-    config = pool_steerings([pool])[pool.pk]
+    config = pool_steerings([pool], live=True)[pool.pk]
     decision = Decision.from_json(cache.get(DECISION_KEY.format(pool.pk)))
-    return Steering(preferred=config.preferred, dials=config.dials, failed_over=decision.failed_over,
-                    drained=decision.drained)
+    return config.adding(failed_over=decision.failed_over, drained=decision.drained)
 
 
 def steering_to_dict(steering: Steering) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
 
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
@@ -519,3 +520,15 @@ def what_if(*, principal: Principal, data: Mapping[str, Any]) -> dict[str, Any]:
                 "demand_without_nodes": {r: v for r, v in demand.items() if r not in nodes and v > 0},
             }
     return result
+
+
+def drill_drain(*, pool_id: int, region: str, share: float, ttl_s: float) -> None:
+    """Drain `share` of a pool's region (1.0: all of it) for a failover drill, or renew that drain. The
+    enforcement loop applies it at its next run (`selectors.pool_steerings(live=True)`); the entry expires
+    after `ttl_s` unless renewed, so a drill whose worker dies cannot leave the region drained."""
+    cache.set(selectors.DRILL_KEY.format(pool_id), {"region": region, "share": float(share)},
+              timeout=max(1, math.ceil(ttl_s)))
+
+
+def drill_restore(*, pool_id: int) -> None:
+    cache.delete(selectors.DRILL_KEY.format(pool_id))

@@ -11,13 +11,13 @@ Two rules, both keeping sum(limits of region r over all nodes) <= C_r:
   among r's *own* nodes (floor(C_r / n_r)); other regions' nodes get 0 for r (they reach r only
   through the overload pass, see `absorb`). A region without nodes of its own is split among every
   node whose chain reaches it.
-- `dynamic_limits`, from the demand observed on each node about every second: the planner
+- `planned_limits`, from the demand observed on each node about every second: the planner
   (`overflow.plan`, GCP's global view) decides how much of region s's demand each region r serves;
   each node of s gets a part of every such flow proportional to its own demand; what is left of C_r
   goes to r's own nodes (proportional to their demand, evenly when they have none), or to the nodes
   that reach r when r has no node of its own. So the enforced split is the planner's split,
   whatever the ingress skew.
-- `reserve_idle`, applied by the enforcement loop on top of `dynamic_limits`: a region's own node
+- `reserve_idle`, applied by the enforcement loop on top of `planned_limits`: a region's own node
   with (almost) no demand keeps its static share, so ingress moving onto it is served in its region
   at once. Only idle nodes hold more than their planned share, so under sustained demand the sum
   over the nodes that carry it still stays within capacity.
@@ -128,19 +128,6 @@ def static_steps(
     return list(row.items())
 
 
-def dynamic_limits(
-    capacities: Sequence[RegionCapacity],
-    node_regions: Mapping[str, str],
-    demand: Mapping[str, float],
-    distances: Distances,
-    policy: Policy,
-    steering: Steering = NO_STEERING,
-    overload: str = "absorb",
-) -> Limits:
-    """Limits from observed per-node demand (req/s arriving at each node for this pool)."""
-    return planned_limits(capacities, node_regions, demand, distances, policy, steering, overload)[0]
-
-
 def planned_limits(
     capacities: Sequence[RegionCapacity],
     node_regions: Mapping[str, str],
@@ -150,7 +137,8 @@ def planned_limits(
     steering: Steering = NO_STEERING,
     overload: str = "absorb",
 ) -> tuple[Limits, Plan]:
-    """`dynamic_limits` and the plan they enforce (for `absorb_weights`)."""
+    """Limits from observed per-node demand (req/s arriving at each node for this pool), and the plan they
+    enforce (for `absorb_weights`)."""
     raw = capacity_by_region(capacities)
     chains = _chains(raw, node_regions, distances, policy, steering)
     caps = steering.effective(raw)
@@ -296,7 +284,7 @@ def _best_tier(weights: Mapping[str, float], steering: Steering) -> dict[str, fl
 def reserve_idle(limits: Limits, capacities: Sequence[RegionCapacity], node_regions: Mapping[str, str],
                  demand: Mapping[str, float], policy: Policy | None = None,
                  steering: Steering = NO_STEERING) -> Limits:
-    """`dynamic_limits` with every idle node of a region keeping at least its static share of that region.
+    """`planned_limits` with every idle node of a region keeping at least its static share of that region.
 
     When ingress moves onto a node that had no demand (one node -> 80/20), its own region serves what
     arrives there at once instead of after the loop has seen it (measured: ~2 s of the region's

@@ -23,7 +23,9 @@ from tests.factories import (
     PoolRegionFactory,
     RegionFactory,
 )
+from tests.fleets.conftest import free_port, haproxy_bin, haproxy_node, tiny_backend  # noqa: F401 (fixtures)
 from tests.processes import REPO, process_env, stop_process
+from tests.traffic.conftest import two_regions  # noqa: F401 (the drills' 2 x 2 fleet)
 from tests.waiting import wait_until
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from apps.capacity.models import CapacityRun, CapacityTest, TargetAllowlist
+from apps.capacity.models import CapacityRun, CapacityTest, Drill, TargetAllowlist
 from tests.api_contract import TenancyContract
 
 
@@ -47,3 +47,16 @@ class TestCapacityAllowlist(TenancyContract):
     def payload(self, request):
         request.getfixturevalue("world")
         return {"org": "acme", "cidr": "203.0.113.0/24", "ports": "80,443"}
+
+
+class TestDrills(TenancyContract):
+    url = "/api/v1/drills/"
+    deletable = False  # a drill is stopped (POST cancel), never deleted: its report stays
+
+    def make(self, request):
+        world = request.getfixturevalue("world")
+        return Drill.objects.create(pool=world.pool, region=world.us, share=0.5, duration_s=10, status="passed")
+
+    def payload(self, request):
+        world = request.getfixturevalue("world")
+        return {"pool": world.pool.pk, "region": "us-east", "share": 0.5, "duration_s": 10}

@@ -93,16 +93,17 @@ def test_the_knee_is_found_within_one_step_of_a_servers_known_capacity():
             LoadPlan.open_loop(target(server.port, timeout_s=5.0), [(r, 2.0) for r in rates])
         )
     assert [s.offered_rate for s in result.steps] == rates
-    # SLO well above the 10 ms service time so a busy machine's scheduling noise cannot fail a
-    # step below capacity; above capacity the queue grows ~2 ms per request and blows through it.
-    knee = find_knee(summarize(result.steps), slo_p99_ms=100.0, slo_error_rate=0.01)
+    # SLO far above the 10 ms service time so a busy machine's scheduling noise cannot fail a step below
+    # capacity (at 100 ms, four test workers on 2 cores with a profiler attached once saw 140 ms at 60 req/s);
+    # above capacity the queue grows by 20 requests a second, ~400 ms of waiting by the end of the 120 step.
+    knee = find_knee(summarize(result.steps), slo_p99_ms=200.0, slo_error_rate=0.01)
     assert knee.step_index is not None
     assert rates[knee.step_index] in (80, 120), knee.reason  # the steps either side of 100
     assert knee.capacity_rps == pytest.approx(rates[knee.step_index], rel=0.05)
     below, above = result.steps[2], result.steps[3]
-    assert below.p99_ms < 100
+    assert below.p99_ms < 200
     assert above.achieved_rate < 0.95 * above.offered_rate
-    assert above.p99_ms > 150
+    assert above.p99_ms > 250
 
 
 # --- coordinated omission ------------------------------------------------------------------------

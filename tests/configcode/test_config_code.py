@@ -142,7 +142,9 @@ def test_the_command_exports_plans_and_applies_for_pipelines(estate, ops, tmp_pa
     call_command("spillway", "export", str(path), org="acme")
     call_command("spillway", "plan", str(path), org="acme")  # unchanged: exit 0
     doc = yaml.safe_load(path.read_text())
-    doc["pools"].append({**doc["pools"][0], "name": "batch"})
+    # A deep copy: a shallow one shares the pool's lists (preferred_regions), which PyYAML writes as an anchor
+    # and Spillway's parser refuses (yaml_alias).
+    doc["pools"].append({**copy.deepcopy(doc["pools"][0]), "name": "batch"})
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(SystemExit) as exited:
         call_command("spillway", "plan", str(path), org="acme")

@@ -22,7 +22,7 @@ from tests.core.test_hostile_references import CASES, _put, _shape, make_sides
 TARGET_FIELD = {"load-balancers": "org", "listeners": "lb", "pools": "org", "pool-regions": "pool",
                 "members": "pool", "routes": "org", "hostname-claims": "org", "static-ips": "org",
                 "certificates": "org", "managed-certificates": "org", "capacity-tests": "org", "jobs": "org",
-                "cloud-targets": "org", "cloud-applies": "target"}
+                "cloud-targets": "org", "cloud-applies": "target", "drills": "pool"}
 @pytest.fixture
 def sides(acme, globex, ops):
     return make_sides(acme, globex)

@@ -45,6 +45,7 @@ class Side:
     credential: CloudCredential
     listener: Listener
     route: Route
+    test: CapacityTest
 
 
 def _side(org, n: int, ip_pool: IpPool) -> Side:
@@ -60,7 +61,8 @@ def _side(org, n: int, ip_pool: IpPool) -> Side:
     credential.orgs.set([org])
     listener = Listener.objects.create(lb=lb, name="http", port=8000 + n)
     route = Route.objects.create(lb=lb, org=org, path="/", priority=10 + n)
-    return Side(lb, pool, cert, ip, target, credential, listener, route)
+    test = CapacityTest.objects.create(org=org, name=f"{org.slug}-knee", steps=[[10, 1]])
+    return Side(lb, pool, cert, ip, target, credential, listener, route, test)
 
 
 @pytest.fixture
@@ -122,6 +124,10 @@ CASES: list[Case] = [
     ("/api/v1/capacity-tests/", lambda a: {"name": "t1", "steps": [10]}, "route", lambda g: g.route.pk, MISSING_ID),
     ("/api/v1/jobs/", lambda a: {"name": "j1", "kind": "http_check", "params": {"url": "https://shop.acme.test/"},
                                  "interval_s": 300}, "org", lambda g: g.lb.org.slug, "no-such-org"),
+    ("/api/v1/drills/", lambda a: {"pool": a.pool.pk, "region": "us-east", "share": 0.5}, "pool",
+     lambda g: g.pool.pk, MISSING_ID),
+    ("/api/v1/drills/", lambda a: {"pool": a.pool.pk, "region": "us-east", "share": 0.5}, "test",
+     lambda g: g.test.pk, MISSING_ID),
     ("/api/v1/cloud-targets/", lambda a: {"name": "t2", "provider": "gcp", "project_or_account": "p",
                                           "regions": ["us-east1"]},
      "credential", lambda g: g.credential.pk, MISSING_ID),

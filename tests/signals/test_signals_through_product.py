@@ -28,7 +28,10 @@ from tests.processes import REPO, process_env, stop_process
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-SLOW_S = 0.3
+SLOW_S = 0.5
+# A healthy member's or route's p99 stays under half the slow member's delay. The backends are Python servers in
+# the test process: on a loaded 2-core machine (four test workers) an unhurried route once measured 128 ms.
+FAST_MS = SLOW_S * 1000 / 2
 
 
 class _Backend(BaseHTTPRequestHandler):
@@ -156,9 +159,9 @@ def test_a_failing_route_and_a_slow_member_show_where_they_are_and_nowhere_else(
         api = chart("pool", api_pool.pk)
         members = {m["name"]: m["signals"] for m in api["members"]}
         assert members["api-2"]["upstream_p99_ms"] >= SLOW_S * 1000 * 0.85
-        assert members["api-1"]["upstream_p99_ms"] < 100
+        assert members["api-1"]["upstream_p99_ms"] < FAST_MS
         assert members["api-1"]["requests"] + members["api-2"]["requests"] == sent["/api/items"]
-        assert chart("route", ok_route.pk)["totals"]["total_p99_ms"] < 100  # the slow member is not ok's
+        assert chart("route", ok_route.pk)["totals"]["total_p99_ms"] < FAST_MS  # the slow member is not ok's
         assert chart("pool", bad_pool.pk)["members"][0]["signals"]["error_ratio"] == 1.0
 
         # The nodes' own counters: each frontend's requests and each server's 5xx.
@@ -199,7 +202,7 @@ def test_a_failing_route_and_a_slow_member_show_where_they_are_and_nowhere_else(
         slow_p99 = int(slow_row.locator("td").nth(4).inner_text().split()[0])
         fast_p99 = int(page.locator("[data-testid=signals-members] tr[data-member=api-1] td").nth(4)
                        .inner_text().split()[0])
-        assert slow_p99 >= SLOW_S * 1000 * 0.85 and fast_p99 < 100
+        assert slow_p99 >= SLOW_S * 1000 * 0.85 and fast_p99 < FAST_MS
         page.locator(".signals-chart canvas").first.wait_for()
         shot(page, "signals-pool-slow-member")
         page.goto(f"{live_server.url}/")

@@ -30,4 +30,16 @@ def two_regions(acme) -> TwoRegions:
     for region, names in ((a, ("a1", "a2")), (b, ("b1", "b2"))):
         for name in names:
             MemberFactory(pool=pool, region=region, name=name)
+    forget_pool_state(pool.pk)
     return TwoRegions(a=a, b=b, lb=lb, pool=pool)
+
+
+def forget_pool_state(pool_id: int) -> None:
+    """Pool ids repeat across tests in one database; what an earlier test left in the cache for the same id (a
+    capacity test's overflow hold, a steering decision, a drill's drain) must not steer this one's traffic."""
+    from django.core.cache import cache
+
+    from apps.fleets.enforcement import _HOLD_KEY
+    from apps.traffic.selectors import DECISION_KEY, DRILL_KEY
+
+    cache.delete_many([key.format(pool_id) for key in (_HOLD_KEY, DECISION_KEY, DRILL_KEY)])

@@ -21,6 +21,15 @@ pytestmark = [pytest.mark.django_db, pytest.mark.haproxy]
 POLICY_ERROR_MAX = 0.05  # served share per region vs predicted (the issue's goal)
 
 
+def sampling_slack(share: float, requests: float) -> float:
+    """Two standard deviations of a share drawn at random per request (the absorb pass picks a region with
+    `rand()`): at 45 req/s for 8 s that is ~0.05 on its own, so the goal is checked for the systematic error
+    and the noise is allowed for; make bench-steering measures the goal over enough requests to resolve it.
+    At zero systematic error a run fails one time in ~15,000 (|z| > 4); a broken split still fails: waterfall
+    would serve 0.11 in rb, a split by member count 0.5."""
+    return 2 * (share * (1 - share) / requests) ** 0.5
+
+
 def predicted_shares(pool: Pool, demand: dict[str, float], steering: Steering) -> dict[str, float]:
     result = plan(demand, pool_capacities(pool), {("ra", "rb"): 20.0}, pool.overflow_policy, steering)  # type: ignore[arg-type]
     total = sum(result.flow(r).served for r in ("ra", "rb"))
@@ -48,9 +57,11 @@ def test_spray_to_world_serves_one_nodes_traffic_in_every_region_by_capacity(
     fleet = start(two_regions, haproxy_node, tiny_backend)
     pool = Pool.objects.get(pk=fleet.pool.pk)
     want = predicted_shares(pool, {"ra": 45.0}, Steering())
-    got = measured_shares(run(fleet, 45.0))
+    rates = run(fleet, 45.0, seconds=8.0)
+    got = measured_shares(rates)
     assert want["rb"] == pytest.approx(2 / 3)
-    assert abs(got["rb"] - want["rb"]) <= POLICY_ERROR_MAX, (got, want)
+    slack = sampling_slack(want["rb"], sum(rates.values()) * 8.0)
+    assert abs(got["rb"] - want["rb"]) <= POLICY_ERROR_MAX + slack, (got, want, slack)
 
 
 def test_preferred_region_takes_the_traffic_before_the_origins_own(two_regions, haproxy_node, tiny_backend) -> None:

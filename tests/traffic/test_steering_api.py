@@ -121,3 +121,15 @@ def test_far_too_much_steering_is_refused_and_another_tenant_is_still_served(ali
     assert charlie.client.post(WHAT_IF, {"policy": "spray_to_world", "demand": {"ra": 1},
                                          "capacities": [{"region": "ra", "healthy_members": 1}]},
                                format="json").status_code == 200
+
+
+def test_session_affinity_is_cookie_or_none_and_an_outsider_cannot_set_it(alice, charlie, two_regions) -> None:
+    pool = two_regions.pool
+    bad = alice.client.patch(f"/api/v1/pools/{pool.pk}/", {"session_affinity": "sticky"}, format="json")
+    assert bad.status_code == 400 and "invalid_choice" in str(bad.json())
+    assert charlie.client.patch(f"/api/v1/pools/{pool.pk}/", {"session_affinity": "cookie"},
+                                format="json").status_code == 404
+    assert Pool.objects.get(pk=pool.pk).session_affinity == "none"
+    ok = alice.client.patch(f"/api/v1/pools/{pool.pk}/", {"session_affinity": "cookie"}, format="json")
+    assert ok.status_code == 200 and ok.json()["session_affinity"] == "cookie"
+    assert "sticky sessions (cookie)" in browser(alice).get(f"/traffic/pools/{pool.pk}/").content.decode()

@@ -192,7 +192,7 @@ class PoolSerializer(OrgOwnedSerializer):
     class Meta:
         model = Pool
         fields = ["id", "lb", "org", "name", "algorithm", "overflow_policy", "overload",
-                  "preferred_regions", "failover_threshold", "auto_drain",
+                  "preferred_regions", "failover_threshold", "auto_drain", "session_affinity",
                   "health_path", "health_interval_s",
                   "health_rise", "health_fall", "health_expected_status", "regions", "created_at", "updated_at"]
         read_only_fields = ["created_at", "updated_at"]

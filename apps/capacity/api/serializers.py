@@ -9,7 +9,8 @@ from rest_framework import serializers
 from apps.accounts.models import Organization
 from apps.balancers.models import Pool, Region
 from apps.capacity import safety
-from apps.capacity.models import CapacityRun, CapacityShard, CapacityTest, StepResult, TargetAllowlist
+from apps.capacity.models import CapacityRun, CapacityShard, CapacityTest, Drill, StepResult, TargetAllowlist
+from apps.capacity.rules import DRILL_DURATION_S, DRILL_P99_MS, DRILL_SHARE
 from apps.core import netpolicy, validators
 from apps.core.api.fields import (
     HostnameField,
@@ -247,3 +248,30 @@ class TargetAllowlistSerializer(TenantModelSerializer):
             raise serializers.ValidationError({"applies_to_all_orgs": ["An entry is for one org or for all."]},
                                               code="invalid")
         return attrs
+
+
+class DrillSerializer(TenantModelSerializer):
+    """A failover drill: POST starts one (the service checks region, ranges, limits and whose test it is)."""
+
+    pool = ScopedRelatedField(Pool, action="change")
+    region = ScopedSlugRelatedField(Region)
+    test = ScopedRelatedField(CapacityTest, required=False, allow_null=True)
+    share = serializers.FloatField(min_value=DRILL_SHARE[0], max_value=DRILL_SHARE[1], default=1.0)
+    duration_s = serializers.FloatField(min_value=DRILL_DURATION_S[0], max_value=DRILL_DURATION_S[1], default=60.0)
+    slo_p99_ms = serializers.FloatField(min_value=DRILL_P99_MS[0], max_value=DRILL_P99_MS[1], required=False,
+                                        allow_null=True)
+    slo_error_rate = serializers.FloatField(min_value=0.0, max_value=1.0, default=0.01)
+
+    class Meta:
+        model = Drill
+        fields = ["id", "pool", "region", "share", "duration_s", "test", "slo_p99_ms", "slo_error_rate", "status",
+                  "phase", "requested_by", "reason", "failed_check", "summary", "capacity_run", "created_at",
+                  "started_at", "drained_at", "restored_at", "finished_at"]
+        read_only_fields = ["status", "phase", "requested_by", "reason", "failed_check", "summary", "capacity_run",
+                            "created_at", "started_at", "drained_at", "restored_at", "finished_at"]
+
+
+class DrillDetailSerializer(DrillSerializer):
+    class Meta(DrillSerializer.Meta):
+        fields = [*DrillSerializer.Meta.fields, "samples"]
+        read_only_fields = [*DrillSerializer.Meta.read_only_fields, "samples"]

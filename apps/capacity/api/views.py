@@ -11,7 +11,7 @@ from rest_framework.response import Response
 
 from apps.capacity import selectors, services
 from apps.capacity.api import serializers as s
-from apps.capacity.models import CapacityRun, CapacityTest, StepResult, TargetAllowlist
+from apps.capacity.models import CapacityRun, CapacityTest, Drill, StepResult, TargetAllowlist
 from apps.core.api.schema import IDEMPOTENCY_KEY
 from apps.core.api.serializers import EmptySerializer
 from apps.core.api.viewsets import TenantViewSet, etag_for
@@ -116,6 +116,31 @@ class CapacityRunViewSet(TenantViewSet):
         data = s.CapacityRunListSerializer(run, context=self.get_serializer_context()).data
         data["pool_region_max_rate_per_member"] = pool_region.max_rate_per_member
         return Response(data, headers={"ETag": etag_for(data)})
+
+
+class DrillViewSet(TenantViewSet):
+    """Failover drills: start one (POST), follow it (GET: status, phase, summary; the detail has every second's
+    sample), stop it (POST cancel: the region is restored within a second)."""
+
+    model = Drill
+    serializer_class = s.DrillSerializer
+    select_related = ("pool", "region")
+    filterset_fields = ["pool", "status"]
+    ordering_fields = ["created_at"]
+    http_method_names = ["get", "post", "head", "options"]
+
+    def get_serializer_class(self):
+        if self.action == "retrieve":
+            return s.DrillDetailSerializer
+        return super().get_serializer_class()
+
+    def perform_create(self, serializer):
+        serializer.instance = services.drill_start(principal=self.principal, **serializer.validated_data)
+
+    @action(detail=True, methods=["post"], serializer_class=EmptySerializer)
+    def cancel(self, request, pk=None):
+        drill = services.drill_cancel(principal=self.principal, drill=self.get_object())
+        return Response(s.DrillSerializer(drill, context=self.get_serializer_context()).data)
 
 
 class TargetAllowlistViewSet(TenantViewSet):

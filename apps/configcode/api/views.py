@@ -38,8 +38,15 @@ def load(text: str | bytes) -> Any:
         raise document.DocumentError(exc.code, exc.message) from None
 
 
+class _NoAliases(yaml.SafeDumper):
+    """Our own parser refuses anchors (a YAML bomb's tool): never write one, even for a value used twice."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def dump_yaml(doc: dict[str, Any]) -> str:
-    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    return yaml.dump(doc, Dumper=_NoAliases, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
 class ApplyRequest(StrictSerializer):

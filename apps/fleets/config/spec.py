@@ -33,6 +33,7 @@ class MemberSpec:
     port: int
     weight: int  # 0..256
     admin_state: AdminState = "active"
+    id: int = 0  # the member's id: its sticky cookie value (`m<id>`)
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class PoolSpec:
     overload: Overload = "absorb"
     # Region capacities (req/s, None = unlimited) the absorb pass weighs the chain's steps by.
     capacities: tuple[tuple[str, int | None], ...] = ()
+    sticky: bool = False  # session affinity by cookie (HTTP only; fleets.render.chain, "Sticky sessions")
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,9 @@ class NodePlan:
     # Written to the node's served.json as the apply starts (transports/base.py SERVED_NAME): which revision of
     # which fleet it is being given. Empty: nothing written.
     served: bytes = b""
+    # Maps whose live values a running enforcement loop owns (render.chain.ENFORCER_MAPS while one runs): a hot
+    # rollout changes their keys only. Without a loop, the rendered static values are the ones to serve.
+    keep_live_values: frozenset[str] = frozenset()
 
     @property
     def already_applied(self) -> bool:
@@ -287,6 +290,17 @@ def _hot_runtime(transport: FileSetTransport, plan: NodePlan, changes: HotChange
         old_maps = plan.last_good.facts.maps if plan.last_good is not None else {}
         replaced = {}
         for name, entries in changes.maps.items():
+            if name in plan.keep_live_values:
+                # The enforcer's values stay: only keys come and go (static shares written here would hold for
+                # up to its next run: a failed-over region took requests again at every capacity rollout).
+                live = dict(stats.show_map(name))
+                keys = {k for k, _ in entries}
+                if live.keys() == keys:
+                    continue
+                stats.replace_map(name, [(k, live.get(k, v)) for k, v in entries])
+                if {k for k, _ in stats.show_map(name)} != keys:  # keys only: the loop may set a value meanwhile
+                    raise RuntimeApiError(f"show map {name}", f"keys differ from the {len(keys)} expected")
+                continue
             # The few moved keys where that is exact (node/mapdelta.py), else the whole map in one commit.
             delta = (_moved_keys(name, entries, old_maps[name], plan.last_good.files[name], plan.bundle)
                      if plan.last_good is not None and name in old_maps else None)

@@ -18,7 +18,7 @@ import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from apps.fleets.config.render.chain import LIMITS_MAP, USABLE_MAP
+from apps.fleets.config.render.chain import ENFORCER_MAPS
 from apps.fleets.config.render.frontends import ACME_CHALLENGE_MAP
 from apps.fleets.config.spec import ConfigBundle
 from apps.fleets.node.apply import NODE_ERRORS, SERVING_FRONTEND, persist_answers, transport_of
@@ -30,7 +30,7 @@ from apps.fleets.node.transports import NodeConn
 # srv_admin_state bits (HAProxy include/haproxy/server-t.h): forced/config/inherited maintenance, drain.
 MAX_DIFF_LINES = 40
 # Maps whose values change at run time by design (apps.fleets.enforcement); their keys are still checked.
-RUNTIME_VALUE_MAPS = frozenset({LIMITS_MAP, USABLE_MAP})
+RUNTIME_VALUE_MAPS = ENFORCER_MAPS
 
 @dataclass(frozen=True)
 class ServerWanted:

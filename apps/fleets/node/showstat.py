@@ -1,5 +1,6 @@
 """`show stat` answers read by header name: every row (`parse_show_stat`), or only whether each backend has a
-server to send to (`parse_backend_usable`, what the enforcement loop needs four times a second).
+server to send to (`parse_backend_usable`, what the enforcement loop needs four times a second); and the rows of
+`show table` (`parse_show_table`, `parse_show_table_counts`).
 
 Pure Python, no Django. HAProxy 2.6 prints one CSV line per proxy and server after a `# ` header; a field is
 quoted only when it holds a comma or a quote (a check's text).
@@ -8,6 +9,7 @@ quoted only when it holds a comma or a quote (a check's text).
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -159,3 +161,17 @@ def _backend_rows(text: str) -> list[tuple[str, str, str, str]]:
 def backend_usable(status: str, act: str, bck: str) -> bool:
     """A BACKEND row's status and its counts of usable active and backup servers (parse_backend_usable)."""
     return status == "UP" and (int_or_none(act) or 0) + (int_or_none(bck) or 0) > 0
+
+
+_ROW_RE = re.compile(r"key=(\S+) .*?http_req_rate\(\d+\)=(\d+)")
+_CNT_RE = re.compile(r"key=(\S+) .*?http_req_cnt=(\d+)")
+
+
+def parse_show_table(text: str) -> dict[str, float]:
+    """`show table <t>` rows -> {key: http_req_rate}."""
+    return {m.group(1): float(m.group(2)) for m in _ROW_RE.finditer(text)}
+
+
+def parse_show_table_counts(text: str) -> dict[str, int]:
+    """`show table <t>` rows -> {key: http_req_cnt} (rows of a table that stores it)."""
+    return {m.group(1): int(m.group(2)) for m in _CNT_RE.finditer(text)}

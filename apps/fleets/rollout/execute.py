@@ -26,7 +26,9 @@ from apps.fleets import caches, queries
 from apps.fleets import events as emit
 from apps.fleets.config import routelane
 from apps.fleets.config.render import UnsafeValue, render
+from apps.fleets.config.render.chain import ENFORCER_MAPS
 from apps.fleets.config.spec import ConfigBundle, FleetSnapshot, NodeSpec
+from apps.fleets.enforcement import enforcer_running
 from apps.fleets.fanout import parallel
 from apps.fleets.models import REVISION_BULK_FIELDS, ConfigRevision, Fleet, Node, NodeResult, Rollout
 from apps.fleets.node.apply import NodeOutcome, NodePlan, apply_node, precheck_binds, reachable
@@ -108,6 +110,7 @@ def plan_for(renderer: BundleRenderer, rollout: Rollout, node: Node,
         recorded_clean=node.status == Node.Status.UP,
         challenges=challenges,
         served=restore.served_record(rollout),
+        keep_live_values=ENFORCER_MAPS if enforcer_running() else frozenset(),
     )
 
 

@@ -72,8 +72,71 @@
     return new uPlot(opts, [xs, run.errors], el);
   }
 
+  const REGION_COLORS = ["#0b63ce", "#1a7f37", "#b35900", "#6f42c1", "#c62828", "#00838f"];
+
+  // Shade the drained span [from, to] (seconds) behind the series.
+  function drainedBand(span) {
+    return (u) => {
+      if (!span) { return; }
+      const x0 = u.valToPos(span[0], "x", true), x1 = u.valToPos(span[1], "x", true);
+      const ctx = u.ctx;
+      ctx.save();
+      ctx.fillStyle = "rgba(198,40,40,.10)";
+      ctx.fillRect(x0, u.bbox.top, x1 - x0, u.bbox.height);
+      ctx.restore();
+    };
+  }
+
+  function drillChart(el, d) {
+    if (!d.t.length) { empty(el, "No second sampled yet."); return; }
+    const data = [d.t];
+    const series = [{ label: "s" }];
+    d.regions.forEach((r, i) => {
+      const color = REGION_COLORS[i % REGION_COLORS.length];
+      data.push(d.served[r]);
+      series.push({ label: r + (r === d.region ? " (drained)" : "") + " req/s", stroke: color, width: 2 });
+      data.push(d.capacity[r]);
+      series.push({ label: r + " capacity", stroke: color, width: 1, dash: [6, 4] });
+    });
+    const opts = {
+      width: width(el), height: 320, series: series,
+      scales: { x: { time: false }, y: { range: (u, min, max) => [0, Math.max(max, 1)] } },
+      axes: [{ label: "seconds since the drill started" }, { label: "req/s served" }],
+      hooks: { drawClear: [drainedBand(d.drained)] },
+    };
+    el.replaceChildren();
+    return new uPlot(opts, data, el);
+  }
+
+  function drillErrorChart(el, d) {
+    if (!d.t.length) { empty(el, "No second sampled yet."); return; }
+    const series = [{ label: "s" }, { label: "error rate %", stroke: "#c62828", width: 2 },
+                    { label: "SLO %", stroke: "#b35900", width: 1, dash: [6, 4] }];
+    const data = [d.t, d.error_rate, d.t.map(() => d.slo_error_rate_pct)];
+    if (d.p99_ms.some((v) => v !== null)) {
+      data.push(d.p99_ms);
+      series.push({ label: "p99 ms", stroke: "#6f42c1", width: 1, scale: "ms" });
+    }
+    const opts = {
+      width: width(el), height: 180, series: series,
+      scales: { x: { time: false }, y: { range: (u, min, max) => [0, Math.max(max, 1)] } },
+      axes: [{ label: "seconds" }, { label: "% failed" }, { side: 1, scale: "ms", label: "ms", grid: { show: false } }],
+      hooks: { drawClear: [drainedBand(d.drained)] },
+    };
+    el.replaceChildren();
+    return new uPlot(opts, data, el);
+  }
+
   function init() {
     if (typeof uPlot === "undefined") { return; }
+    document.querySelectorAll("[data-drill-chart]").forEach((el) => {
+      fetchAll([el.dataset.drillChart]).then((d) => { el.dataset.rendered = "1"; drillChart(el, d[0]); })
+        .catch((err) => empty(el, "Chart unavailable: " + err.message));
+    });
+    document.querySelectorAll("[data-drill-errors]").forEach((el) => {
+      fetchAll([el.dataset.drillErrors]).then((d) => { el.dataset.rendered = "1"; drillErrorChart(el, d[0]); })
+        .catch((err) => empty(el, "Chart unavailable: " + err.message));
+    });
     document.querySelectorAll("[data-capacity-chart]").forEach((el) => {
       const urls = el.dataset.capacityChart.split(",").filter(Boolean);
       fetchAll(urls).then((runs) => { el.dataset.rendered = "1"; latencyChart(el, runs); })

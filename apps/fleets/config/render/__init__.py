@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from apps.core.gcpause import collector_paused
 from apps.fleets.config.digest import file_digest
-from apps.fleets.config.render.chain import chain_files, table_sections
+from apps.fleets.config.render.chain import chain_files, drained_file, table_sections
 from apps.fleets.config.render.frontends import (
     FLOATING,
     Section,
@@ -166,6 +166,8 @@ def _render(snapshot: FleetSnapshot, node: NodeSpec, route_map_threshold: int) -
                 files[f"certs/{ln.cert.name}.pem"] = ln.cert.pem
     # A pool only TCP listeners use gets TCP backends only; an unused pool still gets HTTP backends so
     # its members show up in stats and health before the first route points at it.
+    http_backends = [pools[p] for p in sorted(pools) if p in http_pools or p not in tcp_pools]
+    files.update(drained_file(http_backends, manifest))
     for pool_id in sorted(pools):
         owner = manifest.pool(pool_id)
         if pool_id in http_pools or pool_id not in tcp_pools:

@@ -18,14 +18,27 @@ loop (`apps.fleets.enforcement`) sets each node's share of every region about ev
 demand it observes (`chain_demand`, arrival rate per pool on this node, shed requests included).
 The files hold the safe static shares (`traffic.shares.static_limits`), which a reload restores.
 
+Sticky sessions (pools with `session_affinity: cookie`, HTTP): each region backend inserts a cookie named
+`spw<pool>` whose value names the member (`m<member id>`), so HAProxy keeps the session on its member. The
+frontend reads it before the walk (one rule per sticky pool: `req.cook` takes a fixed name) and sends the
+request to the region backend of that member (`maps/sticky.member.map`, only members Spillway rendered)
+while that step is usable and its region has room (`maps/chain.room.map`, default 1: the enforcement loop
+sets 0 for a region that is drained, dialled to nothing, or over its capacity across the nodes). So a session
+that overflowed stays where it landed until its region is full or drained, and one that stayed home stays
+home; its requests count in the step's rate like any other, so new sessions fill what is left. A drained
+member (admin state drain or maint) is in `maps/sticky.drained.map` and its backend ignores its cookie
+(`ignore-persist`): HAProxy's own persistence would still send a session to a server in drain state.
+
 Health per backend cannot come from `nbsrv()` (static names only in 2.6) nor from Lua
 (`Proxy.get_srv_act` appeared in 2.8); the usable map is kept from `show stat` by the same loop.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from apps.fleets.config.render.manifest import ManifestBuilder
-from apps.fleets.config.spec import Owner, PoolSpec
+from apps.fleets.config.spec import MemberSpec, Owner, PoolSpec
 
 
 def backend_name(pool_id: int, region: str, protocol: str) -> str:
@@ -38,6 +51,13 @@ LIMITS_MAP = "maps/chain.limits.map"
 USABLE_MAP = "maps/chain.usable.map"
 ABSORB_MAP = "maps/chain.absorb.map"
 SHED_MAP = "maps/chain.shed.map"
+ROOM_MAP = "maps/chain.room.map"
+STICKY_MEMBER_MAP = "maps/sticky.member.map"
+STICKY_DRAINED_MAP = "maps/sticky.drained.map"
+STICKY_COOKIE = "spw"
+# Maps whose values the enforcement loop sets at run time (apps.fleets.enforcement): a rollout or a drift repair
+# adds and removes their keys but keeps the live values, which the files' static values would undo for a moment.
+ENFORCER_MAPS = frozenset({LIMITS_MAP, USABLE_MAP, ABSORB_MAP, ROOM_MAP})
 RATES_TABLE = "chain_rates"
 DEMAND_TABLE = "chain_demand"
 UNLIMITED = 1_000_000_000  # the limit of an unlimited step (MAX_RATE_PER_NODE)
@@ -56,10 +76,17 @@ def chain_files(chains: Chains, pools: dict[int, PoolSpec], manifest: ManifestBu
     absorb: list[tuple[str, int]] = []
     owner_of: dict[str, Owner] = {}  # step backend -> its pool
     first_owners, shed_owners = [], []
+    room: list[tuple[str, str]] = []
+    sticky: list[tuple[str, str, Owner]] = []  # (cookie value, backend, owner)
     for pool_id in sorted(chains):
         steps = chains[pool_id]
         if not steps:
             continue
+        if pools[pool_id].sticky:
+            for region in pools[pool_id].regions:
+                backend = backend_name(pool_id, region.region, "http")
+                sticky += [(sticky_value(m), backend, manifest.pool(pool_id)) for m in region.members]
+            room += [(backend, "1") for backend, _ in steps]
         # What the config alone knows: a region whose members are all in maint serves nothing. Checks
         # failing at run time are the enforcement loop's to report (from `show stat`).
         serving = {f"{backend_name(pool_id, r.region, 'http')}" for r in pools[pool_id].regions
@@ -85,7 +112,29 @@ def chain_files(chains: Chains, pools: dict[int, PoolSpec], manifest: ManifestBu
         written = [(backend, str(value)) for backend, value in sorted(entries)]
         files[name] = manifest.map_file(name, written, [owner_of[backend] for backend, _ in written])
     files[SHED_MAP] = manifest.map_file(SHED_MAP, shed, shed_owners)
+    if sticky:  # HAProxy loads a map only where a rule names it: written only with the rules (chain_lines)
+        room = sorted(set(room))
+        files[ROOM_MAP] = manifest.map_file(ROOM_MAP, room, [owner_of[backend] for backend, _ in room])
+        sticky.sort()
+        files[STICKY_MEMBER_MAP] = manifest.map_file(STICKY_MEMBER_MAP, [(v, be) for v, be, _ in sticky],
+                                                     [o for *_, o in sticky])
     return files
+
+
+def drained_file(pools: list[PoolSpec], manifest: ManifestBuilder) -> dict[str, bytes]:
+    """The drained members of the sticky pools whose HTTP backends this node renders (their `ignore-persist`
+    reads it; none: no file, as no rule names it)."""
+    rows = sorted((sticky_value(m), "1" if m.admin_state != "active" else "0", manifest.pool(p.id))
+                  for p in pools if p.sticky for r in p.regions for m in r.members)
+    if not any(p.sticky for p in pools):
+        return {}
+    return {STICKY_DRAINED_MAP: manifest.map_file(STICKY_DRAINED_MAP, [(v, d) for v, d, _ in rows],
+                                                  [o for *_, o in rows])}
+
+
+def sticky_value(member: MemberSpec) -> str:
+    """A member's value in its pool's sticky cookie: its id (unique across pools, says nothing of the fleet)."""
+    return f"m{member.id}" if member.id else f"n{member.name}"
 
 
 def _absorb_thresholds(steps: list[tuple[str, int | None]], pool: PoolSpec) -> list[tuple[str, int]]:
@@ -126,8 +175,9 @@ def table_sections(manifest: ManifestBuilder) -> list[list[str]]:
     ]
 
 
-def chain_lines(depth: int) -> list[str]:
-    """The frontend's stage 3 for chains of at most `depth` steps (txn.pool set by stage 2)."""
+def chain_lines(depth: int, sticky: Sequence[int] = ()) -> list[str]:
+    """The frontend's stage 3 for chains of at most `depth` steps (txn.pool set by stage 2); `sticky`: the
+    pools with session affinity among the frontend's (module docstring, "Sticky sessions")."""
     if depth <= 0:
         return []
     todo = "!{ var(txn.be) -m found }"
@@ -136,6 +186,20 @@ def chain_lines(depth: int) -> list[str]:
         f"http-request track-sc1 var(txn.pool) table {DEMAND_TABLE} if {{ var(txn.pool) -m found }}",
         f"http-request set-var(txn.c) var(txn.pool),map({FIRST_MAP}) if {{ var(txn.pool) -m found }}",
     ]
+    if sticky:
+        lines.append("# Sticky sessions: the region of the member the session's cookie names, while it has room.")
+        for pool_id in sorted(sticky):
+            cookie = f"{STICKY_COOKIE}{pool_id}"
+            lines.append(f"http-request set-var(txn.sbe) req.cook({cookie}),map({STICKY_MEMBER_MAP}) "
+                         f"if {{ var(txn.pool) -m int {pool_id} }} {{ req.cook({cookie}) -m found }}")
+            # A forged cookie may name another pool's member (the map knows every sticky pool's): never leave
+            # the pool the request's route chose.
+            lines.append(f"http-request unset-var(txn.sbe) if {{ var(txn.pool) -m int {pool_id} }} "
+                         f"{{ var(txn.sbe) -m found }} !{{ var(txn.sbe) -m beg p{pool_id}_ }}")
+        lines.append(
+            "http-request set-var(txn.be) var(txn.sbe) if { var(txn.sbe) -m found } "
+            f"{{ var(txn.sbe),map_str_int({USABLE_MAP},0) -m int 1 }} "
+            f"{{ var(txn.sbe),map_str_int({ROOM_MAP},0) -m int 1 }}")
     for _ in range(depth):
         lines += [
             f"http-request set-var(txn.lim) var(txn.c),map_str_int({LIMITS_MAP},{UNLIMITED}) "

@@ -407,11 +407,13 @@ def http_frontend(
         steps = pool_steps(pool, local_region, listener.protocol)
         if steps:
             depth = max(depth, len(steps))
-            lines.append(f"# pool {pool_id} ({pool.name}): " + " -> ".join(
-                s.backend + ("" if s.rate_limit_per_node is None else f" <{s.rate_limit_per_node}/s") for s in steps
-            ) + " (static shares; live ones in maps/chain.limits.map)")
+            # The chain's order only: its shares are map entries (maps/chain.limits.map), so a capacity change
+            # (a member drained in a capacity-bound pool) stays a runtime change, not a reload.
+            lines.append(f"# pool {pool_id} ({pool.name}): " + " -> ".join(s.backend for s in steps)
+                         + " (shares per step in maps/chain.limits.map)")
             owners.append(manifest.pool(pool_id))
-    stage3 = chain_lines(depth)
+    stage3 = chain_lines(depth, [p for p in pool_ids if pools[p].sticky and pool_steps(pools[p], local_region,
+                                                                                        listener.protocol)])
     lines += stage3
     owners += [lb] * len(stage3)
     return [lines[0]] + [INDENT + line for line in lines[1:]], owners

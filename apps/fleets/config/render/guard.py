@@ -146,6 +146,7 @@ def _check_member(field: str, member: MemberSpec) -> MemberSpec:
         port=_checked(f"{field}.port", v.validate_port, member.port),
         weight=_checked(f"{field}.weight", v.validate_weight, member.weight),
         admin_state=_choice(f"{field}.admin_state", member.admin_state, ("active", "drain", "maint")),  # type: ignore[arg-type]
+        id=_int(f"{field}.id", member.id, 0, 2**63 - 1),
     )
 
 
@@ -198,6 +199,7 @@ def check_pool(field: str, pool: PoolSpec) -> PoolSpec:
             )
             for region, cap in pool.capacities
         ),
+        sticky=pool.sticky is True,
     )
 
 

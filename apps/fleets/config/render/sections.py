@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from apps.fleets.config.render.chain import STICKY_COOKIE, STICKY_DRAINED_MAP, sticky_value
 from apps.fleets.config.render.frontends import INDENT, backend_name, format_address
 from apps.fleets.config.render.manifest import ManifestBuilder
 from apps.fleets.config.spec import MemberSpec, NodeSpec, PoolSpec
@@ -95,13 +96,15 @@ def tcp_defaults() -> list[str]:
     return _indent(["defaults tcp", "mode tcp", *_COMMON_DEFAULTS])
 
 
-def _server_line(member: MemberSpec, checked: bool) -> str:
+def _server_line(member: MemberSpec, checked: bool, sticky: bool = False) -> str:
     # HAProxy 2.6 has no `drain` keyword on a server line: weight 0 is what "drain" means at runtime
     # (`set server ... state drain` sets the effective weight to 0), and `disabled` is MAINT.
     weight = 0 if member.admin_state == "drain" else member.weight
     line = f"server {member.name} {format_address(member.address, member.port)} weight {weight}"
     if member.admin_state == "maint":
         line += " disabled"
+    if sticky:
+        line += f" cookie {sticky_value(member)}"
     return line + (" check" if checked else "")
 
 
@@ -126,10 +129,17 @@ def backend_sections(pool: PoolSpec, protocol: str, manifest: ManifestBuilder) -
             ]
             default_server += f" inter {health.interval_s}s rise {health.rise} fall {health.fall}"
         lines.append(default_server)
+        sticky = pool.sticky and protocol == "http"
+        if sticky:
+            # Persistence never picks a drained member: its cookie is in the drained map (a map entry, so a
+            # drain stays a runtime change), and HAProxy's own persistence ignores the drain state.
+            lines += [f"cookie {STICKY_COOKIE}{pool.id} insert indirect nocache httponly",
+                      f"ignore-persist if {{ req.cook({STICKY_COOKIE}{pool.id}),map_str_int({STICKY_DRAINED_MAP},0) "
+                      "-m int 1 }"]
         servers = []
         for member in sorted(region.members, key=lambda m: m.name):
             servers.append((len(lines), name, member.name, member.admin_state, member.weight))
-            lines.append(_server_line(member, pool.health is not None))
+            lines.append(_server_line(member, pool.health is not None, sticky))
         section = _indent(lines)  # one line for one line: the indexes hold
         manifest.server_lines[id(section)] = servers
         sections.append(section)

@@ -1,0 +1,81 @@
+"""One migrated template database per run, copied by every xdist worker.
+
+pytest-django has each worker create its test database by running every migration: ~8 s of CPU per worker, all
+of them at once at the start on a 2-core machine. Here the first worker to take the lock migrates a template and
+each worker (the first included) copies it with `CREATE DATABASE … TEMPLATE …`, which takes well under a second.
+Copies are made one at a time: PostgreSQL refuses to copy a database another session is using.
+"""
+
+from __future__ import annotations
+
+import fcntl
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+def _locked(path: Path):
+    handle = path.open("a+")
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    return handle
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(request, django_test_environment, django_db_blocker, django_db_modify_db_settings,
+                    django_db_keepdb: bool, worker_id: str, tmp_path_factory) -> Iterator[None]:
+    from django.db import connection
+    from django.test.utils import setup_databases, teardown_databases
+
+    if worker_id == "master" or django_db_keepdb:  # a serial run, or --reuse-db (make test-fast): Django's own
+        with django_db_blocker.unblock():
+            config = setup_databases(verbosity=0, interactive=False, keepdb=django_db_keepdb)
+        yield
+        if not django_db_keepdb:
+            with django_db_blocker.unblock():
+                teardown_databases(config, verbosity=0)
+        return
+
+    shared = tmp_path_factory.getbasetemp().parent  # the same directory for every worker of this run
+    original = connection.settings_dict["NAME"]
+    mine = connection.settings_dict["TEST"]["NAME"]  # test_<name>_gwN (pytest-django's xdist suffix)
+    template = f"test_{original}_template"
+    with django_db_blocker.unblock():
+        lock = _locked(shared / "test-database.lock")
+        try:
+            if not (shared / "test-database.template").exists():
+                connection.settings_dict["TEST"]["NAME"] = template
+                connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+                connection.close()
+                (shared / "test-database.template").write_text(template)
+            with connection.creation._nodb_cursor() as cursor:
+                cursor.execute(f"DROP DATABASE IF EXISTS {_quote(mine)}")
+                cursor.execute(f"CREATE DATABASE {_quote(mine)} TEMPLATE {_quote(template)}")
+        finally:
+            lock.close()
+        connection.close()
+        connection.settings_dict["NAME"] = mine
+        connection.settings_dict["TEST"]["NAME"] = mine
+        # What create_test_db would have left in settings (tests read it, as Django's own runner sets it).
+        from django.conf import settings
+
+        settings.DATABASES[connection.alias]["NAME"] = mine
+    yield
+    with django_db_blocker.unblock():
+        try:
+            connection.creation.destroy_test_db(original, verbosity=0)
+        except Exception as exc:  # as pytest-django does: a warning, not a failed run
+            request.node.warn(pytest.PytestWarning(f"Error when trying to teardown test databases: {exc!r}"))
+
+
+def drop_template(config: pytest.Config) -> None:
+    """The controller's last step under xdist (tests/conftest.py): no worker is left to use the template."""
+    from django.db import connection
+    from pytest_django.plugin import blocking_manager_key
+
+    with config.stash[blocking_manager_key].unblock(), connection.creation._nodb_cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS {_quote('test_' + connection.settings_dict['NAME'] + '_template')}")
