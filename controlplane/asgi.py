@@ -34,6 +34,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 
 from django.conf import settings
 
+from apps.core.webserver import TENANT_ENVIRON
+from controlplane.fairturns import FairTurns
 from controlplane.wsgi import application as wsgi_application
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,8 @@ RELEASE_HEADER = "x-spillway-park-release"  # cache key of the principal's waiti
 MAX_BODY = 16 * 1024 * 1024
 
 _pool = ThreadPoolExecutor(max_workers=settings.WEB_THREADS, thread_name_prefix="web")
+# Who gets the next of those threads: each tenant in turn, not first come first served (controlplane.fairturns).
+_turns = FairTurns(settings.WEB_THREADS)
 # Re-checks of parked requests run on their own thread, so a crowd of them woken together waits its
 # turn there instead of queueing ahead of everyone else's requests in `_pool`.
 _recheck_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recheck")
@@ -83,7 +87,10 @@ async def _http(scope: dict[str, Any], receive, send) -> None:
     loop = asyncio.get_running_loop()
     # Taken before the view looks: a node recorded between its look and our parking still wakes us.
     seen = _wakeups.mark()
-    status, headers, content = await loop.run_in_executor(_pool, _run_wsgi, scope, bytes(body), "ok")
+    key = _turns.key(scope["headers"], str((scope.get("client") or ("", 0))[0]))
+    status, headers, content, tenant = await _turns.run(
+        key, lambda: loop.run_in_executor(_pool, _run_wsgi, scope, bytes(body), "ok"))
+    _turns.learn(scope["headers"], tenant)
     park = _header(headers, PARK_HEADER)
     release = _header(headers, RELEASE_HEADER)
     if park is None:
@@ -126,7 +133,7 @@ async def _park(scope: dict[str, Any], body: bytes, seconds: float, receive, see
                 if disconnect in done:
                     return None
             seen = _wakeups.mark()
-            answer = await loop.run_in_executor(_recheck_pool, _run_wsgi, scope, body, "recheck")
+            *answer, _ = await loop.run_in_executor(_recheck_pool, _run_wsgi, scope, body, "recheck")
             if _header(answer[1], PARK_HEADER) is None or loop.time() >= deadline:
                 return answer
     finally:
@@ -224,8 +231,10 @@ async def _send(send, status: int, headers: list[tuple[bytes, bytes]], content: 
     await send({"type": "http.response.body", "body": content})
 
 
-def _run_wsgi(scope: dict[str, Any], body: bytes, park: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    """Run the WSGI application for one request on this (pool) thread; buffer its answer."""
+def _run_wsgi(scope: dict[str, Any], body: bytes,
+              park: str) -> tuple[int, list[tuple[bytes, bytes]], bytes, str | None]:
+    """Run the WSGI application for one request on this (pool) thread; buffer its answer. Also the tenant its
+    credential proved, if any (TENANT_ENVIRON, set by authentication)."""
     environ = _environ(scope, body)
     environ["spillway.park"] = park
     started: dict[str, Any] = {}
@@ -243,7 +252,7 @@ def _run_wsgi(scope: dict[str, Any], body: bytes, park: str) -> tuple[int, list[
         close = getattr(result, "close", None)
         if close is not None:
             close()  # Django's request_finished: closes or recycles this thread's DB connection
-    return started["status"], started["headers"], b"".join(chunks)
+    return started["status"], started["headers"], b"".join(chunks), environ.get(TENANT_ENVIRON)
 
 
 def _environ(scope: dict[str, Any], body: bytes) -> dict[str, Any]:

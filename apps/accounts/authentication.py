@@ -5,6 +5,7 @@ from __future__ import annotations
 from rest_framework import authentication, exceptions
 
 from apps.accounts.services import principal_for_token, principal_for_user, token_authenticate
+from apps.core.webserver import mark_tenant
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
@@ -24,6 +25,7 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         if principal is None:  # unknown, expired, revoked, or its owner left the org: one answer for all
             raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
         request.principal = principal
+        mark_tenant(request.META, principal.org.pk)
         return (token.user, token)
 
     def authenticate_header(self, request) -> str:

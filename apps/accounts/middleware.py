@@ -10,6 +10,7 @@ from collections.abc import Callable
 from django.http import HttpRequest, HttpResponse
 
 from apps.accounts.services import principal_for_user
+from apps.core.webserver import mark_tenant
 
 
 class PrincipalMiddleware:
@@ -25,5 +26,7 @@ class PrincipalMiddleware:
             if principal is not None and chosen and principal.org.slug != chosen:
                 # No longer a member of the org the session chose (removed): it lands in one the user has.
                 request.session["org"] = principal.org.slug
+            if principal is not None:
+                mark_tenant(request.META, principal.org.pk)
         request.principal = principal  # type: ignore[attr-defined]
         return self.get_response(request)

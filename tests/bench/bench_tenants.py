@@ -292,6 +292,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--sizes", default="small,full")
     parser.add_argument("--noisy-seconds", type=float, default=30.0, help="0: no noisy-neighbour phase")
+    parser.add_argument("--noisy-per-min", type=int, default=3000, help="the noisy tenant's paced creates a minute")
+    parser.add_argument("--burst", type=int, default=500, help="the noisy tenant's creates sent at once")
     args = parser.parse_args()
     ensure_database(os.environ["DATABASE_URL"], "the timings are PostgreSQL query plans")
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -330,9 +332,10 @@ def main() -> None:
           f"{'met' if ok else 'NOT met'}")
     ratio = "n/a"
     if args.noisy_seconds > 0:
-        nn = noisy_neighbour(built, args.noisy_seconds, noisy_per_min=3000, burst=500)
+        nn = noisy_neighbour(built, args.noisy_seconds, noisy_per_min=args.noisy_per_min, burst=args.burst)
         ratio = f"{nn['ratio']:.2f}"
-        print(f"\nnoisy neighbour (real gunicorn; another tenant 3,000 creates/min + a burst of 500): quiet tenant's "
+        print(f"\nnoisy neighbour (real gunicorn; another tenant {args.noisy_per_min:,} creates/min + a burst of "
+              f"{args.burst}): quiet tenant's "
               f"create p50/p99 {nn['quiet_p50']:.1f}/{nn['quiet_p99']:.1f} ms alone, {nn['noisy_p50']:.1f}/"
               f"{nn['noisy_p99']:.1f} ms beside it ({nn['samples']} creates); ratio {ratio} (goal <= 1.2); "
               f"non-201: quiet {nn['quiet_errors']}, noisy {nn['noisy_errors']}", flush=True)

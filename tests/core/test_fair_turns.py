@@ -1,0 +1,167 @@
+"""The web server's fair turns at its request threads (controlplane/fairturns.py), in asyncio alone; the
+same under a real gunicorn with two tenants' requests: tests/core/test_fair_server.py."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from controlplane.fairturns import LEARNED_MAX, FairTurns, credential
+
+
+def run(coroutine) -> None:
+    """In a thread of its own: a browser test before may leave an event loop running in this one."""
+    with ThreadPoolExecutor(1) as thread:
+        thread.submit(asyncio.run, coroutine).result(timeout=30)
+
+
+class Jobs:
+    """Jobs that run until released, recording the order in which they started."""
+
+    def __init__(self, turns: FairTurns) -> None:
+        self.turns = turns
+        self.started: list[str] = []
+        self.gates: dict[str, asyncio.Event] = {}
+        self.tasks: dict[str, asyncio.Task] = {}
+
+    def submit(self, key: str, name: str) -> None:
+        gate = self.gates[name] = asyncio.Event()
+
+        async def job() -> str:
+            self.started.append(name)
+            await gate.wait()
+            return name
+
+        self.tasks[name] = asyncio.ensure_future(self.turns.run(key, job))
+
+    async def finish(self, name: str) -> None:
+        self.gates[name].set()
+        await self.tasks[name]
+        await asyncio.sleep(0)  # the granted waiter starts
+
+
+async def _settle() -> None:
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+def test_a_tenants_burst_leaves_a_thread_for_the_next_tenant() -> None:
+    """GIVEN 4 threads and tenant A sending 10 requests at once, THEN A runs 3 and the 4th thread waits;
+    tenant B's request starts at once, and C's (no thread free) starts at the next release, before A's queue."""
+
+    async def scenario() -> None:
+        jobs = Jobs(FairTurns(4))
+        for i in range(10):
+            jobs.submit("org:a", f"a{i}")
+        await _settle()
+        assert jobs.started == ["a0", "a1", "a2"]
+        jobs.submit("org:b", "b0")
+        await _settle()
+        assert jobs.started[-1] == "b0"
+        jobs.submit("org:c", "c0")
+        await _settle()
+        assert "c0" not in jobs.started
+        await jobs.finish("a0")
+        assert jobs.started[-1] == "c0"  # not a3: A is at its share while C waits
+        await jobs.finish("c0")
+        assert jobs.started[-1] == "a3"
+        for name in [n for n in jobs.gates if n not in ("a0", "c0")]:
+            jobs.gates[name].set()
+        await asyncio.gather(*jobs.tasks.values())
+        assert sorted(jobs.started) == sorted(jobs.gates)  # nothing lost
+        assert jobs.turns.free == 4 and not jobs.turns.running and not jobs.turns.turn
+
+    run(scenario())
+
+
+def test_tenants_waiting_together_take_turns() -> None:
+    """GIVEN 2 threads (a share of 1), A queues 4 requests and then B 4: they start A, B, A, B, ..."""
+
+    async def scenario() -> None:
+        jobs = Jobs(FairTurns(2))
+        for i in range(4):
+            jobs.submit("org:a", f"a{i}")
+        await _settle()
+        for i in range(4):
+            jobs.submit("org:b", f"b{i}")
+        await _settle()
+        while len(jobs.started) < 8:
+            running = [n for n in jobs.started if not jobs.tasks[n].done()]
+            await jobs.finish(running[0])
+        assert jobs.started == ["a0", "b0", "a1", "b1", "a2", "b2", "a3", "b3"]
+
+    run(scenario())
+
+
+def test_a_client_that_leaves_while_waiting_loses_no_thread() -> None:
+    async def scenario() -> None:
+        turns = FairTurns(2)
+        jobs = Jobs(turns)
+        for key, name in (("org:a", "a0"), ("org:b", "b0"), ("org:a", "a1"), ("org:c", "c0")):
+            jobs.submit(key, name)
+        await _settle()
+        jobs.tasks["a1"].cancel()
+        await _settle()
+        assert list(turns.turn) == ["org:c"]
+        await jobs.finish("a0")
+        assert jobs.started[-1] == "c0"
+        await jobs.finish("b0")
+        await jobs.finish("c0")
+        assert turns.free == 2 and not turns.running and not turns.turn and not turns.waiting
+
+    run(scenario())
+
+
+def test_a_client_that_leaves_as_it_is_granted_passes_the_thread_on() -> None:
+    async def scenario() -> None:
+        turns = FairTurns(1)
+        await turns._acquire("org:a")
+        waiter = asyncio.ensure_future(turns._acquire("org:b"))
+        await _settle()
+        turns._release("org:a")  # grants b's turn; b's task has not run since
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+        assert turns.free == 1 and not turns.running and not turns.turn
+
+    run(scenario())
+
+
+def test_requests_queue_under_the_org_their_credential_proved_else_under_their_address() -> None:
+    turns = FairTurns(4)
+    token_1 = [(b"authorization", b"Bearer spw_one")]
+    token_2 = [(b"authorization", b"Bearer spw_two")]
+    session = [(b"cookie", b"csrftoken=x; sessionid=abc")]
+    assert turns.key(token_1, "10.0.0.1") == "ip:10.0.0.1"  # not proven yet
+    turns.learn(token_1, "org:7")
+    turns.learn(token_2, "org:7")
+    turns.learn(session, "org:8")
+    assert turns.key(token_1, "10.0.0.1") == turns.key(token_2, "10.0.0.2") == "org:7"  # one queue per org
+    assert turns.key(session, "10.0.0.1") == "org:8"
+    turns.learn(token_1, None)  # revoked, or its member removed: no longer the org's
+    assert turns.key(token_1, "10.0.0.1") == "ip:10.0.0.1"
+    assert turns.key([(b"authorization", b"Bearer made-up")], "10.0.0.9") == "ip:10.0.0.9"
+    assert credential(token_1) != credential(token_2) and "spw_one" not in credential(token_1)
+
+
+def test_what_the_server_remembers_is_bounded() -> None:
+    turns = FairTurns(4)
+    for i in range(LEARNED_MAX + 50):
+        turns.learn([(b"authorization", f"Bearer t{i}".encode())], "org:1")
+    assert len(turns._learned) == LEARNED_MAX
+    assert turns.key([(b"authorization", b"Bearer t0")], "a") == "ip:a"  # the oldest went first
+    assert turns.key([(b"authorization", f"Bearer t{LEARNED_MAX + 49}".encode())], "a") == "org:1"
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_one_thread_still_serves_everyone(slots: int) -> None:
+    async def scenario() -> None:
+        jobs = Jobs(FairTurns(slots))
+        for i in range(3):
+            jobs.submit("org:a", f"a{i}")
+        for i in range(3):
+            jobs.gates[f"a{i}"].set()
+        assert await asyncio.gather(*jobs.tasks.values()) == ["a0", "a1", "a2"]
+
+    run(scenario())
