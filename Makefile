@@ -70,7 +70,7 @@ run: install
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py runall --bind $(RUN_BIND)
 
 # Benchmarks: each prints its figures and a last line `RESULT key=value ...`.
-bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-overflow-fleet bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui bench-vip-failover bench-events bench-dataplane bench-acme bench-scale bench-tenants bench-fuzz bench-longpoll bench-signals bench-chaos bench-steering
+bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-overflow-fleet bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui bench-vip-failover bench-events bench-dataplane bench-acme bench-scale bench-tenants bench-fleet-size bench-fuzz bench-longpoll bench-signals bench-chaos bench-steering
 
 # --- benchmark targets (one per line pair; keep this section at the end) ---
 bench-runtime: install-dev
@@ -108,6 +108,8 @@ bench-scale: install-dev
 	$(BIN)/python tests/bench/bench_scale.py
 bench-tenants: install-dev
 	$(BIN)/python tests/bench/bench_tenants.py
+bench-fleet-size: install-dev
+	$(BIN)/python tests/bench/bench_fleet_size.py
 bench-fuzz: install-dev
 	$(BIN)/python tests/bench/bench_fuzz.py
 bench-longpoll: install-dev

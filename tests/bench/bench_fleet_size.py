@@ -1,0 +1,146 @@
+"""What one more node costs the control plane (issue 40): the same fleet at 6, 50, 100 and 200 nodes.
+
+Each size runs in a child process of its own: a fresh database, 2 regions (us-east, eu-west) x N/2 local HAProxy
+nodes on loopback addresses (tests/bench/_fleetbench.py), one LB served by both fleets with 1,000 routes and a
+capacity on every pool region (so the enforcer reads and sets every node 4 times a second), and the control
+plane as `make run` starts it: gunicorn, the Celery workers (default queue + fleet shards), beat (health
+collection every 5 s, converge/drift every 10 s) and the enforcer process. Measured per size:
+- reload rollout: the first apply of the 1,000 routes (a reload on every node), recorded -> every node applied;
+- changes: `--changes` route creations through the API, each POST -> applied on every node (the long-poll);
+- idle cost: over `--idle-s` s with no change, the CPU time of the control plane's processes (web, workers, beat,
+  enforcer and their children; not PostgreSQL, Redis or the nodes) as cores, their RSS, and the sockets they hold.
+
+    python tests/bench/bench_fleet_size.py [--sizes 6,50,100,200] [--changes 20] [--idle-s 30]
+
+Last line: RESULT nodes=<largest> change_p99_ms=... reload_rollout_s=... cp_cpu_cores_per_100_nodes=...
+cp_rss_mb_per_100_nodes=... cpu_flat_50_200=... (the largest over the smallest cores per 100 nodes from 50 up;
+goal: change_p99_ms <= 300 at 200 nodes, cores per 100 nodes flat within 20%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
+
+CP_MARKERS = ("gunicorn", "celery", "manage.py enforcer")
+
+
+def control_plane_pids(roots: list[int]) -> list[int]:
+    """The control plane's processes: `roots` that are web / worker / beat / enforcer, and their descendants."""
+    parents: dict[int, int] = {}
+    cmdlines: dict[int, str] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdlines[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        parents[int(proc.name)] = int(stat[1])
+    chosen = {pid for pid in roots if any(m in cmdlines.get(pid, "") for m in CP_MARKERS)}
+    grew = True
+    while grew:
+        children = {pid for pid, parent in parents.items() if parent in chosen} - chosen
+        chosen |= children
+        grew = bool(children)
+    return sorted(chosen)
+
+
+def usage(pids: list[int]) -> tuple[float, float, int]:
+    """(CPU seconds so far, RSS MB, sockets held) summed over `pids` (those still alive)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = rss = 0.0
+    sockets = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cpu += (int(fields[11]) + int(fields[12])) / ticks
+            rss += int(fields[21]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                try:
+                    sockets += os.readlink(fd).startswith("socket:")
+                except OSError:
+                    continue
+        except OSError:
+            continue
+    return cpu, rss, sockets
+
+
+def one_size(nodes: int, changes: int, idle_s: float) -> dict[str, float]:
+    from _fleetbench import FleetBench
+    from bench_propagation import percentile
+    from bench_scale import one_change, rollout_all, seed_routes
+
+    fb = FleetBench("spillway_bench_fleet_size", nodes_per_region=nodes // 2, worker_concurrency=2, beat=True)
+    try:
+        from apps.balancers.models import PoolRegion
+
+        # A capacity everywhere: the enforcer then works on every node of the LB, as for any LB with overflow.
+        PoolRegion.objects.filter(pool__lb=fb.lb).update(max_rate_per_member=100_000)
+        seed_routes(fb, 1_000)
+        reload_s = rollout_all(fb, 900)
+        warm = [one_change(fb, 10_000 + i, []) for i in range(3)]  # each shard process's first full render
+        took = sorted(one_change(fb, i, []) for i in range(changes))
+        time.sleep(5.0)  # the changes' after-work (drift checks) is done
+        pids = control_plane_pids([p.pid for p in fb.procs])
+        cpu_0, _, _ = usage(pids)
+        time.sleep(idle_s)
+        cpu_1, rss, sockets = usage(pids)
+        return {"nodes": nodes, "reload_rollout_s": reload_s, "change_p50_ms": percentile(took, 50),
+                "change_p99_ms": percentile(took, 99), "change_max_ms": max(took), "warm_ms": max(warm),
+                "cp_cores": (cpu_1 - cpu_0) / idle_s, "cp_rss_mb": rss, "cp_sockets": sockets,
+                "cp_processes": len(pids)}
+    finally:
+        fb.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="6,50,100,200")
+    parser.add_argument("--changes", type=int, default=20)
+    parser.add_argument("--idle-s", type=float, default=30.0)
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child: measure one size, print JSON
+    args = parser.parse_args()
+    if args.one:
+        print("SIZE " + json.dumps(one_size(args.one, args.changes, args.idle_s)), flush=True)
+        return
+
+    rows = []
+    print(f"{'nodes':>5} {'reload rollout s':>16} {'change p50/p99/max ms':>22} {'cp cores':>9} "
+          f"{'cores/100 nodes':>15} {'cp RSS MB':>9} {'sockets':>7}", flush=True)
+    for size in (int(s) for s in args.sizes.split(",")):
+        started = time.monotonic()
+        child = subprocess.run([sys.executable, __file__, "--one", str(size), "--changes", str(args.changes),
+                                "--idle-s", str(args.idle_s)], capture_output=True, text=True, check=False)
+        line = next((x for x in child.stdout.splitlines() if x.startswith("SIZE ")), None)
+        if line is None:
+            print(child.stdout[-3000:], child.stderr[-3000:], sep="\n")
+            raise SystemExit(f"{size} nodes: the run failed (exit {child.returncode})")
+        row = json.loads(line[5:])
+        rows.append(row)
+        print(f"{size:5d} {row['reload_rollout_s']:16.1f} "
+              f"{row['change_p50_ms']:8.0f}/{row['change_p99_ms']:.0f}/{row['change_max_ms']:.0f}".ljust(45)
+              + f" {row['cp_cores']:9.3f} {row['cp_cores'] / size * 100:15.3f} {row['cp_rss_mb']:9.0f} "
+              f"{row['cp_sockets']:7d}   ({time.monotonic() - started:.0f} s)", flush=True)
+    last = rows[-1]
+    per_100 = [r["cp_cores"] / r["nodes"] * 100 for r in rows if r["nodes"] >= 50]
+    flat = max(per_100) / min(per_100) if per_100 else float("nan")
+    print(f"goals: change_p99_ms <= 300 at 200 nodes; cores per 100 nodes flat within 20% from 50 up "
+          f"(largest / smallest {flat:.2f})")
+    print(f"RESULT nodes={last['nodes']} change_p99_ms={last['change_p99_ms']:.0f} "
+          f"reload_rollout_s={last['reload_rollout_s']:.1f} "
+          f"cp_cpu_cores_per_100_nodes={last['cp_cores'] / last['nodes'] * 100:.3f} "
+          f"cp_rss_mb_per_100_nodes={last['cp_rss_mb'] / last['nodes'] * 100:.0f} cpu_flat_50_200={flat:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""The rollout's bundle cache (rollout/execute.py `_BundleLRU`): bounded by count and by the map entries it holds,
+with the total kept as it goes (summing it on every insert made a route change's rollout O(cache) per node)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from apps.fleets import caches
+from apps.fleets.rollout import execute
+
+
+def bundle(entries: int) -> SimpleNamespace:
+    return SimpleNamespace(facts=SimpleNamespace(maps={"maps/a.map": [("k", "v")] * entries}))
+
+
+@pytest.fixture
+def lru(monkeypatch) -> execute._BundleLRU:
+    monkeypatch.setattr(execute, "_BUNDLE_CACHE_SIZE", 3)
+    monkeypatch.setattr(execute, "_BUNDLE_CACHE_ENTRIES", 100)
+    return execute._BundleLRU()
+
+
+def test_the_oldest_bundle_goes_first_when_the_count_is_reached(lru) -> None:
+    for key in "abcd":
+        lru.put((key,), bundle(1))
+    assert list(lru) == [("b",), ("c",), ("d",)] and lru.held == 3 * 2
+    lru.touch(("b",))  # used again: now the newest
+    lru.put(("e",), bundle(1))
+    assert list(lru) == [("d",), ("b",), ("e",)]
+
+
+def test_bundles_go_while_their_entries_pass_the_bound_and_the_total_stays_exact(lru) -> None:
+    lru.put(("a",), bundle(40))
+    lru.put(("b",), bundle(40))
+    assert lru.held == 82
+    lru.put(("c",), bundle(40))  # 123 > 100: a goes
+    assert list(lru) == [("b",), ("c",)] and lru.held == 82
+    lru.put(("b",), bundle(10))  # the same key again: counted once, at its new size
+    assert lru.held == 41 + 11 and list(lru) == [("c",), ("b",)]
+    lru.put(("huge",), bundle(500))  # larger than the bound alone: kept (the newest), everything older goes
+    assert list(lru) == [("huge",)] and lru.held == 501
+    lru.touch(("gone",))  # evicted meanwhile by another thread: no error
+
+
+def test_the_one_reset_empties_it_and_its_total() -> None:
+    execute._BUNDLE_CACHE.put(("t",), bundle(5))
+    caches.reset("bundles")
+    assert not execute._BUNDLE_CACHE and execute._BUNDLE_CACHE.held == 0
