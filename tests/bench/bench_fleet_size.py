@@ -20,6 +20,7 @@ goal: change_p99_ms <= 300 at 200 nodes, cores per 100 nodes flat within 20%).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -134,8 +135,14 @@ def main() -> None:
     last = rows[-1]
     per_100 = [r["cp_cores"] / r["nodes"] * 100 for r in rows if r["nodes"] >= 50]
     flat = max(per_100) / min(per_100) if per_100 else float("nan")
+    # What one more node costs: the slope between two sizes (the total also holds what no node count changes).
+    for a, b in itertools.pairwise(rows):
+        more = (b["nodes"] - a["nodes"]) / 100
+        print(f"{a['nodes']} -> {b['nodes']} nodes: +{(b['cp_cores'] - a['cp_cores']) / more:.3f} cores and "
+              f"+{(b['cp_rss_mb'] - a['cp_rss_mb']) / more:.0f} MB per 100 more nodes; change p50 "
+              f"+{(b['change_p50_ms'] - a['change_p50_ms']) / more / 100:.1f} ms per node")
     print(f"goals: change_p99_ms <= 300 at 200 nodes; cores per 100 nodes flat within 20% from 50 up "
-          f"(largest / smallest {flat:.2f})")
+          f"(largest / smallest {flat:.2f}; below 1 would mean growing per node)")
     print(f"RESULT nodes={last['nodes']} change_p99_ms={last['change_p99_ms']:.0f} "
           f"reload_rollout_s={last['reload_rollout_s']:.1f} "
           f"cp_cpu_cores_per_100_nodes={last['cp_cores'] / last['nodes'] * 100:.3f} "
