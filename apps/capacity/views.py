@@ -16,6 +16,7 @@ from django.urls import reverse
 from django.utils.html import escape
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseClientRefresh
 
+from apps.accounts.selectors import actor_name
 from apps.balancers.models import Pool, Region
 from apps.capacity import selectors, services
 from apps.capacity.api.serializers import CapacityTestSerializer
@@ -250,6 +251,7 @@ class DrillDetailView(PrincipalView):
         took = drill.finished_at - drill.started_at if drill.finished_at and drill.started_at else None
         return render(request, "capacity/drill_detail.html", {
             "drill": drill, "rows": selectors.drill_rows(drill), "can_write": self.principal.can_write,
+            "requested_by": actor_name(drill.requested_by),
             "took_s": took.total_seconds() if took is not None else None,
             "slo_error_pct": 100 * drill.slo_error_rate,
             "max_error_pct": 100 * float((drill.summary or {}).get("max_error_rate") or 0.0)})

@@ -76,6 +76,7 @@ def test_an_editor_runs_a_drill_from_the_pool_page_and_reads_its_report(
         load.finish()
     drill.refresh_from_db()
     assert drill.requested_by.startswith("user:")
+    assert page.locator("dt:text-is('Requested by') + dd").inner_text() == "dora"  # a name, not "user:<id>"
     # The report's "while drained" figure for rb against rb's members over the same span.
     settled = drill.drained_at.timestamp() + drill.summary["react_s"]
     members_rb = hits.rate("rb", datetime.fromtimestamp(settled, tz=drill.drained_at.tzinfo), drill.restored_at)

@@ -10,9 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth import get_user_model
-
-from apps.accounts.models import ApiToken
+from apps.accounts.selectors import actor_names
 from apps.audit.models import AuditEvent
 from apps.balancers.models import Pool
 
@@ -20,21 +18,6 @@ from apps.balancers.models import Pool
 _TYPES = ("route", "pool", "member", "listener", "poolregion", "loadbalancer", "certificate")
 _VERBS = {"create": "created", "update": "updated", "delete": "deleted", "state": "state changed"}
 MAX_NAMED = 5
-
-
-def _actors(actors: set[str]) -> dict[str, str]:
-    """actor -> "org:username" (+ " via API" for a token), from one query per kind present."""
-    # Actors look like "user:3" or "token:7"; anything else ("system", "user:None") is shown as it is.
-    users = {int(a[5:]) for a in actors if a.startswith("user:") and a[5:].isdigit()}
-    tokens = {int(a[6:]) for a in actors if a.startswith("token:") and a[6:].isdigit()}
-    out = {}
-    if users:
-        names = dict(get_user_model().objects.filter(pk__in=users).values_list("pk", "username"))
-        out = {f"user:{pk}": name for pk, name in names.items()}
-    if tokens:
-        for pk, name, username in ApiToken.objects.filter(pk__in=tokens).values_list("pk", "name", "user__username"):
-            out[f"token:{pk}"] = f"{username or name} via API"
-    return out
 
 
 def _lb_of(data: dict[str, Any], pool_lbs: dict[int, int]) -> int | None:
@@ -54,7 +37,7 @@ def change_reason(*, lb_ids: set[int], since: datetime | None) -> str:
                                               "before")[:500])
     pools = {(after or before or {}).get("pool") for *_, after, before in events} - {None}
     pool_lbs = dict(Pool.objects.filter(pk__in=pools).values_list("pk", "lb_id")) if pools else {}
-    actors = _actors({actor for _, _, _, actor, *_ in events})
+    actors = actor_names({actor for _, _, _, actor, *_ in events})
     named = []
     for object_type, object_id, action, actor, org_slug, after, before in events:
         if _lb_of(after or before or {}, pool_lbs) not in lb_ids:
