@@ -149,7 +149,7 @@ def roll_out(certificates: list[Certificate]) -> None:
     """Render and push, once, every fleet using one of `certificates`, and return once each has rolled
     out (fleets.settle: after a rollout already in flight there, never beside it). A fleet whose
     configuration only gained new certificate contents takes them through `set/commit ssl cert` without
-    a reload (fleets.delivery). The lb_changed signal queued the same work; whichever runs second finds
+    a reload (fleets.node.apply). The lb_changed signal queued the same work; whichever runs second finds
     it done."""
     lbs = LoadBalancer.objects.filter(listeners__certificate__in=certificates).distinct()
     fleet_ids = sorted({f.pk for lb in lbs for f in lb_fleets(lb)})

@@ -335,7 +335,7 @@ class ChallengeAnswer(models.Model):
 
     Published through the runtime API (no revision, no reload: services.acme_challenges_set) and kept
     here, so that a node reloaded or restarted meanwhile gets it back from whichever worker reloads it
-    (delivery.apply_node), not only from the process that placed the order. Key authorizations are
+    (node/apply.apply_node), not only from the process that placed the order. Key authorizations are
     public by design (the CA fetches them over plain HTTP), so no tenant owns them.
     """
 

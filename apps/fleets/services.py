@@ -112,7 +112,7 @@ def acme_challenges_set(*, add: dict[str, str], remove: list[str] = ()) -> dict[
     Every node, not only those of fleets whose LBs route the hostname: DNS may send the CA to any of
     them, and a key authorization is public by design (the CA fetches it over plain HTTP).
     Stored first (ChallengeAnswer): a node reloading after that, by whichever worker, takes them again
-    (delivery.apply_node). Returns {"fleet/node": error or None}.
+    (node/apply.apply_node). Returns {"fleet/node": error or None}.
     """
     if remove:
         ChallengeAnswer.objects.filter(token__in=list(remove)).delete()

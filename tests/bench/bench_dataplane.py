@@ -192,10 +192,10 @@ def delivery_at_scale(base: Path, bundle) -> dict[str, float]:  # type: ignore[n
         started = time.monotonic()
         reading = read_node(SimpleNamespace(pk=0), "bench", run=transport.runtime)  # type: ignore[arg-type]
         timings["enforce_read"].append((time.monotonic() - started) * 1000.0)
-        if not reading.reachable or len(reading.usable) != len(bundle.facts.backends):
+        if not reading.reachable or len(reading.usable) != len(bundle.rendered_manifest.backends):
             raise SystemExit(f"enforce read: {reading.error or len(reading.usable)}")
     out = {k: statistics.median(v) for k, v in timings.items()}
-    print(f"delivery at {len(bundle.facts.backends)} backends ({len(rows)} show stat rows): reload (show proc: "
+    print(f"delivery at {len(bundle.manifest.backends)} backends ({len(rows)} show stat rows): reload (show proc: "
           f"new worker) {out['reload']:.0f} ms, verify {out['verify']:.0f} ms; the whole show stat answered "
           f"and parsed {out['whole_show_stat']:.0f} ms; the enforcement loop's reading of the node (every 250 ms) "
           f"{out['enforce_read']:.0f} ms")

@@ -29,7 +29,8 @@ def test_a_capacity_rollout_keeps_the_enforcers_limits_without_a_reload(two_regi
     sock.command(f"set map {LIMITS_MAP} {backend} 7")  # what the loop set: not the static share
     PoolRegion.objects.filter(pool=fleet.pool, region=two_regions.a).update(max_rate_per_member=5)
     after = _bundle(node, conn)
-    assert dict(after.facts.maps[LIMITS_MAP]) != dict(before.facts.maps[LIMITS_MAP])  # new static shares
+    after_limits, before_limits = after.rendered_manifest.maps[LIMITS_MAP], before.rendered_manifest.maps[LIMITS_MAP]
+    assert dict(after_limits) != dict(before_limits)  # new static shares
     outcome = apply_node(NodePlan(conn=conn, bundle=after, last_good=before, worker_pid=first.worker_pid,
                                   keep_live_values=ENFORCER_MAPS))  # what a rollout asks while the enforcer runs
     assert outcome.ok, outcome
@@ -50,4 +51,4 @@ def test_without_an_enforcer_a_rollout_serves_the_rendered_shares(two_regions, h
     after = _bundle(node, conn)
     outcome = apply_node(NodePlan(conn=conn, bundle=after, last_good=before, worker_pid=first.worker_pid))
     assert outcome.ok and not outcome.reloaded, outcome
-    assert dict(sock.show_map(LIMITS_MAP))[backend] == dict(after.facts.maps[LIMITS_MAP])[backend]
+    assert dict(sock.show_map(LIMITS_MAP))[backend] == dict(after.rendered_manifest.maps[LIMITS_MAP])[backend]

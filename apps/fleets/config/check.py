@@ -56,7 +56,7 @@ def relocate_main(bundle: ConfigBundle, scratch_dir: str) -> str:
     manifest names (stats socket, server-state-file); `-c` reads the state file, so those lines, and
     nothing else (a route path could contain the same text), are pointed at the scratch directory.
     """
-    facts = bundle.facts
+    facts = bundle.rendered_manifest
     lines = bundle.body.split("\n")
     for number in facts.runtime_lines:
         lines[number] = lines[number].replace(facts.runtime_dir, scratch_dir, 1)
@@ -74,7 +74,7 @@ def validate_bundle(bundle: ConfigBundle, haproxy_bin: str = "haproxy") -> Valid
         return ValidationResult(False, f"haproxy binary {haproxy_bin!r} not found", 0.0)
     with tempfile.TemporaryDirectory(prefix="spillway-validate-") as scratch:
         write_bundle(bundle, scratch)
-        runtime_dir = bundle.facts.runtime_dir
+        runtime_dir = bundle.rendered_manifest.runtime_dir
         Path(scratch, MAIN_FILE).write_text(relocate_main(bundle, scratch))
         Path(scratch, SERVER_STATE_FILE).write_bytes(SERVER_STATE_VERSION_LINE)
         try:

@@ -60,7 +60,7 @@ def _shape(bundle: ConfigBundle) -> str:
     digest = hashlib.sha256(bundle.body.encode())
     for name in sorted(bundle.files):
         digest.update(b"\0" + name.encode() + b"\0")
-        if name != MAIN_FILE and name not in bundle.facts.maps:
+        if name != MAIN_FILE and name not in bundle.rendered_manifest.maps:
             digest.update(bundle.files[name])
     return digest.hexdigest()
 

@@ -14,7 +14,8 @@ by host class: render/incremental.py), and applies the routes the LB revisions s
   listener did not use), or a latest revision that left objects out, goes to the full render.
 - the new bundle is the previous one with the moved maps (render.patch_maps), which equals a full
   render byte for byte (tests/fleets/test_render_incremental.py); every node's bundle is patched the
-  same way from its previous one (`node_bundle`), and the moved keys are handed to hotmaps so nodes
+  same way from its previous one (`node_bundle`), and the moved keys travel in the bundle
+  (`ConfigBundle.map_deltas`) so nodes
   take them through the runtime API without computing them again.
 - the revision is stored as its route changes on its base revision (`base`, snapshot {"lane": ...},
   no text); queries.revision_snapshot rebuilds its snapshot from the chain when one is needed.
@@ -310,7 +311,7 @@ def _diff(old: int, new: int, lane: _Lane, updates: list[MapUpdate]) -> str:
     for update in updates:
         before = lane.values.get(update.name)
         if before is None:
-            before = dict(lane.bundle.facts.maps.get(update.name, ()))
+            before = dict(lane.bundle.rendered_manifest.maps.get(update.name, ()))
         if update.delta is None:
             after = dict(update.entries)
             removed = [(k, v) for k, v in before.items() if after.get(k) != v]

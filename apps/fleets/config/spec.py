@@ -292,8 +292,9 @@ class ConfigBundle:
         return cls(files=ordered, sha256=set_digest(ordered), manifest=manifest, map_deltas=map_deltas or {})
 
     @property
-    def facts(self) -> Manifest:
-        """The manifest; a bundle delivery or validation handles always comes from the renderer."""
+    def rendered_manifest(self) -> Manifest:
+        """The renderer's manifest: every bundle a rollout or a check handles comes from the renderer (raises
+        for one that did not)."""
         if self.manifest is None:
             raise ValueError("bundle has no manifest; was it made by apps.fleets.config.render?")
         return self.manifest
@@ -301,7 +302,7 @@ class ConfigBundle:
     @property
     def body(self) -> str:
         """haproxy.cfg without the renderer's header comment: what HAProxy is told to do."""
-        return self.main[self.facts.header_len:]
+        return self.main[self.rendered_manifest.header_len:]
 
     @property
     def main(self) -> str:

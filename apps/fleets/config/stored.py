@@ -264,7 +264,7 @@ def display_text(bundle: ConfigBundle) -> str:
 
 def display_lines(bundle: ConfigBundle) -> tuple[list[str], list[Owner | None]]:
     """display_text's lines below the header and, from the render manifest, the owner of each."""
-    facts = bundle.facts
+    facts = bundle.rendered_manifest
     owners: list[Owner | None] = list(facts.main_owners)
     for name in _shown_maps(bundle):
         # A blank line and the `# ---- name ----` title, then the entries (a non-map file: nobody's lines).

@@ -42,13 +42,13 @@ NODE_ERRORS = (TransportError, RuntimeUnavailable, RuntimeApiError, OSError, Val
 
 def bundle_binds(bundle: ConfigBundle) -> list[tuple[str, int]]:
     """(address, port) of every listener the bundle binds (from the render manifest)."""
-    return sorted({(b.address, b.port) for b in bundle.facts.binds})
+    return sorted({(b.address, b.port) for b in bundle.rendered_manifest.binds})
 
 
 def floating_binds(bundle: ConfigBundle) -> set[tuple[str, int]]:
     """Binds on a VIP (transparent): only the node holding the VIP answers there, so they are checked
     through `show stat` like every frontend, not by a TCP connect that would reach the holder."""
-    return {(b.address, b.port) for b in bundle.facts.binds if b.floating}
+    return {(b.address, b.port) for b in bundle.rendered_manifest.binds if b.floating}
 
 
 # A frontend accepting connections (FULL: at its maxconn, still listening). `disable frontend` shows PAUSED
@@ -58,7 +58,7 @@ SERVING_FRONTEND = frozenset({"OPEN", "FULL"})
 
 def bundle_proxies(bundle: ConfigBundle) -> tuple[list[str], list[str]]:
     """(frontends, backends) the bundle declares: what the worker must list once it runs (verify)."""
-    return sorted(bundle.facts.frontends), sorted(bundle.facts.backends)
+    return sorted(bundle.rendered_manifest.frontends), sorted(bundle.rendered_manifest.backends)
 
 
 def probe_address(bind: tuple[str, int], node_address: str) -> tuple[str, int]:
@@ -260,7 +260,7 @@ def _hot_apply(transport: FileSetTransport, plan: NodePlan, changes: HotChanges,
 
 
 # The pushes _hot_apply runs beside its runtime updates (one per node of a batch; a rollout's batch runs in
-# engine.NODE_THREADS threads, and two fleets may roll out at once in one process).
+# fanout.parallel's threads, and two fleets may roll out at once in one process).
 _PUSHES = ThreadPoolExecutor(max_workers=32, thread_name_prefix="spillway-push")
 
 
@@ -287,7 +287,7 @@ def _hot_runtime(transport: FileSetTransport, plan: NodePlan, changes: HotChange
     """The runtime half of _hot_apply: moved map keys and certificates, each read back."""
     try:
         stats = transport.stats()
-        old_maps = plan.last_good.facts.maps if plan.last_good is not None else {}
+        old_maps = plan.last_good.rendered_manifest.maps if plan.last_good is not None else {}
         replaced = {}
         for name, entries in changes.maps.items():
             if name in plan.keep_live_values:

@@ -22,7 +22,7 @@ def _server_changes(old: ConfigBundle, new: ConfigBundle) -> dict[tuple[str, str
     if old.body == new.body:
         return {}
     before = old.manifest.servers if old.manifest is not None else None
-    after = new.facts.servers
+    after = new.rendered_manifest.servers
     if before is None or before.keys() != after.keys():
         return None
     moved = {key for key, wanted in after.items() if wanted[:2] != before[key][:2]}
@@ -53,7 +53,7 @@ def hot_changes(old: ConfigBundle, new: ConfigBundle) -> HotChanges | None:
     if servers is None:
         return None
     maps, certs = {}, {}
-    wanted = new.facts.maps
+    wanted = new.rendered_manifest.maps
     for name, content in new.files.items():
         if name == MAIN_FILE or old.files[name] == content:
             continue

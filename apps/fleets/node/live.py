@@ -1,6 +1,6 @@
 """Drift in what a node runs *now*: its live maps and servers against the desired state (no Django).
 
-The on-disk hash and the worker PID (nodeops.read_state) cannot see a change made over the stats
+The on-disk hash and the worker PID (outside_rollout.read_state) cannot see a change made over the stats
 socket: `set map`, `set server ... state maint`, `set weight`, `disable frontend`. This module reads the
 live state (`show map` for every map of the verified bundle, `show servers state` for every server,
 `show stat -1 1 -1` for every frontend), says what differs in lines a person can read, and puts it back
@@ -91,7 +91,7 @@ def read_live_drift(conn: NodeConn, bundle: ConfigBundle, servers: dict[tuple[st
     drift = LiveDrift()
     try:
         stats = transport.stats()
-        for name, wanted in sorted(bundle.facts.maps.items()):
+        for name, wanted in sorted(bundle.rendered_manifest.maps.items()):
             if not maps and name != ACME_CHALLENGE_MAP:
                 continue
             lines = stats.show_map_lines(name)
@@ -121,8 +121,8 @@ def read_live_drift(conn: NodeConn, bundle: ConfigBundle, servers: dict[tuple[st
             drift.maps[name] = wanted
             drift.lines += _map_lines(name, live, wanted)
         # Paused or shut down over the socket: route changes prove themselves by read-back without probing
-        # listeners (delivery._hot_apply), so this check is what sees a frontend that stopped listening.
-        drift.frontends = _frontends_not_serving(stats, bundle.facts.frontends)
+        # listeners (node/apply._hot_apply), so this check is what sees a frontend that stopped listening.
+        drift.frontends = _frontends_not_serving(stats, bundle.rendered_manifest.frontends)
         drift.lines += [f"frontend {name}: {status} (should be OPEN: it does not accept connections)"
                         for name, status in sorted(drift.frontends.items())]
         live_servers = parse_servers_state(stats.show_servers_state())

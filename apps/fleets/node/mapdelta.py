@@ -5,7 +5,7 @@ map (`prepare/add/commit map`, then `show map` to check it) costs a node hundred
 grows with the map; setting only the moved keys costs a few socket round trips.
 
 When this is exact: the node's live map holds exactly the old bundle's entries (the engine takes this
-path only for a node recorded clean on the old bundle, delivery.apply_node), every key appears once,
+path only for a node recorded clean on the old bundle, node/apply.apply_node), every key appears once,
 and the map's lookup does not depend on entry order. `map_str` and `map_beg` (a prefix tree, longest
 match) do not; `map_end` (the wildcards map, first match in file order) does, so an order-dependent
 map, a map with a duplicate key, or a change too large to be cheaper than a swap is replaced whole.

@@ -1,6 +1,6 @@
 """Node operations outside a rollout (no Django): runtime changes to members and maps, and what a node runs.
 
-Split from delivery.py, which keeps what a rollout does to a node; these share its transports and errors.
+Split from node/apply.py, which keeps what a rollout does to a node; these share its transports and errors.
 """
 
 from __future__ import annotations

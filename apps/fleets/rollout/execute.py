@@ -49,7 +49,7 @@ _BUNDLE_CACHE_ENTRIES = 3_000_000
 
 
 def _weight(bundle: ConfigBundle) -> int:
-    return 1 + sum(len(entries) for entries in bundle.facts.maps.values())
+    return 1 + sum(len(entries) for entries in bundle.rendered_manifest.maps.values())
 
 
 class _BundleLRU(OrderedDict):
@@ -141,7 +141,7 @@ def plan_for(renderer: BundleRenderer, rollout: Rollout, node: Node,
 
 
 def _same_binary_as_central(conn) -> bool:
-    """A local node running the haproxy binary Spillway validates with (see delivery)."""
+    """A local node running the haproxy binary Spillway validates with (node/apply.CentrallyValidatedLocalTransport)."""
     if conn.transport != "local" or REVALIDATE_LOCAL_NODES:
         return False
     central, own = shutil.which(settings.HAPROXY_BIN), shutil.which(conn.haproxy_bin)
@@ -194,7 +194,7 @@ def _record_in(batch: list[NodeResult], outcomes: list[NodeOutcome], rollout: Ro
         node_update: dict[str, Any] = {"last_seen": now}
         if outcome.ok:
             # Recorded only now, once the node proved it: after a reload `show proc`, the listener probes and
-            # proxies (delivery.verify); after a runtime update, every moved key or certificate read back.
+            # proxies (node/apply.verify); after a runtime update, every moved key or certificate read back.
             node_update.update(applied_revision=rollout.revision, applied_sha256=outcome.sha256,
                                worker_pid=outcome.worker_pid, status=Node.Status.UP, status_detail="")
         elif outcome.unreachable:

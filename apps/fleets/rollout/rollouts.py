@@ -236,7 +236,7 @@ def fleets_mark_changed_after_commit(fleet_ids: set[int]) -> None:
 def vrrp_refresh(*, fleet_id: int) -> Rollout | None:
     """Re-push the desired revision to the fleet's VRRP nodes after a node-level VRRP change (drain,
     interface, peers): their keepalived.conf changed though the fleet's revision did not. Nodes already
-    serving their bundle are only verified (delivery.apply_node)."""
+    serving their bundle are only verified (node/apply.apply_node)."""
     fleet = Fleet.objects.get(pk=fleet_id)
     desired = ConfigRevision.objects.filter(fleet=fleet, number=fleet.desired_revision, validation_ok=True).first()
     nodes = queries.vrrp_nodes(fleet_id)

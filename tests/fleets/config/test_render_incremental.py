@@ -50,16 +50,16 @@ def _assert_same(patched, full) -> None:  # type: ignore[no-untyped-def]
     assert patched.files.keys() == full.files.keys()
     for name in full.files:
         assert patched.files[name] == full.files[name], name
-    assert patched.facts.maps == full.facts.maps
-    for name, owners in full.facts.map_owners.items():
-        assert list(patched.facts.map_owners[name]) == list(owners), name
-    assert patched.facts.header_len == full.facts.header_len
+    assert patched.rendered_manifest.maps == full.rendered_manifest.maps
+    for name, owners in full.rendered_manifest.map_owners.items():
+        assert list(patched.rendered_manifest.map_owners[name]) == list(owners), name
+    assert patched.rendered_manifest.header_len == full.rendered_manifest.header_len
     assert patched.sha256 == full.sha256
 
 
 @pytest.mark.parametrize("large_class", [incremental.LARGE_CLASS, 1], ids=["as-shipped", "every-class-kept"])
 def test_random_route_changes_patch_the_bundle_exactly_as_a_full_render(large_class: int, monkeypatch) -> None:
-    """Also with every class kept key by key (render/classrun.py), which the shipped threshold keeps for classes
+    """Also with every class kept key by key (render/kept_class.py), which the shipped threshold keeps for classes
     larger than this corpus's."""
     monkeypatch.setattr(incremental, "LARGE_CLASS", large_class)
     rng = random.Random(20261123)
@@ -97,7 +97,7 @@ def test_random_route_changes_patch_the_bundle_exactly_as_a_full_render(large_cl
         _assert_same(patched, full)
         for update in updates:  # the key-level change is the one hotmaps computes from whole maps
             if update.delta is not None:
-                whole = map_delta(update.name, bundle.facts.maps[update.name], update.entries)
+                whole = map_delta(update.name, bundle.rendered_manifest.maps[update.name], update.entries)
                 assert whole is not None
                 for part in ("added", "changed", "removed"):
                     assert sorted(getattr(update.delta, part)) == sorted(getattr(whole, part)), part

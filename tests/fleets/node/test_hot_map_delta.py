@@ -38,7 +38,7 @@ def live_maps_equal_a_full_render(local: LocalFleet) -> dict[str, list[tuple[str
     for node in Node.objects.filter(fleet=local.fleet).select_related("applied_revision").order_by("name"):
         bundle = render(selectors.revision_snapshot(node.applied_revision), selectors.node_spec(node))
         stats = HAProxySocket(f"{node.runtime_dir}/stats.sock")
-        for name, entries in bundle.facts.maps.items():
+        for name, entries in bundle.rendered_manifest.maps.items():
             live = stats.show_map(name)
             assert sorted(live) == sorted(entries), f"{node.name} {name}"
             first.setdefault(name, live)

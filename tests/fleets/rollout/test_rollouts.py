@@ -887,12 +887,13 @@ def test_verify_finds_every_proxy_the_bundle_declares_and_names_the_ones_the_wor
     reconcile(fleet3.fleet)
     for node in Node.objects.filter(fleet=fleet3.fleet).select_related("applied_revision"):
         bundle = render(selectors.revision_snapshot(node.applied_revision), selectors.node_spec(node))
-        assert len(bundle.facts.backends) >= 2 and bundle.facts.frontends
+        assert len(bundle.rendered_manifest.backends) >= 2 and bundle.rendered_manifest.frontends
         transport = transport_for(selectors.node_conn(node))
         try:
             assert verify(transport, bundle, node.address) is None, node.name
-            ghost = replace(bundle, manifest=replace(bundle.facts, frontends=(*bundle.facts.frontends, "fe_ghost"),
-                                                     backends=(*bundle.facts.backends, "p999_ghost")))
+            manifest = bundle.rendered_manifest
+            ghost = replace(bundle, manifest=replace(manifest, frontends=(*manifest.frontends, "fe_ghost"),
+                                                     backends=(*bundle.rendered_manifest.backends, "p999_ghost")))
             problem = verify(transport, ghost, node.address)
             assert problem == "the worker does not list frontend fe_ghost, backend p999_ghost", problem
         finally:

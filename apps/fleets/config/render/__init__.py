@@ -55,11 +55,11 @@ __all__ = [
 # Above this many routes a listener is classified with map lookups instead of one rule per route
 # (rule count then scales with pools, not routes; see routing.py for why the answers are the same).
 # 0: always maps. A route change then alters only map files, which a node takes through the runtime
-# API (`prepare/add/commit map`) in milliseconds instead of a 75-90 ms reload per node (delivery.py);
+# API (`prepare/add/commit map`) in milliseconds instead of a 75-90 ms reload per node (node/apply.py);
 # the rule form stays available (threshold > route count) and is tested to route identically.
 ROUTE_MAP_THRESHOLD = 0
 # The header comment above haproxy.cfg's body: three comment lines and a blank one, always. Stored
-# revision texts (which have no manifest) are cut below it by this count (codec.strip_header).
+# revision texts (which have no manifest) are cut below it by this count (stored.strip_header).
 HEADER_LINES = 4
 
 
@@ -82,7 +82,7 @@ def patch_maps(bundle: ConfigBundle, *, fleet: str, revision: int, node_name: st
     """`bundle` (rendered for `node_name`) as revision `revision` with these maps' new contents: what
     render() gives for the snapshot whose routes changed only maps (render/incremental.py), without
     laying out every route again. haproxy.cfg keeps its body; its header names the new revision."""
-    facts = bundle.facts
+    facts = bundle.rendered_manifest
     files = dict(bundle.files)
     entries, owners = dict(facts.maps), dict(facts.map_owners)
     deltas = {}

@@ -26,7 +26,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 
-from apps.fleets.config.render.classrun import ClassRun, Moves, entry_moves
 from apps.fleets.config.render.frontends import (
     MAP_BUCKETS,
     _action_owner,
@@ -37,6 +36,7 @@ from apps.fleets.config.render.frontends import (
     routes_map_name,
     split_ids,
 )
+from apps.fleets.config.render.kept_class import KeptHostClass, Moves, entry_moves
 from apps.fleets.config.render.routing import (
     ANY_HOST_CLASS,
     _parent_wildcards,
@@ -50,7 +50,7 @@ from apps.fleets.config.render.routing import (
 from apps.fleets.config.spec import ListenerSpec, Owner, RedirectOwners, RoutesMapOwners, RouteSpec, RunClasses
 from apps.fleets.node.mapdelta import MAX_DELTA_KEYS, MapDelta
 
-# A class of this many member routes is kept key by key (ClassRun) rather than laid out again at each change. Below
+# A class of this many member routes is kept key by key (KeptHostClass) rather than laid out again at each change. Below
 # it, laying a class out again costs tens of microseconds, and keeping every class's candidates (5,000 host classes
 # of 20 routes in bench-scale) would add a copy of the listener's keys to the lane's memory for nothing.
 LARGE_CLASS = 64
@@ -59,7 +59,7 @@ LARGE_CLASS = 64
 @dataclass(frozen=True)
 class MapUpdate:
     """One map file's new contents, its manifest entries and owners, and the key-by-key change from the
-    previous contents (None: replace it whole, as hotmaps would decide)."""
+    previous contents (None: replace it whole, as node/mapdelta.py would decide)."""
 
     name: str
     entries: list[tuple[str, str]]
@@ -112,8 +112,8 @@ class ListenerRoutes:
         # lane continues (apply declines when the listener's keys would), so every revision's owners share it.
         # Redirects own themselves (RoutesMapOwners names the route from the key).
         self._owners: dict[str, Owner] | None = None
-        # Classes of LARGE_CLASS routes or more, kept key by key from their first change (render/classrun.py).
-        self._class_runs: dict[str, ClassRun] = {}
+        # Classes of LARGE_CLASS routes or more, kept key by key from their first change (render/kept_class.py).
+        self._class_runs: dict[str, KeptHostClass] = {}
 
     # --- index -------------------------------------------------------------------------------------
 
@@ -226,7 +226,7 @@ class ListenerRoutes:
             else:
                 members = class_members(host_class, named, any_host, wildcard_set) if live else []
                 if len(members) >= LARGE_CLASS:
-                    state = self._class_runs[host_class] = ClassRun(host_class, members, _prepared, self._written)
+                    state = self._class_runs[host_class] = KeptHostClass(host_class, members, _prepared, self._written)
                     run = state.entries
                 else:
                     run = [(key, self._written(action))

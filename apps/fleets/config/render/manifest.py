@@ -1,6 +1,6 @@
 """Collects the render manifest while the renderer writes text (apps.fleets.config.spec.Manifest).
 
-Consumers (delivery's verification and hot-map detection, validation, the customer preview filter)
+Consumers (node/apply.py's verification and hot-map detection, validation, the customer preview filter)
 read these facts instead of parsing the text back. Kept cheap: owners are shared objects, one per
 route, pool, host or routes-map action, and every line holds a reference to one of them.
 """

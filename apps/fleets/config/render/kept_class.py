@@ -5,7 +5,7 @@ class of a listener whose pipelines add any-host routes, or a busy wildcard) tha
 3,000 routes, sorting 6,000 keys and formatting every line again, and every lane step that touches the class
 paid it: at 1,000 changes a minute it was the largest part of a shard worker's render.
 
-`ClassRun` keeps, per key, every member's candidate (rank, action), the best one, the sorted keys and the kept
+`KeptHostClass` keeps, per key, every member's candidate (rank, action), the best one, the sorted keys and the kept
 entries. class_entries keeps a key when its best rank beats the best of every shorter key that prefixes it, so
 a key's fate depends only on its own best and its prefixes'. When a change moves some keys' best, only those
 keys and the keys they prefix can change, and in sorted order the keys a key prefixes follow it in one run:
@@ -35,7 +35,7 @@ def entry_moves(before: dict[str, str], now: list[tuple[str, str]]) -> Moves:
             [k for k in before if k not in after])
 
 
-class ClassRun:
+class KeptHostClass:
     """A host class's kept entries (key, written action), in key order, and their map lines."""
 
     def __init__(self, host_class: str, members: Iterable[RouteSpec], prepared: Prepared,
