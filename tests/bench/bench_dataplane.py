@@ -190,7 +190,7 @@ def delivery_at_scale(base: Path, bundle) -> dict[str, float]:  # type: ignore[n
         rows = parse_show_stat(transport.runtime("show stat"))
         timings["whole_show_stat"].append((time.monotonic() - started) * 1000.0)
         started = time.monotonic()
-        reading = read_node(SimpleNamespace(pk=0), "bench", run=transport.runtime)  # type: ignore[arg-type]
+        reading = read_node(SimpleNamespace(pk=0), "bench", batch=transport.stats().batch)  # type: ignore[arg-type]
         timings["enforce_read"].append((time.monotonic() - started) * 1000.0)
         if not reading.reachable or len(reading.usable) != len(bundle.rendered_manifest.backends):
             raise SystemExit(f"enforce read: {reading.error or len(reading.usable)}")

@@ -459,21 +459,24 @@ class FileSetTransport(ABC):
         self._symlink(target, tmp)
         self._rename(tmp, link, sync)
 
-    def _gc_sets(self) -> None:
-        """Remove every set but ``current`` and ``previous`` that is older than ``current``.
+    def _gc_sets(self) -> list[str]:
+        """Remove every set but ``current`` and ``previous`` that is older than ``current``; the paths removed.
 
         A set newer than ``current`` may be a push in flight from another process (renamed from staging,
         links not swapped yet), so it stays; it is collected once a later push has moved past it."""
         current, previous = self._readlink(self.node.current_dir), self._readlink(self.node.previous_dir)
         keep = {posixpath.basename(t) for t in (current, previous) if t}
         newest = _set_time(posixpath.basename(current)) if current else None
+        removed = []
         for entry in self._listdir(self.node.sets_dir):
             if entry in keep or entry.startswith(".staging-"):
                 continue
             made = _set_time(entry)
             if newest is not None and made is not None and made > newest:
                 continue
-            self._rmtree(posixpath.join(self.node.sets_dir, entry))
+            removed.append(posixpath.join(self.node.sets_dir, entry))
+            self._rmtree(removed[-1])
+        return removed
 
     def save_server_state(self) -> bool:
         """Dump ``show servers state`` into the server-state file, leaving out each server whose address or

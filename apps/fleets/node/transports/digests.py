@@ -19,7 +19,9 @@ from apps.fleets import caches
 # changes a signature; then the set is read and hashed again. Drift checks (`config_sha256(fresh=True)`) always read.
 _SET_DIGESTS: OrderedDict[Hashable, tuple[tuple, str, Mapping[str, bytes] | None]] = caches.register(
     "set_digests", OrderedDict())
-_SET_DIGESTS_SIZE = 256
+# Three sets a node at most (current, previous, a push in flight) for every node a process rolls out: 256 made a
+# 100-node fleet's rollouts miss, and each miss read and hashed the node's whole set again.
+_SET_DIGESTS_SIZE = 8192
 _SET_DIGESTS_LOCK = threading.Lock()
 
 
