@@ -14,6 +14,7 @@ import pytest
 
 from apps.fleets.config.digest import set_digest
 from apps.fleets.node.transports import Transport, transport_for
+from apps.fleets.node.transports.digests import recorded_digest
 from apps.fleets.node.transports.local import LocalTransport
 from tests.fleets.conftest import HAProxyNodeFactory, SimpleBundle, pool_config, standard_global
 from tests.netutil import http_get
@@ -167,6 +168,14 @@ def test_old_sets_are_collected_after_a_push_but_never_a_newer_one(haproxy_node:
         time.sleep(0.02)
     assert set(os.listdir(node.sets_dir)) == expected
     assert transport.activate().ok and serving(port) == "v6"
+    # The digests remembered for the removed sets go with them (the cache is bounded by what the nodes hold, not
+    # by pushes); the current set's stays, so the next rollout does not read it again.
+    sets = Path(node.sets_dir).resolve()
+    removed = [str(sets / p.set_id) for p in pushed[:-1]]
+    while any(recorded_digest(key) for key in removed) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [key for key in removed if recorded_digest(key)] == []
+    assert recorded_digest(str(Path(node.current_dir).resolve())) is not None
 
 
 def test_local_nodes_pushing_the_same_large_map_write_it_once_and_never_share_an_edited_copy(
