@@ -23,6 +23,10 @@ sys.path.insert(0, str(REPO))
 from apps.core.webserver import gunicorn_command  # noqa: E402
 from tests.netutil import free_port_on, pick_free_port  # noqa: E402
 
+# Regions a bench's fleets stand in, and their round trips (ms) as the planner reads them.
+REGION_SLUGS = ("us-east", "eu-west", "ap-south")
+REGION_RTT_MS = {("us-east", "eu-west"): 80, ("us-east", "ap-south"): 190, ("eu-west", "ap-south"): 120}
+
 DB_URL_BASE = os.environ.get("BENCH_DATABASE_SERVER", "postgres://postgres@127.0.0.1:5432")
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/2")
 
@@ -98,7 +102,7 @@ class FleetBench:
     enforcement loop run as in production."""
 
     def __init__(self, db_name: str, nodes_per_region: int = 3, worker_concurrency: int = 2, *,
-                 topology: bool = True, beat: bool = False) -> None:
+                 topology: bool = True, beat: bool = False, regions: int = 2) -> None:
         self.procs: list[subprocess.Popen] = []
         self.masters: list[subprocess.Popen] = []
         self.fleets: list = []
@@ -122,7 +126,7 @@ class FleetBench:
         try:
             self._bootstrap()
             if topology:
-                self._build(nodes_per_region)
+                self._build(nodes_per_region, regions)
             self._start_worker(worker_concurrency)
             if beat:
                 self._start_beat()
@@ -141,7 +145,7 @@ class FleetBench:
         user_create_with_membership(username="bench", password="bench-password-123", org=self.ops, role=Role.ADMIN)
         self.token = token_create(org=self.ops, name="bench", scopes=["read", "write", "deploy"]).secret
 
-    def _build(self, nodes_per_region: int) -> None:
+    def _build(self, nodes_per_region: int, region_count: int = 2) -> None:
         from apps.balancers.models import (
             Listener,
             LoadBalancer,
@@ -155,15 +159,20 @@ class FleetBench:
         from apps.fleets.models import Fleet, Node
 
         ops = self.ops
-        regions = {slug: Region.objects.create(slug=slug, name=slug) for slug in ("us-east", "eu-west")}
-        RegionDistance.objects.create(src=regions["us-east"], dst=regions["eu-west"], rtt_ms=80)
+        slugs = REGION_SLUGS[:region_count]
+        regions = {slug: Region.objects.create(slug=slug, name=slug) for slug in slugs}
+        for i, src in enumerate(slugs):
+            for dst in slugs[i + 1:]:
+                RegionDistance.objects.create(src=regions[src], dst=regions[dst], rtt_ms=REGION_RTT_MS[src, dst])
         fleets = [Fleet.objects.create(name=f"{slug}-fleet", region=region) for slug, region in regions.items()]
         self.lb = LoadBalancer.objects.create(org=ops, name="bench", fleet=fleets[0])
-        fleets[1].serves.add(self.lb)
+        for fleet in fleets[1:]:
+            fleet.serves.add(self.lb)
         self.lb_id = self.lb.pk
         pools = {}
         # One backend per pool and region (a member's endpoint is unique within its pool).
-        specs = [(name, f"127.0.90.{1 + n + 2 * r}") for n, name in enumerate(("old", "new")) for r in range(2)]
+        specs = [(name, f"127.0.90.{1 + n + 2 * r}") for n, name in enumerate(("old", "new"))
+                 for r in range(region_count)]
         backends, ports = start_fast_backends(specs)
         self.procs.append(backends)
         for n, name in enumerate(("old", "new")):
@@ -175,7 +184,8 @@ class FleetBench:
                                       port=ports[(name, address)])
             pools[name] = pool
         self.pools = pools
-        self.node_addresses = [f"127.0.{91 + r}.{i}" for r in range(2) for i in range(1, nodes_per_region + 1)]
+        self.node_addresses = [f"127.0.{91 + r}.{i}" for r in range(region_count)
+                               for i in range(1, nodes_per_region + 1)]
         self.port = free_port_on(self.node_addresses)
         Listener.objects.create(lb=self.lb, name="http", port=self.port, default_pool=pools["old"])
         self.fleets = fleets

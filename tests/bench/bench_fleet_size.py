@@ -1,9 +1,9 @@
 """What one more node costs the control plane (issue 40): the same fleet at 6, 50, 100 and 200 nodes.
 
-Each size runs in a child process of its own: a fresh database, 2 regions (us-east, eu-west) x N/2 local HAProxy
-nodes on loopback addresses (tests/bench/_fleetbench.py), one LB served by both fleets with 1,000 routes and a
-capacity on every pool region (so the enforcer reads and sets every node 4 times a second), and the control
-plane as `make run` starts it: gunicorn, the Celery workers (default queue + fleet shards), beat (health
+Each size runs in a child process of its own: a fresh database, 3 regions (us-east, eu-west, ap-south) x N/3 local
+HAProxy nodes on loopback addresses, rounded up (tests/bench/_fleetbench.py), one LB served by the three fleets
+with 1,000 routes and a capacity on every pool region (so the enforcer reads and sets every node 4 times a second),
+and the control plane as `make run` starts it: gunicorn, the Celery workers (default queue + fleet shards), beat (health
 collection every 5 s, converge/drift every 10 s) and the enforcer process. Measured per size:
 - reload rollout: the first apply of the 1,000 routes (a reload on every node), recorded -> every node applied;
 - changes: `--changes` route creations through the API, each POST -> applied on every node (the long-poll);
@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
 
 CP_MARKERS = ("gunicorn", "celery", "manage.py enforcer")
+REGIONS = 3
 
 
 def control_plane_pids(roots: list[int]) -> list[int]:
@@ -81,7 +82,8 @@ def one_size(nodes: int, changes: int, idle_s: float) -> dict[str, float]:
     from bench_propagation import percentile
     from bench_scale import one_change, rollout_all, seed_routes
 
-    fb = FleetBench("spillway_bench_fleet_size", nodes_per_region=nodes // 2, worker_concurrency=2, beat=True)
+    fb = FleetBench("spillway_bench_fleet_size", nodes_per_region=-(-nodes // REGIONS), worker_concurrency=2,
+                    beat=True, regions=REGIONS)
     try:
         from apps.balancers.models import PoolRegion
 
@@ -96,7 +98,7 @@ def one_size(nodes: int, changes: int, idle_s: float) -> dict[str, float]:
         cpu_0, _, _ = usage(pids)
         time.sleep(idle_s)
         cpu_1, rss, sockets = usage(pids)
-        return {"nodes": nodes, "reload_rollout_s": reload_s, "change_p50_ms": percentile(took, 50),
+        return {"nodes": len(fb.node_addresses), "reload_rollout_s": reload_s, "change_p50_ms": percentile(took, 50),
                 "change_p99_ms": percentile(took, 99), "change_max_ms": max(took), "warm_ms": max(warm),
                 "cp_cores": (cpu_1 - cpu_0) / idle_s, "cp_rss_mb": rss, "cp_sockets": sockets,
                 "cp_processes": len(pids)}
@@ -128,12 +130,12 @@ def main() -> None:
             raise SystemExit(f"{size} nodes: the run failed (exit {child.returncode})")
         row = json.loads(line[5:])
         rows.append(row)
-        print(f"{size:5d} {row['reload_rollout_s']:16.1f} "
+        print(f"{row['nodes']:5d} {row['reload_rollout_s']:16.1f} "
               f"{row['change_p50_ms']:8.0f}/{row['change_p99_ms']:.0f}/{row['change_max_ms']:.0f}".ljust(45)
-              + f" {row['cp_cores']:9.3f} {row['cp_cores'] / size * 100:15.3f} {row['cp_rss_mb']:9.0f} "
+              + f" {row['cp_cores']:9.3f} {row['cp_cores'] / row['nodes'] * 100:15.3f} {row['cp_rss_mb']:9.0f} "
               f"{row['cp_sockets']:7d}   ({time.monotonic() - started:.0f} s)", flush=True)
     last = rows[-1]
-    per_100 = [r["cp_cores"] / r["nodes"] * 100 for r in rows if r["nodes"] >= 50]
+    per_100 = [r["cp_cores"] / r["nodes"] * 100 for r in rows if r["nodes"] >= 48]
     flat = max(per_100) / min(per_100) if per_100 else float("nan")
     # What one more node costs: the slope between two sizes (the total also holds what no node count changes).
     for a, b in itertools.pairwise(rows):
