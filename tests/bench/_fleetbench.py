@@ -102,7 +102,8 @@ class FleetBench:
     enforcement loop run as in production."""
 
     def __init__(self, db_name: str, nodes_per_region: int = 3, worker_concurrency: int = 2, *,
-                 topology: bool = True, beat: bool = False, regions: int = 2) -> None:
+                 topology: bool = True, beat: bool = False, regions: int = 2, own_sessions: bool = False) -> None:
+        self.own_sessions = own_sessions  # each worker in a process group and session of its own (bench_scaleout)
         self.procs: list[subprocess.Popen] = []
         self.masters: list[subprocess.Popen] = []
         self.fleets: list = []
@@ -214,7 +215,7 @@ class FleetBench:
                 [sys.executable, "-m", "celery", "-A", "controlplane", "worker", *options, "--purge",
                  "--without-gossip", "--without-mingle",
                  "--loglevel", self.env["LOG_LEVEL"], "--hostname", f"bench-{name}@%h"],
-                cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+                cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=self.own_sessions)
             self.procs.append(proc)
         self._wait(lambda: self._worker_ready(len(workers)), 60, "celery workers")
 
