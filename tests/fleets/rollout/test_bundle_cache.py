@@ -12,7 +12,7 @@ from apps.fleets.rollout import execute
 
 
 def bundle(entries: int) -> SimpleNamespace:
-    return SimpleNamespace(facts=SimpleNamespace(maps={"maps/a.map": [("k", "v")] * entries}))
+    return SimpleNamespace(rendered_manifest=SimpleNamespace(maps={"maps/a.map": [("k", "v")] * entries}))
 
 
 @pytest.fixture

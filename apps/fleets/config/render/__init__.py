@@ -82,9 +82,9 @@ def patch_maps(bundle: ConfigBundle, *, fleet: str, revision: int, node_name: st
     """`bundle` (rendered for `node_name`) as revision `revision` with these maps' new contents: what
     render() gives for the snapshot whose routes changed only maps (render/incremental.py), without
     laying out every route again. haproxy.cfg keeps its body; its header names the new revision."""
-    facts = bundle.rendered_manifest
+    manifest = bundle.rendered_manifest
     files = dict(bundle.files)
-    entries, owners = dict(facts.maps), dict(facts.map_owners)
+    entries, owners = dict(manifest.maps), dict(manifest.map_owners)
     deltas = {}
     for update in maps:
         if update.name not in files:
@@ -95,7 +95,7 @@ def patch_maps(bundle: ConfigBundle, *, fleet: str, revision: int, node_name: st
     body = bundle.body
     header = _header(fleet, revision, node_name, body, files)
     files[MAIN_FILE] = (header + body).encode()
-    return ConfigBundle.of(files, replace(facts, header_len=len(header), maps=entries, map_owners=owners),
+    return ConfigBundle.of(files, replace(manifest, header_len=len(header), maps=entries, map_owners=owners),
                            map_deltas=deltas)
 
 
