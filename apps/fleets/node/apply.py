@@ -100,7 +100,10 @@ class NodeOutcome:
     node: str
     status: str  # succeeded | failed | rolled_back
     error: str = ""
-    unreachable: bool = False  # the node could not be reached at all: nothing was changed on it
+    unreachable: bool = False  # the node could not be reached (before the apply began, or it went away during it)
+    # Unreachable before anything was done on it: a rollout counts the node as down (it catches up when it
+    # returns), as its pre-flight would have, not as a failure of the config.
+    untouched: bool = False
     reloaded: bool = False
     hot: bool = False  # served through runtime map updates, without a reload
     worker_pid: int | None = None
@@ -427,6 +430,16 @@ def reachable(conn: NodeConn) -> tuple[ProcInfo | None, str]:
         transport.close()
 
 
+def new_binds(bundle: ConfigBundle, last_good: ConfigBundle | None) -> list[tuple[str, int]]:
+    """The binds `bundle` adds to what the node serves from `last_good`: the ones another process could hold.
+
+    Addresses the node already serves from its last verified config are held by its own HAProxy. VIP binds
+    (transparent) answer on whichever node holds the VIP: a probe would find a peer there."""
+    kept = set(bundle_binds(last_good)) if last_good is not None else set()
+    floating = floating_binds(bundle)
+    return [b for b in bundle_binds(bundle) if b not in kept and b not in floating]
+
+
 def precheck_binds(conn: NodeConn, bundle: ConfigBundle, last_good: ConfigBundle | None) -> list[str]:
     """Bind addresses of `bundle` another process already holds on the node (HAPROXY.md hazard).
 
@@ -434,11 +447,7 @@ def precheck_binds(conn: NodeConn, bundle: ConfigBundle, last_good: ConfigBundle
     (validate.bind_conflicts). SSH nodes: a TCP connect from the node's side to every address the
     node does not bind yet; an answer means someone else listens there.
     """
-    binds = bundle_binds(bundle)
-    # Addresses the node already serves from its last verified config are held by its own HAProxy.
-    # VIP binds (transparent) answer on whichever node holds the VIP: a probe would find a peer there.
-    floating = floating_binds(bundle)
-    new = [b for b in binds if (last_good is None or b not in set(bundle_binds(last_good))) and b not in floating]
+    new = new_binds(bundle, last_good)
     if not new:
         return []
     if conn.transport == "local":
@@ -528,7 +537,7 @@ def apply_node(plan: NodePlan) -> NodeOutcome:
             proc = transport.show_proc()
             on_disk = transport.config_sha256()
         except NODE_ERRORS as exc:
-            outcome.unreachable = True
+            outcome.unreachable = outcome.untouched = True
             outcome.error = f"node {plan.conn.name} unreachable: {exc}"
             return outcome
         # Beside the apply, off its critical path: a record of what the node is given. Written first, so a

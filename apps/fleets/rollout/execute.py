@@ -32,11 +32,13 @@ from apps.fleets.config.spec import ConfigBundle, FleetSnapshot, NodeSpec
 from apps.fleets.enforcement import enforcer_running
 from apps.fleets.fanout import parallel
 from apps.fleets.models import REVISION_BULK_FIELDS, ConfigRevision, Fleet, Node, NodeResult, Rollout
-from apps.fleets.node.apply import NodeOutcome, NodePlan, apply_node, precheck_binds, reachable
+from apps.fleets.node.apply import NodeOutcome, NodePlan, apply_node, new_binds, precheck_binds, reachable
 from apps.fleets.rollout import canary, restore
 from apps.fleets.rollout.lease import renew as lease_renew
 
 logger = logging.getLogger(__name__)
+
+SKIPPED_DOWN = "skipped: the node catches up when it is reachable again"
 
 # True: local nodes run `haproxy -c` on every push as SSH nodes do (see CentrallyValidatedLocalTransport).
 REVALIDATE_LOCAL_NODES = getattr(settings, "FLEET_REVALIDATE_LOCAL_NODES", False)
@@ -317,7 +319,10 @@ def execute(rollout: Rollout, owner: str) -> Rollout:
     if restore.check(rollout, {r.node.name: plans[r.pk] for r in todo}):
         return rollout  # pending: the nodes serve what this database does not know, an operator decides
 
-    # Pre-flight, for every node before any is touched: who is down, who would hit a bind conflict.
+    # Pre-flight, for every node before any is touched: who is down, who would hit a bind conflict. A rollout
+    # without a canary whose nodes bind nothing new (a route change) has nothing to find there that the apply does
+    # not: a node the apply cannot reach is left untouched and counted down below, as here. Skipping it saves a
+    # round of every node (a runtime-API exchange each) before the first change goes live.
     def preflight(result: NodeResult) -> tuple[str, list[str]]:
         plan = plans[result.pk]
         proc, why = reachable(plan.conn)
@@ -325,7 +330,9 @@ def execute(rollout: Rollout, owner: str) -> Rollout:
             return why, []
         return "", precheck_binds(plan.conn, plan.bundle, plan.last_good)
 
-    checks = dict(zip([r.pk for r in todo], parallel(preflight, todo) if todo else [], strict=True))
+    needed = rollout.canary or any(new_binds(plans[r.pk].bundle, plans[r.pk].last_good) for r in todo)
+    checks = dict(zip([r.pk for r in todo], parallel(preflight, todo) if todo and needed else [("", [])] * len(todo),
+                      strict=True))
     down = {rid: why for rid, (why, _) in checks.items() if why}
     live = [r for r in todo if r.pk not in down]
     clashing = {rid: c for rid, (_, c) in checks.items() if c}
@@ -342,7 +349,7 @@ def execute(rollout: Rollout, owner: str) -> Rollout:
         if r.pk in down:
             NodeResult.objects.filter(pk=r.pk).update(
                 status=NodeResult.Status.FAILED, unreachable=True, finished_at=timezone.now(),
-                error=f"{down[r.pk]}\nskipped: the node catches up when it is reachable again")
+                error=f"{down[r.pk]}\n{SKIPPED_DOWN}")
             Node.objects.filter(pk=r.node_id).update(status=Node.Status.DOWN, status_detail=down[r.pk][:5000])
 
     failure = ""
@@ -359,12 +366,20 @@ def execute(rollout: Rollout, owner: str) -> Rollout:
             NodeResult.objects.filter(pk__in=[r.pk for r in batch]).update(
                 status=NodeResult.Status.RUNNING, started_at=timezone.now())
         outcomes = parallel(lambda r: apply_node(plans[r.pk]), batch)
+        # A canary must prove the config before any other node takes it: one gone since the pre-flight stops the
+        # rollout. Elsewhere a node found down is skipped, as the pre-flight skips one.
+        canary_batch = index == 0 and rollout.canary and len(batches) > 1
+        skipped = set() if canary_batch else {r.pk for r, o in zip(batch, outcomes, strict=True) if o.untouched}
+        for r, o in zip(batch, outcomes, strict=True):
+            if r.pk in skipped:
+                down[r.pk] = o.error
+                o.error = f"{o.error}\n{SKIPPED_DOWN}"
         _record(batch, outcomes, rollout)
-        failed = [(r, o) for r, o in zip(batch, outcomes, strict=True) if not o.ok]
+        failed = [(r, o) for r, o in zip(batch, outcomes, strict=True) if not o.ok and r.pk not in skipped]
         if failed:
             failure = "\n\n".join(f"node {r.node.name}: {o.error}" for r, o in failed)
             break
-        watched = index == 0 and rollout.canary and len(batches) > 1 and rollout.fleet.canary_watch_s > 0
+        watched = canary_batch and rollout.fleet.canary_watch_s > 0
         if watched and _canary_tripped(rollout, batch[0], plans[batch[0].pk], outcomes[0],
                                        [r.node for later in batches[1:] for r in later], owner):
             return rollout

@@ -106,6 +106,49 @@ def test_route_writes_take_the_lane_and_end_as_a_full_render(fleet3: LocalFleet,
     assert {r.path for ln in selectors.revision_snapshot(gone).listeners for r in ln.routes} == {"/first"}
 
 
+def test_a_lane_change_skips_a_node_that_is_down_without_a_preflight_round_and_it_catches_up(
+        fleet3: LocalFleet, tiny_backend, monkeypatch) -> None:
+    """A route-lane rollout binds nothing new and has no canary: no node is asked anything before the apply (a
+    round of every node before the first change goes live). A node that is down then is skipped as the pre-flight
+    would skip it: the others serve the change, the down node is recorded down with why, and it catches up when
+    it returns."""
+    from apps.fleets.rollout import execute
+
+    new = tiny_backend("new")
+    pool_new = add_pool(fleet3.lb, "new", (new.address, new.port))
+    save_route(fleet3, Route(), hosts=["a.example.com"], path="/first", priority=10,
+               targets=[{"pool": pool_new, "weight": 100}])
+    rolled_out(fleet3)  # full render: the lane starts from here
+    asked: list[str] = []
+    real_reachable = execute.reachable
+    monkeypatch.setattr(execute, "reachable", lambda conn: (asked.append(conn.name), real_reachable(conn))[1])
+    n3 = Node.objects.get(fleet=fleet3.fleet, name="n3")
+    fleet3.kill(n3)
+
+    save_route(fleet3, Route(), hosts=["a.example.com"], path="/hot", priority=11,
+               targets=[{"pool": pool_new, "weight": 100}])
+    routes_changed(fleet3)
+    rollout = Rollout.objects.get(pk=services.fleet_reconcile(fleet_id=fleet3.fleet.pk)["rollouts"][-1])
+
+    assert rollout.revision.validation_kind == ConfigRevision.Validation.ROUTE_LANE and not rollout.canary
+    assert asked == [], "a route change needs no pre-flight round"
+    assert rollout.status == Rollout.Status.FAILED and "unreachable nodes catch up when they return" in rollout.error
+    by_node = {r.node.name: r for r in rollout.results.select_related("node")}
+    assert (by_node["n3"].status, by_node["n3"].unreachable) == ("failed", True)
+    assert "n3 unreachable" in by_node["n3"].error and "catches up" in by_node["n3"].error
+    assert (by_node["n1"].status, by_node["n2"].status) == ("succeeded", "succeeded")
+    nodes = {n.name: n for n in Node.objects.filter(fleet=fleet3.fleet)}
+    assert nodes["n3"].status == Node.Status.DOWN
+    assert {fleet3.get(nodes[name], "/hot/x", host="a.example.com")[1] for name in ("n1", "n2")} == {"new"}
+
+    monkeypatch.setattr(execute, "reachable", real_reachable)
+    fleet3.start(nodes["n3"])
+    services.fleet_converge(fleet=fleet3.fleet, enqueue=False)
+    services.fleet_reconcile(fleet_id=fleet3.fleet.pk)
+    assert {n.name: fleet3.get(n, "/hot/x", host="a.example.com")[1] for n in fleet3.nodes} == {
+        "n1": "new", "n2": "new", "n3": "new"}
+
+
 def test_what_the_lane_cannot_prove_goes_through_the_full_render(fleet3: LocalFleet, tiny_backend) -> None:
     new, third = tiny_backend("new"), tiny_backend("third")
     pool_new = add_pool(fleet3.lb, "new", (new.address, new.port))
