@@ -72,6 +72,20 @@ def start_fast_backends(specs: list[tuple[str, str]]) -> tuple[subprocess.Popen,
     raise RuntimeError("fast backends did not start")
 
 
+def child_result(script: str, args: list[str], what: str) -> dict:
+    """Run `script` with `args` in a child process of its own (a fresh database and control plane each) and return
+    the JSON it printed after "RESULT-JSON "; exit with its output when it printed none."""
+    child = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, check=False)
+    line = next((x for x in child.stdout.splitlines() if x.startswith(CHILD_MARK)), None)
+    if line is None:
+        print(child.stdout[-3000:], child.stderr[-3000:], sep="\n")
+        raise SystemExit(f"{what}: the run failed (exit {child.returncode})")
+    return json.loads(line[len(CHILD_MARK):])
+
+
+CHILD_MARK = "RESULT-JSON "
+
+
 def http_get(host: str, port: int, path: str, timeout_s: float = 1.0) -> tuple[int, str]:
     conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
     try:

@@ -23,13 +23,14 @@ import argparse
 import itertools
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
+
+from _fleetbench import CHILD_MARK, child_result
 
 CP_MARKERS = ("gunicorn", "celery", "manage.py enforcer")
 REGIONS = 3
@@ -114,7 +115,7 @@ def main() -> None:
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child: measure one size, print JSON
     args = parser.parse_args()
     if args.one:
-        print("SIZE " + json.dumps(one_size(args.one, args.changes, args.idle_s)), flush=True)
+        print(CHILD_MARK + json.dumps(one_size(args.one, args.changes, args.idle_s)), flush=True)
         return
 
     rows = []
@@ -122,13 +123,8 @@ def main() -> None:
           f"{'cores/100 nodes':>15} {'cp RSS MB':>9} {'sockets':>7}", flush=True)
     for size in (int(s) for s in args.sizes.split(",")):
         started = time.monotonic()
-        child = subprocess.run([sys.executable, __file__, "--one", str(size), "--changes", str(args.changes),
-                                "--idle-s", str(args.idle_s)], capture_output=True, text=True, check=False)
-        line = next((x for x in child.stdout.splitlines() if x.startswith("SIZE ")), None)
-        if line is None:
-            print(child.stdout[-3000:], child.stderr[-3000:], sep="\n")
-            raise SystemExit(f"{size} nodes: the run failed (exit {child.returncode})")
-        row = json.loads(line[5:])
+        row = child_result(__file__, ["--one", str(size), "--changes", str(args.changes), "--idle-s",
+                                      str(args.idle_s)], f"{size} nodes")
         rows.append(row)
         print(f"{row['nodes']:5d} {row['reload_rollout_s']:16.1f} "
               f"{row['change_p50_ms']:8.0f}/{row['change_p99_ms']:.0f}/{row['change_max_ms']:.0f}".ljust(45)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -33,6 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("BENCH_REDIS_URL", "redis://127.0.0.1:6379/7")
+
+from _fleetbench import CHILD_MARK, child_result
 
 
 def cpu_ticks(pids: list[int]) -> int:
@@ -164,7 +165,7 @@ def main() -> None:
     args = parser.parse_args()
     shape = (args.fleets, args.nodes, args.routes, args.clients, args.seconds)
     if args.one:
-        print("ROW " + json.dumps(one_shard_count(args.one, *shape)), flush=True)
+        print(CHILD_MARK + json.dumps(one_shard_count(args.one, *shape)), flush=True)
         return
 
     print(f"{args.fleets} fleets x {args.nodes} local nodes, {args.routes} routes per LB, {args.clients} clients "
@@ -172,15 +173,9 @@ def main() -> None:
     print(f"{'shards':>6} {'changes/s':>10} {'p50/p99 ms':>14} {'shard cores':>12} {'machine busy':>13}")
     rows = []
     for shards in (int(s) for s in args.shards.split(",")):
-        child = subprocess.run([sys.executable, __file__, "--one", str(shards), "--fleets", str(args.fleets),
-                                "--nodes", str(args.nodes), "--routes", str(args.routes), "--clients",
-                                str(args.clients), "--seconds", str(args.seconds)],
-                               capture_output=True, text=True, check=False)
-        line = next((x for x in child.stdout.splitlines() if x.startswith("ROW ")), None)
-        if line is None:
-            print(child.stdout[-3000:], child.stderr[-3000:], sep="\n")
-            raise SystemExit(f"{shards} shards: the run failed (exit {child.returncode})")
-        row = json.loads(line[4:])
+        row = child_result(__file__, ["--one", str(shards), "--fleets", str(args.fleets), "--nodes", str(args.nodes),
+                                      "--routes", str(args.routes), "--clients", str(args.clients), "--seconds",
+                                      str(args.seconds)], f"{shards} shards")
         rows.append(row)
         print(f"{shards:6d} {row['changes_per_s']:10.1f} {row['p50_ms']:6.0f}/{row['p99_ms']:<7.0f} "
               f"{row['shard_cores']:12.2f} {row['machine_busy']:12.0%}", flush=True)
