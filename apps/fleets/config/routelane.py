@@ -15,8 +15,7 @@ by host class: render/incremental.py), and applies the routes the LB revisions s
 - the new bundle is the previous one with the moved maps (render.patch_maps), which equals a full
   render byte for byte (tests/fleets/test_render_incremental.py); every node's bundle is patched the
   same way from its previous one (`node_bundle`), and the moved keys travel in the bundle
-  (`ConfigBundle.map_deltas`) so nodes
-  take them through the runtime API without computing them again.
+  (`ConfigBundle.map_deltas`) so nodes take them through the runtime API without computing them again.
 - the revision is stored as its route changes on its base revision (`base`, snapshot {"lane": ...},
   no text); queries.revision_snapshot rebuilds its snapshot from the chain when one is needed.
 - `haproxy -c` is not run: haproxy.cfg and the file set are the validated base's; map entries come

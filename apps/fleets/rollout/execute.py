@@ -331,8 +331,7 @@ def execute(rollout: Rollout, owner: str) -> Rollout:
         return "", precheck_binds(plan.conn, plan.bundle, plan.last_good)
 
     needed = rollout.canary or any(new_binds(plans[r.pk].bundle, plans[r.pk].last_good) for r in todo)
-    checks = dict(zip([r.pk for r in todo], parallel(preflight, todo) if todo and needed else [("", [])] * len(todo),
-                      strict=True))
+    checks = dict(zip([r.pk for r in todo], parallel(preflight, todo), strict=True)) if todo and needed else {}
     down = {rid: why for rid, (why, _) in checks.items() if why}
     live = [r for r in todo if r.pk not in down]
     clashing = {rid: c for rid, (_, c) in checks.items() if c}
