@@ -266,25 +266,30 @@ def noisy_neighbour(built: dict, seconds: float, noisy_per_min: int, burst: int)
     def p99(values: list[float]) -> float:
         return values[max(0, round(0.99 * len(values)) - 1)]
 
-    def noisy_process(base: str, stop, failed) -> None:
+    def noisy_process(base: str, stop, failed, made) -> None:
         noisy_tenant(base, stop)
         failed.value = errors["noisy"]
+        made.value = next(serial)  # this process's posts, all the noisy tenant's
 
     # The noisy tenant's 24 client threads run in a process of their own: in this one they would hold the GIL
     # against the quiet tenant's client and its timings would measure that.
     context = multiprocessing.get_context("fork")
     with gunicorn() as base:
         quiet = quiet_tenant(base)
-        stop, failed = context.Event(), context.Value("i", 0)
-        noise = context.Process(target=noisy_process, args=(base, stop, failed))
+        stop, failed, made = context.Event(), context.Value("i", 0), context.Value("i", 0)
+        serial_at_fork = next(serial)
+        noise = context.Process(target=noisy_process, args=(base, stop, failed, made))
+        noisy_started = time.monotonic()
         noise.start()
         time.sleep(1.0)
         noisy = quiet_tenant(base)
         stop.set()
         noise.join()
+        noisy_s = time.monotonic() - noisy_started
     return {"quiet_p50": statistics.median(quiet), "quiet_p99": p99(quiet), "noisy_p50": statistics.median(noisy),
             "noisy_p99": p99(noisy), "ratio": p99(noisy) / p99(quiet), "samples": len(noisy),
-            "quiet_errors": errors["quiet"], "noisy_errors": failed.value}
+            "quiet_errors": errors["quiet"], "noisy_errors": failed.value,
+            "noisy_made": made.value - serial_at_fork - 1, "noisy_s": noisy_s}
 
 
 def main() -> None:
@@ -338,7 +343,9 @@ def main() -> None:
               f"{args.burst}): quiet tenant's "
               f"create p50/p99 {nn['quiet_p50']:.1f}/{nn['quiet_p99']:.1f} ms alone, {nn['noisy_p50']:.1f}/"
               f"{nn['noisy_p99']:.1f} ms beside it ({nn['samples']} creates); ratio {ratio} (goal <= 1.2); "
-              f"non-201: quiet {nn['quiet_errors']}, noisy {nn['noisy_errors']}", flush=True)
+              f"non-201: quiet {nn['quiet_errors']}, noisy {nn['noisy_errors']}; the noisy tenant's creates answered: "
+              f"{nn['noisy_made']:,} in {nn['noisy_s']:.0f} s ({nn['noisy_made'] * 60 / nn['noisy_s']:,.0f}/min)",
+              flush=True)
     orgs = SIZES[args.sizes.split(",")[-1]]
     print(f"RESULT orgs={orgs} routes={orgs * (OWN_ROUTES + SHARED_ROUTES)} api_p95_ms={api_p95:.1f} "
           f"page_p95_ms={page_p95:.1f} noisy_neighbour_p99_ratio={ratio}")

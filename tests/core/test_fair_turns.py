@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from controlplane.fairturns import LEARNED_MAX, FairTurns, credential
+from controlplane.fairturns import CROWD_S, LEARNED_MAX, FairTurns, credential
 
 
 def run(coroutine) -> None:
@@ -47,12 +47,25 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
-def test_a_tenants_burst_leaves_a_thread_for_the_next_tenant() -> None:
-    """GIVEN 4 threads and tenant A sending 10 requests at once, THEN A runs 3 and the 4th thread waits;
-    tenant B's request starts at once, and C's (no thread free) starts at the next release, before A's queue."""
+class Clock:
+    """The turns' idea of now, moved by hand (the re-check timer still runs on the loop's real time)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_tenants_burst_leaves_a_thread_for_the_next_tenant_and_shrinks_to_one_while_others_are_about() -> None:
+    """GIVEN 4 threads and tenant A alone sending 10 requests at once, THEN A runs 3 and the 4th thread waits;
+    tenant B's request starts at once, and C's (no thread free) starts at the next release, before A's queue.
+    WHILE B or C runs, waits or was seen within CROWD_S, A runs one request at a time (a thread stays free);
+    once they have been gone that long, A takes all threads but one again, without anything else happening."""
 
     async def scenario() -> None:
-        jobs = Jobs(FairTurns(4))
+        clock = Clock()
+        jobs = Jobs(FairTurns(4, clock=clock))
         for i in range(10):
             jobs.submit("org:a", f"a{i}")
         await _settle()
@@ -64,14 +77,46 @@ def test_a_tenants_burst_leaves_a_thread_for_the_next_tenant() -> None:
         await _settle()
         assert "c0" not in jobs.started
         await jobs.finish("a0")
-        assert jobs.started[-1] == "c0"  # not a3: A is at its share while C waits
+        assert jobs.started[-1] == "c0"  # not a3: A is over its share while C waits
         await jobs.finish("c0")
-        assert jobs.started[-1] == "a3"
-        for name in [n for n in jobs.gates if n not in ("a0", "c0")]:
+        await jobs.finish("a1")
+        assert "a3" not in jobs.started and jobs.turns.free == 2  # A runs a2: its one while B runs and C was seen
+        await jobs.finish("b0")
+        await jobs.finish("a2")
+        assert jobs.started[-1] == "a3" and "a4" not in jobs.started  # one at a time: B and C were just seen
+        assert jobs.turns.share_of("org:a") == 1
+        clock.now += CROWD_S + 0.01
+        await asyncio.sleep(CROWD_S / 4 + 0.1)  # the re-check: nothing else happens meanwhile
+        assert jobs.started[-2:] == ["a4", "a5"] and jobs.turns.free == 1  # alone: all threads but one
+        assert jobs.turns.share_of("org:a") == 3
+        for name in [n for n in jobs.gates if not jobs.tasks[n].done()]:
             jobs.gates[name].set()
         await asyncio.gather(*jobs.tasks.values())
         assert sorted(jobs.started) == sorted(jobs.gates)  # nothing lost
         assert jobs.turns.free == 4 and not jobs.turns.running and not jobs.turns.turn
+
+    run(scenario())
+
+
+def test_the_crowd_is_other_tenants_only() -> None:
+    """A tenant alone is never crowded by its own requests, however recent; any other tenant's request running,
+    waiting or seen within CROWD_S crowds it, and an expired sighting does not."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        turns = FairTurns(4, clock=clock)
+        await turns._acquire("org:a")
+        turns._release("org:a")
+        assert turns.share_of("org:a") == 3
+        await turns._acquire("org:b")
+        assert turns.share_of("org:a") == 1 and turns.share_of("org:b") == 1  # b runs; a was just seen
+        clock.now += 10
+        assert turns.share_of("org:a") == 1  # b still runs
+        assert turns.share_of("org:b") == 3  # a's sighting expired
+        turns._release("org:b")
+        assert turns.share_of("org:a") == 1  # b just ended
+        clock.now += CROWD_S + 0.01
+        assert turns.share_of("org:a") == 3
 
     run(scenario())
 
