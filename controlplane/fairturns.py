@@ -4,10 +4,10 @@ Without it the thread pool is first come, first served: a tenant that sends 500 
 all ahead of everyone else's next request, and another tenant's write waits for the whole burst (bench-tenants
 --sizes small: a quiet tenant's create p50 24 ms alone, 245 ms beside one tenant's 3,000/min + 500 at once).
 Here a request waits for a thread in its tenant's queue; a freed thread goes to the waiting tenant that runs
-the fewest requests (of those, the one waiting longest), and no tenant holds more than all threads but one, so
-a quiet tenant's request finds a thread free however long the others' queues (one tenant's requests beyond
-that wait their turn: a burst of writes to one LB runs one at a time behind its lock anyway, so a fourth
-thread would only wait there).
+the fewest requests (of those, the one waiting longest), and no tenant holds more than all threads but one (one
+while others are about: below), so a quiet tenant's request finds a thread free however long the others' queues
+(one tenant's requests beyond that wait their turn: a burst of writes to one LB runs one at a time behind its lock
+anyway, so a fourth thread would only wait there).
 
 Who a request belongs to is known only once it ran (the token or session names an org): the server learns
 "this credential is org N" from each answered request (`learn`) and queues later ones under the org, so a
@@ -15,11 +15,12 @@ tenant's many tokens share one queue. A credential not seen yet waits in its cli
 a flood of made-up tokens is one more tenant in the rotation, not a thousand.
 
 Turns share threads, not cores: a process runs one thread of Python at a time, and a tenant's three running requests
-took the cores from the quiet tenant's one even with a thread free for it (bench-tenants --sizes small, 2 cores: that
-tenant's create p50 23 ms alone, 50-57 ms beside the other's 3,000 writes a minute and 500 at once). So while the room
-is crowded — another tenant has a request running or waiting, or had one in the last CROWD_S — a tenant runs one
-request at a time in this process; alone, it may take all threads but one. (Measured there: p50 41 ms, p99 ratio
-2.3 instead of 3.4, same run; what is left is the other process's request and PostgreSQL's share of two cores.)
+took the cores from the quiet tenant's one even with a thread free for it. So while the room is crowded — another
+tenant has a request running or waiting, or had one in the last CROWD_S — a tenant runs one request at a time in this
+process; alone, it may take all threads but one. bench-tenants --sizes small on 2 cores, beside another tenant's 3,000
+writes a minute and 500 at once, four runs each: the quiet tenant's create p50 35-43 ms instead of 42-52 (23 alone),
+its p99 over its p99 alone 1.6-3.5 instead of 3.3-5.1; the busy tenant's writes were answered at ~2,500/min either way
+(one at a time behind its LB's lock). What is left is the other process's request and PostgreSQL's share of the cores.
 """
 
 from __future__ import annotations
