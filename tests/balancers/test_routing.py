@@ -99,6 +99,15 @@ def test_default_priorities_put_longer_paths_first_and_exact_before_prefix() -> 
     assert sorted(order)[2][2] == "exact"
 
 
+def test_a_full_band_spills_upward_and_then_below_the_band() -> None:
+    base = routing.default_priority("/api", "prefix", set())
+    assert routing.default_priority("/api", "prefix", {base}) == base + 1
+    everything_above = set(range(base, routing.MAX_PRIORITY + 1))
+    assert routing.default_priority("/api", "prefix", everything_above) == base - 1
+    with pytest.raises(ValueError, match="no free priority"):
+        routing.default_priority("/api", "prefix", set(range(1, routing.MAX_PRIORITY + 1)))
+
+
 # --- through the API ------------------------------------------------------------------------------------
 
 
