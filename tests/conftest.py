@@ -140,8 +140,9 @@ def celery_worker_factory(tmp_path) -> Iterator[Callable[..., subprocess.Popen]]
 
 # Fixtures that start real processes or servers: a test using one is marked `process`, so `make test-fast` (the
 # inner loop) can leave it out without anyone remembering to mark it.
+# cdktf_worker: jsii runs the providers' code in a node process (13-15 s to load both, per test worker).
 PROCESS_FIXTURES = frozenset({"celery_worker_factory", "live_server", "page", "browser", "cap_workers",
-                              "tiny_backend", "haproxy_bin", "sshd", "demo_fleet_addresses"})
+                              "tiny_backend", "haproxy_bin", "sshd", "demo_fleet_addresses", "cdktf_worker"})
 
 
 # Seconds each test file took in a full run (`make test-durations` writes it). The xdist workers take whole
