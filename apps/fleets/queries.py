@@ -81,10 +81,12 @@ def lb_fleets(lb: LoadBalancer) -> QuerySet[Fleet]:
 
 
 def fleet_ids_for_lb(lb_id: int) -> list[int]:
-    lb = LoadBalancer.objects.filter(pk=lb_id).only("fleet_id", "kind").first()
-    if lb is None or lb.kind != LoadBalancer.Kind.HAPROXY:
-        return []
-    return list(lb_fleets(lb).values_list("pk", flat=True))
+    """lb_fleets' ids for an HAProxy LB (none for a cloud LB or a missing one), in one query: it runs after every
+    route write's commit."""
+    haproxy = LoadBalancer.Kind.HAPROXY
+    return list(Fleet.objects.filter(Q(load_balancers__pk=lb_id, load_balancers__kind=haproxy)
+                                     | Q(serves__pk=lb_id, serves__kind=haproxy))
+                .distinct().order_by("name").values_list("pk", flat=True))
 
 
 def enabled_nodes(fleet: Fleet) -> QuerySet[Node]:
