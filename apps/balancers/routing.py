@@ -177,14 +177,20 @@ def newly_shadowed(routes: Iterable[R], candidate: R) -> list[R]:
     return [r for r in affected if shadowing_routes(after, r) and not shadowing_routes(before, r)]
 
 
+def priority_base(path: str, path_match: str) -> int:
+    """Where default_priority starts looking: the path's band."""
+    length = len(prefix_base(path) if path_match == "prefix" else path)
+    return 40_000 - 20 * min(length, 1_000) - (10 if path_match == "exact" else 0)
+
+
 def default_priority(path: str, path_match: str, taken: set[int]) -> int:
     """A free priority that puts longer paths first and, for the same path, exact before prefix.
 
     Bands of 10 numbers per path length (exact just before prefix); a full band spills to the next
-    free number after it, so the order holds for the first ten routes of each length.
+    free number after it, so the order holds for the first ten routes of each length; with every number from the
+    band up taken, the first free one below it.
     """
-    length = len(prefix_base(path) if path_match == "prefix" else path)
-    base = 40_000 - 20 * min(length, 1_000) - (10 if path_match == "exact" else 0)
+    base = priority_base(path, path_match)
     # Lazily: a tuple of every number it might try (50,000) cost every route create ~1.5 ms under its LB's lock.
     for priority in chain(range(base, MAX_PRIORITY + 1), range(base - 1, 0, -1)):
         if priority not in taken:

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from apps.accounts.principal import Principal
 from apps.audit.services import AuditAction, audit_record, audit_snapshot, audited_delete, audited_save
-from apps.balancers import hostnames, routing
+from apps.balancers import hostnames, queries, routing
 from apps.balancers.models import (
     HostnameClaim,
     IpPool,
@@ -399,9 +399,7 @@ def route_save(*, principal: Principal, route: Route, data: dict[str, Any]) -> R
         if before is None:
             quotas.check_count(route.org, "routes")
         if route.priority is None:  # a free one of the org's own
-            own = Route.objects.filter(lb_id=route.lb_id, org_id=route.org_id).exclude(pk=route.pk)
-            route.priority = routing.default_priority(route.path, route.path_match,
-                                                      set(own.values_list("priority", flat=True)))
+            route.priority = queries.free_priority(route)
         _check_peers(principal, route)
         route.save()
         if before is not None:  # a new route has no targets to replace
