@@ -17,10 +17,11 @@ a flood of made-up tokens is one more tenant in the rotation, not a thousand.
 Turns share threads, not cores: a process runs one thread of Python at a time, and a tenant's three running requests
 took the cores from the quiet tenant's one even with a thread free for it. So while the room is crowded — another
 tenant has a request running or waiting, or had one in the last CROWD_S — a tenant runs one request at a time in this
-process; alone, it may take all threads but one. bench-tenants --sizes small on 2 cores, beside another tenant's 3,000
-writes a minute and 500 at once, four runs each: the quiet tenant's create p50 35-43 ms instead of 42-52 (23 alone),
-its p99 over its p99 alone 1.6-3.5 instead of 3.3-5.1; the busy tenant's writes were answered at ~2,500/min either way
-(one at a time behind its LB's lock). What is left is the other process's request and PostgreSQL's share of the cores.
+process; alone, it may take all threads but one. bench-tenants --sizes small on 2 cores, beside another tenant's
+3,000 writes a minute and 500 at once: the quiet tenant's create p50 32-43 ms instead of 38-52 (19-27 alone), over 8
+and 6 runs; its p99 over its p99 alone (1.6-4.9 against 3.3-5.1) is not reliably lower. The busy tenant's writes were
+answered at the same rate either way (one at a time behind its LB's lock). What is left is the other process's
+request and PostgreSQL's share of the cores.
 """
 
 from __future__ import annotations
