@@ -66,7 +66,8 @@ class FairTurns:
         self._learned: OrderedDict[str, str] = OrderedDict()
         self._clock = clock
         self._seen: OrderedDict[str, float] = OrderedDict()  # key -> its last start or end, oldest first
-        self._regrant: asyncio.TimerHandle | None = None
+        # The pending re-check and the loop it is on: a handle left on a closed loop must not stand for one pending.
+        self._regrant: tuple[asyncio.AbstractEventLoop, asyncio.TimerHandle] | None = None
 
     def share_of(self, key: str) -> int:
         """Threads `key` may hold now: one while another tenant is about, else all but one."""
@@ -158,8 +159,9 @@ class FairTurns:
         while self.free > 0:
             ready = [k for k in self.turn if self.running.get(k, 0) < (1 if self._others_about(k) else self.share)]
             if not ready:
-                if self.turn and self._regrant is None:
-                    self._regrant = asyncio.get_running_loop().call_later(CROWD_S / 4, self._regranted)
+                loop = asyncio.get_running_loop()
+                if self.turn and (self._regrant is None or self._regrant[0] is not loop):
+                    self._regrant = (loop, loop.call_later(CROWD_S / 4, self._regranted))
                 return
             key = min(ready, key=lambda k: self.running.get(k, 0))
             self.turn.remove(key)

@@ -9,6 +9,7 @@ from apps.balancers.models import Route
 
 # The first number from the band's base up that the org does not hold on the LB: its holdings from there, in order
 # (the (lb, org, priority) unique index), break their run at the first gap. One index range scan, whatever the plan.
+# It counts on that constraint (models.Route.Meta): with a number held twice, the run would break a step early.
 _FIRST_FREE_FROM_BASE = """
 SELECT coalesce(min(%(base)s + i) FILTER (WHERE p <> %(base)s + i), %(base)s + count(*))
 FROM (SELECT priority AS p, row_number() OVER (ORDER BY priority) - 1 AS i FROM balancers_route

@@ -83,10 +83,12 @@ def lb_fleets(lb: LoadBalancer) -> QuerySet[Fleet]:
 def fleet_ids_for_lb(lb_id: int) -> list[int]:
     """lb_fleets' ids for an HAProxy LB (none for a cloud LB or a missing one), in one query: it runs after every
     route write's commit."""
+    # Two subqueries, not an OR across the two relations: joined, each fleet's LBs-by-`fleet` times its `serves` were
+    # built and thrown away (462 ms for a fleet of 1,500 LBs it also serves, against 2 ms).
     haproxy = LoadBalancer.Kind.HAPROXY
-    return list(Fleet.objects.filter(Q(load_balancers__pk=lb_id, load_balancers__kind=haproxy)
-                                     | Q(serves__pk=lb_id, serves__kind=haproxy))
-                .distinct().order_by("name").values_list("pk", flat=True))
+    own = LoadBalancer.objects.filter(pk=lb_id, kind=haproxy).values("fleet_id")
+    serving = Fleet.serves.through.objects.filter(loadbalancer_id=lb_id, loadbalancer__kind=haproxy).values("fleet_id")
+    return list(Fleet.objects.filter(Q(pk__in=own) | Q(pk__in=serving)).order_by("name").values_list("pk", flat=True))
 
 
 def enabled_nodes(fleet: Fleet) -> QuerySet[Node]:
