@@ -72,6 +72,10 @@ class FairTurns:
     def share_of(self, key: str) -> int:
         """Threads `key` may hold now: one while another tenant is about, else all but one."""
         self._forget_seen()
+        return self._share(key)
+
+    def _share(self, key: str) -> int:
+        """share_of once expired sightings are forgotten (_grant forgets them once for all its keys)."""
         return 1 if self._others_about(key) else self.share
 
     def _forget_seen(self) -> None:
@@ -157,7 +161,7 @@ class FairTurns:
         once it has (a re-check every quarter of CROWD_S: nothing else may happen meanwhile)."""
         self._forget_seen()
         while self.free > 0:
-            ready = [k for k in self.turn if self.running.get(k, 0) < (1 if self._others_about(k) else self.share)]
+            ready = [k for k in self.turn if self.running.get(k, 0) < self._share(k)]
             if not ready:
                 loop = asyncio.get_running_loop()
                 if self.turn and (self._regrant is None or self._regrant[0] is not loop):
