@@ -20,8 +20,9 @@ tenant has a request running or waiting, or had one in the last CROWD_S — a te
 process; alone, it may take all threads but one. bench-tenants --sizes small on 2 cores, beside another tenant's
 3,000 writes a minute and 500 at once: the quiet tenant's create p50 32-43 ms instead of 38-52 (19-27 alone), over 8
 and 6 runs; its p99 over its p99 alone (1.6-4.9 against 3.3-5.1) is not reliably lower. The busy tenant's writes were
-answered at the same rate either way (one at a time behind its LB's lock). What is left is the other process's
-request and PostgreSQL's share of the cores.
+answered at the same rate either way (one at a time behind its LB's lock). The p99 tails were full garbage
+collections of the whole application, every thread waiting (the web process now freezes its startup heap,
+apps.core.gcpause: ratio 1.7-2.1); what is left is the other process's request and PostgreSQL's share of the cores.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ revisions it rolls out). A collection of the oldest generation walks all of them
 process waits: a route change then waits too, with nothing in its own path to explain it. Each pause of at least
 SLOW_MS is logged with its generation, so a slow change can be matched to one.
 
+A long-running process freezes the heap it built while starting (`freeze_startup_heap`): modules, classes, URL
+patterns and settings never become garbage, and a full collection walked them all every time.
+
 Work that allocates many acyclic objects at once (a render, a `show stat` parse at thousands of pools) pauses the
 collector instead (`collector_paused`), counted across threads.
 """
@@ -86,3 +89,16 @@ def collector_paused() -> Iterator[None]:
             _paused_depth -= 1
             if _paused_depth == 0 and _was_enabled:
                 gc.enable()
+
+
+def freeze_startup_heap() -> int:
+    """Leave everything the process holds now out of the cyclic collector's reach; how many objects that is.
+
+    For a process that has finished starting (imports, URL patterns): in a web process those are ~175k objects, and
+    a full collection walking them took 54 ms, during which every request thread of the process waited (a quiet
+    tenant's create p99 beside a busy tenant's writes: 104-140 ms before, 52-65 ms after; bench-tenants). What is
+    garbage already is collected first; reference counting still frees frozen objects, only a cycle among them
+    would outlive its use, and nothing a request builds is frozen."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
