@@ -166,6 +166,15 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: (-durations.get(item.location[0], unknown), position[item]))
 
 
+def pytest_collection_finish(session):
+    """Every test module, Django and the libraries are imported by now and live until the worker ends: frozen, they
+    are no longer walked by each full garbage collection (~0.35 s each, ~20 per worker in `make test-fast`: a tenth of
+    its time)."""
+    from apps.core import gcpause
+
+    gcpause.freeze_startup_heap()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """A skip for a missing dependency (tests.deps.missing) is a failure unless SPILLWAY_ALLOW_SKIPS=1."""
