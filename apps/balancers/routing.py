@@ -78,6 +78,39 @@ def related_bases(path: str) -> tuple[list[str], str | None]:
     return ancestors, (base or None)
 
 
+def covering_hosts(hosts: Iterable[str]) -> list[str]:
+    """The host patterns a route may hold to match a request of one of `hosts` (names or `*.domain`): each of them
+    and every wildcard above it (`a.b.c` -> `a.b.c`, `*.b.c`, `*.c`)."""
+    found = set()
+    for host in hosts:
+        found.add(host)
+        labels = (host[2:] if host.startswith("*.") else host).split(".")
+        found.update("*." + ".".join(labels[i:]) for i in range(1, len(labels)))
+    return sorted(found)
+
+
+def related_hosts(hosts: Iterable[str]) -> tuple[list[str], list[str]]:
+    """Which host routes can share a request with a route naming `hosts`: (the patterns that may cover one of them,
+    covering_hosts; the domains below which a route may be covered by one of its wildcards). For a write that
+    loads these routes, not every host route of its tenant (apps.balancers.services); `host_related` decides the same
+    in Python."""
+    return covering_hosts(hosts), sorted({h[2:] for h in hosts if h.startswith("*.")})
+
+
+def host_related(route_hosts: Iterable[str], covering: Iterable[str], below: Iterable[str]) -> bool:
+    """A route naming `route_hosts` holds one of `covering` or a pattern under one of the `below` domains."""
+    covering, below = set(covering), tuple(f".{d}" for d in below)
+    return any(h in covering or h.endswith(below) for h in route_hosts)
+
+
+def hosts_behind(loaded: Iterable[RouteLike], candidate: RouteLike) -> list[str]:
+    """The patterns that may cover the other hosts of the routes `candidate` could leave never serving (ranked
+    after it, on paths it covers): newly_shadowed weighs those routes' other covers too, which need not share a
+    host with `candidate`. `loaded`: the routes related_hosts named."""
+    rank = route_rank(candidate)
+    return covering_hosts(h for r in loaded if route_rank(r) > rank and _path_covers(candidate, r) for h in r.hosts)
+
+
 def host_matches(pattern: str, host: str) -> bool:
     if pattern.startswith("*."):
         return host.endswith(pattern[1:])

@@ -5,12 +5,12 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 from collections.abc import Iterable
-from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Func, Q, QuerySet, Value, prefetch_related_objects
+from django.db.models import BooleanField, F, Func, Q, QuerySet, Value, prefetch_related_objects
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from apps.accounts.principal import Principal
@@ -292,41 +292,80 @@ def check_route(*, route: Route, targets: list[dict[str, Any]]) -> None:
 
 
 def _peer_rows(route: Route) -> list[tuple[routing.RouteRow, bool, bool, bool]]:
-    """The LB's other routes a write is checked against, in one query (run under the LB's lock, whose holder's
-    time is the LB's whole write rate): (row, same path and match: a sibling, same org and priority, may cover
-    the route or be covered by it).
+    """The LB's other routes a write is checked against (run under the LB's lock, whose holder's time is the LB's
+    whole write rate): (row, same path and match: a sibling, same org and priority, may cover the route or be
+    covered by it).
 
     Only routes that can overlap are reachability peers: host routes of the same org (hostnames are owned, so
     other tenants' host routes never match the same request) or any-host routes (which rank after every host
-    route, apps.balancers.routing); and of those only the routes on the same path line can cover it or be
-    covered by it: a handful, where loading every route of the scope cost ~20 ms a write at 20k any-host
-    routes (and grew with them).
+    route, apps.balancers.routing); of those only the routes on the same path line can cover it or be covered by
+    it (loading every route of the scope cost ~20 ms a write at 20k any-host routes); and of a host route's, on
+    PostgreSQL, only those whose hosts relate to its own (routing.related_hosts), then those that may cover the
+    other hosts of the routes it could leave never serving (routing.hosts_behind): a tenant's thousand hostnames on
+    one LB each cost every write of the tenant there a row otherwise. A sibling shares a host (or has none, as
+    the route), so it is among them too. SQLite (`make run`'s demo) has no JSON array test: there every host
+    route of the path line is loaded.
     """
     ancestors, base = routing.related_bases(route.path)
-    peer = Q(org_id=route.org_id) & ~Q(hosts=[]) if route.hosts else Q(hosts=[])
+    by_hosts = bool(route.hosts) and connection.vendor == "postgresql"
+    line = Q(org_id=route.org_id) & ~Q(hosts=[]) if route.hosts else Q(hosts=[])
     rows = Route.objects.filter(lb_id=route.lb_id).exclude(pk=route.pk)
     if base is not None:
         rows = rows.annotate(base=Func(F("path"), Value("/"), function="rtrim"))
-        peer &= Q(base__in=ancestors) | Q(base__startswith=base + "/")
-    scope = Q(path=route.path) | peer
+        line &= Q(base__in=ancestors) | Q(base__startswith=base + "/")
+    peer, sibling = line, Q(path=route.path)
+    if by_hosts:
+        peer &= _holding(*routing.related_hosts(route.hosts))
+        sibling &= Q(hosts__has_any_keys=list(route.hosts))
+    elif not route.hosts:
+        sibling &= Q(hosts=[])
+    scope = sibling | peer
     if route.priority is not None:  # a route without one yet takes a free one (route_save): none taken to look for
         scope |= Q(org_id=route.org_id, priority=route.priority)
     # Which rule each row concerns is decided here, as the filter does (rtrim, prefix): one condition to compile
     # instead of three more, on the path of every route write, twice.
     related = set(ancestors)
+    covering, below = routing.related_hosts(route.hosts) if by_hosts else ((), ())
 
     def is_peer(org_id: int, hosts: list[str], path: str) -> bool:
         if (org_id != route.org_id or not hosts) if route.hosts else hosts:
             return False
+        if by_hosts and not routing.host_related(hosts, covering, below):
+            return False  # a sibling or a priority holder loaded for its own rule
         stem = path.rstrip("/")
         return base is None or stem in related or stem.startswith(base + "/")
 
-    return [(routing.RouteRow(id=pk, priority=priority, hosts=tuple(hosts), path_match=match, path=path),
-             path == route.path and match == route.path_match,
-             org_id == route.org_id and priority == route.priority,
-             is_peer(org_id, hosts, path))
-            for pk, org_id, priority, hosts, match, path in rows.filter(scope)
-            .values_list("id", "org_id", "priority", "hosts", "path_match", "path")]
+    def read(found: QuerySet, peers: bool = False) -> list[tuple[routing.RouteRow, bool, bool, bool]]:
+        """`peers`: every row found is one (the second look: host routes of the line, by the hosts they hold)."""
+        return [(routing.RouteRow(id=pk, priority=priority, hosts=tuple(hosts), path_match=match, path=path),
+                 path == route.path and match == route.path_match,
+                 org_id == route.org_id and priority == route.priority,
+                 peers or is_peer(org_id, hosts, path))
+                for pk, org_id, priority, hosts, match, path in found
+                .values_list("id", "org_id", "priority", "hosts", "path_match", "path")]
+
+    loaded = read(rows.filter(scope))
+    if by_hosts and route.priority is not None:
+        behind = routing.hosts_behind([row for row, _, _, peer in loaded if peer], _as_row(route))
+        if behind:
+            seen = [row.id for row, *_ in loaded]
+            loaded += read(rows.filter(line, hosts__has_any_keys=behind).exclude(pk__in=seen), peers=True)
+    return loaded
+
+
+def _holding(covering: list[str], below: list[str]) -> Q:
+    """Routes whose hosts hold one of `covering`, or a pattern under one of the `below` domains (PostgreSQL)."""
+    held = Q(hosts__has_any_keys=covering)
+    table = connection.ops.quote_name(Route._meta.db_table)  # ours; the domain goes as a parameter
+    under = f"EXISTS (SELECT 1 FROM jsonb_array_elements_text({table}.hosts) AS h(v) WHERE h.v LIKE %s)"  # noqa: S608
+    for domain in below:  # hostnames are validated (letters, digits, '-', '.', a leading '*.'): nothing to escape
+        held |= Q(RawSQL(under, (f"%.{domain}",), output_field=BooleanField()))  # noqa: S611
+    return held
+
+
+def _as_row(route: Route) -> routing.RouteRow:
+    return routing.RouteRow(id=route.pk or NEW_ROUTE_ID, priority=route.priority, hosts=tuple(route.hosts),
+                            path_match=route.path_match, path=route.path)
 
 
 def _check_route_siblings(route: Route, siblings: list[routing.RouteRow]) -> None:
@@ -354,10 +393,7 @@ def _describe(principal: Principal, row: routing.RouteRow) -> str:
 def _check_reachable(*, principal: Principal, route: Route, peers: list[routing.RouteRow]) -> None:
     """Refuse a route that could never serve a request, and one that would leave another never serving
     (`peers`: the routes that can overlap it, _peer_rows)."""
-    candidate = routing.RouteRow(id=route.pk or 0, priority=route.priority, hosts=tuple(route.hosts),
-                                 path_match=route.path_match, path=route.path)
-    if not route.pk:
-        candidate = replace(candidate, id=NEW_ROUTE_ID)
+    candidate = _as_row(route)
     shadows = routing.shadowing_routes(peers, candidate)
     if shadows:
         names = "; ".join(_describe(principal, row) for row in shadows)

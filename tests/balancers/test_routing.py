@@ -87,6 +87,27 @@ def test_a_write_loading_only_its_path_line_decides_as_with_every_route() -> Non
         assert routing.newly_shadowed(loaded, candidate) == routing.newly_shadowed(routes[:-1], candidate), trial
 
 
+def test_a_write_loading_only_related_hosts_decides_as_with_every_host_route() -> None:
+    """route_save loads, of a tenant's host routes, those holding a pattern routing.related_hosts names (SQL: the
+    hosts array holds one of the covering patterns, or a name under one of the candidate's wildcards), then those
+    covering the other hosts of the routes it could leave never serving (routing.hosts_behind): both shadowing
+    checks must come out as with every host route loaded."""
+    rng = random.Random(41)
+    hosts = ["a.t", "b.a.t", "c.b.a.t", "*.a.t", "*.b.a.t", "*.t", "x.t", "*.x.t", "y.x.t", "b.t", "ab.t", "*.b.t"]
+    paths = ["/", "/a", "/a/b", "/b"]
+    for trial in range(3000):
+        routes = [R(i, rng.randrange(1, 12), rng.choice(paths), tuple(rng.sample(hosts, rng.choice([1, 1, 2, 3]))),
+                    rng.choice(["prefix", "exact"])) for i in range(rng.randrange(2, 10))]
+        candidate, others = routes[-1], routes[:-1]
+        covering, below = routing.related_hosts(candidate.hosts)
+        first = [r for r in others if routing.host_related(r.hosts, covering, below)]
+        behind = routing.hosts_behind(first, candidate)
+        loaded = first + [r for r in others if r not in first and routing.host_related(r.hosts, behind, [])]
+        assert routing.shadowing_routes(loaded, candidate) == routing.shadowing_routes(others, candidate), trial
+        assert set(routing.newly_shadowed(loaded, candidate)) == set(routing.newly_shadowed(others, candidate)), (
+            trial, routes)
+
+
 def test_default_priorities_put_longer_paths_first_and_exact_before_prefix() -> None:
     taken: set[int] = set()
     order = []
@@ -132,6 +153,54 @@ def test_a_route_that_could_never_match_is_refused_naming_the_route_that_shadows
     moved = alice.client.patch(f"/api/v1/routes/{root['id']}/", {"priority": 5}, format="json")
     assert (moved.status_code, moved.json()["code"]) == (422, "route_shadows")
     assert f"route {served.json()['id']}" in moved.json()["detail"]
+
+
+@pytest.mark.django_db
+def test_host_route_writes_refuse_exactly_what_the_rule_over_every_route_refuses(world, alice) -> None:
+    """A route write loads only the host routes related to its own hosts (SQL), yet answers as the routing rule
+    does over every route of the LB: a conflict, a route that would never serve, or one it would leave never
+    serving; random sets of the tenant's routes with nested names and wildcards."""
+    # The route a write would leave never serving may owe its other host's cover to a route sharing no host with
+    # the write: x.acme.test/ covers /a's second name, the new a.acme.test/ its first.
+    org = world.acme_lb.org
+    Route.objects.bulk_create([
+        Route(lb=world.acme_lb, org=org, priority=30, path="/a", hosts=["a.acme.test", "x.acme.test"]),
+        Route(lb=world.acme_lb, org=org, priority=10, path="/", hosts=["x.acme.test"])])
+    answer = alice.client.post("/api/v1/routes/", _route(world.acme_lb, world.acme_pool, hosts=["a.acme.test"],
+                                                         path="/", priority=20), format="json")
+    assert (answer.status_code, answer.json()["code"]) == (422, "route_shadows"), answer.content
+    Route.objects.filter(lb=world.acme_lb).delete()
+    rng = random.Random(7)
+    names = ["a.acme.test", "b.a.acme.test", "c.b.a.acme.test", "*.a.acme.test", "*.b.a.acme.test", "*.acme.test",
+             "x.acme.test", "*.x.acme.test", "y.x.acme.test"]
+    paths = ["/", "/a", "/a/b", "/b"]
+    outcomes = set()
+    for trial in range(40):
+        priorities = rng.sample(range(1, 60), 9)
+        rows = Route.objects.bulk_create([
+            Route(lb=world.acme_lb, org=world.acme_lb.org, priority=priorities[i], path=rng.choice(paths),
+                  hosts=sorted(rng.sample(names, rng.choice([1, 1, 2, 3]))), path_match=rng.choice(["prefix", "exact"]))
+            for i in range(rng.randrange(2, 9))])
+        others = [R(r.pk, r.priority, r.path, tuple(r.hosts), r.path_match) for r in rows]
+        hosts, path, match = sorted(rng.sample(names, rng.choice([1, 2]))), rng.choice(paths), rng.choice(
+            ["prefix", "exact"])
+        candidate = R(2**62, priorities[-1], path, tuple(hosts), match)
+        if any(o.path == path and o.path_match == match and set(o.hosts) & set(hosts) for o in others):
+            expected = "route_conflict"
+        elif routing.shadowing_routes(others, candidate):
+            expected = "route_shadowed"
+        elif routing.newly_shadowed(others, candidate):
+            expected = "route_shadows"
+        else:
+            expected = "created"
+        answer = alice.client.post("/api/v1/routes/", _route(world.acme_lb, world.acme_pool, hosts=hosts, path=path,
+                                                             path_match=match, priority=candidate.priority),
+                                   format="json")
+        got = "created" if answer.status_code == 201 else answer.json()["code"]
+        assert got == expected, (trial, others, candidate, answer.content)
+        outcomes.add(got)
+        Route.objects.filter(lb=world.acme_lb).delete()
+    assert outcomes == {"route_conflict", "route_shadowed", "route_shadows", "created"}
 
 
 @pytest.mark.django_db
