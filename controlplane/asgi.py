@@ -40,13 +40,6 @@ from apps.core.webserver import TENANT_ENVIRON
 from controlplane.fairturns import FairTurns
 from controlplane.wsgi import application as wsgi_application
 
-# Every view and serializer module imported now rather than on the first request, so that the freeze takes them too:
-# a web process's full garbage collections then walk what requests build, not the whole application (54 -> 0-2 ms,
-# every request thread of the process waiting meanwhile).
-get_resolver().url_patterns  # noqa: B018
-gcpause.install()
-gcpause.freeze_startup_heap()
-
 log = logging.getLogger(__name__)
 
 PARK_HEADER = "x-spillway-park"  # seconds the view allows the request to wait
@@ -70,10 +63,22 @@ async def application(scope: dict[str, Any], receive, send) -> None:
     # websocket: unsupported; returning closes the connection.
 
 
+def _started() -> None:
+    """Once the server starts serving this process (ASGI lifespan startup: gunicorn's asgi worker sends it after the
+    fork; importing this module, as tests do, freezes nothing): every view and serializer module imported now
+    rather than on the first request, and the heap frozen with them, so that a full garbage collection walks what
+    requests build, not the whole application (54 -> 0-2 ms, every request thread of the process waiting meanwhile:
+    apps.core.gcpause)."""
+    get_resolver().url_patterns  # noqa: B018
+    gcpause.install()
+    gcpause.freeze_startup_heap()
+
+
 async def _lifespan(receive, send) -> None:
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
+            _started()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
