@@ -18,7 +18,7 @@ The rule (Gateway API semantics where they apply):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import Protocol, TypeVar
@@ -97,10 +97,11 @@ def related_hosts(hosts: Iterable[str]) -> tuple[list[str], list[str]]:
     return covering_hosts(hosts), sorted({h[2:] for h in hosts if h.startswith("*.")})
 
 
-def host_related(route_hosts: Iterable[str], covering: Iterable[str], below: Iterable[str]) -> bool:
-    """A route naming `route_hosts` holds one of `covering` or a pattern under one of the `below` domains."""
-    covering, below = set(covering), tuple(f".{d}" for d in below)
-    return any(h in covering or h.endswith(below) for h in route_hosts)
+def host_related(route_hosts: Iterable[str], covering: Collection[str], below: Iterable[str]) -> bool:
+    """A route naming `route_hosts` holds one of `covering` (a set, for a caller asking of many routes) or a pattern
+    under one of the `below` domains."""
+    suffixes = tuple(f".{d}" for d in below)
+    return any(h in covering or h.endswith(suffixes) for h in route_hosts)
 
 
 def hosts_behind(loaded: Iterable[RouteLike], candidate: RouteLike) -> list[str]:

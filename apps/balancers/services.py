@@ -313,8 +313,9 @@ def _peer_rows(route: Route) -> list[tuple[routing.RouteRow, bool, bool, bool]]:
         rows = rows.annotate(base=Func(F("path"), Value("/"), function="rtrim"))
         line &= Q(base__in=ancestors) | Q(base__startswith=base + "/")
     peer, sibling = line, Q(path=route.path)
+    covering, below = routing.related_hosts(route.hosts) if by_hosts else ([], [])
     if by_hosts:
-        peer &= _holding(*routing.related_hosts(route.hosts))
+        peer &= _holding(covering, below)
         sibling &= Q(hosts__has_any_keys=list(route.hosts))
     elif not route.hosts:
         sibling &= Q(hosts=[])
@@ -323,13 +324,12 @@ def _peer_rows(route: Route) -> list[tuple[routing.RouteRow, bool, bool, bool]]:
         scope |= Q(org_id=route.org_id, priority=route.priority)
     # Which rule each row concerns is decided here, as the filter does (rtrim, prefix): one condition to compile
     # instead of three more, on the path of every route write, twice.
-    related = set(ancestors)
-    covering, below = routing.related_hosts(route.hosts) if by_hosts else ((), ())
+    related, held = set(ancestors), set(covering)
 
     def is_peer(org_id: int, hosts: list[str], path: str) -> bool:
         if (org_id != route.org_id or not hosts) if route.hosts else hosts:
             return False
-        if by_hosts and not routing.host_related(hosts, covering, below):
+        if by_hosts and not routing.host_related(hosts, held, below):
             return False  # a sibling or a priority holder loaded for its own rule
         stem = path.rstrip("/")
         return base is None or stem in related or stem.startswith(base + "/")
