@@ -15,9 +15,13 @@ NODE_THREADS = 16
 _POOL = ThreadPoolExecutor(max_workers=2 * NODE_THREADS, thread_name_prefix="spillway-nodes")
 
 
-def parallel(fn, items: list) -> list:
-    if len(items) == 1:
-        return [fn(items[0])]
+def parallel(fn, items: list, *, in_turn: bool = False) -> list:
+    """`fn` on every item, on the pool's threads. `in_turn`: one after the other in this thread, for work that
+    computes or makes short system calls on this host and never waits long (local nodes' map updates): spread over
+    threads, each of its system calls handed the interpreter lock to another thread and back (futex calls, ~9 ms
+    of kernel time per node and route change, against ~5 ms for all of its work in one thread)."""
+    if len(items) == 1 or in_turn:
+        return [fn(item) for item in items]
     if threading.current_thread().name.startswith("spillway-nodes"):
         # Called from one of _POOL' own threads: waiting there on the same pool could wait for good.
         with ThreadPoolExecutor(max_workers=min(NODE_THREADS, len(items))) as pool:

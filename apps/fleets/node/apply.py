@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from apps.fleets.config.check import bind_conflicts, parse_ss_listeners, remote_bind_conflicts
@@ -253,9 +253,15 @@ def _hot_apply(transport: FileSetTransport, plan: NodePlan, changes: HotChanges,
         if not _push_or_error(transport, plan.bundle, outcome, validate=False):
             _reload_from_disk(transport, plan, outcome)
         return True
-    pushing = _PUSHES.submit(_push_or_error, transport, plan.bundle, outcome)
-    served = _hot_runtime(transport, plan, changes, outcome)
-    pushed = pushing.result()
+    if isinstance(transport, LocalTransport):
+        # On this host both are work of this process's own (no wait on a network): a thread beside it only added
+        # lock hand-offs (fanout.parallel).
+        served = _hot_runtime(transport, plan, changes, outcome)
+        pushed = _push_or_error(transport, plan.bundle, outcome)
+    else:
+        pushing = _PUSHES.submit(_push_or_error, transport, plan.bundle, outcome)
+        served = _hot_runtime(transport, plan, changes, outcome)
+        pushed = pushing.result()
     if pushed:
         return served
     _reload_from_disk(transport, plan, outcome)
@@ -265,6 +271,16 @@ def _hot_apply(transport: FileSetTransport, plan: NodePlan, changes: HotChanges,
 # The pushes _hot_apply runs beside its runtime updates (one per node of a batch; a rollout's batch runs in
 # fanout.parallel's threads, and two fleets may roll out at once in one process).
 _PUSHES = ThreadPoolExecutor(max_workers=32, thread_name_prefix="spillway-push")
+
+
+def _done(fn, *args) -> Future:  # type: ignore[no-untyped-def]
+    """`fn(*args)` run here, as a future (what _PUSHES.submit gives)."""
+    future: Future = Future()
+    try:
+        future.set_result(fn(*args))
+    except NODE_ERRORS as exc:
+        future.set_exception(exc)
+    return future
 
 
 def _push_or_error(transport: FileSetTransport, bundle: ConfigBundle, outcome: NodeOutcome,
@@ -542,7 +558,10 @@ def apply_node(plan: NodePlan) -> NodeOutcome:
             return outcome
         # Beside the apply, off its critical path: a record of what the node is given. Written first, so a
         # node always records a revision at least as new as the one it serves (restore detection errs on holding).
-        marking = _PUSHES.submit(transport.write_served, plan.served) if plan.served else None
+        if isinstance(transport, LocalTransport):
+            marking = _done(transport.write_served, plan.served) if plan.served else None
+        else:
+            marking = _PUSHES.submit(transport.write_served, plan.served) if plan.served else None
         current = proc.current_worker
         running_it = (
             on_disk == plan.bundle.sha256

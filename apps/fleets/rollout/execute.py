@@ -33,6 +33,7 @@ from apps.fleets.enforcement import enforcer_running
 from apps.fleets.fanout import parallel
 from apps.fleets.models import REVISION_BULK_FIELDS, ConfigRevision, Fleet, Node, NodeResult, Rollout
 from apps.fleets.node.apply import NodeOutcome, NodePlan, apply_node, new_binds, precheck_binds, reachable
+from apps.fleets.node.hotchanges import hot_changes
 from apps.fleets.rollout import canary, restore
 from apps.fleets.rollout.lease import renew as lease_renew
 
@@ -148,6 +149,12 @@ def _same_binary_as_central(conn) -> bool:
         return False
     central, own = shutil.which(settings.HAPROXY_BIN), shutil.which(conn.haproxy_bin)
     return central is not None and own is not None and os.path.realpath(central) == os.path.realpath(own)
+
+
+def _local_map_update(plan: NodePlan) -> bool:
+    """A node on this host whose apply is a runtime update (no reload to wait for): nothing in it waits long."""
+    return (plan.conn.transport == "local" and plan.recorded_clean and plan.last_good is not None
+            and hot_changes(plan.last_good, plan.bundle) is not None)
 
 
 def _batches(items: list[NodeResult], canary: bool, batch_size: int) -> list[list[NodeResult]]:
@@ -364,7 +371,8 @@ def execute(rollout: Rollout, owner: str) -> Rollout:
         with asynchronous_commit():
             NodeResult.objects.filter(pk__in=[r.pk for r in batch]).update(
                 status=NodeResult.Status.RUNNING, started_at=timezone.now())
-        outcomes = parallel(lambda r: apply_node(plans[r.pk]), batch)
+        outcomes = parallel(lambda r: apply_node(plans[r.pk]), batch,
+                            in_turn=all(_local_map_update(plans[r.pk]) for r in batch))
         # A canary must prove the config before any other node takes it: one gone since the pre-flight stops the
         # rollout. Elsewhere a node found down is skipped, as the pre-flight skips one.
         canary_batch = index == 0 and rollout.canary and len(batches) > 1

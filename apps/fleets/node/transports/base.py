@@ -61,6 +61,8 @@ SERVER_STATE_NAME = "server-state"
 # Beside `current`: which revision of which fleet the node was last given (JSON, rollout/restore.py). Outside the
 # config sets, so it is in no bundle's digest. A database restored from a backup is told apart from drift by it.
 SERVED_NAME = "served.json"
+# An emptied set's directories kept for a later push (local.py), under sets/: neither a set nor a push in flight.
+SPARE_PREFIX = ".spare-"
 LOG_NAME = "haproxy.log"  # where apps.fleets.node.process points the master's stdout/stderr
 # An empty server-state file makes `haproxy -c -dW` fail ("Can't get version"), and a
 # missing one too ("Can't open"); the bare version line is a valid empty state.
@@ -427,7 +429,7 @@ class FileSetTransport(ABC):
         self._ensure_layout()
         set_id = f"{sha[:12]}-{time.time_ns()}-{secrets.token_hex(3)}"
         staging = posixpath.join(self.node.sets_dir, f".staging-{set_id}")
-        self._makedirs(staging, 0o755)
+        self._make_staging(staging)
         try:
             self._write_set(staging, files)
             valid, output = self.validate_dir(staging) if validate else (True, "taken by the running worker")
@@ -445,7 +447,7 @@ class FileSetTransport(ABC):
         # whose sync after the second swap makes both durable (one directory fsync less per push: ext4 keeps
         # the two renames in order in its journal).
         if old:
-            self._swap_link(self.node.previous_dir, old, sync=False)
+            self._keep_previous(old)
         self._swap_link(self.node.current_dir, posixpath.join("sets", set_id))
         self._after_push()
         return PushResult(True, sha, output, (time.monotonic() - start) * 1000.0, set_id)
@@ -453,6 +455,18 @@ class FileSetTransport(ABC):
     def _after_push(self) -> None:
         """Collect the sets a push left behind; subclasses may do it later, off the push's path."""
         self._gc_sets()
+
+    def _make_staging(self, path: str) -> None:
+        """An empty directory for a push to write its set into; subclasses may hand over one made earlier."""
+        self._makedirs(path, 0o755)
+
+    def _keep_previous(self, old: str) -> None:
+        """Point ``previous`` at ``old``, the set ``current`` points to until the push swaps it."""
+        self._swap_link(self.node.previous_dir, old, sync=False)
+
+    def _remove_set(self, path: str) -> None:
+        """Remove a set _gc_sets collects; subclasses may keep its directories for a later push."""
+        self._rmtree(path)
 
     def _swap_link(self, link: str, target: str, sync: bool = True) -> None:
         tmp = f"{link}.tmp-{secrets.token_hex(4)}"
@@ -469,13 +483,13 @@ class FileSetTransport(ABC):
         newest = _set_time(posixpath.basename(current)) if current else None
         removed = []
         for entry in self._listdir(self.node.sets_dir):
-            if entry in keep or entry.startswith(".staging-"):
+            if entry in keep or entry.startswith((".staging-", SPARE_PREFIX)):
                 continue
             made = _set_time(entry)
             if newest is not None and made is not None and made > newest:
                 continue
             removed.append(posixpath.join(self.node.sets_dir, entry))
-            self._rmtree(removed[-1])
+            self._remove_set(removed[-1])
         return removed
 
     def save_server_state(self) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import socket
 import stat
@@ -23,6 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from apps.fleets import caches
 from apps.fleets.node.runtime_api import Sender, unix_socket_sender, write_file_atomic
 from apps.fleets.node.transports.base import (
+    SERVED_NAME,
+    SPARE_PREFIX,
     FileSetTransport,
     NodeConn,
     PushResult,
@@ -32,6 +35,14 @@ from apps.fleets.node.transports.base import (
 from apps.fleets.node.transports.digests import forget_digests, recorded_digest, remember_digest
 
 WRITE_THREADS = 8
+# Emptied sets a node keeps for its next pushes (_remove_set): a route change then makes no directory. Making an
+# inode (a directory, a symlink, a file) cost ~0.8 ms of kernel time on this machine kind's ext4 (link, rename and
+# unlink 8-20 us), and a push made seven: most of a 100-node fleet's route change (tests/bench/bench_fleet_size.py).
+SPARES_KEPT = 2
+# Fewer files than this are written one after the other in the pushing thread: a route change writes one or two
+# small files, and threads for them cost more lock hand-offs than their fsyncs wait (fanout.parallel).
+WRITE_TOGETHER_FROM = 8
+_SET_SUBDIRS = {"maps": 0o755, "certs": 0o700}  # what a set holds besides files (base.check_bundle_names)
 # Files at least this large are shared between the pushes of this process's local nodes (_write_shared).
 SHARE_FROM, SHARE_WAIT_S = 256 * 1024, 10.0
 
@@ -89,6 +100,37 @@ _COLLECTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spillway-set-
 # two rollouts at once has its threads: a shared file's writer must not queue behind the pushes waiting for it
 # (they would wait SHARE_WAIT_S and write it themselves).
 _WRITES = ThreadPoolExecutor(max_workers=8 * WRITE_THREADS, thread_name_prefix="spillway-write")
+
+def _emptied(path: str) -> bool:
+    """A spare as _empty_out leaves one: at most the set subdirectories, and nothing in them."""
+    try:
+        names = os.listdir(path)
+        return set(names) <= _SET_SUBDIRS.keys() and not any(os.listdir(os.path.join(path, n)) for n in names)
+    except OSError:
+        return False
+
+
+def _empty_out(path: str) -> bool:
+    """Remove every file of a set, keeping its `maps` and `certs` directories; False when that failed."""
+    try:
+        with os.scandir(path) as listing:
+            for entry in listing:
+                if entry.is_dir(follow_symlinks=False) and entry.name in _SET_SUBDIRS:
+                    with os.scandir(entry.path) as inner:
+                        for item in inner:
+                            if item.is_dir(follow_symlinks=False):
+                                shutil.rmtree(item.path)
+                            else:
+                                os.unlink(item.path)
+                    os.chmod(entry.path, _SET_SUBDIRS[entry.name])
+                elif entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
+    except OSError:
+        return False
+    return True
+
 
 def _set_signature(root: str) -> tuple:
     """Every file's (mode, inode, size, mtime), for base.remember_digest (by the set's real path): an edit moves the
@@ -155,6 +197,65 @@ class LocalTransport(FileSetTransport):
 
     def _after_push(self) -> None:
         _COLLECTOR.submit(self._collect)
+
+    def _make_staging(self, path: str) -> None:
+        """A spare (an old set emptied by _remove_set) renamed into place, else a new directory. A spare is only
+        taken empty: anything left in it would become part of the new set."""
+        for entry in sorted(self._listdir(self.node.sets_dir)):
+            if not entry.startswith(SPARE_PREFIX):
+                continue
+            try:
+                os.rename(os.path.join(self.node.sets_dir, entry), path)
+            except OSError:
+                continue  # taken meanwhile (another push of this node from another process)
+            if _emptied(path):
+                self._makedirs(path, 0o755)  # its mode as a new one's
+                return
+            shutil.rmtree(path, ignore_errors=True)  # something was put there: not taken, and not kept
+        super()._make_staging(path)
+
+    def _remove_set(self, path: str) -> None:
+        """Empty the set and keep its directories as a spare for a later push, while the node has fewer than
+        SPARES_KEPT; else remove it. Emptied under its own name, then renamed: a push never finds a spare half
+        emptied."""
+        spares = sum(entry.startswith(SPARE_PREFIX) for entry in self._listdir(self.node.sets_dir))
+        if spares >= SPARES_KEPT or not _empty_out(path):
+            self._rmtree(path)
+            return
+        try:
+            os.rename(path, os.path.join(self.node.sets_dir, f"{SPARE_PREFIX}{secrets.token_hex(4)}"))
+        except OSError:
+            self._rmtree(path)
+
+    def _keep_previous(self, old: str) -> None:
+        """`previous` becomes a second name of the symlink `current` is (a hard link to it: no new inode, see
+        SPARES_KEPT), before the push renames a new `current` over it."""
+        tmp = f"{self.node.previous_dir}.tmp-{secrets.token_hex(4)}"
+        try:
+            os.link(self.node.current_dir, tmp, follow_symlinks=False)
+        except OSError:
+            super()._keep_previous(old)
+            return
+        if os.readlink(tmp) != old:  # not the link read a moment ago: make one that is
+            os.unlink(tmp)
+            super()._keep_previous(old)
+            return
+        os.replace(tmp, self.node.previous_dir)
+
+    def write_served(self, record: bytes) -> None:
+        """Over the record in place (no new inode, see SPARES_KEPT): written, then cut to its length. A reader in
+        between reads JSON with a tail and takes it for no record (restore._read), as it takes a missing one; the
+        rollout that reads the records and the apply that writes them never overlap on a node (the fleet lease)."""
+        try:
+            fd = os.open(os.path.join(self.node.config_dir, SERVED_NAME), os.O_WRONLY | os.O_NOFOLLOW)
+        except OSError:
+            super().write_served(record)  # the node's first record
+            return
+        try:
+            os.pwrite(fd, record, 0)
+            os.ftruncate(fd, len(record))
+        finally:
+            os.close(fd)
 
     def _collect(self) -> None:
         """_gc_sets, then forget the digests of the sets it removed (by name: asking every remembered set whether it
@@ -229,8 +330,8 @@ class LocalTransport(FileSetTransport):
         return linked
 
     def _write_files(self, set_dir: str, files: Mapping[str, bytes]) -> None:
-        """Threads from two files on: ext4 commits concurrent fsyncs together (100 certificate files took
-        0.55 s one by one and 0.21 s with 16 threads on the dev machine).
+        """Threads from WRITE_TOGETHER_FROM files on: ext4 commits concurrent fsyncs together (100 certificate files
+        took 0.55 s one by one and 0.21 s with 16 threads on the dev machine).
 
         A large file another local node of this process is pushing with the very same content (a rollout's
         nodes share their maps: render.patch_maps) is written once and hard-linked by the others, like
@@ -245,13 +346,13 @@ class LocalTransport(FileSetTransport):
 
         shared = sorted(n for n, data in files.items() if len(data) >= SHARE_FROM)
         names = shared + sorted(n for n in files if n not in shared)
-        if len(names) < 2:
+        if len(names) < WRITE_TOGETHER_FROM and not shared:
             for name in names:
                 write(name)
             return
-        # Side by side from two files on (a route change writes haproxy.cfg, the routes map and the redirects
-        # map): their fsyncs then share a journal commit instead of waiting for one each. Each shared file has a
-        # thread of its own, so one this push claimed is written at once, whatever another node's push waits for.
+        # Side by side (a certificate renewal of many files): their fsyncs then share a journal commit instead of
+        # waiting for one each. Each shared file has a thread of its own, so one this push claimed is written at
+        # once, whatever another node's push waits for.
         list(_WRITES.map(write, names))
 
     def _write_shared(self, path: str, data: bytes, mode: int) -> None:
