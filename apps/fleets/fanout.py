@@ -34,3 +34,9 @@ def parallel(fn, items: list, *, in_turn: bool = False) -> list:
             connections.close_all()  # a query made here leaves no connection behind in a thread that lives on
 
     return list(_POOL.map(run, items))
+
+
+def on_this_host(nodes) -> bool:  # type: ignore[no-untyped-def]
+    """Every node is a local one (its sockets and files on this host): reading them is short work best done in
+    turn (parallel's `in_turn`); a node reached over SSH waits on the network, and threads overlap those waits."""
+    return all(getattr(node, "transport", None) == "local" for node in nodes)

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from apps.fleets import events as emit
 from apps.fleets import queries
-from apps.fleets.fanout import parallel
+from apps.fleets.fanout import on_this_host, parallel
 from apps.fleets.models import Fleet, Node, NodeHealth
 from apps.fleets.node.outside_rollout import read_state
 from apps.traffic.services import NodeReadings, readings_from_stats, readings_record
@@ -39,7 +39,8 @@ def fleet_health_collect(*, fleet: Fleet) -> int:
     if not nodes:
         return 0
     started = time.monotonic()
-    states = parallel(lambda n: read_state(queries.node_conn(n), with_stats=True), nodes)
+    states = parallel(lambda n: read_state(queries.node_conn(n), with_stats=True), nodes,
+                      in_turn=on_this_host(nodes))
     now = timezone.now()
     rows: list[NodeHealth] = []
     summary: dict[str, Any] = {"collected_at": now.isoformat(), "nodes": {}}

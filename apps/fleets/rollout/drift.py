@@ -32,7 +32,7 @@ from apps.fleets import caches, queries
 from apps.fleets import events as emit
 from apps.fleets.config.render import UnsafeValue, backend_name
 from apps.fleets.config.spec import ConfigBundle
-from apps.fleets.fanout import parallel
+from apps.fleets.fanout import on_this_host, parallel
 from apps.fleets.models import ConfigRevision, Fleet, Node, NodeResult, Rollout
 from apps.fleets.node.apply import NODE_ERRORS
 from apps.fleets.node.live import LiveDrift, ServerWanted, read_live_drift, repair_live_drift
@@ -142,8 +142,9 @@ def _looks_clean(fleet: Fleet, due_after_s: float | None) -> int | None:
     nodes = list(queries.enabled_nodes(fleet))
     if any(n.status != Node.Status.UP or n.applied_revision_id is None for n in nodes):
         return None
+    local = on_this_host(nodes)
     states = parallel(lambda n: read_state(queries.node_conn(n), fresh=_maps_due(n, due_after_s)),
-                      nodes) if nodes else []
+                      nodes, in_turn=local) if nodes else []
     renderer = BundleRenderer()
     jobs = []
     for node, state in zip(nodes, states, strict=True):
@@ -168,7 +169,7 @@ def _looks_clean(fleet: Fleet, due_after_s: float | None) -> int | None:
         except NODE_ERRORS:
             return False
 
-    if not all(parallel(live, jobs) if jobs else []):
+    if not all(parallel(live, jobs, in_turn=local) if jobs else []):
         return None
     Node.objects.filter(pk__in=[n.pk for n in nodes], status=Node.Status.UP).update(last_seen=timezone.now())
     return len(nodes)
@@ -265,8 +266,9 @@ def fleet_drift_report(*, fleet: Fleet, all_maps: bool = True) -> DriftReport:
         held = bool(Fleet.objects.filter(pk=fleet.pk).values_list("restore_hold", flat=True).first())
         nodes = list(queries.enabled_nodes(fleet))
         report.checked = len(nodes)
+        local = on_this_host(nodes)
         states = parallel(lambda n: read_state(queries.node_conn(n), recorded_sha256=n.applied_sha256, fresh=True),
-                           nodes) if nodes else []
+                          nodes, in_turn=local) if nodes else []
         renderer = BundleRenderer()
         servers = _wanted_servers(fleet)
         challenges = dict(queries.challenge_answers())
@@ -325,7 +327,8 @@ def fleet_drift_report(*, fleet: Fleet, all_maps: bool = True) -> DriftReport:
             return drift, problem
 
         read_live: set[int] = set()
-        for (node, _bundle), (drift, problem) in zip(live_jobs, parallel(live, live_jobs) if live_jobs else [],
+        for (node, _bundle), (drift, problem) in zip(live_jobs, parallel(live, live_jobs, in_turn=local)
+                                                     if live_jobs else [],
                                                      strict=True):
             if drift is not None:
                 read_live.add(node.pk)

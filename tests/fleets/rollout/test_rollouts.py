@@ -98,6 +98,42 @@ def test_a_route_only_change_is_served_through_runtime_map_updates_without_a_rel
     assert set(fleet3.bodies("/other/x").values()) == {"other"}
 
 
+def test_local_nodes_take_a_route_change_in_turn_and_a_reload_on_threads(
+    fleet3: LocalFleet, tiny_backend, monkeypatch
+) -> None:
+    """A route change on nodes of this host is short work of this process's own (a map update, a few files): spread
+    over threads, every system call handed the interpreter lock to another thread and back (~9 ms of kernel time
+    per node and change, more than the work itself). It runs node after node in the rollout's thread; a reload
+    waits ~50 ms for each new worker, so a reload rollout keeps its nodes on threads."""
+    from apps.fleets.rollout import execute as execute_module
+
+    threads: list[tuple[str, bool]] = []
+    real = execute_module.apply_node
+
+    def recording(plan):  # type: ignore[no-untyped-def]
+        import threading
+
+        outcome = real(plan)
+        threads.append((threading.current_thread().name, outcome.hot))
+        return outcome
+
+    monkeypatch.setattr(execute_module, "apply_node", recording)
+    new = tiny_backend("new")
+    pool = add_pool(fleet3.lb, "new", (new.address, new.port))
+    add_route(fleet3.lb, pool, "/new", 10)
+    reconcile(fleet3.fleet)  # a new pool: a reload
+    reloads, threads[:] = list(threads), []
+
+    add_route(fleet3.lb, pool, "/hot", 11)
+    reconcile(fleet3.fleet)
+
+    here = __import__("threading").current_thread().name
+    assert {hot for _, hot in reloads} == {False}
+    assert any(name != here for name, _ in reloads), reloads  # (a canary alone is applied in the rollout's thread)
+    assert threads == [(here, True)] * 3
+    assert set(fleet3.bodies("/hot/x").values()) == {"new"}
+
+
 def test_a_node_not_recorded_clean_takes_a_route_change_by_reload(fleet3: LocalFleet, tiny_backend) -> None:
     """A node marked drifted (say an interrupted map update whose rollback did not finish) may hold
     maps of a revision it never verified; only a reload from disk is sure to clear them."""
@@ -633,7 +669,7 @@ def test_a_drift_check_finding_nothing_leaves_the_fleet_to_route_changes(fleet3:
         return real(*args, **kwargs)
 
     monkeypatch.setattr(drift, "read_live_drift", reading)
-    monkeypatch.setattr(drift, "parallel", lambda fn, items: [fn(i) for i in items])  # this test's connection
+    monkeypatch.setattr(drift, "parallel", lambda fn, items, **_: [fn(i) for i in items])  # this test's connection
     report = services.fleet_drift_report(fleet=fleet3.fleet)
 
     assert report.checked == 3 and not report.drifted and not report.repaired
@@ -674,7 +710,7 @@ def test_a_change_arriving_while_a_drift_check_holds_the_lease_is_reconciled_aft
         return real(*args, **kwargs)
 
     monkeypatch.setattr(drift, "read_state", reading)
-    monkeypatch.setattr(drift, "parallel", lambda fn, items: [fn(i) for i in items])  # this test's connection
+    monkeypatch.setattr(drift, "parallel", lambda fn, items, **_: [fn(i) for i in items])  # this test's connection
     queued.clear()
     services.fleet_drift_report(fleet=fleet3.fleet)
 
@@ -707,7 +743,7 @@ def test_changes_arriving_while_the_lease_is_held_queue_one_reconcile_not_one_ea
         return real(*args, **kwargs)
 
     monkeypatch.setattr(drift, "read_state", reading)
-    monkeypatch.setattr(drift, "parallel", lambda fn, items: [fn(i) for i in items])  # this test's connection
+    monkeypatch.setattr(drift, "parallel", lambda fn, items, **_: [fn(i) for i in items])  # this test's connection
     queued.clear()
     services.fleet_drift_report(fleet=fleet3.fleet)
 
