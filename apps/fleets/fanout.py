@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from django.db import connections
 
 NODE_THREADS = 16
+# A node's work done in turn (parallel's `in_turn`) takes ~5-15 ms; one taking longer than this waits on something.
+IN_TURN_SLOW_S = 0.25
 
 # Kept across rollouts: starting a thread waits for it to take the interpreter lock, up to a switch interval (5 ms)
 # while other threads compute, and a rollout started one per node twice (preflight, apply): a tenth of a shard
@@ -19,9 +22,19 @@ def parallel(fn, items: list, *, in_turn: bool = False) -> list:
     """`fn` on every item, on the pool's threads. `in_turn`: one after the other in this thread, for work that
     computes or makes short system calls on this host and never waits long (local nodes' map updates): spread over
     threads, each of its system calls handed the interpreter lock to another thread and back (futex calls, ~9 ms
-    of kernel time per node and route change, against ~5 ms for all of its work in one thread)."""
-    if len(items) == 1 or in_turn:
-        return [fn(item) for item in items]
+    of kernel time per node and route change, against ~5 ms for all of its work in one thread). One item that
+    takes longer than IN_TURN_SLOW_S (a node's HAProxy not answering until its socket timeout) hands the rest to
+    the threads: each would otherwise wait for it and then for each other."""
+    if len(items) == 1:
+        return [fn(items[0])]
+    if in_turn:
+        done = []
+        for index, item in enumerate(items):
+            started = time.monotonic()
+            done.append(fn(item))
+            if time.monotonic() - started > IN_TURN_SLOW_S and index + 1 < len(items):
+                return done + parallel(fn, items[index + 1:])
+        return done
     if threading.current_thread().name.startswith("spillway-nodes"):
         # Called from one of _POOL' own threads: waiting there on the same pool could wait for good.
         with ThreadPoolExecutor(max_workers=min(NODE_THREADS, len(items))) as pool:
