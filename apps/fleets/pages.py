@@ -223,9 +223,13 @@ def deploy_state(lb: LoadBalancer, fleets: list[Fleet], principal: Principal | N
             n["rollout_status"] = res.status if res else None
         pending = any(not n["done"] for n in fleet_nodes)
         unrendered = fleet.change_seq > fleet.rendered_seq
+        # `not current`: rendered, and its rollout not made yet (a reconcile commits the render, then the rollout).
+        # Without it the panel read "nothing happening" in between, stopped polling, and never said done (seen
+        # in a browser test under load). A refused render is never rolled out: nothing to wait for there.
+        expected = fleet.reconcile_queued or unrendered or (not current and fleet.pk not in refused)
         entries.append(FleetDeploy(
             fleet=fleet, rollout=rollout, current=current, nodes=fleet_nodes,
-            waiting=pending and fleet.auto_rollout and (fleet.reconcile_queued or unrendered),
+            waiting=pending and fleet.auto_rollout and expected,
             held=not fleet.auto_rollout and unrendered,
             refused=fleet.pk in refused,
             left_out=render_problems_for(principal, problems.get(fleet.pk, [])) if principal else []))
