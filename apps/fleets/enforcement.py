@@ -24,9 +24,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 from django.core.cache import cache
 from django.db.models import Count
@@ -45,7 +43,7 @@ from apps.fleets.config.render.chain import (
     absorb_thresholds,
     backend_name,
 )
-from apps.fleets.fanout import on_this_host
+from apps.fleets.fanout import on_this_host, parallel
 from apps.fleets.models import Node
 from apps.fleets.node.apply import NODE_ERRORS
 from apps.fleets.node.showstat import (
@@ -476,15 +474,8 @@ def _available(status: str) -> bool:
     return status.startswith("UP") or status == "no check"
 
 
+NODE_THREADS = 8  # nodes read or set at once when they are not on this host
 STEP_DOWN_GAP = 0.25  # of the distance from a node's rate to its new limit, per run of the enforcer (250 ms)
-
-
-def _each(fn: Callable[[int], Any], ids: list[int], in_turn: bool) -> list[Any]:
-    """`fn` on every node id: in turn for nodes on this host (fanout.on_this_host), else on up to 8 threads."""
-    if in_turn or len(ids) < 2:
-        return [fn(nid) for nid in ids]
-    with ThreadPoolExecutor(max_workers=min(8, len(ids))) as pool:
-        return list(pool.map(fn, ids))
 
 
 def enforce(lb_ids: Collection[int] | None = None, meter: DemandMeter | None = None) -> dict[str, object]:
@@ -500,13 +491,15 @@ def enforce(lb_ids: Collection[int] | None = None, meter: DemandMeter | None = N
         return {"nodes": 0, "sets": 0, "pools": {}}
     ids = sorted(nodes)
     local = on_this_host(node for node, _ in nodes.values())
-    readings = dict(zip(ids, _each(lambda nid: read_node(*nodes[nid]), ids, local), strict=True))
+    readings = dict(zip(ids, parallel(lambda nid: read_node(*nodes[nid]), ids, in_turn=local, threads=NODE_THREADS),
+                        strict=True))
     if meter is not None:
         for reading in readings.values():
             meter.observe(reading)
     desired = desired_limits(readings, lbs, STEP_DOWN_GAP if meter is not None else None)
     reachable = [nid for nid in ids if readings[nid].reachable]
-    sets = sum(_each(lambda nid: _apply(nodes[nid][0], readings[nid], desired.limits.get(nid, {}),
-                                        desired.absorb.get(nid, {}), room=desired.room.get(nid)), reachable, local))
+    sets = sum(parallel(lambda nid: _apply(nodes[nid][0], readings[nid], desired.limits.get(nid, {}),
+                                           desired.absorb.get(nid, {}), room=desired.room.get(nid)),
+                        reachable, in_turn=local, threads=NODE_THREADS))
     return {"nodes": len(ids), "unreachable": [nid for nid in ids if not readings[nid].reachable],
             "sets": sets, "pools": desired.modes, "ms": round((time.monotonic() - started) * 1000.0, 1)}

@@ -18,13 +18,16 @@ IN_TURN_SLOW_S = 0.25
 _POOL = ThreadPoolExecutor(max_workers=2 * NODE_THREADS, thread_name_prefix="spillway-nodes")
 
 
-def parallel(fn, items: list, *, in_turn: bool = False) -> list:
+def parallel(fn, items: list, *, in_turn: bool = False, threads: int | None = None) -> list:
     """`fn` on every item, on the pool's threads. `in_turn`: one after the other in this thread, for work that
     computes or makes short system calls on this host and never waits long (local nodes' map updates): spread over
     threads, each of its system calls handed the interpreter lock to another thread and back (futex calls, ~9 ms
     of kernel time per node and route change, against ~5 ms for all of its work in one thread). One item that
     takes longer than IN_TURN_SLOW_S (a node's HAProxy not answering until its socket timeout) hands the rest to
-    the threads: each would otherwise wait for it and then for each other."""
+    the threads: each would otherwise wait for it and then for each other. `threads`: at most that many at once,
+    on threads of this call's own."""
+    if not items:
+        return []
     if len(items) == 1:
         return [fn(items[0])]
     if in_turn:
@@ -33,11 +36,11 @@ def parallel(fn, items: list, *, in_turn: bool = False) -> list:
             started = time.monotonic()
             done.append(fn(item))
             if time.monotonic() - started > IN_TURN_SLOW_S and index + 1 < len(items):
-                return done + parallel(fn, items[index + 1:])
+                return done + parallel(fn, items[index + 1:], threads=threads)
         return done
-    if threading.current_thread().name.startswith("spillway-nodes"):
+    if threads is not None or threading.current_thread().name.startswith("spillway-nodes"):
         # Called from one of _POOL' own threads: waiting there on the same pool could wait for good.
-        with ThreadPoolExecutor(max_workers=min(NODE_THREADS, len(items))) as pool:
+        with ThreadPoolExecutor(max_workers=min(threads or NODE_THREADS, len(items))) as pool:
             return list(pool.map(fn, items))
 
     def run(item):  # type: ignore[no-untyped-def]

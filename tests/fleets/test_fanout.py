@@ -41,3 +41,24 @@ def test_on_this_host_only_when_every_node_is_local() -> None:
 
     assert fanout.on_this_host([Node("local"), Node("local")])
     assert not fanout.on_this_host([Node("local"), Node("ssh")])
+
+
+def test_a_thread_cap_holds_on_threads_and_after_a_slow_item_in_turn() -> None:
+    """The enforcer reads SSH nodes 8 at a time at most; its local nodes in turn hand off to no more than that."""
+    running, most, lock = [0], [0], threading.Lock()
+
+    def work(item: int) -> int:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(fanout.IN_TURN_SLOW_S + 0.05 if item == 0 else 0.05)
+        with lock:
+            running[0] -= 1
+        return item
+
+    assert fanout.parallel(work, list(range(1, 9)), threads=2) == list(range(1, 9))
+    assert most[0] == 2
+    most[0] = 0
+    assert fanout.parallel(work, list(range(9)), in_turn=True, threads=3) == list(range(9))
+    assert most[0] == 3
+    assert fanout.parallel(work, [], threads=2) == []

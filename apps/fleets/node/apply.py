@@ -273,8 +273,11 @@ def _hot_apply(transport: FileSetTransport, plan: NodePlan, changes: HotChanges,
 _PUSHES = ThreadPoolExecutor(max_workers=32, thread_name_prefix="spillway-push")
 
 
-def _done(fn, *args) -> Future:  # type: ignore[no-untyped-def]
-    """`fn(*args)` run here, as a future (what _PUSHES.submit gives)."""
+def _beside(transport: FileSetTransport, fn, *args) -> Future:  # type: ignore[no-untyped-def]
+    """`fn(*args)` beside a node's apply: on a push thread for a node reached over the network; here for a local
+    one, whose work is this process's own (a thread only added lock hand-offs, fanout.parallel)."""
+    if not isinstance(transport, LocalTransport):
+        return _PUSHES.submit(fn, *args)
     future: Future = Future()
     try:
         future.set_result(fn(*args))
@@ -558,10 +561,7 @@ def apply_node(plan: NodePlan) -> NodeOutcome:
             return outcome
         # Beside the apply, off its critical path: a record of what the node is given. Written first, so a
         # node always records a revision at least as new as the one it serves (restore detection errs on holding).
-        if isinstance(transport, LocalTransport):
-            marking = _done(transport.write_served, plan.served) if plan.served else None
-        else:
-            marking = _PUSHES.submit(transport.write_served, plan.served) if plan.served else None
+        marking = _beside(transport, transport.write_served, plan.served) if plan.served else None
         current = proc.current_worker
         running_it = (
             on_disk == plan.bundle.sha256
