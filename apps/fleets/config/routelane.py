@@ -75,8 +75,6 @@ class _Lane:
 @dataclass(frozen=True)
 class _Patch:
     base_key: tuple  # (pk, number, fleet_id, sha256) of the base revision, as rollout.execute.BundleRenderer keys it
-    fleet: str
-    number: int
     updates: tuple[MapUpdate, ...]
 
 
@@ -256,8 +254,7 @@ def _apply(fleet: Fleet, lane: _Lane, latest: ConfigRevision, lbs: dict[int, str
                     ", ".join(absent))
         return None
     number = latest.number + 1
-    bundle = patch_maps(lane.bundle, fleet=fleet.name, revision=number, node_name=queries.reference_node(fleet).name,
-                        maps=updates) if updates else lane.bundle
+    bundle = patch_maps(lane.bundle, updates) if updates else lane.bundle
     content = content_sha256(bundle)
     marks["bundle"] = time.monotonic()
     if content == latest.sha256:
@@ -284,8 +281,7 @@ def _apply(fleet: Fleet, lane: _Lane, latest: ConfigRevision, lbs: dict[int, str
             lb_revisions=lb_revisions, reason=reason[:200], problems=[], base=latest)
     marks["store"] = time.monotonic()
     with _LOCK:
-        _PATCHES[revision.pk] = _Patch((latest.pk, latest.number, fleet.pk, latest.sha256), fleet.name, number,
-                                       tuple(updates))
+        _PATCHES[revision.pk] = _Patch((latest.pk, latest.number, fleet.pk, latest.sha256), tuple(updates))
         while len(_PATCHES) > _PATCHES_SIZE:
             _PATCHES.popitem(last=False)
     lane.revision_pk, lane.number, lane.sha256, lane.lb_revisions = revision.pk, number, content, lb_revisions
@@ -330,7 +326,7 @@ def _diff(old: int, new: int, lane: _Lane, updates: list[MapUpdate]) -> str:
     return "".join(lines)
 
 
-def node_bundle(revision: ConfigRevision, node_name: str, cached: Any) -> ConfigBundle | None:
+def node_bundle(revision: ConfigRevision, cached: Any) -> ConfigBundle | None:
     """A lane revision's bundle for one node: the node's base bundle (`cached(base_key)`, None when this
     process does not hold it) with the revision's maps. None: render it from the snapshot instead."""
     with _LOCK:
@@ -340,4 +336,4 @@ def node_bundle(revision: ConfigRevision, node_name: str, cached: Any) -> Config
     base = cached(patch.base_key)
     if base is None:
         return None
-    return patch_maps(base, fleet=patch.fleet, revision=patch.number, node_name=node_name, maps=patch.updates)
+    return patch_maps(base, patch.updates)

@@ -7,6 +7,7 @@ with apps.fleets.node.process, as production does) in front of tiny Python backe
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import http.client
 import random
 import threading
@@ -310,13 +311,18 @@ def test_same_input_gives_the_same_bytes_whatever_the_order() -> None:
         assert a.sha256 == b.sha256
 
 
-def test_header_names_fleet_and_revision_and_hash_changes_with_content() -> None:
+def test_header_names_fleet_and_node_and_its_hash_changes_with_content_only() -> None:
+    """A new revision with the same haproxy.cfg body (a route change moves map files only) renders the very same
+    haproxy.cfg: nodes then link it into their new set instead of writing it. Which revision a node serves is its
+    served.json, which the header points to."""
     snap = rich_snapshot()
     bundle = render(snap, NODE)
     head = bundle.main.splitlines()[:3]
-    assert "fleet edge" in head[0] and "revision 1" in head[0]
+    assert "fleet edge" in head[0] and f"node {NODE.name}" in head[0] and "revision 1" not in head[0]
+    assert "served.json" in head[1]
+    assert head[2] == "# " + hashlib.sha256(bundle.body.encode()).hexdigest()
     bumped = render(replace(snap, revision=2), NODE)
-    assert bumped.main.splitlines()[2] == head[2], "the content hash ignores the revision number"
+    assert bumped.files["haproxy.cfg"] == bundle.files["haproxy.cfg"]
     changed = render(replace(snap, pools=(*snap.pools[:3], pool(4, {"eu": (member("x", 9100),)}))), NODE)
     assert changed.main.splitlines()[2] != head[2]
     assert len(bundle.sha256) == 64 and bundle.sha256 != changed.sha256

@@ -93,7 +93,7 @@ def test_random_route_changes_patch_the_bundle_exactly_as_a_full_render(large_cl
             state = ListenerRoutes(check_snapshot(_snap(routes, revision)).listeners[0])
             bundle = full
             continue
-        patched = patch_maps(bundle, fleet="edge", revision=revision, node_name=NODE.name, maps=updates)
+        patched = patch_maps(bundle, updates)
         _assert_same(patched, full)
         for update in updates:  # the key-level change is the one hotmaps computes from whole maps
             if update.delta is not None:

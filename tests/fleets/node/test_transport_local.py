@@ -16,7 +16,7 @@ from apps.fleets.config.digest import set_digest
 from apps.fleets.node.transports import Transport, transport_for
 from apps.fleets.node.transports.base import SPARE_PREFIX, NodeConn
 from apps.fleets.node.transports.digests import recorded_digest
-from apps.fleets.node.transports.local import SPARES_KEPT, LocalTransport
+from apps.fleets.node.transports.local import SPARES_KEPT, LocalTransport, _set_signature
 from tests.fleets.conftest import HAProxyNodeFactory, SimpleBundle, pool_config, standard_global
 from tests.netutil import http_get
 
@@ -148,6 +148,37 @@ def test_a_pushed_sets_digest_is_remembered_and_an_edit_on_disk_is_still_seen(
     assert fresh == set_digest(LocalTransport(node)._read_tree(node.current_dir))
 
 
+def test_the_signature_remembered_for_a_pushed_set_is_the_one_its_listing_gives(
+    haproxy_node: HAProxyNodeFactory, free_port
+) -> None:
+    """A push remembers its new set's signature from the entries of the files it linked and a stat of those it
+    wrote, without listing the set: it must equal what a listing gives, or every later rollout would read and hash
+    the node's whole set again (a wrong match would hide an edit). Also after an edit, when the push links by
+    comparing content instead of from a known set."""
+    port = free_port()
+    node, _proc = haproxy_node(text_config(port, "v1"))
+    files = {"maps/a.map": b"a 1\n", "maps/b.map": b"b 1\n", "certs/c.pem": b"cert\n"}
+
+    def pushed_as_listed(changed: dict[str, bytes]) -> Path:
+        files.update(changed)
+        pushed = LocalTransport(node).push(bundle_for(node, text_config(port, "v1"), files))
+        assert pushed.ok, pushed.validation_output
+        root = Path(node.current_dir).resolve()
+        remembered = recorded_digest(str(root))
+        assert remembered is not None and remembered[1] == pushed.sha256
+        assert remembered[0] == _set_signature(str(root))
+        return root
+
+    first = pushed_as_listed({})
+    second = pushed_as_listed({"maps/b.map": b"b 2\n"})
+    assert (second / "maps/a.map").stat().st_ino == (first / "maps/a.map").stat().st_ino  # linked, kept entry
+    assert (second / "maps/b.map").stat().st_ino != (first / "maps/b.map").stat().st_ino  # written, stat'ed
+    (second / "certs/c.pem").write_bytes(b"cert\n")  # touched on disk: the set is no longer as remembered
+    third = pushed_as_listed({"maps/a.map": b"a 3\n"})
+    assert (third / "maps/b.map").stat().st_ino == (second / "maps/b.map").stat().st_ino  # linked by content
+    assert LocalTransport(node).config_sha256(fresh=True) == recorded_digest(str(third))[1]
+
+
 def test_old_sets_are_collected_after_a_push_but_never_a_newer_one(haproxy_node: HAProxyNodeFactory, free_port) -> None:
     """A push returns before the sets it retired are removed (unlinking a 100k-route set is a fifth of a
     node's route change); they are gone soon after, current and previous stay, and a set newer than current
@@ -174,7 +205,10 @@ def test_old_sets_are_collected_after_a_push_but_never_a_newer_one(haproxy_node:
     assert sets() == expected
     spares = [Path(node.sets_dir) / n for n in os.listdir(node.sets_dir) if n.startswith(SPARE_PREFIX)]
     assert 0 < len(spares) <= SPARES_KEPT
-    assert all(not any(p.rglob("*.*")) for p in spares)  # nothing of the old sets' files is left in them
+    # A spare is an old set under another name: it is no set of the node's (current and previous stay the only
+    # sets served or rolled back to), and what it holds is pruned when a push takes it (the next test).
+    assert {os.readlink(node.current_dir), os.readlink(node.previous_dir)}.isdisjoint(
+        {f"sets/{p.name}" for p in spares})
     assert transport.activate().ok and serving(port) == "v6"
     # The digests remembered for the removed sets go with them (the cache is bounded by what the nodes hold, not
     # by pushes); the current set's stays, so the next rollout does not read it again.
@@ -186,47 +220,69 @@ def test_old_sets_are_collected_after_a_push_but_never_a_newer_one(haproxy_node:
     assert recorded_digest(str(Path(node.current_dir).resolve())) is not None
 
 
-def _collected(node, spares: int) -> list[Path]:
-    """The node's spares, once the collector left `spares` of them and only current and previous as sets."""
+def _collected(node) -> list[Path]:
+    """The node's spares (sorted: the order a push takes them in), once the collector left only current and previous
+    as sets. Pushes one after another keep one spare (each push takes the one the last left); a collection that is
+    late for the next push leaves more, up to SPARES_KEPT."""
     deadline = time.monotonic() + 10
     while True:
         names = os.listdir(node.sets_dir)
         found = sorted(Path(node.sets_dir) / n for n in names if n.startswith(SPARE_PREFIX))
-        if (len(found) == spares and len(names) - spares == 2) or time.monotonic() > deadline:
+        if (found and len(names) - len(found) == 2) or time.monotonic() > deadline:
             return found
         time.sleep(0.02)
 
 
-def test_a_push_writes_into_an_emptied_old_set_but_never_into_one_something_was_put_in(
+def test_a_push_reuses_an_old_set_keeping_only_the_current_sets_files_it_still_holds(
     haproxy_node: HAProxyNodeFactory, free_port
 ) -> None:
-    """Making a directory, a symlink or a file cost ~0.8 ms of kernel time on this machine kind, seven per push
-    (most of a 100-node fleet's route change). GIVEN sets the collector emptied and kept, WHEN a push runs, THEN it
-    writes its set into one of them (the same directory), the new set holds exactly the bundle's files and serves;
-    a spare someone put a file into is removed, never taken (the file would have joined the set)."""
+    """Making a directory, a symlink or a file cost ~0.8 ms of kernel time on one machine of this kind, and a route
+    change unlinked and linked again every unchanged file of a set. GIVEN old sets the collector kept (files and
+    all), WHEN a push runs, THEN it writes its set into one of them (the same directory), keeps the files that are
+    still the current set's (the same inodes: nothing unlinked and linked again), and the new set holds exactly
+    the bundle's files and serves: a file someone put in a spare, an old set's file that moved since, and a file
+    of the spare edited in place never become part of it."""
     port = free_port()
     node, _proc = haproxy_node(text_config(port, "v1"))
     transport = LocalTransport(node)
-    files = {"maps/m.map": b"a 1\n", "certs/c.pem": b"cert\n"}
+    files = {"maps/m.map": b"a 1\n", "maps/k.map": b"k 1\n", "certs/c.pem": b"cert\n"}
     for i in range(2, 6):
         assert transport.push(bundle_for(node, text_config(port, f"v{i}"), files)).ok
-    spares = _collected(node, SPARES_KEPT)
-    assert len(spares) == SPARES_KEPT
-    (spares[0] / "maps" / "stray.map").write_bytes(b"/stray be_evil\n")
-    clean = spares[1].stat().st_ino
+    spares = _collected(node)
+    assert 0 < len(spares) <= SPARES_KEPT
+    taken = spares[0]  # the one a push takes first (by name)
+    before = Path(node.current_dir).resolve()
+    assert (taken / "maps/k.map").stat().st_ino == (before / "maps/k.map").stat().st_ino  # shared with current
+    (taken / "maps" / "stray.map").write_bytes(b"/stray be_evil\n")
+    (taken / "junk").mkdir()
+    spare_cfg = taken / "haproxy.cfg"  # an old set's haproxy.cfg: not current's (v2..v5 differ)
+    assert spare_cfg.stat().st_ino != (before / "haproxy.cfg").stat().st_ino
+    taken_ino = taken.stat().st_ino
 
     pushed = transport.push(bundle_for(node, text_config(port, "v6"), {**files, "maps/m.map": b"a 2\n"}))
 
     assert pushed.ok, pushed.validation_output
     current = Path(node.current_dir).resolve()
-    assert current.stat().st_ino == clean
-    assert not spares[0].exists()
+    assert current.stat().st_ino == taken_ino and not taken.exists()  # the spare, renamed into place
     on_disk = sorted(str(p.relative_to(current)) for p in current.rglob("*") if p.is_file())
-    assert on_disk == ["certs/c.pem", "haproxy.cfg", "maps/m.map"]
+    assert on_disk == ["certs/c.pem", "haproxy.cfg", "maps/k.map", "maps/m.map"]
+    assert not (current / "junk").exists()
+    assert (current / "maps/k.map").stat().st_ino == (before / "maps/k.map").stat().st_ino
     assert (current / "maps/m.map").read_bytes() == b"a 2\n"
+    assert (before / "maps/m.map").read_bytes() == b"a 1\n"  # the set served before keeps its content
     assert stat.S_IMODE((current / "certs").stat().st_mode) == 0o700
     assert transport.config_sha256(fresh=True) == pushed.sha256
     assert transport.activate().ok and serving(port) == "v6"
+
+    # A spare's file edited in place is the current set's too (a hard link): the current set no longer matches what
+    # was pushed, so nothing is kept from a spare on trust; the set is still exactly the bundle.
+    spare = _collected(node)[0]
+    (spare / "maps/k.map").write_bytes(b"k evil\n")
+    pushed = transport.push(bundle_for(node, text_config(port, "v7"), {**files, "maps/m.map": b"a 3\n"}))
+    assert pushed.ok, pushed.validation_output
+    current = Path(node.current_dir).resolve()
+    assert (current / "maps/k.map").read_bytes() == b"k 1\n"
+    assert LocalTransport(node).config_sha256(fresh=True) == pushed.sha256
 
 
 def test_previous_is_the_link_current_was_and_a_rollback_goes_back_to_it(

@@ -324,14 +324,14 @@ def test_a_push_failing_beside_the_runtime_map_update_leaves_the_node_serving_it
     reconcile(fleet3.fleet)
     n3 = fleet3.nodes[2]
     before = Node.objects.get(pk=n3.pk).applied_revision_id
-    real_write = LocalTransport._write_file
+    real_write = LocalTransport._write_staged  # how a push writes a set's files
 
     def full_on_n3(self, path, data, mode):
         if path.startswith(n3.config_dir):
             raise OSError(errno.ENOSPC, "No space left on device", path)
         return real_write(self, path, data, mode)
 
-    monkeypatch.setattr(LocalTransport, "_write_file", full_on_n3)
+    monkeypatch.setattr(LocalTransport, "_write_staged", full_on_n3)
     add_route(fleet3.lb, pool, "/hot", 11)
     result = reconcile(fleet3.fleet)
 
@@ -344,7 +344,7 @@ def test_a_push_failing_beside_the_runtime_map_update_leaves_the_node_serving_it
     assert "No space left on device" in n3_result.error
     assert Node.objects.get(pk=n3.pk).applied_revision_id == before
 
-    monkeypatch.setattr(LocalTransport, "_write_file", real_write)
+    monkeypatch.setattr(LocalTransport, "_write_staged", real_write)
     add_route(fleet3.lb, pool, "/later", 12)  # a node that failed while reachable moves with the next change
     result = reconcile(fleet3.fleet)
 

@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from apps.core.gcpause import collector_paused
-from apps.fleets.config.digest import file_digest
 from apps.fleets.config.render.chain import chain_files, drained_file, table_sections
 from apps.fleets.config.render.frontends import (
     FLOATING,
@@ -63,25 +62,23 @@ ROUTE_MAP_THRESHOLD = 0
 HEADER_LINES = 4
 
 
-def _header(fleet: str, revision: int, node_name: str, body: str, files: dict[str, bytes]) -> str:
-    rest = hashlib.sha256(body.encode())
-    for name in sorted(files):
-        if name != MAIN_FILE:  # each file by its digest: a 5 MB map shared by every node is hashed once
-            rest.update(b"\0" + name.encode() + b"\0" + file_digest(files[name]))
+def _header(fleet: str, node_name: str, body: str) -> str:
+    """Names the fleet and node, not the revision: a route change (map files only) then leaves haproxy.cfg as it was,
+    and a node links it into its new set instead of writing it (the revision in it made every route change write
+    and fsync it on every node). Which revision a node serves is its served.json (node/transports/base.py)."""
     header = (
-        f"# Spillway: fleet {fleet}, revision {revision}, node {node_name}.\n"
-        f"# Generated; do not edit. sha256 of everything below and of the bundle's other files:\n"
-        f"# {rest.hexdigest()}\n\n"
+        f"# Spillway: fleet {fleet}, node {node_name}. Generated; do not edit.\n"
+        f"# The revision served is in served.json in the node's config directory. sha256 of everything below:\n"
+        f"# {hashlib.sha256(body.encode()).hexdigest()}\n\n"
     )
     assert header.count("\n") == HEADER_LINES
     return header
 
 
-def patch_maps(bundle: ConfigBundle, *, fleet: str, revision: int, node_name: str,
-               maps: Iterable[MapUpdate]) -> ConfigBundle:
-    """`bundle` (rendered for `node_name`) as revision `revision` with these maps' new contents: what
-    render() gives for the snapshot whose routes changed only maps (render/incremental.py), without
-    laying out every route again. haproxy.cfg keeps its body; its header names the new revision."""
+def patch_maps(bundle: ConfigBundle, maps: Iterable[MapUpdate]) -> ConfigBundle:
+    """`bundle` with these maps' new contents: what render() gives for the snapshot whose routes changed only
+    maps (render/incremental.py), without laying out every route again. haproxy.cfg is the very bytes `bundle` has
+    (its header names no revision), so a node's push links it without comparing it."""
     manifest = bundle.rendered_manifest
     files = dict(bundle.files)
     entries, owners = dict(manifest.maps), dict(manifest.map_owners)
@@ -92,11 +89,7 @@ def patch_maps(bundle: ConfigBundle, *, fleet: str, revision: int, node_name: st
         deltas[update.name] = (files[update.name], update.delta)
         files[update.name] = update.content
         entries[update.name], owners[update.name] = update.entries, update.owners
-    body = bundle.body
-    header = _header(fleet, revision, node_name, body, files)
-    files[MAIN_FILE] = (header + body).encode()
-    return ConfigBundle.of(files, replace(manifest, header_len=len(header), maps=entries, map_owners=owners),
-                           map_deltas=deltas)
+    return ConfigBundle.of(files, replace(manifest, maps=entries, map_owners=owners), map_deltas=deltas)
 
 
 def render(snapshot: FleetSnapshot, node: NodeSpec, *, route_map_threshold: int = ROUTE_MAP_THRESHOLD) -> ConfigBundle:
@@ -199,7 +192,7 @@ def _render(snapshot: FleetSnapshot, node: NodeSpec, route_map_threshold: int) -
             servers[(backend, server)] = (state, weight, len(main_owners) + index)
         main_owners += owners if isinstance(owners, list) else [owners] * len(lines)
 
-    header = _header(snap.fleet, snap.revision, node.name, body, files)
+    header = _header(snap.fleet, node.name, body)
     files[MAIN_FILE] = (header + body).encode()
     return ConfigBundle.of(files, Manifest(
         runtime_dir=node.runtime_dir,

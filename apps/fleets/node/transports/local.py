@@ -2,9 +2,9 @@
 
 Atomicity: see apps.fleets.node.transports.base -- whole config sets live in their own
 directories and ``current`` is a symlink replaced with ``os.replace`` (rename(2)),
-so HAProxy never sees a mix of old and new files. Files are written with
-``write_file_atomic`` (temp + fsync + rename) and fsynced so a crash right after a
-swap cannot leave ``current`` pointing at empty files.
+so HAProxy never sees a mix of old and new files. A set's files are created in its
+staging directory (which no reader knows until it is renamed into place) and fsynced, so a
+crash right after a swap cannot leave ``current`` pointing at empty files.
 """
 
 from __future__ import annotations
@@ -35,14 +35,15 @@ from apps.fleets.node.transports.base import (
 from apps.fleets.node.transports.digests import forget_digests, recorded_digest, remember_digest
 
 WRITE_THREADS = 8
-# Emptied sets a node keeps for its next pushes (_remove_set): a route change then makes no directory. Making an
-# inode (a directory, a symlink, a file) cost ~0.8 ms of kernel time on this machine kind's ext4 (link, rename and
-# unlink 8-20 us), and a push made seven: most of a 100-node fleet's route change (tests/bench/bench_fleet_size.py).
+# Old sets a node keeps for its next pushes (_remove_set): a route change then makes no directory, and links or
+# unlinks only the files that moved since the spare was a set (_prune). Making an inode (a directory, a symlink, a
+# file) cost ~0.8 ms of kernel time on one machine of this kind's ext4 (0.09 ms on another; link, rename and unlink
+# 8-20 us), and a push made seven: most of a 100-node fleet's route change (tests/bench/bench_fleet_size.py).
 SPARES_KEPT = 2
 # Fewer files than this are written one after the other in the pushing thread: a route change writes one or two
 # small files, and threads for them cost more lock hand-offs than their fsyncs wait (fanout.parallel).
 WRITE_TOGETHER_FROM = 8
-_SET_SUBDIRS = {"maps": 0o755, "certs": 0o700}  # what a set holds besides files (base.check_bundle_names)
+_SET_SUBDIRS = frozenset({"maps", "certs"})  # what a set holds besides files (base.check_bundle_names)
 # Files at least this large are shared between the pushes of this process's local nodes (_write_shared).
 SHARE_FROM, SHARE_WAIT_S = 256 * 1024, 10.0
 
@@ -101,35 +102,27 @@ _COLLECTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spillway-set-
 # (they would wait SHARE_WAIT_S and write it themselves).
 _WRITES = ThreadPoolExecutor(max_workers=8 * WRITE_THREADS, thread_name_prefix="spillway-write")
 
-def _emptied(path: str) -> bool:
-    """A spare as _empty_out leaves one: at most the set subdirectories, and nothing in them."""
-    try:
-        names = os.listdir(path)
-        return set(names) <= _SET_SUBDIRS.keys() and not any(os.listdir(os.path.join(path, n)) for n in names)
-    except OSError:
-        return False
-
-
-def _empty_out(path: str) -> bool:
-    """Remove every file of a set, keeping its `maps` and `certs` directories; False when that failed."""
-    try:
+def _prune(staging: str, keep: Mapping[str, int]) -> set[str]:
+    """Remove from a spare taken as staging everything but the files named in `keep` that are still the inode given
+    (a file of the current set, which the push would link again); the names kept. Whatever else is there (the
+    old set's other files, anything someone put in) never becomes part of the new set."""
+    kept = set()
+    pending = [(staging, "")]
+    while pending:
+        path, prefix = pending.pop()
         with os.scandir(path) as listing:
             for entry in listing:
-                if entry.is_dir(follow_symlinks=False) and entry.name in _SET_SUBDIRS:
-                    with os.scandir(entry.path) as inner:
-                        for item in inner:
-                            if item.is_dir(follow_symlinks=False):
-                                shutil.rmtree(item.path)
-                            else:
-                                os.unlink(item.path)
-                    os.chmod(entry.path, _SET_SUBDIRS[entry.name])
-                elif entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path)
+                name = prefix + entry.name
+                if entry.is_dir(follow_symlinks=False):
+                    if not prefix and entry.name in _SET_SUBDIRS:
+                        pending.append((entry.path, f"{entry.name}/"))
+                    else:
+                        shutil.rmtree(entry.path)
+                elif keep.get(name) == entry.inode() and not entry.is_symlink():
+                    kept.add(name)
                 else:
                     os.unlink(entry.path)
-    except OSError:
-        return False
-    return True
+    return kept
 
 
 def _set_signature(root: str) -> tuple:
@@ -156,6 +149,37 @@ def _set_signature(root: str) -> tuple:
     return tuple(entries)
 
 
+def _signature_of(root: str, names: Mapping[str, bytes], kept: Mapping[str, tuple]) -> tuple:
+    """_set_signature of a set just written with exactly `names`, without listing it: a name linked from a set whose
+    signature was verified a moment ago keeps that file's entry (a hard link is the same inode, mode, size and
+    mtime), the others are stat'ed. Listing and stat'ing the whole set again was a tenth of a local node's route
+    change."""
+    entries = []
+    for name in names:
+        entry = kept.get(name)
+        if entry is None:
+            info = os.lstat(os.path.join(root, name))
+            entry = (info.st_mode, info.st_ino, info.st_size, info.st_mtime_ns)
+        entries.append((name, *entry))
+    entries.sort()
+    return tuple(entries)
+
+
+def _write_new(path: str, data: bytes, mode: int) -> None:
+    """A file of a staging set, created there (O_EXCL) and fsynced: a staging set is this push's own until it is
+    renamed into place, and a failed push removes it, so a temporary name and a rename (write_file_atomic) would
+    guard against a reader that cannot be there."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fchmod(fd, mode)  # the mode os.open gave was filtered by the umask
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _known(root: str) -> tuple[str, Mapping[str, bytes] | None] | None:
     """(digest, files as pushed or None) of the set at `root` while it is as recorded; None otherwise."""
     known = recorded_digest(root)
@@ -177,6 +201,9 @@ class LocalTransport(FileSetTransport):
         # What _known said of a set, for this transport's life (one node's apply): a rollout asks of the node's
         # current set twice (config_sha256, then the push's _link_unchanged), milliseconds apart.
         self._known_here: dict[str, tuple[str, Mapping[str, bytes] | None] | None] = {}
+        # The signature entries of the files the push in progress linked from a verified set (_signature_of).
+        self._kept: dict[str, tuple] = {}
+        self._in_place: set[str] = set()  # the current set's files its staging (a spare) held already (_prune)
 
     def _known(self, root: str) -> tuple[str, Mapping[str, bytes] | None] | None:
         if root not in self._known_here:
@@ -187,20 +214,23 @@ class LocalTransport(FileSetTransport):
         return unix_socket_sender(socket_path)
 
     def push(self, bundle, validate=True):  # type: ignore[no-untyped-def]
+        self._kept = {}
         result: PushResult = super().push(bundle, validate)
         if result.ok and result.set_id:
             # The files just written hash to the bundle's digest (the same definition, set_digest).
             root = os.path.realpath(os.path.join(self.node.sets_dir, result.set_id))
+            files = dict(bundle.files)
             with contextlib.suppress(OSError):
-                remember_digest(root, _set_signature(root), result.sha256, dict(bundle.files))
+                remember_digest(root, _signature_of(root, files, self._kept), result.sha256, files)
+        self._kept = {}
         return result
 
     def _after_push(self) -> None:
         _COLLECTOR.submit(self._collect)
 
     def _make_staging(self, path: str) -> None:
-        """A spare (an old set emptied by _remove_set) renamed into place, else a new directory. A spare is only
-        taken empty: anything left in it would become part of the new set."""
+        """A spare (an old set _remove_set kept) renamed into place, else a new directory. What the spare holds is
+        pruned to the files the push would link anyway (_write_set)."""
         for entry in sorted(self._listdir(self.node.sets_dir)):
             if not entry.startswith(SPARE_PREFIX):
                 continue
@@ -208,18 +238,17 @@ class LocalTransport(FileSetTransport):
                 os.rename(os.path.join(self.node.sets_dir, entry), path)
             except OSError:
                 continue  # taken meanwhile (another push of this node from another process)
-            if _emptied(path):
-                self._makedirs(path, 0o755)  # its mode as a new one's
-                return
-            shutil.rmtree(path, ignore_errors=True)  # something was put there: not taken, and not kept
+            self._makedirs(path, 0o755)  # its mode as a new one's
+            return
         super()._make_staging(path)
 
     def _remove_set(self, path: str) -> None:
-        """Empty the set and keep its directories as a spare for a later push, while the node has fewer than
-        SPARES_KEPT; else remove it. Emptied under its own name, then renamed: a push never finds a spare half
-        emptied."""
+        """Keep the set, files and all, as a spare for a later push while the node has fewer than SPARES_KEPT; else
+        remove it. Most of its files are the newer sets' too (hard links): the push that takes it keeps those
+        instead of unlinking them here and linking them again there (~40 of a 1,000-route set's 43 files per
+        route change)."""
         spares = sum(entry.startswith(SPARE_PREFIX) for entry in self._listdir(self.node.sets_dir))
-        if spares >= SPARES_KEPT or not _empty_out(path):
+        if spares >= SPARES_KEPT:
             self._rmtree(path)
             return
         try:
@@ -294,11 +323,33 @@ class LocalTransport(FileSetTransport):
     def _write_file(self, path: str, data: bytes, mode: int) -> None:
         write_file_atomic(path, data, mode)
 
+    def _write_staged(self, path: str, data: bytes, mode: int) -> None:
+        _write_new(path, data, mode)
+
     def _write_unsynced(self, path: str, data: bytes, mode: int) -> None:
         # No fsync: it ran beside every apply (a route change included) and waited for the disk.
         with open(path, "wb") as handle:
             handle.write(data)
         os.chmod(path, mode)
+
+    def _write_set(self, set_dir: str, files: Mapping[str, bytes]) -> None:
+        self._in_place = _prune(set_dir, self._linkable(files))
+        try:
+            super()._write_set(set_dir, files)
+        finally:
+            self._in_place = set()
+
+    def _linkable(self, files: Mapping[str, bytes]) -> dict[str, int]:
+        """The current set's inode of each file the push would link from it as pushed (the very content wanted, in
+        a set whose signature held just now): a spare's file that is that inode is that file."""
+        current = os.path.realpath(self.node.current_dir)
+        known = self._known(current) if os.path.isdir(current) else None
+        pushed = known[1] if known is not None and known[1] is not None else {}
+        verified = recorded_digest(current) if pushed else None
+        if verified is None:
+            return {}
+        inodes = {entry[0]: entry[2] for entry in verified[0]}
+        return {name: inodes[name] for name, data in files.items() if pushed.get(name) is data and name in inodes}
 
     def _link_unchanged(self, set_dir: str, files: Mapping[str, bytes]) -> set[str]:
         """Hard-link every file the current set holds with the same content and mode.
@@ -316,13 +367,22 @@ class LocalTransport(FileSetTransport):
         # back (34 of a 100k-route set's 36 files, 6 MB, per node and change).
         known = self._known(current)
         pushed = known[1] if known is not None and known[1] is not None else {}
+        # The current set's signature entries by name, verified by _known just now (its signature is the one held).
+        verified = recorded_digest(current) if pushed else None
+        entries = {entry[0]: entry[1:] for entry in verified[0]} if verified is not None else {}
         linked = set()
         for name, data in files.items():
             source, path = os.path.join(current, name), os.path.join(set_dir, name)
+            if name in self._in_place and name in entries:  # the spare had it already (_prune)
+                linked.add(name)
+                self._kept[name] = entries[name]
+                continue
             if pushed.get(name) is data:
                 with contextlib.suppress(OSError):
                     os.link(source, path)
                     linked.add(name)
+                    if name in entries:
+                        self._kept[name] = entries[name]
                     continue
             # A file that cannot be linked is written the ordinary way instead.
             if _link_same(source, path, data, file_mode(name)):
@@ -342,7 +402,7 @@ class LocalTransport(FileSetTransport):
             if len(data) >= SHARE_FROM:
                 self._write_shared(path, data, mode)
             else:
-                self._write_file(path, data, mode)
+                self._write_staged(path, data, mode)
 
         shared = sorted(n for n, data in files.items() if len(data) >= SHARE_FROM)
         names = shared + sorted(n for n in files if n not in shared)
@@ -362,7 +422,7 @@ class LocalTransport(FileSetTransport):
                 if _link_same(source, path, data, mode):
                     return
         try:
-            self._write_file(path, data, mode)
+            self._write_staged(path, data, mode)
             if mine:
                 final = path.replace(f"{os.sep}.staging-", os.sep, 1)
                 entry.paths = (path, final) if final != path else (path,)
