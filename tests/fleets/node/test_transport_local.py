@@ -305,6 +305,26 @@ def test_previous_is_the_link_current_was_and_a_rollback_goes_back_to_it(
     assert transport.rollback().ok and serving(port) == "v2"
 
 
+def test_a_sets_real_path_is_the_one_realpath_gives_without_resolving_every_part(tmp_path: Path) -> None:
+    """The digests of sets are remembered by their real path; a push resolves it from the sets directory (resolved
+    once) and the link read. It must be realpath's answer whatever the node's directory is reached through (a
+    symlink on the way), and realpath itself for a link that does not name a set of the node."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "via").symlink_to(tmp_path / "real")
+    node = NodeConn("n", "127.0.0.1", str(tmp_path / "via" / "run"), str(tmp_path / "via" / "etc"))
+    sets = Path(node.sets_dir)
+    (sets / "abc-1").mkdir(parents=True)
+    (sets / "abc-2").mkdir()
+    os.symlink("sets/abc-2", node.current_dir)
+    os.symlink("sets/abc-1", node.previous_dir)
+    transport = LocalTransport(node)
+    for path in (node.current_dir, node.previous_dir, str(sets / "abc-1"), str(sets / ".staging-x")):
+        assert transport._real(path) == os.path.realpath(path), path
+    os.unlink(node.current_dir)
+    os.symlink(str(tmp_path / "real"), node.current_dir)  # not a set of the node's: realpath's own answer
+    assert transport._real(node.current_dir) == os.path.realpath(node.current_dir) == str(tmp_path / "real")
+
+
 def test_the_served_record_is_replaced_whole_in_place(tmp_path: Path) -> None:
     """served.json is written over in place (no new file per apply): a shorter record leaves nothing of the longer
     one behind, and a node without one gets one."""

@@ -204,6 +204,24 @@ class LocalTransport(FileSetTransport):
         # The signature entries of the files the push in progress linked from a verified set (_signature_of).
         self._kept: dict[str, tuple] = {}
         self._in_place: set[str] = set()  # the current set's files its staging (a spare) held already (_prune)
+        self._sets_real: str | None = None  # the node's sets directory, resolved once (_real)
+
+    def _real(self, path: str) -> str:
+        """os.path.realpath of `current`, `previous` or an entry of the sets directory: that directory resolved once
+        for this transport, then the link read (a push resolved the current set five times, each an lstat of
+        every part of the path: a tenth of a local node's route change in Python)."""
+        if path in (self.node.current_dir, self.node.previous_dir):
+            target = self._readlink(path)
+            name = target[len("sets/"):] if target and target.startswith("sets/") else ""
+            if "/" in name or name in ("", ".", ".."):
+                return os.path.realpath(path)
+            path = os.path.join(self.node.sets_dir, name)
+        parent, name = os.path.split(path)
+        if parent != self.node.sets_dir or name in ("", ".", ".."):
+            return os.path.realpath(path)
+        if self._sets_real is None:
+            self._sets_real = os.path.realpath(self.node.sets_dir)
+        return f"{self._sets_real}/{name}"
 
     def _known(self, root: str) -> tuple[str, Mapping[str, bytes] | None] | None:
         if root not in self._known_here:
@@ -218,7 +236,7 @@ class LocalTransport(FileSetTransport):
         result: PushResult = super().push(bundle, validate)
         if result.ok and result.set_id:
             # The files just written hash to the bundle's digest (the same definition, set_digest).
-            root = os.path.realpath(os.path.join(self.node.sets_dir, result.set_id))
+            root = self._real(os.path.join(self.node.sets_dir, result.set_id))
             files = dict(bundle.files)
             with contextlib.suppress(OSError):
                 remember_digest(root, _signature_of(root, files, self._kept), result.sha256, files)
@@ -289,7 +307,7 @@ class LocalTransport(FileSetTransport):
     def _collect(self) -> None:
         """_gc_sets, then forget the digests of the sets it removed (by name: asking every remembered set whether it
         is still there cost each push one stat per set known to the process, hundreds in a large fleet)."""
-        gone = {os.path.realpath(path) for path in self._gc_sets()}
+        gone = {self._real(path) for path in self._gc_sets()}
         if gone:
             forget_digests(gone.__contains__)
 
@@ -299,7 +317,7 @@ class LocalTransport(FileSetTransport):
         had its mtime set back is seen too."""
         if self._readlink(self.node.current_dir) is None:
             return None
-        root = os.path.realpath(self.node.current_dir)
+        root = self._real(self.node.current_dir)
         known = None if fresh else self._known(root)
         if known is not None:
             return known[0]
@@ -342,7 +360,7 @@ class LocalTransport(FileSetTransport):
     def _linkable(self, files: Mapping[str, bytes]) -> dict[str, int]:
         """The current set's inode of each file the push would link from it as pushed (the very content wanted, in
         a set whose signature held just now): a spare's file that is that inode is that file."""
-        current = os.path.realpath(self.node.current_dir)
+        current = self._real(self.node.current_dir)
         known = self._known(current) if os.path.isdir(current) else None
         pushed = known[1] if known is not None and known[1] is not None else {}
         verified = recorded_digest(current) if pushed else None
@@ -359,8 +377,8 @@ class LocalTransport(FileSetTransport):
         certificates. A link shares content that is already durable, and sets are never modified in
         place (every write is a new file renamed into a new set), so two sets sharing an inode is safe.
         """
-        current = os.path.realpath(self.node.current_dir)
-        if not os.path.isdir(current) or os.path.realpath(set_dir) == current:
+        current = self._real(self.node.current_dir)
+        if not os.path.isdir(current) or self._real(set_dir) == current:
             return set()
         # The current set as this process pushed it, untouched since: a file holding the very content wanted (the
         # same bytes object: a route change keeps every map bucket it does not move) is linked without reading it
