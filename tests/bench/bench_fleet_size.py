@@ -14,7 +14,9 @@ collection every 5 s, converge/drift every 10 s) and the enforcer process. Measu
 
 Last line: RESULT nodes=<largest> change_p99_ms=... reload_rollout_s=... cp_cpu_cores_per_100_nodes=...
 cp_rss_mb_per_100_nodes=... cpu_flat_50_200=... (the largest over the smallest cores per 100 nodes from 50 up;
-goal: change_p99_ms <= 300 at 200 nodes, cores per 100 nodes flat within 20%).
+goal: change_p99_ms <= 300 at 200 nodes, cores per 100 nodes flat within 20%) cpu_slope_flat_50_200=... (the
+largest over the smallest cost of 100 more nodes between sizes from 50 up: what one more node costs, without the
+cost no node count changes).
 """
 
 from __future__ import annotations
@@ -133,7 +135,12 @@ def main() -> None:
     last = rows[-1]
     per_100 = [r["cp_cores"] / r["nodes"] * 100 for r in rows if r["nodes"] >= 48]
     flat = max(per_100) / min(per_100) if per_100 else float("nan")
-    # What one more node costs: the slope between two sizes (the total also holds what no node count changes).
+    # What one more node costs: the slope between two sizes (the total also holds what no node count changes, which
+    # makes cores per 100 nodes fall as the fleet grows: cpu_flat_50_200 above 1). Flat per-node cost is a slope
+    # that holds from size to size: cpu_slope_flat_50_200 is the largest over the smallest slope from 50 nodes up.
+    slopes = [(b["cp_cores"] - a["cp_cores"]) / ((b["nodes"] - a["nodes"]) / 100)
+              for a, b in itertools.pairwise(rows) if a["nodes"] >= 48]
+    slope_flat = max(slopes) / min(slopes) if slopes and min(slopes) > 0 else float("nan")
     for a, b in itertools.pairwise(rows):
         more = (b["nodes"] - a["nodes"]) / 100
         print(f"{a['nodes']} -> {b['nodes']} nodes: +{(b['cp_cores'] - a['cp_cores']) / more:.3f} cores and "
@@ -144,7 +151,8 @@ def main() -> None:
     print(f"RESULT nodes={last['nodes']} change_p99_ms={last['change_p99_ms']:.0f} "
           f"reload_rollout_s={last['reload_rollout_s']:.1f} "
           f"cp_cpu_cores_per_100_nodes={last['cp_cores'] / last['nodes'] * 100:.3f} "
-          f"cp_rss_mb_per_100_nodes={last['cp_rss_mb'] / last['nodes'] * 100:.0f} cpu_flat_50_200={flat:.2f}")
+          f"cp_rss_mb_per_100_nodes={last['cp_rss_mb'] / last['nodes'] * 100:.0f} cpu_flat_50_200={flat:.2f} "
+          f"cpu_slope_flat_50_200={slope_flat:.2f}")
 
 
 if __name__ == "__main__":

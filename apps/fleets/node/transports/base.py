@@ -29,6 +29,7 @@ the staged haproxy.cfg against the *old* maps).
 
 from __future__ import annotations
 
+import functools
 import logging
 import posixpath
 import re
@@ -211,9 +212,16 @@ def state_without_moved_servers(state: str, config: str) -> str:
 def check_bundle_names(files: Mapping[str, bytes]) -> None:
     """Only ``haproxy.cfg``, ``keepalived.conf``, ``maps/<name>`` and ``certs/<name>``: nothing may
     escape the set."""
-    if CONFIG_NAME not in files:
+    _check_names(tuple(files))
+
+
+@functools.lru_cache(maxsize=64)
+def _check_names(names: tuple[str, ...]) -> None:
+    """check_bundle_names of these names, once (a rollout's nodes push the same names, change after change; an
+    exception is not remembered, so a refused set of names is checked and refused again)."""
+    if CONFIG_NAME not in names:
         raise ValueError("a config bundle must contain haproxy.cfg")
-    for name in files:
+    for name in names:
         if name in (CONFIG_NAME, KEEPALIVED_NAME):
             continue
         top, _, rest = name.partition("/")

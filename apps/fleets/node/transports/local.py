@@ -390,11 +390,11 @@ class LocalTransport(FileSetTransport):
         entries = {entry[0]: entry[1:] for entry in verified[0]} if verified is not None else {}
         linked = set()
         for name, data in files.items():
-            source, path = os.path.join(current, name), os.path.join(set_dir, name)
             if name in self._in_place and name in entries:  # the spare had it already (_prune)
                 linked.add(name)
                 self._kept[name] = entries[name]
                 continue
+            source, path = f"{current}/{name}", f"{set_dir}/{name}"
             if pushed.get(name) is data:
                 with contextlib.suppress(OSError):
                     os.link(source, path)
