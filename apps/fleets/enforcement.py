@@ -48,8 +48,7 @@ from apps.fleets.models import Node
 from apps.fleets.node.apply import NODE_ERRORS
 from apps.fleets.node.showstat import (
     backend_usable,
-    parse_backend_active,
-    parse_backend_usable,
+    parse_backends,
     parse_show_stat,
     parse_show_table,
     parse_show_table_counts,
@@ -214,9 +213,10 @@ def read_node(node: Node, region: str, batch: Callable[[list[str]], list[str]] |
         at = time.monotonic()
         demand = {int(k): v for k, v in parse_show_table(table).items() if k.isdigit()}
         counts = {int(k): v for k, v in parse_show_table_counts(table).items() if k.isdigit()}
-        usable = {be: int(ok) for be, ok in parse_backend_usable(stat).items()}
+        usable_now, active = parse_backends(stat)
+        usable = {be: int(ok) for be, ok in usable_now.items()}
         return NodeReading(node.pk, region, True, demand, counts, at, usable, _parse_map(limits),
-                           _parse_map(usable_map), parse_show_table(rates), parse_backend_active(stat),
+                           _parse_map(usable_map), parse_show_table(rates), active,
                            _parse_map(absorb), _parse_map(room))
     except NODE_ERRORS as exc:
         return NodeReading(node.pk, region, False, error=str(exc))

@@ -15,7 +15,7 @@ from apps.fleets.node.runtime_api import (
     RuntimeUnavailable,
     parse_show_proc,
 )
-from apps.fleets.node.showstat import parse_backend_usable, parse_show_stat
+from apps.fleets.node.showstat import parse_backend_active, parse_backend_usable, parse_backends, parse_show_stat
 from tests.fleets.conftest import HAProxyNodeFactory, pool_config
 from tests.netutil import http_get
 
@@ -320,6 +320,9 @@ backend empty
 
     usable = parse_backend_usable(backends_only)
     assert usable == {"pool": True, "emptied": False, "drained": False, "empty": False}
+    # What the loop reads in one pass: the same answer as the two readers, and the usable active servers' counts.
+    assert parse_backends(backends_only) == (usable, parse_backend_active(backends_only))
+    assert parse_backends(backends_only)[1] == {"pool": 1, "emptied": 0, "drained": 0, "empty": 0}
     rows = parse_show_stat(stats.command("show stat"))
     status = {r.pxname: r.status for r in rows if r.svname == "BACKEND"}
     assert status["empty"] == "UP"  # HAProxy's own word for a backend without servers
