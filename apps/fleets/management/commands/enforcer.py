@@ -20,7 +20,7 @@ from django.core.management.base import BaseCommand
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
 from apps.core.shutdown import stop_on_signals
-from apps.fleets.enforcement import DemandMeter, enforce, lease_acquire, lease_release
+from apps.fleets.enforcement import DemandMeter, Topology, enforce, lease_acquire, lease_release
 
 log = logging.getLogger("apps.fleets.enforcer")
 RENEW_EVERY_S = 0.5  # well inside the lease (LEASE_S)
@@ -38,6 +38,7 @@ class Command(BaseCommand):
         stopping = stop_on_signals()
         period = max(0.05, opts["period_s"])
         meter = DemandMeter(window_s=opts["window_s"])
+        topology = Topology()
         token = f"{id(self)}-{time.time()}"
         holding = False
         self.stdout.write(f"enforcer ready (every {period} s)", ending="\n")
@@ -56,7 +57,7 @@ class Command(BaseCommand):
                     if holding and not was:
                         log.info("enforcer: holding the lease")
                     if holding:
-                        done = enforce(meter=meter)
+                        done = enforce(meter=meter, topology=topology)
                         if done.get("unreachable"):
                             log.debug("enforcer: %s", done)
                     else:
