@@ -33,6 +33,28 @@ def _changed_at(stat, now):
     return now - timedelta(seconds=int(seconds)) if seconds.isdigit() else None
 
 
+def _mark_reachable(nodes: list[Node], now) -> None:  # type: ignore[no-untyped-def]
+    """Every node that answered: seen now, and up where it was down or unknown (each such one says so), in three
+    statements whatever the node count: two per node were 400 statements every 5 s at 201 nodes.
+
+    Rows another transaction holds (a rollout recording its nodes, which sets their last sight and status itself)
+    are skipped, not waited for: a statement over many rows that waited could deadlock with that transaction's own
+    statements over many rows; one skipped comes up at the next collection, 5 s later, if its rollout did not."""
+    if not nodes:
+        return
+    by_id = {node.pk: node for node in nodes}
+    with transaction.atomic():
+        mine = dict(Node.objects.select_for_update(skip_locked=True).filter(pk__in=list(by_id))
+                    .values_list("pk", "status"))
+        came_up = {pk: old for pk, old in mine.items() if old in (Node.Status.DOWN, Node.Status.UNKNOWN)}
+        if came_up:
+            Node.objects.filter(pk__in=list(came_up)).update(status=Node.Status.UP, status_detail="")
+        if mine:
+            Node.objects.filter(pk__in=list(mine)).update(last_seen=now)
+    for pk, old in came_up.items():
+        emit.node_status_changed(by_id[pk], old, Node.Status.UP)
+
+
 def fleet_health_collect(*, fleet: Fleet) -> int:
     """Read `show stat` from every node into NodeHealth (hot copy) and the cache; returns rows written."""
     nodes = list(queries.enabled_nodes(fleet))
@@ -44,16 +66,13 @@ def fleet_health_collect(*, fleet: Fleet) -> int:
     now = timezone.now()
     rows: list[NodeHealth] = []
     summary: dict[str, Any] = {"collected_at": now.isoformat(), "nodes": {}}
+    _mark_reachable([node for node, state in zip(nodes, states, strict=True) if state.reachable], now)
     for node, state in zip(nodes, states, strict=True):
         if not state.reachable:
             Node.objects.filter(pk=node.pk).update(status=Node.Status.DOWN, status_detail=state.error[:5000])
             emit.node_status_changed(node, node.status, Node.Status.DOWN, state.error)
             summary["nodes"][node.name] = {"reachable": False, "error": state.error}
             continue
-        if Node.objects.filter(pk=node.pk, status__in=[Node.Status.DOWN, Node.Status.UNKNOWN]).update(
-                status=Node.Status.UP, status_detail=""):
-            emit.node_status_changed(node, node.status, Node.Status.UP)
-        Node.objects.filter(pk=node.pk).update(last_seen=now)
         servers = []
         for s in state.stats:
             rows.append(NodeHealth(node=node, proxy=s.pxname[:128], server=s.svname[:128],

@@ -832,6 +832,60 @@ def test_health_collection_keeps_a_hot_copy_per_server(fleet3: LocalFleet) -> No
     assert TrafficSample.objects.filter(pool=pool).count() == 3
 
 
+@pytest.mark.django_db(transaction=True)  # a second connection holds a node's row, as a rollout's record does
+def test_health_collection_marks_nodes_seen_and_up_in_a_few_statements_and_waits_for_no_locked_node(
+    fleet3: LocalFleet,
+) -> None:
+    """Two statements per node every 5 s (400 at 201 nodes) became a few for the fleet. GIVEN n1 down, n2 unknown
+    and n3's row held by another transaction (a rollout recording it), WHEN health is collected, THEN n1 and n2 are
+    up and seen (n1 says it came back), n3 is left to that transaction instead of waited for, and the next
+    collection sees it."""
+    import threading
+    import time
+
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    reconcile(fleet3.fleet)
+    n1, n2, n3 = (Node.objects.get(pk=n.pk) for n in fleet3.nodes)
+    Node.objects.filter(pk=n1.pk).update(status=Node.Status.DOWN, status_detail="unreachable")
+    Node.objects.filter(pk=n2.pk).update(status=Node.Status.UNKNOWN)
+    Node.objects.update(last_seen=None)
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():  # as execute._record writes a node: an UPDATE, its row held to the commit
+                Node.objects.filter(pk=n3.pk).update(status_detail="being recorded")
+                locked.set()
+                release.wait(15)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(5)
+        started = time.monotonic()
+        with CaptureQueriesContext(connection) as queries:
+            services.fleet_health_collect(fleet=fleet3.fleet)
+        took = time.monotonic() - started
+    finally:
+        release.set()
+        holder.join()
+
+    assert took < 5, "waited for the row another transaction held"
+    node_writes = [q["sql"] for q in queries if q["sql"].startswith("UPDATE") and Node._meta.db_table in q["sql"]]
+    assert len(node_writes) == 2, node_writes  # up where it was not, then seen: not two per node
+    nodes = {n.name: n for n in Node.objects.all()}
+    assert nodes["n1"].status == nodes["n2"].status == Node.Status.UP
+    assert nodes["n1"].last_seen and nodes["n2"].last_seen and nodes["n3"].last_seen is None
+    assert Event.objects.filter(type="node.health_changed", object_id=str(n1.pk)).exists()
+
+    services.fleet_health_collect(fleet=fleet3.fleet)
+    assert Node.objects.get(pk=n3.pk).last_seen is not None
+
+
 def test_a_canary_whose_reload_fails_is_rolled_back_and_the_rollout_stops(fleet3: LocalFleet, monkeypatch) -> None:
     """GIVEN a port taken between the pre-check and the reload (simulated: the pre-check is told
     nothing is in the way) WHEN the canary reloads THEN HAProxy refuses, the canary goes back to its
