@@ -152,7 +152,7 @@ def _looks_clean(fleet: Fleet, due_after_s: float | None) -> int | None:
                 or state.worker_pid != node.worker_pid):
             return None
         try:
-            bundle = renderer.bundle(node.applied_revision, node)
+            bundle = renderer.applied(node, drained_as_was=False)
         except UnsafeValue:
             return None
         if bundle.sha256 != node.applied_sha256:
@@ -307,7 +307,7 @@ def fleet_drift_report(*, fleet: Fleet, all_maps: bool = True) -> DriftReport:
             verdicts[node.pk] = reasons
             if not reasons:
                 try:
-                    bundle = renderer.bundle(node.applied_revision, node)
+                    bundle = renderer.applied(node, drained_as_was=False)
                 except UnsafeValue:
                     continue
                 if bundle.sha256 == node.applied_sha256:  # live maps must equal exactly this bundle's

@@ -26,7 +26,7 @@ from apps.core.commits import asynchronous_commit
 from apps.fleets import caches, queries
 from apps.fleets import events as emit
 from apps.fleets.config import routelane
-from apps.fleets.config.render import UnsafeValue, render
+from apps.fleets.config.render import UnsafeValue, render, with_revision_header
 from apps.fleets.config.render.chain import ENFORCER_MAPS
 from apps.fleets.config.spec import ConfigBundle, FleetSnapshot, NodeSpec
 from apps.fleets.enforcement import enforcer_running
@@ -115,6 +115,29 @@ class BundleRenderer:
         return bundle
 
 
+    def applied(self, node: Node, spec: NodeSpec | None = None, *, drained_as_was: bool = True) -> ConfigBundle:
+        """The bundle of the node's applied revision that its recorded digest (applied_sha256) names; the one
+        rendered with the node's settings now when none does. Tried: the node's settings now; its drained flag as
+        it was (`drained_as_was`: the node's own setting changed since it applied that revision, which makes a
+        drain a map change, not a reload); each with the header renderers wrote before 2026-11-26
+        (render.with_revision_header: a node applied then holds those bytes until its next push)."""
+        spec = spec or queries.node_spec(node)
+        bundle = self.bundle(node.applied_revision, node, spec)
+        if not node.applied_sha256 or bundle.sha256 == node.applied_sha256:
+            return bundle
+        candidates = [bundle]
+        if drained_as_was:
+            candidates.append(self.bundle(node.applied_revision, node, replace(spec, drained=not spec.drained)))
+        for candidate in candidates:
+            if candidate.sha256 == node.applied_sha256:
+                return candidate
+            older = with_revision_header(candidate, fleet=node.fleet.name, revision=node.applied_revision.number,
+                                         node_name=node.name)
+            if older.sha256 == node.applied_sha256:
+                return older
+        return bundle
+
+
 def plan_for(renderer: BundleRenderer, rollout: Rollout, node: Node,
           challenges: tuple[tuple[str, str], ...] = (), keep_live_values: frozenset[str] | None = None) -> NodePlan:
     """`keep_live_values`: the maps whose live values a push keeps (the rollout asks once, not once per node)."""
@@ -122,13 +145,7 @@ def plan_for(renderer: BundleRenderer, rollout: Rollout, node: Node,
     spec = queries.node_spec(node)
     if node.applied_revision is not None and node.applied_revision.validation_ok:
         with contextlib.suppress(UnsafeValue):
-            last_good = renderer.bundle(node.applied_revision, node, spec)
-            if node.applied_sha256 and last_good.sha256 != node.applied_sha256:
-                # The node's own setting changed since it applied that revision (drained or not): what it serves
-                # is the revision with the setting it had, which makes a drain a map change, not a reload.
-                before = renderer.bundle(node.applied_revision, node, replace(spec, drained=not spec.drained))
-                if before.sha256 == node.applied_sha256:
-                    last_good = before
+            last_good = renderer.applied(node, spec)
     applied_here = node.applied_revision_id == rollout.revision_id
     conn = queries.node_conn(node)
     return NodePlan(

@@ -237,11 +237,11 @@ def test_a_push_reuses_an_old_set_keeping_only_the_current_sets_files_it_still_h
     haproxy_node: HAProxyNodeFactory, free_port
 ) -> None:
     """Making a directory, a symlink or a file cost ~0.8 ms of kernel time on one machine of this kind, and a route
-    change unlinked and linked again every unchanged file of a set. GIVEN old sets the collector kept (files and
-    all), WHEN a push runs, THEN it writes its set into one of them (the same directory), keeps the files that are
-    still the current set's (the same inodes: nothing unlinked and linked again), and the new set holds exactly
-    the bundle's files and serves: a file someone put in a spare, an old set's file that moved since, and a file
-    of the spare edited in place never become part of it."""
+    change unlinked and linked again every unchanged file of a set. GIVEN old sets the collector kept (with the
+    files newer sets share), WHEN a push runs, THEN it writes its set into one of them (the same directory), keeps
+    the files that are still the current set's (the same inodes: nothing unlinked and linked again), and the new
+    set holds exactly the bundle's files and serves: a file someone put in a spare, a directory, and a file of the
+    spare edited in place never become part of it; a spare that is a symlink is never written through."""
     port = free_port()
     node, _proc = haproxy_node(text_config(port, "v1"))
     transport = LocalTransport(node)
@@ -253,10 +253,12 @@ def test_a_push_reuses_an_old_set_keeping_only_the_current_sets_files_it_still_h
     taken = spares[0]  # the one a push takes first (by name)
     before = Path(node.current_dir).resolve()
     assert (taken / "maps/k.map").stat().st_ino == (before / "maps/k.map").stat().st_ino  # shared with current
+    # What only the old set had (its own haproxy.cfg: v2..v5 differ; a removed certificate's key would be one) was
+    # dropped when it was kept: every file left is shared with a newer set.
+    assert not (taken / "haproxy.cfg").exists()
+    assert all(p.stat().st_nlink > 1 for p in taken.rglob("*") if p.is_file())
     (taken / "maps" / "stray.map").write_bytes(b"/stray be_evil\n")
     (taken / "junk").mkdir()
-    spare_cfg = taken / "haproxy.cfg"  # an old set's haproxy.cfg: not current's (v2..v5 differ)
-    assert spare_cfg.stat().st_ino != (before / "haproxy.cfg").stat().st_ino
     taken_ino = taken.stat().st_ino
 
     pushed = transport.push(bundle_for(node, text_config(port, "v6"), {**files, "maps/m.map": b"a 2\n"}))
@@ -273,6 +275,16 @@ def test_a_push_reuses_an_old_set_keeping_only_the_current_sets_files_it_still_h
     assert stat.S_IMODE((current / "certs").stat().st_mode) == 0o700
     assert transport.config_sha256(fresh=True) == pushed.sha256
     assert transport.activate().ok and serving(port) == "v6"
+
+    # A spare that is a symlink (to somewhere else) is dropped, never written through.
+    elsewhere = Path(node.config_dir).parent / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("mine")
+    os.symlink(elsewhere, Path(node.sets_dir) / f"{SPARE_PREFIX}0000")  # sorts first: taken first
+    pushed = transport.push(bundle_for(node, text_config(port, "v6"), {**files, "maps/m.map": b"a 2b\n"}))
+    assert pushed.ok, pushed.validation_output
+    assert (elsewhere / "keep.txt").read_text() == "mine" and not (Path(node.sets_dir) / f"{SPARE_PREFIX}0000").exists()
+    assert LocalTransport(node).config_sha256(fresh=True) == pushed.sha256
 
     # A spare's file edited in place is the current set's too (a hard link): the current set no longer matches what
     # was pushed, so nothing is kept from a spare on trust; the set is still exactly the bundle.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -830,6 +831,43 @@ def test_health_collection_keeps_a_hot_copy_per_server(fleet3: LocalFleet) -> No
 
     # The same readings feed the overflow charts' history: one sample per node for the pool.
     assert TrafficSample.objects.filter(pool=pool).count() == 3
+
+
+def test_nodes_applied_under_the_old_header_take_the_next_route_change_without_a_reload(fleet3: LocalFleet,
+                                                                                        tiny_backend) -> None:
+    """haproxy.cfg's header named the revision before 2026-11-26. A node applied then holds that file and its
+    recorded digest is that set's, until its next push. GIVEN every node so, THEN a drift check finds no drift, and
+    the next route change is still a runtime update (the same workers) that writes the new header: the rollout knows
+    which bundle each node holds (BundleRenderer.applied), instead of taking them for changed and reloading all."""
+    from apps.fleets import queries
+    from apps.fleets.config.render import with_revision_header
+    from apps.fleets.rollout.drift import fleet_drift_report
+    from apps.fleets.rollout.execute import BundleRenderer
+
+    new = tiny_backend("new")
+    pool = add_pool(fleet3.lb, "new", (new.address, new.port))
+    add_route(fleet3.lb, pool, "/new", 10)
+    reconcile(fleet3.fleet)
+    renderer = BundleRenderer()
+    for node in Node.objects.filter(fleet=fleet3.fleet).select_related("applied_revision", "fleet"):
+        bundle = renderer.bundle(node.applied_revision, node)
+        older = with_revision_header(bundle, fleet=fleet3.fleet.name, revision=node.applied_revision.number,
+                                     node_name=node.name)
+        assert older.body == bundle.body and older.sha256 != bundle.sha256
+        assert transport_for(queries.node_conn(node)).push(older, validate=False).ok  # as it was written then
+        Node.objects.filter(pk=node.pk).update(applied_sha256=older.sha256)
+    before = running_workers(fleet3)
+    assert fleet_drift_report(fleet=fleet3.fleet).summary().startswith("No drift: all 3 node(s)")
+
+    add_route(fleet3.lb, pool, "/hot", 11)  # a route-only change
+    result = reconcile(fleet3.fleet)
+
+    assert Rollout.objects.get(pk=result["rollouts"][-1]).status == Rollout.Status.SUCCEEDED
+    assert fleet3.bodies("/hot/x") == {"n1": "new", "n2": "new", "n3": "new"}
+    assert running_workers(fleet3) == before  # no reload
+    for node in Node.objects.filter(fleet=fleet3.fleet):
+        on_disk = (Path(node.config_dir) / "current" / "haproxy.cfg").read_text()
+        assert "revision" not in on_disk.splitlines()[0] and "served.json" in on_disk.splitlines()[1]
 
 
 @pytest.mark.django_db(transaction=True)  # a second connection holds a node's row, as a rollout's record does

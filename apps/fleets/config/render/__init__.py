@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from apps.core.gcpause import collector_paused
+from apps.fleets.config.digest import file_digest
 from apps.fleets.config.render.chain import chain_files, drained_file, table_sections
 from apps.fleets.config.render.frontends import (
     FLOATING,
@@ -49,6 +50,7 @@ __all__ = [
     "patch_maps",
     "render",
     "resolve_route",
+    "with_revision_header",
 ]
 
 # Above this many routes a listener is classified with map lookups instead of one rule per route
@@ -73,6 +75,26 @@ def _header(fleet: str, node_name: str, body: str) -> str:
     )
     assert header.count("\n") == HEADER_LINES
     return header
+
+
+def with_revision_header(bundle: ConfigBundle, *, fleet: str, revision: int, node_name: str) -> ConfigBundle:
+    """`bundle` with the header renderers wrote before 2026-11-26 (it named the revision and hashed every file). A
+    node applied then serves those bytes, and its recorded digest is this bundle's, until its next push: that push
+    is a file write, not a reload (hot_changes compares bodies), once the rollout knows which bundle the node holds
+    (rollout/execute.BundleRenderer.applied)."""
+    body = bundle.body
+    rest = hashlib.sha256(body.encode())
+    for name in sorted(bundle.files):
+        if name != MAIN_FILE:
+            rest.update(b"\0" + name.encode() + b"\0" + file_digest(bundle.files[name]))
+    header = (
+        f"# Spillway: fleet {fleet}, revision {revision}, node {node_name}.\n"
+        f"# Generated; do not edit. sha256 of everything below and of the bundle's other files:\n"
+        f"# {rest.hexdigest()}\n\n"
+    )
+    files = {**bundle.files, MAIN_FILE: (header + body).encode()}
+    return ConfigBundle.of(files, replace(bundle.rendered_manifest, header_len=len(header)),
+                           map_deltas=dict(bundle.map_deltas))
 
 
 def patch_maps(bundle: ConfigBundle, maps: Iterable[MapUpdate]) -> ConfigBundle:

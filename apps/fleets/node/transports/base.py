@@ -62,7 +62,7 @@ SERVER_STATE_NAME = "server-state"
 # Beside `current`: which revision of which fleet the node was last given (JSON, rollout/restore.py). Outside the
 # config sets, so it is in no bundle's digest. A database restored from a backup is told apart from drift by it.
 SERVED_NAME = "served.json"
-# An emptied set's directories kept for a later push (local.py), under sets/: neither a set nor a push in flight.
+# An old set kept for a later push (local.py), under sets/: neither a set nor a push in flight.
 SPARE_PREFIX = ".spare-"
 LOG_NAME = "haproxy.log"  # where apps.fleets.node.process points the master's stdout/stderr
 # An empty server-state file makes `haproxy -c -dW` fail ("Can't get version"), and a

@@ -149,6 +149,20 @@ def _set_signature(root: str) -> tuple:
     return tuple(entries)
 
 
+def _drop_own_files(root: str) -> None:
+    """Unlink the files of a set being kept as a spare that no other set shares (one link): a push keeps only the
+    current set's files from a spare (_prune), and a removed or replaced certificate's private key must not stay
+    on disk with it."""
+    pending = [root]
+    while pending:
+        with os.scandir(pending.pop()) as listing:
+            for entry in listing:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                elif entry.is_symlink() or entry.stat(follow_symlinks=False).st_nlink == 1:
+                    os.unlink(entry.path)
+
+
 def _signature_of(root: str, names: Mapping[str, bytes], kept: Mapping[str, tuple]) -> tuple:
     """_set_signature of a set just written with exactly `names`, without listing it: a name linked from a set whose
     signature was verified a moment ago keeps that file's entry (a hard link is the same inode, mode, size and
@@ -256,6 +270,9 @@ class LocalTransport(FileSetTransport):
                 os.rename(os.path.join(self.node.sets_dir, entry), path)
             except OSError:
                 continue  # taken meanwhile (another push of this node from another process)
+            if not stat.S_ISDIR(os.lstat(path).st_mode):  # not a set kept here (a symlink): never written through
+                os.unlink(path)
+                continue
             self._makedirs(path, 0o755)  # its mode as a new one's
             return
         super()._make_staging(path)
@@ -267,6 +284,11 @@ class LocalTransport(FileSetTransport):
         route change)."""
         spares = sum(entry.startswith(SPARE_PREFIX) for entry in self._listdir(self.node.sets_dir))
         if spares >= SPARES_KEPT:
+            self._rmtree(path)
+            return
+        try:
+            _drop_own_files(path)
+        except OSError:
             self._rmtree(path)
             return
         try:
@@ -390,9 +412,10 @@ class LocalTransport(FileSetTransport):
         entries = {entry[0]: entry[1:] for entry in verified[0]} if verified is not None else {}
         linked = set()
         for name, data in files.items():
-            if name in self._in_place and name in entries:  # the spare had it already (_prune)
+            if name in self._in_place:  # the spare had it already (_prune)
                 linked.add(name)
-                self._kept[name] = entries[name]
+                if name in entries:
+                    self._kept[name] = entries[name]
                 continue
             source, path = f"{current}/{name}", f"{set_dir}/{name}"
             if pushed.get(name) is data:
