@@ -143,17 +143,18 @@ def parse_backend_usable(text: str) -> dict[str, bool]:
 
     Usable is status UP with at least one usable server (`act` + `bck`): HAProxy 2.6 reports a backend without
     any server as UP (a pool's region before its first member), which no request should be sent to."""
-    return {px: backend_usable(status, act, bck) for px, status, act, bck in _backend_rows(text)}
+    return parse_backends(text)[0]
 
 
 def parse_backend_active(text: str) -> dict[str, int]:
     """{backend: its count of usable active servers} (`act`), from the same BACKEND rows: a region's healthy
     share of members as this node sees it, for failover and auto capacity drain (apps.traffic.steering)."""
-    return {px: int_or_none(act) or 0 for px, _, act, _ in _backend_rows(text)}
+    return parse_backends(text)[1]
 
 
 def parse_backends(text: str) -> tuple[dict[str, bool], dict[str, int]]:
-    """(parse_backend_usable, parse_backend_active) of one answer, its rows split once."""
+    """(parse_backend_usable, parse_backend_active) of one answer, its rows split once (the enforcement loop reads
+    both of every node four times a second)."""
     rows = _backend_rows(text)
     return ({px: backend_usable(status, act, bck) for px, status, act, bck in rows},
             {px: int_or_none(act) or 0 for px, _, act, _ in rows})

@@ -114,7 +114,6 @@ class BundleRenderer:
         _BUNDLE_CACHE.put(key, bundle)
         return bundle
 
-
     def applied(self, node: Node, spec: NodeSpec | None = None, *, drained_as_was: bool = True) -> ConfigBundle:
         """The bundle of the node's applied revision that its recorded digest (applied_sha256) names; the one
         rendered with the node's settings now when none does. Tried: the node's settings now; its drained flag as

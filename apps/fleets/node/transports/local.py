@@ -179,21 +179,6 @@ def _signature_of(root: str, names: Mapping[str, bytes], kept: Mapping[str, tupl
     return tuple(entries)
 
 
-def _write_new(path: str, data: bytes, mode: int) -> None:
-    """A file of a staging set, created there (O_EXCL) and fsynced: a staging set is this push's own until it is
-    renamed into place, and a failed push removes it, so a temporary name and a rename (write_file_atomic) would
-    guard against a reader that cannot be there."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fchmod(fd, mode)  # the mode os.open gave was filtered by the umask
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _known(root: str) -> tuple[str, Mapping[str, bytes] | None] | None:
     """(digest, files as pushed or None) of the set at `root` while it is as recorded; None otherwise."""
     known = recorded_digest(root)
@@ -218,6 +203,7 @@ class LocalTransport(FileSetTransport):
         # The signature entries of the files the push in progress linked from a verified set (_signature_of).
         self._kept: dict[str, tuple] = {}
         self._in_place: set[str] = set()  # the current set's files its staging (a spare) held already (_prune)
+        self._base: tuple[str | None, Mapping[str, bytes], dict[str, tuple]] | None = None  # _current_as_pushed
         self._sets_real: str | None = None  # the node's sets directory, resolved once (_real)
 
     def _real(self, path: str) -> str:
@@ -364,7 +350,18 @@ class LocalTransport(FileSetTransport):
         write_file_atomic(path, data, mode)
 
     def _write_staged(self, path: str, data: bytes, mode: int) -> None:
-        _write_new(path, data, mode)
+        """A file of a staging set, created there (O_EXCL) and fsynced: a staging set is this push's own until it is
+        renamed into place, and a failed push removes it, so a temporary name and a rename (write_file_atomic) would
+        guard against a reader that cannot be there."""
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fchmod(fd, mode)  # the mode os.open gave was filtered by the umask
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def _write_unsynced(self, path: str, data: bytes, mode: int) -> None:
         # No fsync: it ran beside every apply (a route change included) and waited for the disk.
@@ -373,23 +370,29 @@ class LocalTransport(FileSetTransport):
         os.chmod(path, mode)
 
     def _write_set(self, set_dir: str, files: Mapping[str, bytes]) -> None:
-        self._in_place = _prune(set_dir, self._linkable(files))
+        self._base = self._current_as_pushed(set_dir)
+        _, pushed, entries = self._base
+        # A spare's file that is the current set's inode for a file the push would link from it is that file.
+        keep = {name: entries[name][1] for name, data in files.items() if pushed.get(name) is data and name in entries}
+        self._in_place = _prune(set_dir, keep)
         try:
             super()._write_set(set_dir, files)
         finally:
-            self._in_place = set()
+            self._in_place, self._base = set(), None
 
-    def _linkable(self, files: Mapping[str, bytes]) -> dict[str, int]:
-        """The current set's inode of each file the push would link from it as pushed (the very content wanted, in
-        a set whose signature held just now): a spare's file that is that inode is that file."""
+    def _current_as_pushed(self, set_dir: str) -> tuple[str | None, Mapping[str, bytes], dict[str, tuple]]:
+        """The current set a push into `set_dir` links from: its real path (None when there is none, or it is
+        `set_dir`), its files as this process pushed them while its signature holds ({} otherwise), and that
+        signature's entries by name ((mode, inode, size, mtime), verified by _known just now)."""
         current = self._real(self.node.current_dir)
-        known = self._known(current) if os.path.isdir(current) else None
+        if not os.path.isdir(current) or self._real(set_dir) == current:
+            return None, {}, {}
+        known = self._known(current)
         pushed = known[1] if known is not None and known[1] is not None else {}
         verified = recorded_digest(current) if pushed else None
-        if verified is None:
-            return {}
-        inodes = {entry[0]: entry[2] for entry in verified[0]}
-        return {name: inodes[name] for name, data in files.items() if pushed.get(name) is data and name in inodes}
+        if verified is None or verified[2] is not pushed:  # the record moved since _known read it: keep nothing
+            return current, pushed, {}
+        return current, pushed, {entry[0]: entry[1:] for entry in verified[0]}
 
     def _link_unchanged(self, set_dir: str, files: Mapping[str, bytes]) -> set[str]:
         """Hard-link every file the current set holds with the same content and mode.
@@ -399,17 +402,12 @@ class LocalTransport(FileSetTransport):
         certificates. A link shares content that is already durable, and sets are never modified in
         place (every write is a new file renamed into a new set), so two sets sharing an inode is safe.
         """
-        current = self._real(self.node.current_dir)
-        if not os.path.isdir(current) or self._real(set_dir) == current:
+        current, pushed, entries = self._base if self._base is not None else self._current_as_pushed(set_dir)
+        if current is None:
             return set()
         # The current set as this process pushed it, untouched since: a file holding the very content wanted (the
         # same bytes object: a route change keeps every map bucket it does not move) is linked without reading it
         # back (34 of a 100k-route set's 36 files, 6 MB, per node and change).
-        known = self._known(current)
-        pushed = known[1] if known is not None and known[1] is not None else {}
-        # The current set's signature entries by name, verified by _known just now (its signature is the one held).
-        verified = recorded_digest(current) if pushed else None
-        entries = {entry[0]: entry[1:] for entry in verified[0]} if verified is not None else {}
         linked = set()
         for name, data in files.items():
             if name in self._in_place:  # the spare had it already (_prune)
