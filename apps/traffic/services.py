@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
 
 from django.core.cache import cache
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.accounts.principal import Principal
@@ -126,9 +126,15 @@ def readings_record(*, nodes: Sequence[NodeReadings], at: datetime) -> int:
 def _previous_totals(node_names: list[str], at: datetime) -> dict[str, dict[int, tuple[float, dict[str, int]]]]:
     """{node: {pool id: (time, backend totals)}} of each node's latest sample before `at`."""
     found: dict[str, dict[int, tuple[float, dict[str, int]]]] = defaultdict(dict)
-    rows = (TrafficSample.objects.filter(node__in=node_names, time__lt=at,
-                                         time__gte=at - timedelta(seconds=MAX_COUNTER_GAP_S))
-            .order_by("time").values_list("node", "pool_id", "time", "totals"))
+    # The newest row per (node, pool) only, chosen by PostgreSQL: every row of the window was read and decoded
+    # (12 per node and pool at one collection every 5 s; at 201 nodes, a third of health collection's CPU).
+    window = TrafficSample.objects.filter(node__in=node_names, time__lt=at,
+                                          time__gte=at - timedelta(seconds=MAX_COUNTER_GAP_S))
+    if connection.features.can_distinct_on_fields:
+        rows = (window.order_by("node", "pool_id", "-time").distinct("node", "pool_id")
+                .values_list("node", "pool_id", "time", "totals"))
+    else:  # SQLite (the zero-setup default): every row, the newest last
+        rows = window.order_by("time").values_list("node", "pool_id", "time", "totals")
     for node, pool_id, time, totals in rows:
         found[node][pool_id] = (time.timestamp(), {k: int(v) for k, v in (totals or {}).items()})
     return found
@@ -143,12 +149,13 @@ def overflow_bucket_refresh(*, pool_id: int, time: datetime, resolution_s: int =
     """Recompute one pool's per-region points for the fine bucket holding `time` from raw samples."""
     start = bucket_start(time, resolution_s)
     end = start + timedelta(seconds=resolution_s)
-    raw = TrafficSample.objects.filter(pool_id=pool_id, time__gte=start, time__lt=end)
+    # Columns, not model instances: every node's samples of the bucket are read again at each fleet's collection.
+    raw = (TrafficSample.objects.filter(pool_id=pool_id, time__gte=start, time__lt=end).order_by("time")
+           .values_list("node", "region", "served_local", "sent_to", "sessions"))
     samples = mean_by_node(
-        NodePoolSample(pool_id=r.pool_id, node=r.node, region=r.region,
-                       sent={r.region: r.served_local, **{k: float(v) for k, v in r.sent_to.items()}},
-                       sessions=r.sessions)
-        for r in raw
+        NodePoolSample(pool_id=pool_id, node=node, region=region,
+                       sent={region: served_local, **{k: float(v) for k, v in sent_to.items()}}, sessions=sessions)
+        for node, region, served_local, sent_to, sessions in raw
     )
     try:
         caps = capacity_by_region(selectors.pool_capacities(pool_id))

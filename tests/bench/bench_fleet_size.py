@@ -35,6 +35,10 @@ os.environ.setdefault("BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
 from _fleetbench import CHILD_MARK, child_result
 
 CP_MARKERS = ("gunicorn", "celery", "manage.py enforcer")
+# Where a change's CPU goes, by process (bench_scale.cpu_by_process: the first key in the command line).
+KINDS = (("--queues fleets.", "shard workers"), ("--queues celery", "default worker"), (" beat", "beat"),
+         ("enforcer", "enforcer"), ("gunicorn", "web"), ("haproxy", "nodes' haproxy"), ("postgres", "postgres"),
+         ("redis", "redis"), ("bench_fleet_size", "bench client"), ("_fleetbench", "backends"))
 REGIONS = 3
 
 
@@ -80,10 +84,17 @@ def usage(pids: list[int]) -> tuple[float, float, int]:
     return cpu, rss, sockets
 
 
+def machine_cpu_s() -> float:
+    """CPU seconds every process on this machine has used so far (/proc/stat: user, nice, system, irq, softirq)."""
+    with open("/proc/stat") as stat:
+        values = [int(v) for v in stat.readline().split()[1:8]]
+    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def one_size(nodes: int, changes: int, idle_s: float) -> dict[str, float]:
     from _fleetbench import FleetBench
     from bench_propagation import percentile
-    from bench_scale import one_change, rollout_all, seed_routes
+    from bench_scale import cpu_by_process, one_change, rollout_all, seed_routes
 
     fb = FleetBench("spillway_bench_fleet_size", nodes_per_region=-(-nodes // REGIONS), worker_concurrency=2,
                     beat=True, regions=REGIONS)
@@ -95,15 +106,29 @@ def one_size(nodes: int, changes: int, idle_s: float) -> dict[str, float]:
         seed_routes(fb, 1_000)
         reload_s = rollout_all(fb, 900)
         warm = [one_change(fb, 10_000 + i, []) for i in range(3)]  # each shard process's first full render
+        machine_0, kinds_0 = machine_cpu_s(), cpu_by_process(KINDS)
         took = sorted(one_change(fb, i, []) for i in range(changes))
+        kinds_1 = cpu_by_process(KINDS)
+        by_kind = {k: (kinds_1[k] - kinds_0.get(k, 0.0)) / changes * 1000.0 for k in kinds_1}
+        # The whole machine's CPU per change (control plane, PostgreSQL, the nodes' HAProxy, the bench's client):
+        # near 2 cores x the change's wall time means it waits for CPU, not for anything else.
+        machine_ms = (machine_cpu_s() - machine_0) / changes * 1000.0
         time.sleep(5.0)  # the changes' after-work (drift checks) is done
         pids = control_plane_pids([p.pid for p in fb.procs])
         cpu_0, _, _ = usage(pids)
+        idle_0 = cpu_by_process(KINDS)
         time.sleep(idle_s)
         cpu_1, rss, sockets = usage(pids)
+        idle_1 = cpu_by_process(KINDS)
+        idle_by_kind = {k: round((idle_1[k] - idle_0.get(k, 0.0)) / idle_s, 3) for k in idle_1}
         return {"nodes": len(fb.node_addresses), "reload_rollout_s": reload_s, "change_p50_ms": percentile(took, 50),
-                "change_p99_ms": percentile(took, 99), "change_max_ms": max(took), "warm_ms": max(warm),
-                "cp_cores": (cpu_1 - cpu_0) / idle_s, "cp_rss_mb": rss, "cp_sockets": sockets,
+                "change_p99_ms": percentile(took, 99), "change_max_ms": max(took), "machine_cpu_ms": machine_ms,
+                "machine_cpu_ms_by_kind": {k: round(v, 1) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])
+                                           if v >= 1.0},
+                "warm_ms": max(warm),
+                "cp_cores": (cpu_1 - cpu_0) / idle_s,
+                "idle_cores_by_kind": dict(sorted(((k, v) for k, v in idle_by_kind.items() if v >= 0.005),
+                                                  key=lambda kv: -kv[1])), "cp_rss_mb": rss, "cp_sockets": sockets,
                 "cp_processes": len(pids)}
     finally:
         fb.close()
@@ -132,6 +157,11 @@ def main() -> None:
               f"{row['change_p50_ms']:8.0f}/{row['change_p99_ms']:.0f}/{row['change_max_ms']:.0f}".ljust(45)
               + f" {row['cp_cores']:9.3f} {row['cp_cores'] / row['nodes'] * 100:15.3f} {row['cp_rss_mb']:9.0f} "
               f"{row['cp_sockets']:7d}   ({time.monotonic() - started:.0f} s)", flush=True)
+        print(f"      machine CPU per change {row['machine_cpu_ms']:.0f} ms (all processes; 2 cores give "
+              f"{2 * row['change_p50_ms']:.0f} ms in the p50 change's time): "
+              + ", ".join(f"{k} {v:.0f}" for k, v in row["machine_cpu_ms_by_kind"].items()), flush=True)
+        print("      idle, cores: " + ", ".join(f"{k} {v:.3f}" for k, v in row["idle_cores_by_kind"].items()),
+              flush=True)
     last = rows[-1]
     per_100 = [r["cp_cores"] / r["nodes"] * 100 for r in rows if r["nodes"] >= 48]
     flat = max(per_100) / min(per_100) if per_100 else float("nan")

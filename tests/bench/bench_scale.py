@@ -260,10 +260,13 @@ def stalls_report(since: float) -> None:
               + "; revision stored -> rollout started " + ", ".join(f"{ms:.0f} @ {s:.1f}" for ms, s in waits))
 
 
-def cpu_by_process() -> dict[str, float]:
-    """CPU seconds used so far by each kind of process on this machine (live processes only)."""
-    kinds = (("gunicorn", "web (gunicorn)"), ("celery", "worker (celery)"), ("haproxy", "nodes (haproxy)"),
-             ("postgres", "postgres"), ("redis", "redis"), ("wrk", "wrk"), ("bench_scale", "bench client"))
+PROCESS_KINDS = (("gunicorn", "web (gunicorn)"), ("celery", "worker (celery)"), ("haproxy", "nodes (haproxy)"),
+                 ("postgres", "postgres"), ("redis", "redis"), ("wrk", "wrk"), ("bench_scale", "bench client"))
+
+
+def cpu_by_process(kinds: tuple[tuple[str, str], ...] = PROCESS_KINDS) -> dict[str, float]:
+    """CPU seconds used so far by each kind of process on this machine (live processes only): the first kind whose
+    key is in the command line, else "other"."""
     ticks = os.sysconf("SC_CLK_TCK")
     used: dict[str, float] = {}
     for proc in Path("/proc").iterdir():

@@ -130,6 +130,19 @@ def test_a_recorded_reading_is_stored_once(two_regions) -> None:
     assert services.readings_record(at=at, nodes=[NodeReadings(None, "x/n", "ra", [reading("p999999_ra", 1)])]) == 0
 
 
+def test_a_sample_rate_is_counted_from_the_nodes_newest_earlier_sample(two_regions) -> None:
+    """The rate between two readings comes from the node's latest sample before this one, not an older one in the
+    window: a counter at 0, then 100, then 105 five seconds apart is 1 req/s now (5 in 5 s), not 10.5."""
+    backend = f"p{two_regions.pool.pk}_ra"
+    start = timezone.now() - timedelta(seconds=10)
+    for step, total in enumerate((0, 100, 105)):
+        services.readings_record(at=start + timedelta(seconds=5 * step),
+                                 nodes=[NodeReadings(None, "fa/n1", "ra", [reading(backend, total)]),
+                                        NodeReadings(None, "fb/n1", "rb", [reading(backend, 7 * step)])])
+    rates = dict(TrafficSample.objects.filter(time=start + timedelta(seconds=10)).values_list("node", "request_rate"))
+    assert rates == {"fa/n1": pytest.approx(1.0), "fb/n1": pytest.approx(1.4)}
+
+
 def test_downsampling_and_retention(two_regions) -> None:
     pool = two_regions.pool
     old = timezone.now() - timedelta(hours=3)
