@@ -68,6 +68,18 @@ app.autodiscover_tasks()
 
 
 @worker_init.connect
+def _worker_setup(**kwargs) -> None:
+    """The worker's main process, its task modules imported and no pool child forked yet: its long GC pauses logged,
+    and its startup heap (Django, Celery, every app module: ~200k objects) left out of full collections. A full
+    collection walked all of it while every thread waited: 100-280 ms pauses of the shard workers and the health
+    worker during bench-fleet-size's route changes at 201 nodes, each a change's wait. Frozen before the fork, so
+    prefork children inherit it without writing to every page they share with their parent."""
+    from apps.core import gcpause
+
+    _worker_process_setup()
+    gcpause.freeze_startup_heap()
+
+
 @worker_process_init.connect
 def _worker_process_setup(**kwargs) -> None:
     """A worker process logs its long GC pauses and freezes the large route lanes it keeps (routelane._freeze)."""

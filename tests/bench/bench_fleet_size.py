@@ -122,7 +122,9 @@ def one_size(nodes: int, changes: int, idle_s: float) -> dict[str, float]:
         idle_1 = cpu_by_process(KINDS)
         idle_by_kind = {k: round((idle_1[k] - idle_0.get(k, 0.0)) / idle_s, 3) for k in idle_1}
         return {"nodes": len(fb.node_addresses), "reload_rollout_s": reload_s, "change_p50_ms": percentile(took, 50),
-                "change_p99_ms": percentile(took, 99), "change_max_ms": max(took), "machine_cpu_ms": machine_ms,
+                "change_p99_ms": percentile(took, 99), "change_max_ms": max(took),
+                "change_ms": [round(t) for t in took],
+                "machine_cpu_ms": machine_ms,
                 "machine_cpu_ms_by_kind": {k: round(v, 1) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])
                                            if v >= 1.0},
                 "warm_ms": max(warm),

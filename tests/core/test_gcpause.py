@@ -112,3 +112,33 @@ print(*imported, gc.get_freeze_count(), len(gc.get_objects()), 'apps.balancers.a
     assert views_loaded == "True"  # the API's views were imported at start, before the freeze
     assert int(frozen) > 100_000, done.stdout
     assert int(tracked) < int(frozen) // 20, done.stdout  # what a full collection still walks
+
+
+@pytest.mark.process
+def test_a_celery_worker_leaves_its_startup_heap_out_of_full_collections() -> None:
+    """A Celery worker freezes its heap once its task modules are imported, in the main process before the pool
+    forks (worker_init): the shard workers' full collections walked ~200k objects of Django, Celery and the apps
+    while every rollout thread waited (100-280 ms pauses during bench-fleet-size's route changes at 201 nodes).
+    Importing the app alone freezes nothing."""
+    import subprocess
+    import sys
+
+    from tests.processes import REPO, process_env
+
+    code = """
+import gc
+from controlplane.celery import app
+from celery.signals import worker_init
+frozen_at_import = gc.get_freeze_count()
+app.loader.init_worker()  # what WorkController does before it sends worker_init: the task modules imported
+worker_init.send(sender=None)
+print(frozen_at_import, gc.get_freeze_count(), len(gc.get_objects()), 'apps.fleets.tasks' in __import__('sys').modules)
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=process_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    frozen_at_import, frozen, tracked, tasks_loaded = done.stdout.split()
+    assert frozen_at_import == "0"
+    assert tasks_loaded == "True"  # frozen with the task modules (and what they import) in it
+    assert int(frozen) > 100_000, done.stdout
+    assert int(tracked) < int(frozen) // 20, done.stdout  # what a full collection still walks

@@ -19,6 +19,7 @@ import time
 from django.core.management.base import BaseCommand
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
+from apps.core import gcpause
 from apps.core.shutdown import stop_on_signals
 from apps.fleets.enforcement import DemandMeter, Topology, enforce, lease_acquire, lease_release
 
@@ -41,6 +42,10 @@ class Command(BaseCommand):
         topology = Topology()
         token = f"{id(self)}-{time.time()}"
         holding = False
+        # Its long GC pauses logged, and what it imported left out of full collections (apps.core.gcpause): each one
+        # walked the whole application, a run's delay, four runs a second.
+        gcpause.install()
+        gcpause.freeze_startup_heap()
         self.stdout.write(f"enforcer ready (every {period} s)", ending="\n")
         self.stdout.flush()
         next_run = renew_at = time.monotonic()
