@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -84,11 +85,22 @@ def fleet_ids_for_lb(lb_id: int) -> list[int]:
     """lb_fleets' ids for an HAProxy LB (none for a cloud LB or a missing one), in one query: it runs after every
     route write's commit."""
     # Two subqueries, not an OR across the two relations: joined, each fleet's LBs-by-`fleet` times its `serves` were
-    # built and thrown away (462 ms for a fleet of 1,500 LBs it also serves, against 2 ms).
-    haproxy = LoadBalancer.Kind.HAPROXY
-    own = LoadBalancer.objects.filter(pk=lb_id, kind=haproxy).values("fleet_id")
-    serving = Fleet.serves.through.objects.filter(loadbalancer_id=lb_id, loadbalancer__kind=haproxy).values("fleet_id")
-    return list(Fleet.objects.filter(Q(pk__in=own) | Q(pk__in=serving)).order_by("name").values_list("pk", flat=True))
+    # built and thrown away (462 ms for a fleet of 1,500 LBs it also serves, against 2 ms). Written as SQL: the ORM
+    # took ~2 ms to compile the same statement, which PostgreSQL plans and runs in ~0.15 ms, after every route write.
+    with connection.cursor() as cursor:
+        cursor.execute(_FLEET_IDS_FOR_LB, {"lb": lb_id, "kind": LoadBalancer.Kind.HAPROXY.value})
+        return [pk for (pk,) in cursor.fetchall()]
+
+
+_FLEET_IDS_FOR_LB = (
+    f"SELECT f.id FROM {Fleet._meta.db_table} f WHERE f.id IN ("  # noqa: S608 (table names from the models)
+    f"SELECT lb.fleet_id FROM {LoadBalancer._meta.db_table} lb WHERE lb.id = %(lb)s AND lb.kind = %(kind)s"
+    ") OR f.id IN ("
+    f"SELECT s.fleet_id FROM {Fleet.serves.through._meta.db_table} s"
+    f" JOIN {LoadBalancer._meta.db_table} lb ON lb.id = s.loadbalancer_id"
+    " WHERE s.loadbalancer_id = %(lb)s AND lb.kind = %(kind)s"
+    ") ORDER BY f.name"
+)
 
 
 def enabled_nodes(fleet: Fleet) -> QuerySet[Node]:
