@@ -350,7 +350,7 @@ def _pool_counters(pool_region) -> dict[str, dict[str, int]] | None:
                 for proto in ("http", "tcp")}
     out: dict[str, dict[str, int]] = {}
     for node in Node.objects.filter(fleet__in=fleet_selectors.lb_fleets(lb), enabled=True).select_related("fleet"):
-        state = fleet_selectors.read_state(fleet_selectors.node_conn(node), with_stats=True)
+        state = fleet_selectors.read_state(fleet_selectors.node_conn(node), with_stats=True, with_disk=False)
         if not state.reachable:
             return None
         out[str(node)] = {

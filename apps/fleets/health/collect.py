@@ -63,7 +63,7 @@ def fleet_health_collect(*, fleet: Fleet) -> int:
     if not nodes:
         return 0
     started = time.monotonic()
-    states = parallel(lambda n: read_state(queries.node_conn(n), with_stats=True), nodes,
+    states = parallel(lambda n: read_state(queries.node_conn(n), with_stats=True, with_disk=False), nodes,
                       in_turn=on_this_host(nodes))
     now = timezone.now()
     rows: list[NodeHealth] = []

@@ -85,16 +85,20 @@ class NodeState:
     on_disk_sha256_v1: str | None = None
 
 
-def read_state(conn: NodeConn, with_stats: bool = False, recorded_sha256: str = "", fresh: bool = False) -> NodeState:
+def read_state(conn: NodeConn, with_stats: bool = False, recorded_sha256: str = "", fresh: bool = False,
+               with_disk: bool = True) -> NodeState:
     """What a node runs: config hash on disk, current worker, failed reloads, optionally show stat.
 
     `recorded_sha256` (what the database says the node verified): when the files on disk do not hash to it,
     their digest by the earlier definition is read too (NodeState.on_disk_sha256_v1, digest.set_digest_v1).
-    `fresh`: the files are read and hashed, never answered from a digest the transport remembers (drift checks)."""
+    `fresh`: the files are read and hashed, never answered from a digest the transport remembers (drift checks).
+    Without `with_disk` the node's files are not looked at (on_disk_sha256 None): health reads what the node
+    serves, and its files are the drift check's (a local node's set was listed and stat'ed every 5 s for a hash
+    nobody read, and a set that could not be read made a serving node count as down)."""
     transport = transport_of(conn)
     try:
         proc = transport.show_proc()
-        sha = transport.config_sha256(fresh=fresh)
+        sha = transport.config_sha256(fresh=fresh) if with_disk else None
         legacy = None
         if recorded_sha256 and sha is not None and sha != recorded_sha256:
             legacy = set_digest_v1(transport._read_tree(conn.current_dir))

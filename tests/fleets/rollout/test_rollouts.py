@@ -833,6 +833,24 @@ def test_health_collection_keeps_a_hot_copy_per_server(fleet3: LocalFleet) -> No
     assert TrafficSample.objects.filter(pool=pool).count() == 3
 
 
+def test_health_reads_what_a_node_serves_not_its_files(fleet3: LocalFleet, monkeypatch) -> None:
+    """Health collection asks each node's HAProxy (master and stats socket), never its config files: those are the
+    drift check's. GIVEN a node set whose files cannot be read (an I/O error, simulated) THEN health still finds every
+    node up with its rows, where a hash it never used made each such serving node count as down."""
+    from apps.fleets.models import NodeHealth
+    from apps.fleets.node.transports.local import LocalTransport
+
+    reconcile(fleet3.fleet)
+
+    def unreadable(self, fresh=False):  # type: ignore[no-untyped-def]
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(LocalTransport, "config_sha256", unreadable)
+    assert services.fleet_health_collect(fleet=fleet3.fleet) >= 3 * 3
+    assert {n.status for n in Node.objects.filter(fleet=fleet3.fleet)} == {Node.Status.UP}
+    assert NodeHealth.objects.filter(node__fleet=fleet3.fleet).values("node").distinct().count() == 3
+
+
 def test_nodes_applied_under_the_old_header_take_the_next_route_change_without_a_reload(fleet3: LocalFleet,
                                                                                         tiny_backend) -> None:
     """haproxy.cfg's header named the revision before 2026-11-26. A node applied then holds that file and its
