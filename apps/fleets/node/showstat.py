@@ -1,6 +1,6 @@
 """`show stat` answers read by header name: every row (`parse_show_stat`), or only whether each backend has a
-server to send to (`parse_backend_usable`, what the enforcement loop needs four times a second); and the rows of
-`show table` (`parse_show_table`, `parse_show_table_counts`).
+server to send to and how many active ones (`parse_backends`, what the enforcement loop needs four times a
+second); and the rows of `show table` (`parse_show_table`, `parse_show_table_counts`).
 
 Pure Python, no Django. HAProxy 2.6 prints one CSV line per proxy and server after a `# ` header; a field is
 quoted only when it holds a comma or a quote (a check's text).
@@ -135,26 +135,16 @@ def _parse_show_stat(text: str) -> list[StatRow]:
     return rows
 
 
-def parse_backend_usable(text: str) -> dict[str, bool]:
-    """{backend: whether it has a server to send to}, from the BACKEND rows of a `show stat` answer (ask for
-    `show stat -1 2 -1`, the backends' rows alone). Only the columns up to `status`, `act` and `bck` are split off
-    each line: the enforcement loop reads this from every node four times a second, and a full parse of every
-    row would not fit at thousands of pools.
+def parse_backends(text: str) -> tuple[dict[str, bool], dict[str, int]]:
+    """({backend: whether it has a server to send to}, {backend: its count of usable active servers}) from the
+    BACKEND rows of a `show stat` answer (ask for `show stat -1 2 -1`, the backends' rows alone), each row split once.
+    Only the columns up to `status`, `act` and `bck` are split off each line: the enforcement loop reads this from
+    every node four times a second, and a full parse of every row would not fit at thousands of pools.
 
     Usable is status UP with at least one usable server (`act` + `bck`): HAProxy 2.6 reports a backend without
-    any server as UP (a pool's region before its first member), which no request should be sent to."""
-    return parse_backends(text)[0]
-
-
-def parse_backend_active(text: str) -> dict[str, int]:
-    """{backend: its count of usable active servers} (`act`), from the same BACKEND rows: a region's healthy
-    share of members as this node sees it, for failover and auto capacity drain (apps.traffic.steering)."""
-    return parse_backends(text)[1]
-
-
-def parse_backends(text: str) -> tuple[dict[str, bool], dict[str, int]]:
-    """(parse_backend_usable, parse_backend_active) of one answer, its rows split once (the enforcement loop reads
-    both of every node four times a second)."""
+    any server as UP (a pool's region before its first member), which no request should be sent to. The active
+    count (`act`) is a region's healthy share of members as this node sees it, for failover and auto capacity
+    drain (apps.traffic.steering)."""
     rows = _backend_rows(text)
     return ({px: backend_usable(status, act, bck) for px, status, act, bck in rows},
             {px: int_or_none(act) or 0 for px, _, act, _ in rows})
@@ -176,7 +166,7 @@ def _backend_rows(text: str) -> list[tuple[str, str, str, str]]:
 
 
 def backend_usable(status: str, act: str, bck: str) -> bool:
-    """A BACKEND row's status and its counts of usable active and backup servers (parse_backend_usable)."""
+    """A BACKEND row's status and its counts of usable active and backup servers (parse_backends)."""
     return status == "UP" and (int_or_none(act) or 0) + (int_or_none(bck) or 0) > 0
 
 

@@ -15,7 +15,7 @@ from apps.fleets.node.runtime_api import (
     RuntimeUnavailable,
     parse_show_proc,
 )
-from apps.fleets.node.showstat import parse_backend_active, parse_backend_usable, parse_backends, parse_show_stat
+from apps.fleets.node.showstat import parse_backends, parse_show_stat
 from tests.fleets.conftest import HAProxyNodeFactory, pool_config
 from tests.netutil import http_get
 
@@ -318,11 +318,10 @@ backend empty
     backends_only = stats.command("show stat -1 2 -1")
     assert "FRONTEND" not in backends_only and ",gone," not in backends_only
 
-    usable = parse_backend_usable(backends_only)
+    usable, active = parse_backends(backends_only)
     assert usable == {"pool": True, "emptied": False, "drained": False, "empty": False}
-    # What the loop reads in one pass: the same answer as the two readers, and the usable active servers' counts.
-    assert parse_backends(backends_only) == (usable, parse_backend_active(backends_only))
-    assert parse_backends(backends_only)[1] == {"pool": 1, "emptied": 0, "drained": 0, "empty": 0}
+    # What the loop reads in the same pass: the usable active servers' counts.
+    assert active == {"pool": 1, "emptied": 0, "drained": 0, "empty": 0}
     rows = parse_show_stat(stats.command("show stat"))
     status = {r.pxname: r.status for r in rows if r.svname == "BACKEND"}
     assert status["empty"] == "UP"  # HAProxy's own word for a backend without servers
@@ -332,9 +331,9 @@ backend empty
     header, row = backends_only.splitlines()[0], next(x for x in backends_only.splitlines() if x.startswith("pool,"))
     quoted = row.split(",")
     quoted[-2] = '"text, with a comma and ""quotes"""'
-    assert parse_backend_usable(f"{header}\n{','.join(quoted)}\n") == {"pool": True}
+    assert parse_backends(f"{header}\n{','.join(quoted)}\n")[0] == {"pool": True}
     with pytest.raises(ValueError, match="not a show stat answer"):
-        parse_backend_usable("Unknown command.\n")
+        parse_backends("Unknown command.\n")
     # A ValueError, which the loop counts as that node's failure, not a KeyError that would end its whole run.
     with pytest.raises(ValueError, match="lacks act, bck"):
-        parse_backend_usable("# pxname,svname,status\npool,BACKEND,UP\n")
+        parse_backends("# pxname,svname,status\npool,BACKEND,UP\n")
