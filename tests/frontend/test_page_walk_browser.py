@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 from collections import deque
 from urllib.parse import urlsplit
 
@@ -35,12 +36,43 @@ NEVER_SHOWN = (
 SKIP = re.compile(r"^/(?:logout|api/|admin/|static/|metrics|healthz|sso/|oidc/)|/export|\.(?:json|yaml|csv|png)$")
 PER_PATTERN = 2  # /jobs/1/ and /jobs/2/ show the same template; two of each pattern are enough
 LIMIT = 150
+QUIET_S = 0.15  # htmx's load-triggered requests start within milliseconds of the load event; polls are ≥ 1 s apart
+SETTLE_LIMIT_S = 10.0
+
+
+class Network:
+    """Requests in flight on a page, so a walk waits only as long as the page is still fetching.
+
+    Playwright's "networkidle" waits a fixed 500 ms after the last request on every page: most of a walk's time.
+    """
+
+    def __init__(self, page) -> None:
+        self.page, self.inflight, self.last = page, 0, time.monotonic()
+        page.on("request", self._started)
+        page.on("requestfinished", self._ended)
+        page.on("requestfailed", self._ended)
+
+    def _started(self, _request) -> None:
+        self.inflight, self.last = self.inflight + 1, time.monotonic()
+
+    def _ended(self, _request) -> None:
+        self.inflight, self.last = max(0, self.inflight - 1), time.monotonic()
+
+    def settle(self) -> None:
+        """Return once nothing is in flight and nothing has started for QUIET_S (after the load event)."""
+        deadline = time.monotonic() + SETTLE_LIMIT_S
+        while time.monotonic() < deadline:
+            if self.inflight == 0 and time.monotonic() - self.last >= QUIET_S:
+                return
+            self.page.wait_for_timeout(20)  # lets Playwright deliver the request events
+        raise AssertionError(f"{self.page.url}: still fetching after {SETTLE_LIMIT_S:.0f} s")
 
 
 def walk(page, persona: str) -> tuple[list[str], list[str]]:
     """(pages visited, problems) from the dashboard, following same-site links breadth first."""
     problems: list[str] = []
     current = {"path": "/"}
+    network = Network(page)
     page.on("console", lambda msg: problems.append(f"{current['path']}: console {msg.type}: {msg.text}")
             if msg.type == "error" else None)
     page.on("response", lambda r: problems.append(f"{current['path']}: {r.status} for {urlsplit(r.url).path}")
@@ -53,7 +85,7 @@ def walk(page, persona: str) -> tuple[list[str], list[str]]:
         path = queue.popleft()
         current["path"] = path
         response = page.goto(path)
-        page.wait_for_load_state("networkidle")
+        network.settle()
         visited.append(path)
         if response is None or response.status >= 400:
             problems.append(f"{path}: answered {response.status if response else 'nothing'}")
