@@ -73,7 +73,7 @@ def test_an_editor_runs_a_drill_from_the_pool_page_and_reads_its_report(
     finally:
         hits.stop.set()
         enforcer.close()
-        load.finish()
+        load.stop()
     drill.refresh_from_db()
     assert drill.requested_by.startswith("user:")
     assert page.locator("dt:text-is('Requested by') + dd").inner_text() == "dora"  # a name, not "user:<id>"

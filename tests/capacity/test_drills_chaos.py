@@ -51,7 +51,7 @@ def test_a_drill_whose_worker_dies_gives_the_region_back_within_its_lease(
         back_after = time.monotonic() - killed
     finally:
         enforcer.close()
-        load.finish()
+        load.stop()
     assert back_after <= drills.DRAIN_LEASE_S + 2.0, back_after  # the lease, the enforcer's period, HAProxy's rate
     assert drills.reap_lost_drills(stale_s=1.0) == 1
     drill.refresh_from_db()

@@ -64,7 +64,7 @@ def test_a_drill_drains_a_region_and_its_report_matches_what_the_members_served(
         thread.join(30)
     finally:
         enforcer.close()
-        load.finish()
+        load.stop()
     drill.refresh_from_db()
     assert drill.status == Drill.Status.PASSED, (drill.failed_check, drill.reason)
     members = {r: (h2.get(r, 0) - h1.get(r, 0)) / (t2 - t1) for r in ("ra", "rb")}
@@ -106,7 +106,7 @@ def test_a_drill_that_breaks_its_slo_restores_at_once_and_says_why(two_regions, 
         h2, t2 = fleet.hits(), time.monotonic()
     finally:
         enforcer.close()
-        load.finish()
+        load.stop()
     drill.refresh_from_db()
     assert drill.status == Drill.Status.FAILED and drill.failed_check == "error_rate", (drill.status, drill.reason)
     assert "failed over the last 3 s" in drill.reason

@@ -104,13 +104,22 @@ class Load:
     def __init__(self, address: str, port: int, rate: float, duration_s: float) -> None:
         self.plan = LoadPlan.constant(Target(host=address, port=port, timeout_s=5.0), rate, duration_s)
         self.result: RunResult | None = None
-        self.thread = threading.Thread(target=lambda: setattr(self, "result", run_plan(self.plan)), daemon=True)
+        self.cancel = threading.Event()
+        self.thread = threading.Thread(target=lambda: setattr(self, "result", run_plan(self.plan, cancel=self.cancel)),
+                                       daemon=True)
         self.thread.start()
 
     def finish(self) -> RunResult:
+        """Wait for the whole plan: its result counts every request it sent."""
         self.thread.join(self.plan.max_duration_s + 5)
         assert self.result is not None, "load generator did not finish"
         return self.result
+
+    def stop(self) -> None:
+        """End the load now, for a test that is done with it (its duration is only an upper bound)."""
+        self.cancel.set()
+        self.thread.join(10)
+        assert not self.thread.is_alive(), "load generator did not stop"
 
 
 def enforce_for(seconds: float) -> list[dict]:

@@ -107,7 +107,7 @@ def test_the_enforcer_process_holds_the_loop_and_beat_takes_it_back_when_it_stop
             time.sleep(0.1)
         assert enforcer_running()
         assert enforce_task() == {"skipped": "enforcer process running"}
-        load.finish()
+        load.stop()
     finally:
         stop_process(proc)
     assert proc.returncode == 0, (tmp_path / "enforcer.log").read_text()
