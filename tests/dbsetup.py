@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,3 +80,37 @@ def drop_template(config: pytest.Config) -> None:
 
     with config.stash[blocking_manager_key].unblock(), connection.creation._nodb_cursor() as cursor:
         cursor.execute(f"DROP DATABASE IF EXISTS {_quote('test_' + connection.settings_dict['NAME'] + '_template')}")
+
+
+def fast_flush() -> None:
+    """A transactional test's teardown empties every table (Django's `flush`): on PostgreSQL with one TRUNCATE of
+    all ~70 tables, ~0.25 s each time, since TRUNCATE gives every table new files. The tables a test leaves are
+    small, and DELETE empties them in ~20 ms, in one statement with the foreign-key triggers off for the
+    transaction (session_replication_role: a superuser's setting, which the suite's `postgres` role is; as any
+    other role, or when sequences are to be reset, Django's TRUNCATE runs as before). Like that TRUNCATE (no
+    RESTART IDENTITY), it leaves sequences where they are."""
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    truncate = DatabaseOperations.sql_flush
+    if getattr(truncate, "spillway_fast", False):
+        return
+
+    def sql_flush(self: DatabaseOperations, style: Any, tables: list[str], *, reset_sequences: bool = False,
+                  allow_cascade: bool = False) -> list[str]:
+        if not tables or reset_sequences or not _superuser(self.connection):
+            return truncate(self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
+        # Django's own table names (introspection), quoted as its TRUNCATE quotes them.
+        deletes = " ".join(f"DELETE FROM {self.quote_name(table)};" for table in tables)  # noqa: S608
+        return ["SET LOCAL session_replication_role = replica", f"DO $$BEGIN {deletes} END$$"]
+
+    sql_flush.spillway_fast = True  # type: ignore[attr-defined]
+    DatabaseOperations.sql_flush = sql_flush  # type: ignore[method-assign]
+
+
+def _superuser(connection: Any) -> bool:
+    known = getattr(connection, "spillway_superuser", None)
+    if known is None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+            known = connection.spillway_superuser = bool(cursor.fetchone()[0])
+    return known

@@ -55,7 +55,8 @@ def receiver() -> Iterator[Receiver]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     box["r"] = Receiver(url=f"http://127.0.0.1:{server.server_address[1]}/hook")
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for the loop's next poll: 0.5 s by default, at every test's teardown
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield box["r"]
     server.shutdown()

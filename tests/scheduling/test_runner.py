@@ -98,7 +98,8 @@ def hook_server(settings):
     settings.SCHEDULING_TENANT_URL_ALLOW_CIDRS = ["127.0.0.0/8"]
     _Hooks.received = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Hooks)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for the loop's next poll: 0.5 s by default, at every test's teardown
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/hooks/spillway", _Hooks.received
     server.shutdown()
