@@ -166,6 +166,26 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: (-durations.get(item.location[0], unknown), position[item]))
 
 
+# Files that load cdktf (its node process: 9-10 s per xdist worker to start) go to one worker together, so the
+# suite pays that start once.
+ONE_WORKER_GROUPS = {"tests/cloud/": "tests/cloud/ (cdktf)"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class GroupedFiles(LoadFileScheduling):
+        """--dist loadfile, with each of ONE_WORKER_GROUPS' directories as one file."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return next((group for prefix, group in ONE_WORKER_GROUPS.items() if scope.startswith(prefix)), scope)
+
+    return GroupedFiles(config, log)
+
+
 def pytest_collection_finish(session):
     """Every test module, Django and the libraries are imported by now and live until the worker ends: frozen, they
     are no longer walked by each full garbage collection (~0.35 s each, ~20 per worker in `make test-fast`: a tenth of
