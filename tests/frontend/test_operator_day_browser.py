@@ -8,9 +8,11 @@ pushes every change):
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from apps.accounts.models import Organization, Role
 from apps.accounts.services import user_create_with_membership
@@ -110,7 +112,11 @@ def test_a_job_made_with_pickers_drains_a_member_and_the_nodes_send_its_traffic_
         page.get_by_label("Every (seconds)").fill("86400")
         shot(page, "job-form-pickers")
         page.get_by_role("button", name="Create job").click()
-        page.wait_for_url("**/jobs/*/")
+        # The job's own page (/jobs/new/ would match a glob "**/jobs/*/" before the form is even sent).
+        try:
+            page.wait_for_url(re.compile(r"/jobs/\d+/$"))
+        except PlaywrightTimeout:
+            raise AssertionError(f"the job was not created: {page.locator('main').inner_text()[:2000]}") from None
         page.get_by_text("jobd/old/old-1").first.wait_for()
         page.get_by_role("button", name="Run now").click()
         _until(lambda: Member.objects.get(pool=pool, name="old-1").admin_state == "drain")
