@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from apps.fleets.config.digest import set_digest
-from apps.fleets.node.transports import Transport, transport_for
+from apps.fleets.node.transports import Transport, local, transport_for
 from apps.fleets.node.transports.base import SPARE_PREFIX, NodeConn
 from apps.fleets.node.transports.digests import recorded_digest
 from apps.fleets.node.transports.local import SPARES_KEPT, LocalTransport, _set_signature
@@ -248,6 +248,9 @@ def test_a_push_reuses_an_old_set_keeping_only_the_current_sets_files_it_still_h
     files = {"maps/m.map": b"a 1\n", "maps/k.map": b"k 1\n", "certs/c.pem": b"cert\n"}
     for i in range(2, 6):
         assert transport.push(bundle_for(node, text_config(port, f"v{i}"), files)).ok
+        # Each push's collection before the next push: a late one leaves two spares, and the one named first may be
+        # the set v1 served, which never had the maps (1 run in ~25 under load took it and failed on a missing map).
+        local._COLLECTOR.submit(lambda: None).result(timeout=10)  # the one collector thread: FIFO
     spares = _collected(node)
     assert 0 < len(spares) <= SPARES_KEPT
     taken = spares[0]  # the one a push takes first (by name)
