@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -56,7 +57,7 @@ def test_a_certificate_is_issued_by_the_acme_worker_while_the_celery_worker_is_b
 
     acme_env = {"ACME_DIRECTORY_URL": pebble.directory_url, "ACME_CA_BUNDLE": pebble.ca_bundle,
                 "ACME_TIMEOUT_S": "30"}
-    celery_worker_factory(name="main", queues="celery", **acme_env)
+    main = celery_worker_factory(name="main", queues="celery", **acme_env)
     celery_worker_factory(name="acme", queues="acme", **acme_env)
     job = scheduling.job_save(principal=None, job=Job(), data={
         "org": alice.org, "name": "hog", "kind": "noop", "params": {"sleep_s": 60},
@@ -84,3 +85,6 @@ def test_a_certificate_is_issued_by_the_acme_worker_while_the_celery_worker_is_b
     assert two_regions.worker_pids() == pids  # the placeholder was replaced hot
     assert set(order.steps) >= {"queued_s", "authorize_s", "finalize_s", "roll_out_s"}
     assert all(value >= 0 for value in order.steps.values()), order.steps
+    # Done: the main worker's warm shutdown would wait out the 60 s job (the fixture's SIGKILL came after 10 s).
+    main.send_signal(signal.SIGQUIT)  # Celery's cold shutdown
+    main.wait(timeout=30)
