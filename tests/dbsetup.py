@@ -87,7 +87,8 @@ def fast_flush() -> None:
     all ~70 tables, ~0.25 s each time, since TRUNCATE gives every table new files. The tables a test leaves are
     small, and DELETE empties them in ~20 ms, in one statement with the foreign-key triggers off for the
     transaction (session_replication_role: a superuser's setting, which the suite's `postgres` role is; as any
-    other role, or when sequences are to be reset, Django's TRUNCATE runs as before). Like that TRUNCATE (no
+    other role, when sequences are to be reset or when only some apps' tables are flushed, Django's TRUNCATE runs as
+    before). Like that TRUNCATE (no
     RESTART IDENTITY), it leaves sequences where they are."""
     from django.db.backends.postgresql.operations import DatabaseOperations
 
@@ -97,7 +98,9 @@ def fast_flush() -> None:
 
     def sql_flush(self: DatabaseOperations, style: Any, tables: list[str], *, reset_sequences: bool = False,
                   allow_cascade: bool = False) -> list[str]:
-        if not tables or reset_sequences or not _superuser(self.connection):
+        # allow_cascade: a flush of only some apps' tables (TestCase.available_apps), where TRUNCATE's CASCADE
+        # also empties the tables referencing them and a DELETE with the triggers off would leave those dangling.
+        if not tables or reset_sequences or allow_cascade or not _superuser(self.connection):
             return truncate(self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
         # Django's own table names (introspection), quoted as its TRUNCATE quotes them.
         deletes = " ".join(f"DELETE FROM {self.quote_name(table)};" for table in tables)  # noqa: S608

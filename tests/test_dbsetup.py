@@ -43,3 +43,10 @@ def test_a_flush_that_resets_sequences_is_djangos_truncate() -> None:
         pytest.skip("the fast flush is PostgreSQL's")
     statements = connection.ops.sql_flush(no_style(), ["balancers_member"], reset_sequences=True)
     assert statements[0].startswith("TRUNCATE") and "RESTART IDENTITY" in statements[0]
+
+
+def test_a_flush_of_some_tables_only_is_djangos_truncate_with_its_cascade() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("the fast flush is PostgreSQL's")
+    statements = connection.ops.sql_flush(no_style(), ["balancers_pool"], allow_cascade=True)
+    assert statements[0].startswith("TRUNCATE") and "CASCADE" in statements[0]
