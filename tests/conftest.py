@@ -233,4 +233,4 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 from tests.browser import browser, page  # noqa: E402, F401  (one shared Playwright session)
 from tests.dbsetup import django_db_setup, fast_flush  # noqa: E402, F401  (one migrated template, copied per worker)
 
-fast_flush()
+fast_flush()  # transactional tests' teardown: DELETE, not TRUNCATE (tests/dbsetup.py)

@@ -86,10 +86,9 @@ def fast_flush() -> None:
     """A transactional test's teardown empties every table (Django's `flush`): on PostgreSQL with one TRUNCATE of
     all ~70 tables, ~0.25 s each time, since TRUNCATE gives every table new files. The tables a test leaves are
     small, and DELETE empties them in ~20 ms, in one statement with the foreign-key triggers off for the
-    transaction (session_replication_role: a superuser's setting, which the suite's `postgres` role is; as any
-    other role, when sequences are to be reset or when only some apps' tables are flushed, Django's TRUNCATE runs as
-    before). Like that TRUNCATE (no
-    RESTART IDENTITY), it leaves sequences where they are."""
+    transaction (session_replication_role: a superuser's setting, which the suite's `postgres` role is). As any
+    other role, when sequences are to be reset, or when only some apps' tables are flushed, Django's TRUNCATE runs
+    as before. Like that TRUNCATE (no RESTART IDENTITY), it leaves sequences where they are."""
     from django.db.backends.postgresql.operations import DatabaseOperations
 
     truncate = DatabaseOperations.sql_flush
