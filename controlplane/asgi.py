@@ -37,7 +37,8 @@ from django.urls import get_resolver
 
 from apps.core import gcpause
 from apps.core.webserver import TENANT_ENVIRON
-from controlplane.fairturns import FairTurns
+from controlplane.crowd import Crowd, server_dir
+from controlplane.fairturns import CROWD_S, FairTurns
 from controlplane.wsgi import application as wsgi_application
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,8 @@ MAX_BODY = 16 * 1024 * 1024
 
 _pool = ThreadPoolExecutor(max_workers=settings.WEB_THREADS, thread_name_prefix="web")
 # Who gets the next of those threads: each tenant in turn, not first come first served (controlplane.fairturns).
-_turns = FairTurns(settings.WEB_THREADS)
+_crowd = Crowd(server_dir(f"{settings.DATABASES['default']['HOST']}/{settings.DATABASES['default']['NAME']}"))
+_turns = FairTurns(settings.WEB_THREADS, crowd=_crowd)
 # Re-checks of parked requests run on their own thread, so a crowd of them woken together waits its
 # turn there instead of queueing ahead of everyone else's requests in `_pool`.
 _recheck_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recheck")
@@ -103,7 +105,7 @@ async def _http(scope: dict[str, Any], receive, send) -> None:
     seen = _wakeups.mark()
     key = _turns.key(scope["headers"], str((scope.get("client") or ("", 0))[0]))
     status, headers, content, tenant = await _turns.run(
-        key, lambda: loop.run_in_executor(_pool, _run_wsgi, scope, bytes(body), "ok"))
+        key, lambda: loop.run_in_executor(_pool, _run_turn, key, scope, bytes(body)))
     _turns.learn(scope["headers"], tenant)
     park = _header(headers, PARK_HEADER)
     release = _header(headers, RELEASE_HEADER)
@@ -243,6 +245,15 @@ async def _send(send, status: int, headers: list[tuple[bytes, bytes]], content: 
     headers = [(k, v) for k, v in headers if k not in (PARK_HEADER.encode(), RELEASE_HEADER.encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": content})
+
+
+def _run_turn(key: str, scope: dict[str, Any], body: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes, str | None]:
+    """A request's turn on a pool thread: while another tenant is about in any process of the server, its tenant's
+    requests run one at a time in the whole server (its lane, controlplane.crowd), not one per process."""
+    if not _crowd.others_about(key, CROWD_S):
+        return _run_wsgi(scope, body, "ok")
+    with _crowd.lane(key):
+        return _run_wsgi(scope, body, "ok")
 
 
 def _run_wsgi(scope: dict[str, Any], body: bytes,

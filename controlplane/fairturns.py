@@ -23,6 +23,7 @@ and 6 runs; its p99 over its p99 alone (1.6-4.9 against 3.3-5.1) is not reliably
 answered at the same rate either way (one at a time behind its LB's lock). The p99 tails were full garbage
 collections of the whole application, every thread waiting (the web process now freezes its startup heap,
 apps.core.gcpause: ratio 1.7-2.1); what is left is the other process's request and PostgreSQL's share of the cores.
+With a `crowd` (controlplane.crowd), "another tenant" is one any process of the server saw, not only this one.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ import hashlib
 import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from controlplane.crowd import Crowd
 
 T = TypeVar("T")
 
@@ -57,8 +61,9 @@ def credential(headers: list[tuple[bytes, bytes]], session_cookie: bytes = b"ses
 class FairTurns:
     """`slots` concurrent runs shared in turn between keys (tenants); `await run(key, job)`."""
 
-    def __init__(self, slots: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, slots: int, clock: Callable[[], float] = time.monotonic, crowd: Crowd | None = None) -> None:
         self.slots = slots
+        self.crowd = crowd  # what the server's other processes saw (controlplane.crowd)
         self.free = slots
         self.share = max(1, slots - 1)  # alone: one thread stays for everyone else
         self.running: dict[str, int] = {}
@@ -90,11 +95,14 @@ class FairTurns:
     def _others_about(self, key: str) -> bool:
         """Another key runs, waits, or was seen within CROWD_S (after _forget_seen)."""
         return (len(self._seen) > (key in self._seen) or len(self.running) > (key in self.running)
-                or len(self.turn) > (key in self.turn))
+                or len(self.turn) > (key in self.turn)
+                or (self.crowd is not None and self.crowd.others_about(key, CROWD_S)))
 
     def _touch(self, key: str) -> None:
         self._seen[key] = self._clock()
         self._seen.move_to_end(key)
+        if self.crowd is not None:
+            self.crowd.seen(key)
 
     def key(self, headers: list[tuple[bytes, bytes]], client: str) -> str:
         cred = credential(headers)
