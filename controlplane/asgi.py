@@ -38,7 +38,7 @@ from django.urls import get_resolver
 from apps.core import gcpause
 from apps.core.webserver import TENANT_ENVIRON
 from controlplane.crowd import Crowd, server_dir
-from controlplane.fairturns import CROWD_S, FairTurns
+from controlplane.fairturns import ADDRESS_PREFIX, CROWD_S, FairTurns
 from controlplane.wsgi import application as wsgi_application
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,8 @@ MAX_BODY = 16 * 1024 * 1024
 
 _pool = ThreadPoolExecutor(max_workers=settings.WEB_THREADS, thread_name_prefix="web")
 # Who gets the next of those threads: each tenant in turn, not first come first served (controlplane.fairturns).
-_crowd = Crowd(server_dir(f"{settings.DATABASES['default']['HOST']}/{settings.DATABASES['default']['NAME']}"))
+_crowd = Crowd(server_dir(str(settings.VAR_DIR),
+                          f"{settings.DATABASES['default']['HOST']}/{settings.DATABASES['default']['NAME']}"))
 _turns = FairTurns(settings.WEB_THREADS, crowd=_crowd)
 # Re-checks of parked requests run on their own thread, so a crowd of them woken together waits its
 # turn there instead of queueing ahead of everyone else's requests in `_pool`.
@@ -249,8 +250,9 @@ async def _send(send, status: int, headers: list[tuple[bytes, bytes]], content: 
 
 def _run_turn(key: str, scope: dict[str, Any], body: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes, str | None]:
     """A request's turn on a pool thread: while another tenant is about in any process of the server, its tenant's
-    requests run one at a time in the whole server (its lane, controlplane.crowd), not one per process."""
-    if not _crowd.others_about(key, CROWD_S):
+    requests run one at a time in the whole server (its lane, controlplane.crowd), not one per process. A credential
+    not learned yet (an address's key: behind a proxy, every user's login) keeps one at a time per process."""
+    if key.startswith(ADDRESS_PREFIX) or not _crowd.others_about(key, CROWD_S):
         return _run_wsgi(scope, body, "ok")
     with _crowd.lane(key):
         return _run_wsgi(scope, body, "ok")

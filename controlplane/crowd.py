@@ -6,8 +6,8 @@ other, seeing the busy tenant alone, ran three of its requests at once on a 2-co
 small, a server-side log of each request: the quiet tenant's create used the same CPU beside the busy tenant as
 alone, 33-34 ms, and took 50-97 ms instead of 44-55, each time with three of the busy tenant's requests running in
 the other process). Here
-- `Crowd`: a table in shared memory (a file under /dev/shm, mapped by every process of the server), one slot per
-  tenant hash, holding when each was last seen; a process asks whether another tenant was seen within CROWD_S by
+- `Crowd`: a table in shared memory (a file every process of the server maps), one slot per tenant hash, holding
+  when each was last seen; a process asks whether another tenant was seen within CROWD_S by
   any process;
 - `lane(key)`: while crowded, a tenant's request runs holding its tenant's lane (an exclusive flock on a file of
   its own), so it runs one request at a time in the whole server, not one per process.
@@ -22,7 +22,6 @@ import hashlib
 import mmap
 import os
 import struct
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 
@@ -37,12 +36,13 @@ def key_hash(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") or 1
 
 
-def server_dir(identity: str) -> str:
-    """A directory the web processes serving one database on this host share (`identity` names the database: two
-    servers of one install share its cores and are one server here; one per test database stays apart)."""
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+def server_dir(var_dir: str, identity: str) -> str:
+    """A directory the web processes serving one database share, under the install's own `var_dir` (a directory in
+    /dev/shm, which anyone may create first, could be another user's: lanes they held would stall a tenant).
+    `identity` names the database: two servers of one install share its cores and are one server here; the test
+    databases stay apart."""
     digest = hashlib.blake2b(identity.encode(), digest_size=6).hexdigest()
-    path = os.path.join(base, f"spillway-web-{os.getuid()}-{digest}")
+    path = os.path.join(var_dir, "run", f"crowd-{digest}")
     os.makedirs(path, mode=0o700, exist_ok=True)
     return path
 

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 LEARNED_MAX = 10_000  # credentials remembered per process (least recently used dropped)
+ADDRESS_PREFIX = "ip:"  # the key of a request whose credential no answered request has proved yet
 CROWD_S = 1.0  # another tenant's request started or ended this recently: the room is still crowded
 
 
@@ -109,7 +110,7 @@ class FairTurns:
         if cred is not None and cred in self._learned:
             self._learned.move_to_end(cred)
             return self._learned[cred]
-        return "ip:" + client
+        return ADDRESS_PREFIX + client
 
     def learn(self, headers: list[tuple[bytes, bytes]], tenant: str | None) -> None:
         cred = credential(headers)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pytest
 
 from controlplane.crowd import SLOTS, Crowd, key_hash
-from controlplane.fairturns import CROWD_S, FairTurns
+from controlplane.fairturns import ADDRESS_PREFIX, CROWD_S, FairTurns
 from tests.core.test_fair_turns import run
 
 FORK = multiprocessing.get_context("fork")
@@ -111,16 +111,16 @@ def test_a_tenants_lane_is_one_holder_in_the_whole_server_and_a_dead_holder_lets
 @pytest.mark.django_db
 def test_a_request_waits_for_its_tenants_lane_only_while_others_are_about(crowd_dir) -> None:
     """Through the served application's own turn (controlplane.asgi._run_turn, a real GET /healthz): GIVEN another
-    process holding acme's lane, an acme request waits for it while globex was seen lately, and runs at once when
-    acme is alone (a lone tenant keeps the whole server)."""
+    process holding acme's lane, an acme request waits for it while another tenant was seen lately, and runs at
+    once when acme is alone (a lone tenant keeps the whole server); an address's request never waits for a lane."""
     from controlplane import asgi
 
     scope = {"type": "http", "method": "GET", "path": "/healthz", "headers": [], "query_string": b"",
              "client": ("127.0.0.1", 5), "server": ("testserver", 80)}
     answers: list[int] = []
 
-    def request() -> None:
-        answers.append(asgi._run_turn("org:acme", scope, b"")[0])
+    def request(key: str = "org:acme") -> None:
+        answers.append(asgi._run_turn(key, scope, b"")[0])
 
     directory = asgi._crowd.directory
     held, release = FORK.Event(), FORK.Event()
@@ -138,6 +138,22 @@ def test_a_request_waits_for_its_tenants_lane_only_while_others_are_about(crowd_
         release.set()
         child.join(10)
 
+    # A credential not proved yet waits with its address (behind a proxy, every user's login): it keeps one at a
+    # time per process and never waits for a lane, crowded or not.
+    address = f"{ADDRESS_PREFIX}127.0.0.1"
+    held, release = FORK.Event(), FORK.Event()
+    child = _in_child(_hold_lane, directory, address, held, release)
+    try:
+        assert held.wait(30)
+        assert asgi._crowd.others_about(address, CROWD_S)
+        login = threading.Thread(target=request, args=(address,), daemon=True)
+        login.start()
+        login.join(10)
+        assert answers == [200, 200]
+    finally:
+        release.set()
+        child.join(10)
+
     # Alone: nobody else seen within CROWD_S (a fresh table), the lane is not asked for even while held.
     lonely = Crowd(crowd_dir)
     held, release = FORK.Event(), FORK.Event()
@@ -149,7 +165,7 @@ def test_a_request_waits_for_its_tenants_lane_only_while_others_are_about(crowd_
         alone = threading.Thread(target=request, daemon=True)  # its own connection, as a server thread has
         alone.start()
         alone.join(10)
-        assert answers == [200, 200]
+        assert answers == [200, 200, 200]
     finally:
         asgi._crowd = saved
         release.set()
