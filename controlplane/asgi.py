@@ -27,8 +27,9 @@ import logging
 import os
 import random
 import sys
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 
@@ -42,7 +43,10 @@ from controlplane.fairturns import ADDRESS_PREFIX, CROWD_S, FairTurns
 from controlplane.wsgi import application as wsgi_application
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
+# A request waits this long at most for its tenant's lane (controlplane.crowd), polling it at most this far apart.
+LANE_WAIT_S, LANE_POLL_MAX_S = 2.0, 0.005
 PARK_HEADER = "x-spillway-park"  # seconds the view allows the request to wait
 RELEASE_HEADER = "x-spillway-park-release"  # cache key of the principal's waiting count
 MAX_BODY = 16 * 1024 * 1024
@@ -105,8 +109,8 @@ async def _http(scope: dict[str, Any], receive, send) -> None:
     # Taken before the view looks: a node recorded between its look and our parking still wakes us.
     seen = _wakeups.mark()
     key = _turns.key(scope["headers"], str((scope.get("client") or ("", 0))[0]))
-    status, headers, content, tenant = await _turns.run(
-        key, lambda: loop.run_in_executor(_pool, _run_turn, key, scope, bytes(body)))
+    status, headers, content, tenant = await _in_lane(key, lambda: _turns.run(
+        key, lambda: loop.run_in_executor(_pool, _run_wsgi, scope, bytes(body), "ok")))
     _turns.learn(scope["headers"], tenant)
     park = _header(headers, PARK_HEADER)
     release = _header(headers, RELEASE_HEADER)
@@ -155,6 +159,52 @@ async def _park(scope: dict[str, Any], body: bytes, seconds: float, receive, see
                 return answer
     finally:
         disconnect.cancel()
+
+
+class _LocalLane:
+    """This process's requests of one tenant waiting for its lane: one of them polls the server-wide lane at a time."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()  # first come, first served
+        self.users = 0
+
+
+_local_lanes: dict[str, _LocalLane] = {}
+
+
+async def _in_lane(key: str, run: Callable[[], Awaitable[T]]) -> T:
+    """`run()` (the request's turn for a thread), inside its tenant's lane while another tenant is about in any process
+    of the server: one request of the tenant at a time in the whole server, not one per process (controlplane.crowd).
+    The lane is waited for here, before a thread is asked for, so a request waiting for it holds none. Past
+    LANE_WAIT_S (a holder stuck on a lock) the request runs without it: the lane orders a tenant's requests, it is not
+    what keeps anything correct. A credential not proved yet (an address's key: behind a proxy, every user's first
+    request) takes no lane and keeps one at a time per process."""
+    if key.startswith(ADDRESS_PREFIX) or not _crowd.others_about(key, CROWD_S):
+        return await run()
+    local = _local_lanes.get(key)
+    if local is None:
+        local = _local_lanes[key] = _LocalLane()
+    local.users += 1
+    try:
+        async with local.lock:
+            fd, pause = _crowd.try_lane(key), 0.001
+            deadline = asyncio.get_running_loop().time() + LANE_WAIT_S
+            while fd is None and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, LANE_POLL_MAX_S)
+                fd = _crowd.try_lane(key)
+            if fd is None:
+                log.warning("tenant %s: its lane was held longer than %.0f s; running this request beside it", key,
+                            LANE_WAIT_S)
+            try:
+                return await run()
+            finally:
+                if fd is not None:
+                    _crowd.leave(fd)
+    finally:
+        local.users -= 1
+        if not local.users:
+            del _local_lanes[key]
 
 
 async def _disconnected(receive) -> None:
@@ -246,16 +296,6 @@ async def _send(send, status: int, headers: list[tuple[bytes, bytes]], content: 
     headers = [(k, v) for k, v in headers if k not in (PARK_HEADER.encode(), RELEASE_HEADER.encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": content})
-
-
-def _run_turn(key: str, scope: dict[str, Any], body: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes, str | None]:
-    """A request's turn on a pool thread: while another tenant is about in any process of the server, its tenant's
-    requests run one at a time in the whole server (its lane, controlplane.crowd), not one per process. A credential
-    not learned yet (an address's key: behind a proxy, every user's login) keeps one at a time per process."""
-    if key.startswith(ADDRESS_PREFIX) or not _crowd.others_about(key, CROWD_S):
-        return _run_wsgi(scope, body, "ok")
-    with _crowd.lane(key):
-        return _run_wsgi(scope, body, "ok")
 
 
 def _run_wsgi(scope: dict[str, Any], body: bytes,

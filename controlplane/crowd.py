@@ -6,12 +6,16 @@ other, seeing the busy tenant alone, ran three of its requests at once on a 2-co
 small, a server-side log of each request: the quiet tenant's create used the same CPU beside the busy tenant as
 alone, 33-34 ms, and took 50-97 ms instead of 44-55, each time with three of the busy tenant's requests running in
 the other process). Here
-- `Crowd`: a table in shared memory (a file every process of the server maps), one slot per tenant hash, holding
-  when each was last seen; a process asks whether another tenant was seen within CROWD_S by
+- `Crowd`: a table every process of the server maps (a file under the install's VAR_DIR), one slot per tenant hash,
+  holding when each was last seen; a process asks whether another tenant was seen within CROWD_S by
   any process;
-- `lane(key)`: while crowded, a tenant's request runs holding its tenant's lane (an exclusive flock on a file of
-  its own), so it runs one request at a time in the whole server, not one per process.
-A tenant alone keeps the whole server (all threads but one of each process), as before.
+- lanes: while crowded, a tenant's request runs holding its tenant's lane (an exclusive flock on a file of its own),
+  so it runs one request at a time in the whole server, not one per process. The web server waits for a lane on
+  its event loop before it asks for a thread (controlplane.asgi._in_lane), so a request waiting for its lane holds
+  no thread.
+A tenant alone keeps the whole server (all threads but one of each process), as before. Only tenants a credential
+proved are published here: a request not yet known (an address's key: a probe, a scrape, anyone's first request)
+never crowds the server's tenants.
 """
 
 from __future__ import annotations
@@ -77,14 +81,32 @@ class Crowd:
         recent = self._read[2]
         return len(recent) > (key_hash(key) in recent)
 
-    @contextlib.contextmanager
-    def lane(self, key: str) -> Iterator[None]:
-        """Hold `key`'s lane: one holder in the whole server at a time (flock, let go with the file, also when
-        a process dies holding it)."""
+    def try_lane(self, key: str) -> int | None:
+        """`key`'s lane if no one in the server holds it: a file descriptor to give back with `leave`, else None.
+        One holder in the whole server at a time (an flock, let go with the file, also when a process dies)."""
         fd = os.open(os.path.join(self.directory, f"lane-{key_hash(key):016x}"),
                      os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    @staticmethod
+    def leave(fd: int) -> None:
+        os.close(fd)
+
+    @contextlib.contextmanager
+    def lane(self, key: str, poll_s: float = 0.002) -> Iterator[None]:
+        """Hold `key`'s lane, waiting for it in this thread (tests, tools; the web server waits on its event loop:
+        controlplane.asgi)."""
+        while (fd := self.try_lane(key)) is None:
+            time.sleep(poll_s)
+        try:
             yield
         finally:
-            os.close(fd)
+            self.leave(fd)

@@ -102,8 +102,8 @@ class FairTurns:
     def _touch(self, key: str) -> None:
         self._seen[key] = self._clock()
         self._seen.move_to_end(key)
-        if self.crowd is not None:
-            self.crowd.seen(key)
+        if self.crowd is not None and not key.startswith(ADDRESS_PREFIX):
+            self.crowd.seen(key)  # an address's requests are not a tenant's: they crowd this process only
 
     def key(self, headers: list[tuple[bytes, bytes]], client: str) -> str:
         cred = credential(headers)
