@@ -53,8 +53,8 @@ MAX_BODY = 16 * 1024 * 1024
 
 _pool = ThreadPoolExecutor(max_workers=settings.WEB_THREADS, thread_name_prefix="web")
 # Who gets the next of those threads: each tenant in turn, not first come first served (controlplane.fairturns).
-_crowd = Crowd(server_dir(str(settings.VAR_DIR),
-                          f"{settings.DATABASES['default']['HOST']}/{settings.DATABASES['default']['NAME']}"))
+_db = settings.DATABASES["default"]
+_crowd = Crowd(server_dir(str(settings.VAR_DIR), f"{_db.get('HOST')}:{_db.get('PORT')}/{_db['NAME']}"))
 _turns = FairTurns(settings.WEB_THREADS, crowd=_crowd)
 # Re-checks of parked requests run on their own thread, so a crowd of them woken together waits its
 # turn there instead of queueing ahead of everyone else's requests in `_pool`.
