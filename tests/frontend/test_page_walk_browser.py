@@ -48,12 +48,21 @@ class Network:
 
     def __init__(self, page) -> None:
         self.page, self.inflight, self.last = page, 0, time.monotonic()
+        self.page_number = 0  # the walk's page, counted up before each navigation
+        self.started_on: dict[object, int] = {}  # request -> the page it started on (a walk makes a few hundred)
         page.on("request", self._started)
         page.on("requestfinished", self._ended)
         page.on("requestfailed", self._ended)
 
-    def _started(self, _request) -> None:
+    def _started(self, request) -> None:
         self.inflight, self.last = self.inflight + 1, time.monotonic()
+        self.started_on[request] = self.page_number
+
+    def left_behind(self, request) -> bool:
+        """A request the walk's navigation cut off: started on an earlier page (an htmx poll of the page left) and
+        aborted, not one that failed on the page now shown."""
+        return (self.started_on.get(request, self.page_number) < self.page_number
+                and "ERR_ABORTED" in (request.failure or ""))
 
     def _ended(self, _request) -> None:
         self.inflight, self.last = max(0, self.inflight - 1), time.monotonic()
@@ -77,13 +86,15 @@ def walk(page, persona: str) -> tuple[list[str], list[str]]:
             if msg.type == "error" else None)
     page.on("response", lambda r: problems.append(f"{current['path']}: {r.status} for {urlsplit(r.url).path}")
             if r.status >= 400 and urlsplit(r.url).path != current["path"] else None)
-    page.on("requestfailed", lambda r: problems.append(f"{current['path']}: request failed {r.url}"))
+    page.on("requestfailed", lambda r: None if network.left_behind(r)
+            else problems.append(f"{current['path']}: request failed {r.url} ({r.failure})"))
     seen_patterns: dict[str, int] = {}
     queue, queued, visited = deque(["/"]), {"/"}, []
     WALK_SHOTS.joinpath(persona).mkdir(parents=True, exist_ok=True)
     while queue and len(visited) < LIMIT:
         path = queue.popleft()
         current["path"] = path
+        network.page_number += 1
         response = page.goto(path)
         network.settle()
         visited.append(path)
