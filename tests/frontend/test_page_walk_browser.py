@@ -48,21 +48,21 @@ class Network:
 
     def __init__(self, page) -> None:
         self.page, self.inflight, self.last = page, 0, time.monotonic()
-        self.page_number = 0  # the walk's page, counted up before each navigation
-        self.started_on: dict[object, int] = {}  # request -> the page it started on (a walk makes a few hundred)
+        self.started_on: dict[object, str] = {}  # request -> the path of the document it started from
         page.on("request", self._started)
         page.on("requestfinished", self._ended)
         page.on("requestfailed", self._ended)
 
     def _started(self, request) -> None:
         self.inflight, self.last = self.inflight + 1, time.monotonic()
-        self.started_on[request] = self.page_number
+        # The frame's document when the request starts: a poll of the page being left that fires while the next one
+        # loads still starts from it (measured: requests up to a second into a navigation name the old document).
+        self.started_on[request] = urlsplit(request.frame.url).path
 
-    def left_behind(self, request) -> bool:
-        """A request the walk's navigation cut off: started on an earlier page (an htmx poll of the page left) and
-        aborted, not one that failed on the page now shown."""
-        return (self.started_on.get(request, self.page_number) < self.page_number
-                and "ERR_ABORTED" in (request.failure or ""))
+    def left_behind(self, request, path: str) -> bool:
+        """A request the walk's navigation cut off: started from another document than `path` (an htmx poll of the
+        page left) and aborted, not one that failed on the page now shown."""
+        return self.started_on.get(request, path) != path and "ERR_ABORTED" in (request.failure or "")
 
     def _ended(self, _request) -> None:
         self.inflight, self.last = max(0, self.inflight - 1), time.monotonic()
@@ -86,7 +86,7 @@ def walk(page, persona: str) -> tuple[list[str], list[str]]:
             if msg.type == "error" else None)
     page.on("response", lambda r: problems.append(f"{current['path']}: {r.status} for {urlsplit(r.url).path}")
             if r.status >= 400 and urlsplit(r.url).path != current["path"] else None)
-    page.on("requestfailed", lambda r: None if network.left_behind(r)
+    page.on("requestfailed", lambda r: None if network.left_behind(r, current["path"])
             else problems.append(f"{current['path']}: request failed {r.url} ({r.failure})"))
     seen_patterns: dict[str, int] = {}
     queue, queued, visited = deque(["/"]), {"/"}, []
@@ -94,7 +94,6 @@ def walk(page, persona: str) -> tuple[list[str], list[str]]:
     while queue and len(visited) < LIMIT:
         path = queue.popleft()
         current["path"] = path
-        network.page_number += 1
         response = page.goto(path)
         network.settle()
         visited.append(path)
