@@ -20,14 +20,13 @@ never crowds the server's tenants.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import mmap
 import os
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 SLOTS = 1024
 # The table is read at most this often per process (a read of every slot costs ~0.15 ms; a request asks several
@@ -99,14 +98,3 @@ class Crowd:
     @staticmethod
     def leave(fd: int) -> None:
         os.close(fd)
-
-    @contextlib.contextmanager
-    def lane(self, key: str, poll_s: float = 0.002) -> Iterator[None]:
-        """Hold `key`'s lane, waiting for it in this thread (tests, tools; the web server waits on its event loop:
-        controlplane.asgi)."""
-        while (fd := self.try_lane(key)) is None:
-            time.sleep(poll_s)
-        try:
-            yield
-        finally:
-            self.leave(fd)
