@@ -54,6 +54,33 @@ def _limits(nodes: list[Node], backend: str) -> set[int]:
     return found
 
 
+def _measure(test: CapacityTest, us_nodes: list[Node], backends: list[str]) -> tuple[CapacityRun, int, int]:
+    """Run the test once; the run, and what us-east's and eu-west's backends were sent meanwhile."""
+    before = _served(us_nodes, backends)
+    run = wait_for_run(capacity_run_start(principal=None, test=test).pk, timeout_s=60.0)
+    after = _served(us_nodes, backends)
+    local, overflow = (after[b] - before[b] for b in backends)
+    return run, local, overflow
+
+
+def _stalled(run: CapacityRun) -> bool:
+    """The knee came a step early with a stall's signature, not a queue's: the 80 req/s step was served in
+    full and its median stayed where the 40 req/s step's was; only the tail missed. A real knee moves the
+    median too (requests queue), as the 160 req/s step's does (p50 ~1 s)."""
+    if run.knee_step_index != 1:
+        return False
+    steps = list(run.step_results.filter(shard__isnull=True).order_by("index"))
+    low, missed = steps[1], steps[2]
+    return (missed.achieved_rate >= 0.95 * missed.offered_rate and missed.error_count == 0
+            and missed.p50_ms <= 2 * low.p50_ms)
+
+
+def _steps(run: CapacityRun) -> list[str]:
+    """Each merged step as one line (offered, achieved, p50/p99/max), for a failure's message."""
+    return [f"{s.offered_rate:g} req/s: achieved {s.achieved_rate:.1f}, p50 {s.p50_ms:.0f} p99 {s.p99_ms:.0f} "
+            f"max {s.max_ms:.0f} ms" for s in run.step_results.filter(shard__isnull=True).order_by("index")]
+
+
 def test_the_demo_edge_knee_test_measures_us_east_of_the_demo_fleet_through_a_worker(
         haproxy_bin, demo_fleet_addresses, celery_worker_factory, settings, tmp_path, page) -> None:  # noqa: F811
     """GIVEN `make run`'s demo (loaddemo, the demo fleet started, a worker with 2 slots)
@@ -73,10 +100,13 @@ def test_the_demo_edge_knee_test_measures_us_east_of_the_demo_fleet_through_a_wo
         celery_worker_factory("demo", concurrency=2, **worker_env)
         us_nodes = list(Node.objects.filter(fleet__name="demo-us-east").order_by("name"))
         backends = [backend_name(pool.pk, "us-east", "http"), backend_name(pool.pk, "eu-west", "http")]
-        before = _served(us_nodes, backends)
-        run = capacity_run_start(principal=None, test=test)
-        run = wait_for_run(run.pk, timeout_s=60.0)
-        after = _served(us_nodes, backends)
+        run, local, overflow = _measure(test, us_nodes, backends)
+        if _stalled(run):
+            # One ~0.4 s stall of this shared 2-core machine (CI saw one: p50 17 ms, p99 386 ms at 80 req/s,
+            # every request answered) fails a step that the backends serve easily. The run judged right on
+            # what it measured; this test is about where the demo's knee is, so it measures once more.
+            print("stall signature, measured again:", _steps(run))
+            run, local, overflow = _measure(test, us_nodes, backends)
         assert run.status == CapacityRun.Status.SUCCEEDED, (run.error_code, run.error)
 
         # The tenant applies it in the browser: the preview says before -> after and asks; the nodes take it.
@@ -120,11 +150,11 @@ def test_the_demo_edge_knee_test_measures_us_east_of_the_demo_fleet_through_a_wo
 
     assert run.target_address in {n.bind_address for n in us_nodes}, run.target_address
     assert run.sent == 20 * 5 + 40 * 5 + 80 * 5 + 160 * 5 and run.ok >= 0.99 * run.sent, (run.sent, run.ok)
-    local, overflow = (after[b] - before[b] for b in backends)
     assert overflow == 0, f"{overflow} request(s) of the test went to eu-west"
     assert local == run.sent, (local, run.sent)
-    assert run.knee_code == knee.KNEE_FOUND, run.knee_reason
-    assert run.knee_step_index == 2 and run.knee_capacity_rps == pytest.approx(80, rel=0.1), run.knee_reason
+    steps = _steps(run)
+    assert run.knee_code == knee.KNEE_FOUND, (run.knee_reason, steps)
+    assert run.knee_step_index == 2 and run.knee_capacity_rps == pytest.approx(80, rel=0.1), (run.knee_reason, steps)
     assert run.healthy_members == 2
     assert run.recommended_max_rate_per_member == pytest.approx(run.knee_capacity_rps / 2 * 0.8, rel=0.01)
     assert "/ 2 active member(s)" in run.recommendation_note, run.recommendation_note
