@@ -73,6 +73,19 @@ def test_a_token_whose_owner_is_no_longer_a_member_is_refused_even_unrevoked(acm
     assert bob.client.get("/api/v1/routes/").status_code == 401
 
 
+def test_a_token_has_its_owners_role_of_now_and_none_once_the_owner_is_deactivated(acme, bob):
+    """The token's power is read with the token on every call: demoting its owner takes writes away at once,
+    deactivating the owner's account ends it (the role comes in the token's own query, not a cached copy)."""
+    body = {"name": "nightly", "kind": "noop", "schedule_type": "cron", "cron": "0 3 * * *"}
+    assert bob.client.post("/api/v1/jobs/", body, format="json").status_code == 201
+    Membership.objects.filter(user=bob.user, org=acme).update(role=Role.VIEWER)
+    refused = bob.client.post("/api/v1/jobs/", {**body, "name": "second"}, format="json")
+    assert refused.status_code == 403, refused.content
+    assert bob.client.get("/api/v1/jobs/").status_code == 200
+    type(bob.user).objects.filter(pk=bob.user.pk).update(is_active=False)
+    assert bob.client.get("/api/v1/jobs/").status_code == 401
+
+
 def test_what_a_removed_member_made_stops_and_whoever_turns_it_on_takes_it_over(acme, alice, bob, bobs_things):
     job, subscription, _ = bobs_things
     assert job.enabled and subscription.enabled
