@@ -11,9 +11,20 @@ from typing import Any
 
 import pytest
 
-from apps.scheduling import services
+from apps.scheduling import runner, services
 from apps.scheduling.models import Job
 from tests.processes import REPO, process_env, stop_process
+
+
+@pytest.fixture(autouse=True)
+def _heartbeat_forgets_this_tests_runs() -> Iterator[None]:
+    """Runs a test claimed in this process and never finished stay in the runner's heartbeat (a worker would
+    finish them): the heartbeat thread would go on writing them to this worker's test database every 2 s, hold
+    a connection to it when the suite drops it ("being accessed by other users"), and log its failures into
+    streams pytest has closed. Idle, the thread gives its connection back."""
+    yield
+    for run_id in list(runner.HEARTBEAT._runs):
+        runner.HEARTBEAT.discard(run_id)
 
 
 @pytest.fixture
