@@ -110,10 +110,10 @@ def token_authenticate(raw: str) -> ApiToken | None:
     if len(parts) < 3 or parts[0] != TOKEN_PREFIX:
         return None
     # The owner's role in the token's org comes in the same query (principal_for_token): one round trip for every
-    # API call instead of two.
+    # API call instead of two. (user, org) is unique: no ordering needed, so none (Meta's would join two tables).
     role = Membership.objects.filter(user_id=OuterRef("user_id"), org_id=OuterRef("org_id"), user__is_active=True)
     token = (ApiToken.objects.usable().select_related("org", "user").filter(prefix=parts[1])
-             .annotate(owner_role=Subquery(role.values("role")[:1])).first())
+             .annotate(owner_role=Subquery(role.order_by().values("role")[:1])).first())
     if token is None or not hmac.compare_digest(token.secret_hash, _hash(raw)):
         return None
     now = timezone.now()
@@ -130,8 +130,8 @@ def principal_for_token(token: ApiToken) -> Principal | None:
     (removal revokes it too, apps.core.lifecycle; this is the second lock)."""
     role = Role.ADMIN
     if token.user_id is not None:
-        # A token never has more power than the user who owns it. token_authenticate read the role with the token;
-        # a token from elsewhere is looked up.
+        # A token never has more power than the user who owns it. token_authenticate read the role with the token,
+        # for this request only (a token object kept longer must not be passed here); any other token is looked up.
         if hasattr(token, "owner_role"):
             role = token.owner_role
         else:

@@ -73,9 +73,11 @@ def test_a_token_whose_owner_is_no_longer_a_member_is_refused_even_unrevoked(acm
     assert bob.client.get("/api/v1/routes/").status_code == 401
 
 
-def test_a_token_has_its_owners_role_of_now_and_none_once_the_owner_is_deactivated(acme, bob):
+def test_a_token_has_its_owners_role_of_now_and_none_once_the_owner_is_deactivated(acme, globex, bob):
     """The token's power is read with the token on every call: demoting its owner takes writes away at once,
-    deactivating the owner's account ends it (the role comes in the token's own query, not a cached copy)."""
+    deactivating the owner's account ends it (the role comes in the token's own query, not a cached copy). Bob
+    owns globex too: his acme token has his acme role, never another org's."""
+    MembershipFactory(user=bob.user, org=globex, role=Role.OWNER)
     body = {"name": "nightly", "kind": "noop", "schedule_type": "cron", "cron": "0 3 * * *"}
     assert bob.client.post("/api/v1/jobs/", body, format="json").status_code == 201
     Membership.objects.filter(user=bob.user, org=acme).update(role=Role.VIEWER)

@@ -9,6 +9,7 @@ with `make run`'s 2 slots runs the run. What the nodes served is read from their
 from __future__ import annotations
 
 import re
+import warnings
 
 import pytest
 from django.core.management import call_command
@@ -70,6 +71,8 @@ def _stalled(run: CapacityRun) -> bool:
     if run.knee_step_index != 1:
         return False
     steps = list(run.step_results.filter(shard__isnull=True).order_by("index"))
+    if len(steps) < 3:
+        return False  # the assertions on the run say what is missing
     low, missed = steps[1], steps[2]
     return (missed.achieved_rate >= 0.95 * missed.offered_rate and missed.error_count == 0
             and missed.p50_ms <= 2 * low.p50_ms)
@@ -105,7 +108,7 @@ def test_the_demo_edge_knee_test_measures_us_east_of_the_demo_fleet_through_a_wo
             # One ~0.4 s stall of this shared 2-core machine (CI saw one: p50 17 ms, p99 386 ms at 80 req/s,
             # every request answered) fails a step that the backends serve easily. The run judged right on
             # what it measured; this test is about where the demo's knee is, so it measures once more.
-            print("stall signature, measured again:", _steps(run))
+            warnings.warn(f"demo knee: a stall's signature, measured again: {_steps(run)}", stacklevel=1)
             run, local, overflow = _measure(test, us_nodes, backends)
         assert run.status == CapacityRun.Status.SUCCEEDED, (run.error_code, run.error)
 

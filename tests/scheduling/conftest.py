@@ -21,9 +21,11 @@ def _heartbeat_forgets_this_tests_runs() -> Iterator[None]:
     """Runs a test claimed in this process and never finished stay in the runner's heartbeat (a worker would
     finish them): the heartbeat thread would go on writing them to this worker's test database every 2 s, hold
     a connection to it when the suite drops it ("being accessed by other users"), and log its failures into
-    streams pytest has closed. Idle, the thread gives its connection back."""
+    streams pytest has closed. Idle, the thread gives its connection back at its next beat (within 2 s)."""
     yield
-    for run_id in list(runner.HEARTBEAT._runs):
+    with runner.HEARTBEAT._lock:
+        left = list(runner.HEARTBEAT._runs)
+    for run_id in left:
         runner.HEARTBEAT.discard(run_id)
 
 
