@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -28,11 +29,14 @@ from apps.capacity.engine import (
 )
 from apps.capacity.engine.plan import arrival_offset_s, count_arrivals
 from apps.capacity.engine.results import new_histogram
-from apps.capacity.knee import find_knee, summarize
+from apps.capacity.knee import KneeResult, find_knee, summarize
+from tests.capacity.conftest import stalled_not_queued
 
 from .servers import ServerProcess, closed_port
 
 pytestmark = pytest.mark.process  # the real load generator against real servers
+
+SERVICE_MS = 10.0  # the capacity server's time per request at --rate 100
 
 
 @pytest.fixture(scope="module")
@@ -86,18 +90,30 @@ def test_the_knee_is_found_within_one_step_of_a_servers_known_capacity():
     WHEN open-loop steps run below and above 100 req/s
     THEN the knee lands within one step of 100, and above it the server serves only ~100 req/s."""
     rates = [40, 60, 80, 120, 140]
-    with ServerProcess("capacity", "--rate", "100") as server:
-        result = run_plan(
-            # 2 s steps: with 1 s ones, a whole-suite run on this 2-core machine once saw the 80 req/s step reach
-            # 72 (what the starved generator sent and read back near a step's edge counts twice as much).
-            LoadPlan.open_loop(target(server.port, timeout_s=5.0), [(r, 2.0) for r in rates])
-        )
+
+    def measure() -> tuple[RunResult, KneeResult]:
+        with ServerProcess("capacity", "--rate", "100") as server:
+            result = run_plan(
+                # 2 s steps: with 1 s ones, a whole-suite run on this 2-core machine once saw the 80 req/s step
+                # reach 72 (what the starved generator sent and read back near a step's edge counts twice as much).
+                LoadPlan.open_loop(target(server.port, timeout_s=5.0), [(r, 2.0) for r in rates])
+            )
+        # SLO far above the 10 ms service time so a busy machine's scheduling noise cannot fail a step below
+        # capacity (at 100 ms, four test workers on 2 cores with a profiler attached once saw 140 ms at 60 req/s);
+        # above capacity the queue grows by 20 requests a second, ~400 ms of waiting by the end of the 120 step.
+        return result, find_knee(summarize(result.steps), slo_p99_ms=200.0, slo_error_rate=0.01)
+
+    result, knee = measure()
+    missed = [s for s in result.steps if s.offered_rate < 100 and s.p99_ms > 200]
+    if missed and all(stalled_not_queued(s, SERVICE_MS) for s in missed):
+        # A stall of the whole machine under capacity (four test workers on 2 cores once gave the 40 req/s step a
+        # p99 of 207 ms, every request served): the run judged right on what it measured; where the knee is, is
+        # measured once more.
+        warnings.warn(f"engine knee: a stall's signature under capacity, measured again: {knee.reason}",
+                      stacklevel=1)
+        result, knee = measure()
     assert [s.offered_rate for s in result.steps] == rates
-    # SLO far above the 10 ms service time so a busy machine's scheduling noise cannot fail a step below
-    # capacity (at 100 ms, four test workers on 2 cores with a profiler attached once saw 140 ms at 60 req/s);
-    # above capacity the queue grows by 20 requests a second, ~400 ms of waiting by the end of the 120 step.
-    knee = find_knee(summarize(result.steps), slo_p99_ms=200.0, slo_error_rate=0.01)
-    assert knee.step_index is not None
+    assert knee.step_index is not None, knee.reason
     assert rates[knee.step_index] in (80, 120), knee.reason  # the steps either side of 100
     assert knee.capacity_rps == pytest.approx(rates[knee.step_index], rel=0.05)
     below, above = result.steps[2], result.steps[3]
