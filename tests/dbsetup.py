@@ -59,12 +59,8 @@ def django_db_setup(request, django_test_environment, django_db_blocker, django_
         finally:
             lock.close()
         connection.close()
-        connection.settings_dict["NAME"] = mine
         connection.settings_dict["TEST"]["NAME"] = mine
-        # What create_test_db would have left in settings (tests read it, as Django's own runner sets it).
-        from django.conf import settings
-
-        settings.DATABASES[connection.alias]["NAME"] = mine
+        _use_database(connection, mine)
     yield
     with django_db_blocker.unblock():
         try:
@@ -78,10 +74,16 @@ def django_db_setup(request, django_test_environment, django_db_blocker, django_
         except Exception as exc:  # as pytest-django does: a warning, not a failed run
             request.node.warn(pytest.PytestWarning(f"Error when trying to teardown test databases: {exc!r}"))
         finally:
-            connection.settings_dict["NAME"] = original
-            from django.conf import settings
+            _use_database(connection, original)
 
-            settings.DATABASES[connection.alias]["NAME"] = original
+
+def _use_database(connection: Any, name: str) -> None:
+    """Point the connection at `name`, and settings too, as create_test_db and destroy_test_db leave them (tests read
+    settings, as Django's own runner sets them)."""
+    from django.conf import settings
+
+    connection.settings_dict["NAME"] = name
+    settings.DATABASES[connection.alias]["NAME"] = name
 
 
 def drop_template(config: pytest.Config) -> None:

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import Case, OuterRef, Subquery, When
+from django.db.models import Case, OuterRef, QuerySet, Subquery, When
 from django.utils import timezone
 
 from apps.accounts.models import ApiToken, Invitation, Membership, Organization, Role, Scope, SsoIdentity
@@ -110,10 +110,10 @@ def token_authenticate(raw: str) -> ApiToken | None:
     if len(parts) < 3 or parts[0] != TOKEN_PREFIX:
         return None
     # The owner's role in the token's org comes in the same query (principal_for_token): one round trip for every
-    # API call instead of two. (user, org) is unique: no ordering needed, so none (Meta's would join two tables).
-    role = Membership.objects.filter(user_id=OuterRef("user_id"), org_id=OuterRef("org_id"), user__is_active=True)
+    # API call instead of two.
+    role = _owner_role(OuterRef("user_id"), OuterRef("org_id"))
     token = (ApiToken.objects.usable().select_related("org", "user").filter(prefix=parts[1])
-             .annotate(owner_role=Subquery(role.order_by().values("role")[:1])).first())
+             .annotate(owner_role=Subquery(role[:1])).first())
     if token is None or not hmac.compare_digest(token.secret_hash, _hash(raw)):
         return None
     now = timezone.now()
@@ -132,15 +132,19 @@ def principal_for_token(token: ApiToken) -> Principal | None:
     if token.user_id is not None:
         # A token never has more power than the user who owns it. token_authenticate read the role with the token,
         # for this request only (a token object kept longer must not be passed here); any other token is looked up.
-        if hasattr(token, "owner_role"):
-            role = token.owner_role
-        else:
-            role = (Membership.objects.filter(user_id=token.user_id, org_id=token.org_id, user__is_active=True)
-                    .values_list("role", flat=True).first())
+        role = (token.owner_role if hasattr(token, "owner_role")
+                else _owner_role(token.user_id, token.org_id).first())
         if role is None:
             return None
     return Principal(org=token.org, role=role, user_id=token.user_id, token_id=token.pk,
                      scopes=frozenset(token.scopes), token_name=token.name)
+
+
+def _owner_role(user_id: int | OuterRef, org_id: int | OuterRef) -> QuerySet:
+    """The user's role in the org while their account is active: one row or none ((user, org) is unique, so no
+    ordering: Membership's own would join two tables into every API call's query)."""
+    return (Membership.objects.filter(user_id=user_id, org_id=org_id, user__is_active=True)
+            .order_by().values_list("role", flat=True))
 
 
 def principal_for_user(user, org_slug: str | None = None) -> Principal | None:

@@ -70,16 +70,21 @@ def _stalled(run: CapacityRun) -> bool:
     median too (requests queue), as the 160 req/s step's does (p50 ~1 s)."""
     if run.knee_step_index != 1:
         return False
-    steps = list(run.step_results.filter(shard__isnull=True).order_by("index"))
+    steps = _merged_steps(run)
     if len(steps) < 3:
         return False  # the assertions on the run say what is missing
     return stalled_not_queued(steps[2], steps[1].p50_ms)
 
 
+def _merged_steps(run: CapacityRun) -> list:
+    """The run's steps as all its shards measured them together, lowest rate first."""
+    return list(run.step_results.filter(shard__isnull=True).order_by("index"))
+
+
 def _steps(run: CapacityRun) -> list[str]:
     """Each merged step as one line (offered, achieved, p50/p99/max), for a failure's message."""
     return [f"{s.offered_rate:g} req/s: achieved {s.achieved_rate:.1f}, p50 {s.p50_ms:.0f} p99 {s.p99_ms:.0f} "
-            f"max {s.max_ms:.0f} ms" for s in run.step_results.filter(shard__isnull=True).order_by("index")]
+            f"max {s.max_ms:.0f} ms" for s in _merged_steps(run)]
 
 
 def test_the_demo_edge_knee_test_measures_us_east_of_the_demo_fleet_through_a_worker(

@@ -36,7 +36,9 @@ from .servers import ServerProcess, closed_port
 
 pytestmark = pytest.mark.process  # the real load generator against real servers
 
-SERVICE_MS = 10.0  # the capacity server's time per request at --rate 100
+CAPACITY_RPS = 100  # the capacity server's rate: one request at a time, SERVICE_MS each
+SERVICE_MS = 1000.0 / CAPACITY_RPS
+SLO_P99_MS = 200.0
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +94,7 @@ def test_the_knee_is_found_within_one_step_of_a_servers_known_capacity():
     rates = [40, 60, 80, 120, 140]
 
     def measure() -> tuple[RunResult, KneeResult]:
-        with ServerProcess("capacity", "--rate", "100") as server:
+        with ServerProcess("capacity", "--rate", str(CAPACITY_RPS)) as server:
             result = run_plan(
                 # 2 s steps: with 1 s ones, a whole-suite run on this 2-core machine once saw the 80 req/s step
                 # reach 72 (what the starved generator sent and read back near a step's edge counts twice as much).
@@ -101,10 +103,10 @@ def test_the_knee_is_found_within_one_step_of_a_servers_known_capacity():
         # SLO far above the 10 ms service time so a busy machine's scheduling noise cannot fail a step below
         # capacity (at 100 ms, four test workers on 2 cores with a profiler attached once saw 140 ms at 60 req/s);
         # above capacity the queue grows by 20 requests a second, ~400 ms of waiting by the end of the 120 step.
-        return result, find_knee(summarize(result.steps), slo_p99_ms=200.0, slo_error_rate=0.01)
+        return result, find_knee(summarize(result.steps), slo_p99_ms=SLO_P99_MS, slo_error_rate=0.01)
 
     result, knee = measure()
-    missed = [s for s in result.steps if s.offered_rate < 100 and s.p99_ms > 200]
+    missed = [s for s in result.steps if s.offered_rate < CAPACITY_RPS and s.p99_ms > SLO_P99_MS]
     if missed and all(stalled_not_queued(s, SERVICE_MS) for s in missed):
         # A stall of the whole machine under capacity (four test workers on 2 cores once gave the 40 req/s step a
         # p99 of 207 ms, every request served): the run judged right on what it measured; where the knee is, is
