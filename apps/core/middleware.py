@@ -1,4 +1,4 @@
-"""Request ids: one per request, echoed in X-Request-ID, logged and audited."""
+"""Request ids (one per request, echoed in X-Request-ID, logged and audited) and static files."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import logging
 import re
 import uuid
 from collections.abc import Callable
+from typing import ClassVar
 
 from django.http import HttpRequest, HttpResponse
+from whitenoise.middleware import WhiteNoiseMiddleware
 
 _request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -34,6 +36,27 @@ class RequestIdMiddleware:
             _request_id.reset(token)
         response["X-Request-ID"] = rid
         return response
+
+
+class StaticFilesMiddleware(WhiteNoiseMiddleware):
+    """WhiteNoise, listing the static finders' files once per process instead of once per middleware chain.
+
+    Django builds a chain per handler: once in a server process, but once per client in the test suite, where
+    finding and stat-ing every app's static files (224 here) cost ~7.5 ms of CPU each time, ~35 s a run. The
+    files' entries hold paths and headers, not open files, so chains can share them. With autorefresh (DEBUG)
+    WhiteNoise looks files up per request and never lists them.
+    """
+
+    _found: ClassVar[dict[str, dict]] = {}
+
+    def add_files_from_finders(self) -> None:
+        found = self._found.get(self.static_prefix)
+        if found is None:
+            own, self.files = self.files, {}
+            super().add_files_from_finders()
+            found, self.files = self.files, own
+            self._found[self.static_prefix] = found
+        self.files.update(found)
 
 
 class RequestIdLogFilter(logging.Filter):

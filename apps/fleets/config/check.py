@@ -146,10 +146,13 @@ def _parse_proc_address(hex_address: str) -> tuple[str, int]:
     return socket.inet_ntop(family, words), int(port_hex, 16)
 
 
-def _listening_inodes(address: str, port: int) -> set[int]:
-    """Inodes of LISTEN sockets that block a bind on address:port (same address or a wildcard)."""
-    wildcards = {"0.0.0.0", "::"}
-    inodes = set()
+def _listeners() -> dict[int, list[tuple[str, int]]]:
+    """port -> (address, socket inode) of every LISTEN socket on this host, from /proc/net/tcp{,6}.
+
+    Read once per check: the tables list every TCP socket (a busy host's TIME_WAIT connections too), and
+    reading them again for each address made the pre-check's cost grow with addresses x connections.
+    """
+    by_port: dict[int, list[tuple[str, int]]] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
@@ -162,9 +165,15 @@ def _listening_inodes(address: str, port: int) -> set[int]:
             local, local_port = _parse_proc_address(fields[1])
             if local.startswith("::ffff:"):
                 local = local[7:]
-            if local_port == port and (local == address or local in wildcards or address in wildcards):
-                inodes.add(int(fields[9]))
-    return inodes
+            by_port.setdefault(local_port, []).append((local, int(fields[9])))
+    return by_port
+
+
+def _listening_inodes(listeners: dict[int, list[tuple[str, int]]], address: str, port: int) -> set[int]:
+    """Inodes of LISTEN sockets that block a bind on address:port (same address or a wildcard)."""
+    wildcards = {"0.0.0.0", "::"}
+    return {inode for local, inode in listeners.get(port, ())
+            if local == address or local in wildcards or address in wildcards}
 
 
 def _bind_error(address: str, port: int) -> int | None:
@@ -196,9 +205,10 @@ def bind_conflicts(addresses: list[tuple[str, int]], owned_by_pids: set[int]) ->
     A privileged port refusing an unprivileged probe (EACCES) is not reported: HAProxy starts as root.
     """
     owned_inodes = _socket_inodes(_descendants(set(owned_by_pids))) if owned_by_pids else set()
+    listeners = _listeners()
     conflicts = []
     for address, port in sorted(set(addresses)):
-        holders = _listening_inodes(address, port)
+        holders = _listening_inodes(listeners, address, port)
         if holders:
             if not holders <= owned_inodes:
                 conflicts.append((address, port))
