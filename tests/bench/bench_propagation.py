@@ -36,21 +36,30 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def stage_report(marks: list[tuple[float, float]]) -> None:
-    """Where the time goes, from database timestamps: write -> revision -> rollout start -> end."""
+    """Where the time goes, from database timestamps: write -> revision -> rollout start -> end, and the end on the
+    last fleet (a change is applied when every fleet serving its LB has it)."""
     from apps.fleets.models import ConfigRevision, Rollout
 
-    to_revision, to_start, to_end = [], [], []
-    for wall, _mono in marks:
+    to_revision, to_start, to_end, to_every = [], [], [], []
+    for (wall, _mono), (until, _) in zip(marks, [*marks[1:], (float("inf"), 0.0)], strict=True):
         revision = ConfigRevision.objects.filter(created_at__gte=_dt(wall)).order_by("created_at").first()
-        rollout = Rollout.objects.filter(created_at__gte=_dt(wall)).order_by("created_at").first()
-        if revision is None or rollout is None or rollout.started_at is None or rollout.finished_at is None:
+        window = Rollout.objects.filter(created_at__gte=_dt(wall)).order_by("created_at")
+        if until != float("inf"):
+            window = window.filter(created_at__lt=_dt(until))
+        first_per_fleet: dict[int, Rollout] = {}
+        for rollout in window:
+            first_per_fleet.setdefault(rollout.fleet_id, rollout)
+        rollouts = list(first_per_fleet.values())
+        if revision is None or not rollouts or any(r.started_at is None or r.finished_at is None for r in rollouts):
             continue
         to_revision.append((revision.created_at.timestamp() - wall) * 1000.0)
-        to_start.append((rollout.started_at.timestamp() - wall) * 1000.0)
-        to_end.append((rollout.finished_at.timestamp() - wall) * 1000.0)
+        to_start.append((rollouts[0].started_at.timestamp() - wall) * 1000.0)
+        to_end.append((rollouts[0].finished_at.timestamp() - wall) * 1000.0)
+        to_every.append((max(r.finished_at for r in rollouts).timestamp() - wall) * 1000.0)
     if to_end:
         print(f"stages p50 (ms after the write): revision stored {statistics.median(to_revision):.0f}, "
-              f"rollout started {statistics.median(to_start):.0f}, rollout finished {statistics.median(to_end):.0f}")
+              f"rollout started {statistics.median(to_start):.0f}, rollout finished {statistics.median(to_end):.0f}, "
+              f"on every fleet {statistics.median(to_every):.0f}")
 
 
 def _dt(wall: float):
