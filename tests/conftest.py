@@ -92,7 +92,7 @@ import time  # noqa: E402
 from collections.abc import Callable, Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from tests.processes import REPO, process_env, stop_process  # noqa: E402  (used by fixtures below)
+from tests.processes import REPO, process_env, stop_processes  # noqa: E402  (used by fixtures below)
 
 
 @pytest.fixture
@@ -134,8 +134,7 @@ def celery_worker_factory(tmp_path) -> Iterator[Callable[..., subprocess.Popen]]
         raise RuntimeError(f"celery worker {name} did not become ready in 30 s")
 
     yield start
-    for proc in procs:
-        stop_process(proc)
+    stop_processes(procs)
 
 
 # Fixtures that start real processes or servers: a test using one is marked `process`, so `make test-fast` (the

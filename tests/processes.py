@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,11 +38,19 @@ def process_env(**extra: str) -> dict[str, str]:
 
 def stop_process(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
     """Stop a child we started, by PID: SIGTERM, then SIGKILL."""
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
+    stop_processes([proc], timeout_s)
+
+
+def stop_processes(procs: list[subprocess.Popen], timeout_s: float = 10.0) -> None:
+    """Stop children we started, by PID, together: SIGTERM to all, then SIGKILL to any still running after
+    `timeout_s` (a Celery worker's warm shutdown takes ~1.7 s here, and three of them one by one added up)."""
+    running = [proc for proc in procs if proc.poll() is None]
+    for proc in running:
+        proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for proc in running:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)

@@ -22,6 +22,7 @@ from apps.fleets.node.runtime_api import HAProxySocket
 from tests import deps
 from tests.browser import login, shot
 from tests.netutil import http_get
+from tests.processes import stop_process
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -51,13 +52,16 @@ def demo_fleet(transactional_db, settings, tmp_path, monkeypatch, celery_worker_
     settings.VAR_DIR = tmp_path / "var"
     balancers_demo.load_demo()
     fleets_demo.load_demo()
+    worker = None
     try:
         message = fleets_demo.start_demo_processes()
         assert "4 HAProxy nodes" in message, message
         assert set(Rollout.objects.values_list("status", flat=True)) == {"succeeded"}
-        celery_worker_factory(name="ws-w1", concurrency=1)  # later changes roll out through it
+        worker = celery_worker_factory(name="ws-w1", concurrency=1)  # later changes roll out through it
         yield LoadBalancer.objects.get(name="edge")
     finally:
+        if worker is not None:  # before the nodes: its warm shutdown waits for a task talking to a stopped node
+            stop_process(worker)
         fleets_demo.stop_demo_processes()
 
 

@@ -76,8 +76,12 @@ def main(argv: list[str]) -> None:
     print(f"demo backends listening: {' '.join(argv)}", flush=True)
     while not stop.wait(0.2):  # a timed wait lets the signal handler run in this thread
         pass
-    for server in servers:
-        server.shutdown()
+    # Together: each shutdown waits up to a poll interval for its loop, and one after another that added up.
+    stoppers = [threading.Thread(target=server.shutdown) for server in servers]
+    for stopper in stoppers:
+        stopper.start()
+    for stopper, server in zip(stoppers, servers, strict=True):
+        stopper.join()
         server.server_close()
 
 
