@@ -6,7 +6,6 @@ class AccountsConfig(AppConfig):
     label = "accounts"
 
     def ready(self) -> None:
-        from apps.accounts import schema  # noqa: F401  (registers OpenAPI auth schemes)
         from apps.accounts.models import Invitation
         from apps.core import quotas
 

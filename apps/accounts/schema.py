@@ -1,4 +1,4 @@
-"""OpenAPI descriptions of Spillway's authenticators (loaded by AccountsConfig.ready)."""
+"""OpenAPI descriptions of Spillway's authenticators (loaded with the API's URLs: apps/accounts/api/urls.py)."""
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 

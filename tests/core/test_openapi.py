@@ -23,6 +23,15 @@ def _op(schema: dict, method: str, path: str) -> dict:
     return schema["paths"][path][method]
 
 
+def test_the_schema_says_how_to_authenticate(schema) -> None:
+    """Bearer tokens and the session cookie, described by apps/accounts/schema.py (loaded with the API's URLs)."""
+    schemes = schema["components"]["securitySchemes"]
+    assert schemes["bearerAuth"] == {"type": "http", "scheme": "bearer",
+                                     "description": "Org-scoped API token (spw_...)."}
+    assert schemes["cookieAuth"] == {"type": "apiKey", "in": "cookie", "name": "sessionid"}
+    assert {"bearerAuth": []} in _op(schema, "get", "/api/v1/load-balancers/")["security"]
+
+
 def test_operations_that_always_answer_405_are_not_documented(schema) -> None:
     assert "post" not in schema["paths"]["/api/v1/capacity-runs/"]
     assert "post" not in schema["paths"]["/api/v1/job-runs/"]
