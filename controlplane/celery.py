@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 from celery import Celery
@@ -10,12 +11,17 @@ from celery.signals import (
     task_prerun,
     worker_init,
     worker_process_init,
+    worker_process_shutdown,
     worker_ready,
     worker_shutting_down,
 )
 from django.db import close_old_connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+
+logger = logging.getLogger(__name__)
+# Logged by a prefork pool process once it is done with its last task (tests/processes.stop_celery_workers reads it).
+POOL_PROCESS_LEAVES = "pool process done with its tasks, leaving:"
 
 app = Celery("spillway")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -88,6 +94,13 @@ def _worker_process_setup(**kwargs) -> None:
 
     gcpause.install()
     routelane.FREEZE = True  # a worker keeps the lanes it renders
+
+
+@worker_process_shutdown.connect
+def _pool_process_leaves(pid: int | None = None, exitcode: int | None = None, **kwargs) -> None:
+    """A prefork pool process done with its last task says so (POOL_PROCESS_LEAVES): billiard then keeps it ~1 s
+    before it exits, and a warm shutdown waits for that. What waits only for the tasks to end reads the line."""
+    logger.info("%s %s (exit code %s)", POOL_PROCESS_LEAVES, pid, exitcode)
 
 
 @worker_ready.connect

@@ -92,7 +92,7 @@ import time  # noqa: E402
 from collections.abc import Callable, Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from tests.processes import REPO, process_env, stop_processes  # noqa: E402  (used by fixtures below)
+from tests.processes import REPO, CeleryWorker, process_env, reap_leaving, stop_celery_workers  # noqa: E402
 
 
 @pytest.fixture
@@ -104,11 +104,12 @@ def celery_worker_factory(tmp_path) -> Iterator[Callable[..., subprocess.Popen]]
     """
     if not os.environ.get("REDIS_URL"):
         deps.missing("real Celery workers need REDIS_URL (make test sets it)")
-    procs: list[subprocess.Popen] = []
+    workers: list[CeleryWorker] = []
     # Drop messages left by earlier tests once, before this test enqueues anything. Not per
     # worker (`--purge`): a worker started mid-test would delete messages the test just sent.
     from controlplane.celery import app as celery_app
 
+    reap_leaving()  # an earlier test's workers still exiting: gone before these start
     celery_app.control.purge()
 
     def start(name: str = "w1", concurrency: int = 1, queues: str | None = None, pool: str = "prefork",
@@ -123,7 +124,7 @@ def celery_worker_factory(tmp_path) -> Iterator[Callable[..., subprocess.Popen]]
         cmd += ["--queues", queues or ",".join(["celery", *settings.FLEET_QUEUES, "events", "acme"])]
         log = open(tmp_path / f"celery-{name}.log", "wb")  # noqa: SIM115 (closed by the OS at exit)
         proc = subprocess.Popen(cmd, cwd=REPO, env=process_env(**env), stdout=log, stderr=subprocess.STDOUT)
-        procs.append(proc)
+        workers.append(CeleryWorker(proc, tmp_path / f"celery-{name}.log", pool, concurrency))
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if b"ready." in (tmp_path / f"celery-{name}.log").read_bytes():
@@ -133,8 +134,20 @@ def celery_worker_factory(tmp_path) -> Iterator[Callable[..., subprocess.Popen]]
             time.sleep(0.2)
         raise RuntimeError(f"celery worker {name} did not become ready in 30 s")
 
+    def stop(*procs: subprocess.Popen) -> None:
+        """Stop these workers now, as the teardown would (before what their tasks talk to goes away)."""
+        stop_celery_workers([w for w in workers if w.proc in procs])
+
+    start.stop = stop  # type: ignore[attr-defined]
     yield start
-    stop_processes(procs)
+    stop_celery_workers(workers)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _reap_celery_workers_still_exiting() -> Iterator[None]:
+    """Workers a test's teardown left exiting (tests/processes.stop_celery_workers) are waited for by the end."""
+    yield
+    reap_leaving()
 
 
 # Fixtures that start real processes or servers: a test using one is marked `process`, so `make test-fast` (the

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,6 +52,64 @@ def stop_processes(procs: list[subprocess.Popen], timeout_s: float = 10.0) -> No
     for proc in running:
         try:
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+@dataclass
+class CeleryWorker:
+    """A `celery worker` a test started (tests/conftest.celery_worker_factory), with its log."""
+
+    proc: subprocess.Popen
+    log: Path
+    pool: str
+    concurrency: int
+
+
+_LEAVING: list[subprocess.Popen] = []  # workers done with every task, still exiting: reaped by reap_leaving
+
+
+def stop_celery_workers(workers: list[CeleryWorker], timeout_s: float = 10.0) -> None:
+    """Warm-stop workers together and return once each has exited or, for a prefork worker, once each of its
+    pool processes has said it is done with its tasks (controlplane.celery.POOL_PROCESS_LEAVES): billiard keeps a
+    pool process ~1 s after that, and its worker waits for it, ~2 s a stop that a test's teardown spent waiting.
+    Such a worker runs no task any more and takes none: it is reaped later (reap_leaving: before the next workers
+    start, and at the end of the session), by PID."""
+    from controlplane.celery import POOL_PROCESS_LEAVES
+
+    running = [w for w in workers if w.proc.poll() is None and w.proc not in _LEAVING]  # not stopped already
+    since = {w.proc.pid: w.log.stat().st_size for w in running}
+    for worker in running:
+        worker.proc.send_signal(signal.SIGTERM)
+    marker = POOL_PROCESS_LEAVES.encode()
+    deadline = time.monotonic() + timeout_s
+    while running and time.monotonic() < deadline:
+        waiting = []
+        for worker in running:
+            if worker.proc.poll() is not None:
+                continue
+            if worker.pool == "prefork":
+                with worker.log.open("rb") as log:
+                    log.seek(since[worker.proc.pid])
+                    if log.read().count(marker) >= worker.concurrency:
+                        _LEAVING.append(worker.proc)
+                        continue
+            waiting.append(worker)
+        running = waiting
+        if running:
+            time.sleep(0.02)
+    for worker in running:
+        worker.proc.kill()
+        worker.proc.wait(timeout=5)
+
+
+def reap_leaving(timeout_s: float = 10.0) -> None:
+    """Wait for the workers stop_celery_workers left exiting (SIGKILL past `timeout_s`)."""
+    while _LEAVING:
+        proc = _LEAVING.pop()
+        try:
+            proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)

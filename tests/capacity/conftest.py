@@ -24,7 +24,7 @@ from tests.factories import (
     RegionFactory,
 )
 from tests.fleets.conftest import free_port, haproxy_bin, haproxy_node, tiny_backend  # noqa: F401 (fixtures)
-from tests.processes import REPO, process_env, stop_process
+from tests.processes import REPO, process_env, stop_processes
 from tests.traffic.conftest import two_regions  # noqa: F401 (the drills' 2 x 2 fleet)
 from tests.waiting import wait_until
 
@@ -120,5 +120,4 @@ def cap_workers(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterato
     finally:
         for proc in procs:
             proc.terminate()  # both warm-shut-down at once, then wait by PID
-        for proc in procs:
-            stop_process(proc)
+        stop_processes(procs)

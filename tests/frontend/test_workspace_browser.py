@@ -22,7 +22,6 @@ from apps.fleets.node.runtime_api import HAProxySocket
 from tests import deps
 from tests.browser import login, shot
 from tests.netutil import http_get
-from tests.processes import stop_process
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -61,7 +60,7 @@ def demo_fleet(transactional_db, settings, tmp_path, monkeypatch, celery_worker_
         yield LoadBalancer.objects.get(name="edge")
     finally:
         if worker is not None:  # before the nodes: its warm shutdown waits for a task talking to a stopped node
-            stop_process(worker)
+            celery_worker_factory.stop(worker)
         fleets_demo.stop_demo_processes()
 
 

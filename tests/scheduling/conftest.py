@@ -13,7 +13,7 @@ import pytest
 
 from apps.scheduling import runner, services
 from apps.scheduling.models import Job
-from tests.processes import REPO, process_env, stop_process
+from tests.processes import REPO, process_env, stop_processes
 
 
 @pytest.fixture(autouse=True)
@@ -62,5 +62,4 @@ def dispatcher_factory(tmp_path: Path) -> Iterator[Callable[..., subprocess.Pope
         raise RuntimeError(f"dispatcher {name} did not start in 30 s")
 
     yield start
-    for proc in procs:
-        stop_process(proc)
+    stop_processes(procs)

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from apps.scheduling.models import JobRun
-from tests.processes import REPO, process_env, stop_process
+from tests.processes import REPO, process_env, stop_process, stop_processes
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -78,5 +78,4 @@ def test_a_second_beat_stands_by_sends_nothing_and_leads_within_seconds_once_the
         # LEASE_S + RENEW_S = 6 s, with a slow machine's margin
         assert wait_for(lambda: _sent(tmp_path, "beat-b") > 0, 15), (tmp_path / "beat-b.log").read_text()[-2000:]
     finally:
-        for proc in procs:
-            stop_process(proc)
+        stop_processes(procs)
