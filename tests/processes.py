@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -82,7 +83,7 @@ def stop_celery_workers(workers: list[CeleryWorker], timeout_s: float = 10.0) ->
     since = {w.proc.pid: w.log.stat().st_size for w in running}
     for worker in running:
         worker.proc.send_signal(signal.SIGTERM)
-    marker = POOL_PROCESS_LEAVES.encode()
+    marker = POOL_PROCESS_LEAVES.encode()  # then " <pid> (exit code N)"
     deadline = time.monotonic() + timeout_s
     while running and time.monotonic() < deadline:
         waiting = []
@@ -92,9 +93,11 @@ def stop_celery_workers(workers: list[CeleryWorker], timeout_s: float = 10.0) ->
             if worker.pool == "prefork":
                 with worker.log.open("rb") as log:
                     log.seek(since[worker.proc.pid])
-                    if log.read().count(marker) >= worker.concurrency:
-                        _LEAVING.append(worker.proc)
-                        continue
+                    said = {int(pid) for pid in re.findall(re.escape(marker) + rb" (\d+)", log.read())}
+                # Every pool process alive now has said so (one billiard replaced after its word would not have).
+                if said and _children(worker.proc.pid) <= said:
+                    _LEAVING.append(worker.proc)
+                    continue
             waiting.append(worker)
         running = waiting
         if running:
@@ -102,6 +105,20 @@ def stop_celery_workers(workers: list[CeleryWorker], timeout_s: float = 10.0) ->
     for worker in running:
         worker.proc.kill()
         worker.proc.wait(timeout=5)
+
+
+def _children(pid: int) -> set[int]:
+    """PIDs whose parent is `pid` (/proc/<pid>/task/*/children is not on every kernel)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(entry.name))
+    return found
 
 
 def reap_leaving(timeout_s: float = 10.0) -> None:

@@ -134,6 +134,8 @@ def load(text: str | bytes) -> Any:
         raise ParseRefused("invalid_document", f"Not YAML or JSON: {exc}") from None
     except RecursionError:
         raise ParseRefused("document_too_deep", f"The document is nested deeper than {MAX_DEPTH} levels.") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (4,300), and the like
+        raise ParseRefused("invalid_number", f"A value cannot be read as the number it looks like: {exc}") from None
     finally:
         loader.dispose()
     check_plain(data)

@@ -9,6 +9,8 @@ import uuid
 from collections.abc import Callable
 from typing import ClassVar
 
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 from whitenoise.middleware import WhiteNoiseMiddleware
 
@@ -57,6 +59,13 @@ class StaticFilesMiddleware(WhiteNoiseMiddleware):
             found, self.files = self.files, own
             self._found[self.static_prefix] = found
         self.files.update(found)
+
+
+@receiver(setting_changed)
+def _static_settings_changed(setting: str, **kwargs) -> None:
+    """A test that changes where static files come from gets them found again."""
+    if setting.startswith(("STATIC", "WHITENOISE_")) or setting == "INSTALLED_APPS":
+        StaticFilesMiddleware._found.clear()
 
 
 class RequestIdLogFilter(logging.Filter):

@@ -24,7 +24,7 @@ from tests.factories import (
     RegionFactory,
 )
 from tests.fleets.conftest import free_port, haproxy_bin, haproxy_node, tiny_backend  # noqa: F401 (fixtures)
-from tests.processes import REPO, process_env, stop_processes
+from tests.processes import REPO, process_env, reap_leaving, stop_processes
 from tests.traffic.conftest import two_regions  # noqa: F401 (the drills' 2 x 2 fleet)
 from tests.waiting import wait_until
 
@@ -103,6 +103,7 @@ def cap_workers(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterato
     procs: list[subprocess.Popen] = []
     with django_db_blocker.unblock():
         env = process_env()
+    reap_leaving()  # an earlier test's workers still exiting put their unacked messages back: gone before --purge
     try:
         for name in ("cap-a", "cap-b"):
             cmd = [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--pool", "prefork",

@@ -95,6 +95,16 @@ def test_a_malformed_yaml_document_is_a_400_naming_what_is_wrong(alice, text):
                                        "invalid_document", "parse_error"), response.json()
 
 
+def test_a_number_too_long_to_read_is_refused_by_name_not_a_500(alice):
+    with pytest.raises(parse.ParseRefused) as refused:
+        parse.load("port: " + "9" * 5000 + "\n")
+    assert refused.value.code == "invalid_number"
+    response = alice.client.generic("POST", "/api/v1/apply/", json.dumps({"document": "x: " + "1" * 5000,
+                                                                            "dry_run": True}),
+                                    content_type="application/json")
+    assert response.status_code == 400 and response.json()["code"] == "invalid_number", response.content
+
+
 def test_an_unquoted_date_stays_the_text_it_is():
     assert parse.load("start_at: 2026-12-01T00:00:00Z\n") == {"start_at": "2026-12-01T00:00:00Z"}
 

@@ -28,3 +28,10 @@ def test_chains_share_one_listing_of_the_finders_files():
     url = "/static/css/capacity.css"
     assert first.files[url] is second.files[url]
     assert len(first.files) == len(second.files) > 100  # the apps' files too (admin, DRF, drf-spectacular)
+
+
+def test_a_changed_static_setting_is_found_again(settings, tmp_path):
+    StaticFilesMiddleware(lambda r: None)  # the listing cached with the project's settings
+    (tmp_path / "only-here.css").write_text("p{}")
+    settings.STATICFILES_DIRS = [tmp_path]
+    assert "/static/only-here.css" in StaticFilesMiddleware(lambda r: None).files
