@@ -95,7 +95,7 @@ def stop_celery_workers(workers: list[CeleryWorker], timeout_s: float = 10.0) ->
                     log.seek(since[worker.proc.pid])
                     said = {int(pid) for pid in re.findall(re.escape(marker) + rb" (\d+)", log.read())}
                 # Every pool process alive now has said so (one billiard replaced after its word would not have).
-                if said and _children(worker.proc.pid) <= said:
+                if said and children(worker.proc.pid) <= said:
                     _LEAVING.append(worker.proc)
                     continue
             waiting.append(worker)
@@ -107,7 +107,7 @@ def stop_celery_workers(workers: list[CeleryWorker], timeout_s: float = 10.0) ->
         worker.proc.wait(timeout=5)
 
 
-def _children(pid: int) -> set[int]:
+def children(pid: int) -> set[int]:
     """PIDs whose parent is `pid` (/proc/<pid>/task/*/children is not on every kernel)."""
     found = set()
     for entry in Path("/proc").iterdir():

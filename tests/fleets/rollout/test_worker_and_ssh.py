@@ -17,6 +17,7 @@ from apps.fleets import selectors, services
 from apps.fleets.models import Fleet, Node, NodeResult, Rollout
 from apps.fleets.node.transports.local import LocalTransport
 from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, make_local_fleet, reconcile, serving_local_fleet
+from tests.processes import children
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.slow]
@@ -28,19 +29,6 @@ def fleet3(haproxy_bin, tiny_backend) -> Iterator[LocalFleet]:
         yield local
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
 def _sigkill_worker(pid: int, pool: list[int]) -> None:
     """SIGKILL a Celery worker and its pool processes, by PID (never a process group we do not own). The pool's
     PIDs are read before (reading /proc at the moment of the kill let a slow machine finish the node first)."""
@@ -49,7 +37,7 @@ def _sigkill_worker(pid: int, pool: list[int]) -> None:
             os.kill(child, signal.SIGKILL)
     # Then any pool process started since, found while the worker still has them as its children (once it is
     # killed they are re-parented and no longer found).
-    for child in _children(pid):
+    for child in children(pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
     os.kill(pid, signal.SIGKILL)
@@ -74,7 +62,7 @@ def test_a_worker_killed_mid_rollout_leaves_no_node_half_applied_and_the_next_ru
     new = tiny_backend("new")
     add_route(fleet3.lb, add_pool(fleet3.lb, "new", (new.address, new.port)), "/new", 10)
     worker = celery_worker_factory(name="w1")
-    pool = _children(worker.pid)
+    pool = sorted(children(worker.pid))
     assert pool, "the prefork worker has no pool process"
 
     services.fleet_mark_changed(fleet=fleet3.fleet)  # what the lb_changed receiver does
