@@ -119,6 +119,4 @@ def cap_workers(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterato
                 time.sleep(0.1)
         yield procs
     finally:
-        for proc in procs:
-            proc.terminate()  # both warm-shut-down at once, then wait by PID
-        stop_processes(procs)
+        stop_processes(procs)  # both warm-shut-down at once, then waited for by PID

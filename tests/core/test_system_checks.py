@@ -12,4 +12,3 @@ def test_system_checks_find_nothing():
     out = io.StringIO()
     call_command("check", stdout=out)
     assert "no issues" in out.getvalue()
-
