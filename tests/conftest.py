@@ -87,16 +87,23 @@ def anon() -> APIClient:
 
 import os  # noqa: E402
 import subprocess  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from tests.processes import REPO, CeleryWorker, process_env, reap_leaving, stop_celery_workers  # noqa: E402
+from tests.processes import (  # noqa: E402
+    CeleryWorker,
+    ForkedProcess,
+    close_fork_servers,
+    process_env,
+    reap_leaving,
+    start_python,
+    stop_celery_workers,
+)
 
 
 @pytest.fixture
-def celery_worker_factory(tmp_path) -> Iterator[Callable[..., subprocess.Popen]]:
+def celery_worker_factory(tmp_path) -> Iterator[Callable[..., subprocess.Popen | ForkedProcess]]:
     """Start real Celery workers (`celery -A controlplane worker`) against the test database.
 
     Needs REDIS_URL (the suite's broker) and a transactional test. Each call starts one
@@ -113,28 +120,27 @@ def celery_worker_factory(tmp_path) -> Iterator[Callable[..., subprocess.Popen]]
     celery_app.control.purge()
 
     def start(name: str = "w1", concurrency: int = 1, queues: str | None = None, pool: str = "prefork",
-              **env: str) -> subprocess.Popen:
-        cmd = [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--pool", pool,
-               "--concurrency", str(concurrency), "--hostname", f"{name}@%h", "--without-gossip",
-               "--without-mingle", "--loglevel", "INFO"]
+              **env: str) -> subprocess.Popen | ForkedProcess:
+        args = ["-A", "controlplane", "worker", "--pool", pool, "--concurrency", str(concurrency),
+                "--hostname", f"{name}@%h", "--without-gossip", "--without-mingle", "--loglevel", "INFO"]
         # Default: every queue (the default one, the fleet reconciles', the event deliveries' and ACME's), so
         # one worker does what `make run`'s workers do together.
         from django.conf import settings
 
-        cmd += ["--queues", queues or ",".join(["celery", *settings.FLEET_QUEUES, "events", "acme"])]
-        log = open(tmp_path / f"celery-{name}.log", "wb")  # noqa: SIM115 (closed by the OS at exit)
-        proc = subprocess.Popen(cmd, cwd=REPO, env=process_env(**env), stdout=log, stderr=subprocess.STDOUT)
-        workers.append(CeleryWorker(proc, tmp_path / f"celery-{name}.log", pool, concurrency))
+        args += ["--queues", queues or ",".join(["celery", *settings.FLEET_QUEUES, "events", "acme"])]
+        log = tmp_path / f"celery-{name}.log"
+        proc = start_python(["-m", "celery", *args], process_env(**env), log)
+        workers.append(CeleryWorker(proc, log, pool, concurrency))
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            if b"ready." in (tmp_path / f"celery-{name}.log").read_bytes():
+            if b"ready." in log.read_bytes():
                 return proc
             if proc.poll() is not None:
-                raise RuntimeError((tmp_path / f"celery-{name}.log").read_text())
-            time.sleep(0.2)
+                raise RuntimeError(log.read_text())
+            time.sleep(0.05)
         raise RuntimeError(f"celery worker {name} did not become ready in 30 s")
 
-    def stop(*procs: subprocess.Popen) -> None:
+    def stop(*procs: subprocess.Popen | ForkedProcess) -> None:
         """Stop these workers now, as the teardown would (before what their tasks talk to goes away)."""
         stop_celery_workers([w for w in workers if w.proc in procs])
 
@@ -145,9 +151,11 @@ def celery_worker_factory(tmp_path) -> Iterator[Callable[..., subprocess.Popen]]
 
 @pytest.fixture(scope="session", autouse=True)
 def _reap_celery_workers_still_exiting() -> Iterator[None]:
-    """Workers a test's teardown left exiting (tests/processes.stop_celery_workers) are waited for by the end."""
+    """Workers a test's teardown left exiting (tests/processes.stop_celery_workers) are waited for by the end, then
+    the fork servers end."""
     yield
     reap_leaving()
+    close_fork_servers()
 
 
 # Fixtures that start real processes or servers: a test using one is marked `process`, so `make test-fast` (the

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from tests.factories import (
     RegionFactory,
 )
 from tests.fleets.conftest import free_port, haproxy_bin, haproxy_node, tiny_backend  # noqa: F401 (fixtures)
-from tests.processes import REPO, process_env, reap_leaving, stop_processes
+from tests.processes import process_env, reap_leaving, start_python, stop_processes
 from tests.traffic.conftest import two_regions  # noqa: F401 (the drills' 2 x 2 fleet)
 from tests.waiting import wait_until
 
@@ -106,11 +105,9 @@ def cap_workers(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterato
     reap_leaving()  # an earlier test's workers still exiting put their unacked messages back: gone before --purge
     try:
         for name in ("cap-a", "cap-b"):
-            cmd = [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--pool", "prefork",
-                   "--concurrency", "1", "--hostname", f"{name}@%h", "--without-gossip", "--without-mingle",
-                   "--purge", "--loglevel", "INFO"]
-            log = open(logs / f"{name}.log", "wb")  # noqa: SIM115 (closed by the OS at exit)
-            procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT))
+            argv = ["-m", "celery", "-A", "controlplane", "worker", "--pool", "prefork", "--concurrency", "1",
+                    "--hostname", f"{name}@%h", "--without-gossip", "--without-mingle", "--purge", "--loglevel", "INFO"]
+            procs.append(start_python(argv, env, logs / f"{name}.log"))
         for name, proc in zip(("cap-a", "cap-b"), procs, strict=True):
             deadline = time.monotonic() + 30
             while b"ready." not in (logs / f"{name}.log").read_bytes():

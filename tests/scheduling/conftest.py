@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 
 from apps.scheduling import runner, services
 from apps.scheduling.models import Job
-from tests.processes import REPO, process_env, stop_processes
+from tests.processes import process_env, start_python, stop_processes
 
 
 @pytest.fixture(autouse=True)
@@ -48,9 +47,7 @@ def dispatcher_factory(tmp_path: Path) -> Iterator[Callable[..., subprocess.Pope
 
     def start(name: str = "d1", *args: str) -> subprocess.Popen:
         log_path = tmp_path / f"dispatcher-{name}.log"
-        log = open(log_path, "wb")  # noqa: SIM115 (closed by the OS when the test process ends)
-        proc = subprocess.Popen([sys.executable, "manage.py", "dispatcher", *args], cwd=REPO,
-                                env=process_env(LOG_LEVEL="INFO"), stdout=log, stderr=subprocess.STDOUT)
+        proc = start_python(["manage.py", "dispatcher", *args], process_env(LOG_LEVEL="INFO"), log_path)
         procs.append(proc)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -9,14 +9,13 @@ from __future__ import annotations
 import math
 import signal
 import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from apps.scheduling.models import JobRun
-from tests.processes import REPO, process_env, stop_process, stop_processes
+from tests.processes import ForkedProcess, process_env, start_python, stop_process, stop_processes
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -27,10 +26,8 @@ SLOTS = 6
 def test_beat_drives_the_dispatcher_and_every_slot_runs_once(acme, make_job, celery_worker_factory,
                                                              tmp_path) -> None:
     celery_worker_factory(name="beat-w1", concurrency=2)
-    log = open(tmp_path / "beat.log", "wb")  # noqa: SIM115 (closed when the test process ends)
-    beat = subprocess.Popen([sys.executable, "-m", "celery", "-A", "controlplane", "beat", "--loglevel", "INFO",
-                             "--schedule", str(tmp_path / "beat-schedule")], cwd=REPO, env=process_env(),
-                            stdout=log, stderr=subprocess.STDOUT)
+    beat = start_python(["-m", "celery", "-A", "controlplane", "beat", "--loglevel", "INFO",
+                         "--schedule", str(tmp_path / "beat-schedule")], process_env(), tmp_path / "beat.log")
     try:
         start = datetime.fromtimestamp(math.ceil(time.time()) + 4, tz=UTC)
         end = start + timedelta(seconds=SLOTS - 1)
@@ -47,11 +44,9 @@ def test_beat_drives_the_dispatcher_and_every_slot_runs_once(acme, make_job, cel
     assert slots == [start + timedelta(seconds=k) for k in range(SLOTS)]
 
 
-def _beat(tmp_path, name: str) -> subprocess.Popen:
-    log = open(tmp_path / f"{name}.log", "wb")  # noqa: SIM115 (closed when the test process ends)
-    return subprocess.Popen([sys.executable, "-m", "celery", "-A", "controlplane", "beat", "--loglevel", "INFO",
-                             "--schedule", str(tmp_path / f"{name}-schedule")], cwd=REPO, env=process_env(),
-                            stdout=log, stderr=subprocess.STDOUT)
+def _beat(tmp_path, name: str) -> subprocess.Popen | ForkedProcess:
+    return start_python(["-m", "celery", "-A", "controlplane", "beat", "--loglevel", "INFO",
+                         "--schedule", str(tmp_path / f"{name}-schedule")], process_env(), tmp_path / f"{name}.log")
 
 
 def _sent(tmp_path, name: str) -> int:

@@ -18,7 +18,7 @@ from apps.fleets.node.outside_rollout import read_state
 from tests.browser import login, shot
 from tests.fleets.conftest import haproxy_bin  # noqa: F401 (fixture)
 from tests.fleets.fleetkit import LocalFleet, make_local_fleet, reconcile
-from tests.processes import REPO, process_env, stop_process
+from tests.processes import process_env, start_python, stop_process
 from tests.signals.test_signals_through_product import _addr, _backend, _free_udp_port
 from tests.waiting import wait_until
 
@@ -58,12 +58,8 @@ def test_a_canary_whose_5xx_rise_is_rolled_back_by_itself_before_any_other_node_
         haproxy_bin, tmp_path, celery_worker_factory, otto, page, live_server):  # noqa: F811 (fixture imported above)
     ok, broken = _backend("ok"), _backend("broken", status=500)
     port = _free_udp_port()
-    log = open(tmp_path / "collector.log", "wb")  # noqa: SIM115 (closed below)
-    import subprocess
-    import sys
-
-    collector = subprocess.Popen([sys.executable, "manage.py", "runsignals", "--listen", f"127.0.0.1:{port}"],
-                                 cwd=REPO, env=process_env(), stdout=log, stderr=subprocess.STDOUT)
+    collector = start_python(["manage.py", "runsignals", "--listen", f"127.0.0.1:{port}"], process_env(),
+                             tmp_path / "collector.log")
     local = make_local_fleet(name="can", subnet=94, node_count=3, backend_address=_addr(ok))
     traffic = None
     try:
@@ -148,7 +144,6 @@ def test_a_canary_whose_5xx_rise_is_rolled_back_by_itself_before_any_other_node_
             traffic.thread.join(5)
         local.stop_all()
         stop_process(collector)
-        log.close()
         for server in (ok, broken):
             server.shutdown()
             server.server_close()

@@ -6,8 +6,6 @@ Chromium), at that route and that member and nowhere else, and the counts equal 
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,7 +22,7 @@ from apps.fleets.node.outside_rollout import read_state
 from tests.browser import SHOTS, login, shot
 from tests.fleets.conftest import haproxy_bin  # noqa: F401 (fixture)
 from tests.fleets.fleetkit import add_pool, add_route, changed, make_local_fleet
-from tests.processes import REPO, process_env, stop_process
+from tests.processes import process_env, start_python, stop_process
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -78,10 +76,8 @@ def test_a_failing_route_and_a_slow_member_show_where_they_are_and_nowhere_else(
     ok, fast, slow, broken, hold = (_backend("ok"), _backend("fast"), _backend("slow", delay_s=SLOW_S),
                                     _backend("broken", status=500), _backend("hold", delay_s=3.0))
     port = _free_udp_port()
-    log = open(tmp_path / "collector.log", "wb")  # noqa: SIM115 (closed below)
-    collector = subprocess.Popen([sys.executable, "manage.py", "runsignals", "--listen", f"127.0.0.1:{port}"],
-                                 cwd=REPO, env=process_env(SPILLWAY_SIGNALS_STATS_S="2"), stdout=log,
-                                 stderr=subprocess.STDOUT)
+    collector = start_python(["manage.py", "runsignals", "--listen", f"127.0.0.1:{port}"],
+                             process_env(SPILLWAY_SIGNALS_STATS_S="2"), tmp_path / "collector.log")
     local = make_local_fleet(name="sig", subnet=93, node_count=2, backend_address=_addr(ok))
     try:
         local.fleet.signals_target = f"127.0.0.1:{port}"
@@ -234,7 +230,6 @@ def test_a_failing_route_and_a_slow_member_show_where_they_are_and_nowhere_else(
     finally:
         local.stop_all()
         stop_process(collector)
-        log.close()
         for server in (ok, fast, slow, broken, hold):
             server.shutdown()
             server.server_close()

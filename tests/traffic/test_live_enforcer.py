@@ -8,8 +8,6 @@ demand table's counts (DemandMeter), an idle node keeping its static share of it
 from __future__ import annotations
 
 import itertools
-import subprocess
-import sys
 import threading
 import time
 
@@ -17,7 +15,7 @@ import pytest
 
 from apps.fleets.enforcement import DemandMeter, enforce, enforcer_running
 from apps.fleets.tasks import enforce_task
-from tests.processes import REPO, process_env, stop_process
+from tests.processes import process_env, start_python, stop_process
 from tests.traffic.test_live_enforce import A_CAPACITY, NODES, Load, start
 from tests.waiting import wait_for
 
@@ -96,9 +94,7 @@ def test_the_enforcer_process_holds_the_loop_and_beat_takes_it_back_when_it_stop
     WHEN it is stopped (SIGTERM) THEN it gives up its lease and enforce_task is the loop again."""
     fleet = start(two_regions, haproxy_node, tiny_backend)
     pool_id = fleet.pool.pk
-    log = open(tmp_path / "enforcer.log", "wb")  # noqa: SIM115 (closed by the OS at exit)
-    proc = subprocess.Popen([sys.executable, str(REPO / "manage.py"), "enforcer"], cwd=REPO, env=process_env(),
-                            stdout=log, stderr=subprocess.STDOUT)
+    proc = start_python(["manage.py", "enforcer"], process_env(), tmp_path / "enforcer.log")
     try:
         load = Load(NODES["ra1"][1], fleet.port, 60.0, duration_s=20.0)  # the process starts in a few s
         deadline = time.monotonic() + 18
