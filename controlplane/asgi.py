@@ -154,11 +154,32 @@ async def _park(scope: dict[str, Any], body: bytes, seconds: float, receive, see
                 if disconnect in done:
                     return None
             seen = _wakeups.mark()
-            *answer, _ = await loop.run_in_executor(_recheck_pool, _run_wsgi, scope, body, "recheck")
+            *answer, _ = await _recheck(scope, body, seen)
             if _header(answer[1], PARK_HEADER) is None or loop.time() >= deadline:
                 return answer
     finally:
         disconnect.cancel()
+
+
+_rechecks: dict[tuple, tuple[int, asyncio.Future]] = {}  # the same request's view run in flight, by wake-up count
+
+
+async def _recheck(scope: dict[str, Any], body: bytes, seen: int):
+    """The view asked again for a parked request. Parked requests that are the same request (method, path, query,
+    every header, body) share one asking if it began after their wake-up (`seen`): a deploy pipeline's N waits on one
+    LB cost one view run, where they ran one after another on the re-check thread (3 waits answered 70, 200 and 230 ms
+    after the node's record on a busy 2-core machine)."""
+    key = (scope["method"], scope["path"], scope.get("query_string", b""), tuple(scope["headers"]), body)
+    running = _rechecks.get(key)
+    if running is not None and running[0] >= seen:
+        return await asyncio.shield(running[1])
+    future = asyncio.get_running_loop().run_in_executor(_recheck_pool, _run_wsgi, scope, body, "recheck")
+    _rechecks[key] = (seen, future)
+    try:
+        return await asyncio.shield(future)  # a waiter that goes away leaves the run to the others
+    finally:
+        if _rechecks.get(key, (0, None))[1] is future:
+            del _rechecks[key]
 
 
 class _LocalLane:
