@@ -28,7 +28,7 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 
 
 def _tune_sqlalchemy_transport() -> None:
-    """Poll the embedded SQLite broker quickly.
+    """Poll the embedded SQLite broker quickly, and let a closed channel say so.
 
     `polling_interval` must not go into broker_transport_options with this
     transport: kombu passes those options to SQLAlchemy's create_engine(), which
@@ -37,9 +37,24 @@ def _tune_sqlalchemy_transport() -> None:
     """
     if not str(app.conf.broker_url).startswith("sqla+"):
         return
+    from amqp.exceptions import RecoverableConnectionError
     from kombu.transport import sqlalchemy as sqla_transport
 
     sqla_transport.Transport.polling_interval = 0.1
+    # A channel its connection closed (a publish that failed on "database is locked") has no connection, and its
+    # session is opened through it: AttributeError, a 500 for the write the web process had saved (seen in `make
+    # run`). Raised as the closed channel it is (kombu's own error for one), apps.core.enqueue connects anew.
+    original = sqla_transport.Channel._open
+    if getattr(original, "spillway_patched", False):
+        return
+
+    def _open(self):  # type: ignore[no-untyped-def]
+        if self.connection is None:
+            raise RecoverableConnectionError("channel disconnected")
+        return original(self)
+
+    _open.spillway_patched = True  # type: ignore[attr-defined]
+    sqla_transport.Channel._open = _open
 
 
 def _survive_redis_loss_with_unacked_messages() -> None:

@@ -12,6 +12,7 @@ import logging
 import threading
 from typing import Any
 
+from amqp.exceptions import RecoverableConnectionError as StaleChannel
 from celery import Task, current_app
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
@@ -35,8 +36,24 @@ def enqueue(name: str, *args: Any, **options: Any) -> bool:
     the events sweep, the jobs dispatcher). Failing the request instead answered a 500 for a saved write, which a
     client retrying would write twice. Sending gives up after settings.CELERY_TASK_PUBLISH_RETRY_POLICY.
     True when sent."""
+    task = _task(name)
     try:
-        _task(name).apply_async(args, **options)
+        for attempt in (1, 2):
+            with current_app.producer_or_acquire() as producer:
+                try:
+                    task.apply_async(args, producer=producer, **options)
+                    return True
+                except StaleChannel as exc:
+                    if attempt == 2:
+                        raise BrokerUnreachable(f"channel closed: {exc}") from exc
+                    logger.warning("task %s: the pooled broker connection's channel was closed (%s): connecting anew",
+                                   name, exc)
+                    # The connection keeps the closed channel as its default one, so every later publish of the
+                    # process failed the same way (a 500 for each saved write): forget it (closing it again raises
+                    # in the Redis transport, its connection gone) and drop the connection; the next use connects.
+                    connection = producer.__connection__
+                    connection._default_channel = None
+                    connection.collect()
     except BROKER_ERRORS as exc:
         logger.warning("task %s not queued, the broker is unreachable (%s): left to its periodic safety net",
                        name, exc)
