@@ -21,6 +21,14 @@ from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, reconcile, se
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
 
 
+def assert_succeeded(rollout_id: int) -> None:
+    """The rollout succeeded; if not, the failure says why, from the rollout and each node (a run at 4 workers on
+    a slower machine failed one with nothing more to go on)."""
+    rollout = Rollout.objects.get(pk=rollout_id)
+    assert rollout.status == Rollout.Status.SUCCEEDED, (rollout.status, rollout.error, {
+        r.node.name: (r.status, r.error, r.unreachable) for r in NodeResult.objects.filter(rollout=rollout)})
+
+
 def running_workers(local: LocalFleet) -> dict[str, int]:
     """The worker PID each node's master reports right now."""
     return {n.name: MasterSocket(f"{n.runtime_dir}/master.sock").show_proc().current_worker.pid
@@ -232,7 +240,7 @@ def test_a_route_change_on_nodes_that_check_their_own_pushes_runs_no_haproxy_che
     result = reconcile(fleet3.fleet)
 
     rollout = Rollout.objects.get(pk=result["rollouts"][-1])
-    assert rollout.status == Rollout.Status.SUCCEEDED
+    assert_succeeded(rollout.pk)
     assert nodes_checking_their_own_pushes == []
     assert running_workers(fleet3) == workers
     assert set(fleet3.bodies("/hot/x").values()) == {"new"}
@@ -351,7 +359,7 @@ def test_a_push_failing_beside_the_runtime_map_update_leaves_the_node_serving_it
     add_route(fleet3.lb, pool, "/later", 12)  # a node that failed while reachable moves with the next change
     result = reconcile(fleet3.fleet)
 
-    assert Rollout.objects.get(pk=result["rollouts"][-1]).status == Rollout.Status.SUCCEEDED
+    assert_succeeded(result["rollouts"][-1])
     assert set(fleet3.bodies("/hot/x").values()) == set(fleet3.bodies("/later/x").values()) == {"new"}
 
 
@@ -543,7 +551,7 @@ def test_drain_reaches_every_node_without_reload_and_survives_the_next_reload(
     rollout = Rollout.objects.get(pk=reconcile(fleet3.fleet)["rollouts"][-1])  # the desired state (weight 0)
 
     # The new revision differs only in the member's server line: taken through the runtime API, no reload.
-    assert rollout.status == Rollout.Status.SUCCEEDED
+    assert_succeeded(rollout.pk)
     assert running_workers(fleet3) == workers
     assert {status_of(n) for n in fleet3.nodes} == {"DRAIN"}
     assert all(fleet3.get(n, f"/y{i}")[1] == "old2" for n in fleet3.nodes for i in range(6))
@@ -882,7 +890,7 @@ def test_nodes_applied_under_the_old_header_take_the_next_route_change_without_a
     add_route(fleet3.lb, pool, "/hot", 11)  # a route-only change
     result = reconcile(fleet3.fleet)
 
-    assert Rollout.objects.get(pk=result["rollouts"][-1]).status == Rollout.Status.SUCCEEDED
+    assert_succeeded(result["rollouts"][-1])
     assert fleet3.bodies("/hot/x") == {"n1": "new", "n2": "new", "n3": "new"}
     assert running_workers(fleet3) == before  # no reload
     for node in Node.objects.filter(fleet=fleet3.fleet):
@@ -993,7 +1001,7 @@ def test_an_uploaded_certificate_is_served_by_every_node_with_its_key_kept_priva
 
     result = reconcile(fleet3.fleet)
 
-    assert Rollout.objects.get(pk=result["rollouts"][-1]).status == Rollout.Status.SUCCEEDED
+    assert_succeeded(result["rollouts"][-1])
     context = ssl.create_default_context(cadata=cert_pem)
     context.check_hostname = True
     for node in fleet3.nodes:
