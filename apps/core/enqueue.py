@@ -48,9 +48,9 @@ def enqueue(name: str, *args: Any, **options: Any) -> bool:
                         raise BrokerUnreachable(f"channel closed: {exc}") from exc
                     logger.warning("task %s: the pooled broker connection's channel was closed (%s): connecting anew",
                                    name, exc)
-                    # The connection keeps the closed channel as its default one, so every later publish of the
-                    # process failed the same way (a 500 for each saved write): forget it (closing it again raises
-                    # in the Redis transport, its connection gone) and drop the connection; the next use connects.
+                    # Before, this publish raised (a 500 for a write already saved, its task never queued). The
+                    # connection keeps the closed channel as its default one: forget it (closing it again raises in
+                    # the Redis transport, its connection gone) and drop the connection; the next use connects.
                     connection = producer.__connection__
                     connection._default_channel = None
                     connection.collect()

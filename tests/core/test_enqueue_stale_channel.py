@@ -1,8 +1,8 @@
 """A process whose pooled broker connection had its channel closed under it (what kombu does to the channel of a
 connection lost mid-publish: a commit on the embedded broker refused with "database is locked", a Redis restart)
-queues its next tasks on a new one. Before, with the embedded broker, each later write of that web process was saved
-and then answered 500 (seen in `make run`: a member PATCH), and the reconcile it asked for was never queued. Redis's
-transport recovered on its own; the same check holds it to that."""
+queues its next tasks on a new one. Before, with the embedded broker, the next write of that web process was saved
+and then answered 500 (seen in `make run`: a member PATCH), and the reconcile it asked for was never queued (kombu
+recovered for the writes after it). Redis's transport recovered on its own; the same check holds it to that."""
 
 from __future__ import annotations
 
