@@ -166,6 +166,10 @@ class Topology:
                 os.close(self._lock_fd)
                 self._lock_fd = -1
 
+    def namespace_ids(self) -> set[int]:
+        """Each live host namespace's inode (as /proc/<pid>/ns/net names it), to look for what outlives down()."""
+        return {os.stat(f"/run/netns/{h.netns}").st_ino for h in self.hosts if os.path.exists(f"/run/netns/{h.netns}")}
+
     def _clear(self) -> None:
         assert self._lock_fd >= 0, "this topology's slot was released by down()"
         for host in self.hosts:
@@ -218,6 +222,13 @@ class Topology:
     def _kill_processes(self, host: Host) -> None:
         for name in list(host.procs):
             _stop(host.procs.pop(name))
+        # What those started inside the namespace and outlived them: sshd's sessions (one per SSH connection a
+        # test's control plane held) stayed forever once the veth was gone, their client's FIN never arriving:
+        # 3 sshd + 3 sftp processes left behind by every `make test`.
+        left = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True, check=False)
+        for pid in (int(p) for p in left.stdout.split()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def _bootstrap_config(self, host: Host) -> None:
         """What a freshly installed node has before Spillway's first push: an empty HAProxy config and a
@@ -316,3 +327,14 @@ class Topology:
         return {"address": host.address, "transport": "ssh", "ssh_host": host.address, "ssh_port": 22,
                 "ssh_user": "root", "ssh_known_hosts": host.host_key_pub, "runtime_dir": host.runtime_dir,
                 "config_dir": host.config_dir, "haproxy_bin": host.haproxy_bin, "vrrp_interface": IFACE}
+
+
+def processes_in(namespaces: set[int]) -> list[int]:
+    """PIDs of the processes in these network namespaces (a deleted namespace lives on while one of them does)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(entry / "ns" / "net").st_ino in namespaces:
+                    found.append(int(entry.name))
+    return found

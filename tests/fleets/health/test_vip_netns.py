@@ -40,11 +40,15 @@ def topo():
     if why := netns.available():
         missing(why)
     topology = netns.Topology(prefix="s15t", subnet=10, count=3, base=Path(tempfile.mkdtemp(prefix="s15t-")))
+    namespaces: set[int] = set()
     try:
         topology.up()
+        namespaces = topology.namespace_ids()
         yield topology
     finally:
         topology.down()
+    # Nothing the hosts ran outlives them: sshd's sessions of the fleet's SSH connections once did, for good.
+    assert netns.processes_in(namespaces) == []
 
 
 def vip_fleet(topo: netns.Topology, org, vip: str) -> tuple[Fleet, Listener]:
