@@ -169,7 +169,9 @@ async def _recheck(scope: dict[str, Any], body: bytes, seen: int):
     every header, body) share one asking if it began after their wake-up (`seen`): a deploy pipeline's N waits on one
     LB cost one view run, where they ran one after another on the re-check thread (3 waits answered 70, 200 and 230 ms
     after the node's record on a busy 2-core machine)."""
-    key = (scope["method"], scope["path"], scope.get("query_string", b""), tuple(scope["headers"]), body)
+    # ASGI allows each header as a two-item list (unhashable); gunicorn's worker sends tuples.
+    headers = tuple((bytes(name), bytes(value)) for name, value in scope["headers"])
+    key = (scope["method"], scope["path"], scope.get("query_string", b""), headers, body)
     running = _rechecks.get(key)
     if running is not None and running[0] >= seen:
         return await asyncio.shield(running[1])
