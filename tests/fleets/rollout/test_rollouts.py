@@ -52,7 +52,7 @@ def test_a_three_node_fleet_converges_on_a_new_route(fleet3: LocalFleet, tiny_ba
     assert fleet3.bodies("/new/x") == {"n1": "new", "n2": "new", "n3": "new"}
     assert set(fleet3.bodies("/other").values()) == {"old"}
     rollout = Rollout.objects.get(pk=result["rollouts"][-1])
-    assert rollout.status == Rollout.Status.SUCCEEDED, rollout.error
+    assert_succeeded(rollout.pk)
     revision = rollout.revision
     # The route is a routes map entry (any-host class "*", its path, its pool's action key).
     entry = f"*/new/ p{route.targets.get().pool_id}"
@@ -89,7 +89,7 @@ def test_a_route_only_change_is_served_through_runtime_map_updates_without_a_rel
     result = reconcile(fleet3.fleet)
 
     rollout = Rollout.objects.get(pk=result["rollouts"][-1])
-    assert rollout.status == Rollout.Status.SUCCEEDED, rollout.error
+    assert_succeeded(rollout.pk)
     assert running_workers(fleet3) == workers, "a route-only change must not reload"
     assert all(r.reload_ms is None for r in rollout.results.all())
     assert {n.name: fleet3.get(n, "/hot/x", host="hot.example.com")[1] for n in fleet3.nodes} == {
@@ -195,7 +195,7 @@ def test_a_refused_runtime_map_update_falls_back_to_a_reload(fleet3: LocalFleet,
     result = reconcile(fleet3.fleet)
 
     rollout = Rollout.objects.get(pk=result["rollouts"][-1])
-    assert rollout.status == Rollout.Status.SUCCEEDED, rollout.error
+    assert_succeeded(rollout.pk)
     assert set(fleet3.bodies("/hot/x").values()) == {"new"}
     now = running_workers(fleet3)
     assert now["n1"] != workers["n1"] and (now["n2"], now["n3"]) == (workers["n2"], workers["n3"])
@@ -597,7 +597,7 @@ def test_a_weight_and_a_state_change_through_the_api_reach_every_node_without_a_
         assert answer.status_code in (200, 202), answer.content
         services.member_runtime_apply(member_id=member.pk)  # what the member_runtime task does
         rollout = Rollout.objects.get(pk=reconcile(fleet3.fleet)["rollouts"][-1])
-        assert rollout.status == Rollout.Status.SUCCEEDED, rollout.results.values_list("error", flat=True)
+        assert_succeeded(rollout.pk)
         assert {n.name: server(n) for n in fleet3.nodes} == {n.name: expected for n in fleet3.nodes}, change
         assert running_workers(fleet3) == workers, f"{change} reloaded a node"
 
