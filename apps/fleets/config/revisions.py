@@ -76,7 +76,7 @@ def _maps_only(fleet_id: int, latest: ConfigRevision | None, bundle: ConfigBundl
             and seen == (latest.sha256, _shape(bundle)))
 
 
-def fleet_render(*, fleet: Fleet, reason: str = "") -> ConfigRevision:
+def fleet_render(*, fleet: Fleet, reason: str = "", seqs: tuple[int, int] | None = None) -> ConfigRevision:
     """Render the fleet's desired state and validate it: the latest revision if nothing changed.
 
     The same content as the latest revision makes no new revision; the latest then also covers the
@@ -87,8 +87,10 @@ def fleet_render(*, fleet: Fleet, reason: str = "") -> ConfigRevision:
     that row's change_seq, and at 100k routes a render holding the lock kept each write waiting for
     seconds. A revision stored by someone else meanwhile makes this render start over (its number
     and diff base are stale); the reconciler's lease makes that rare.
+
+    `seqs`: the fleet's (change_seq, route_seq) as the caller just read them (else read here).
     """
-    revision = routelane.lane_render(fleet=fleet, reason=reason)
+    revision = routelane.lane_render(fleet=fleet, reason=reason, seqs=seqs)
     if revision is not None:
         return revision
     for _ in range(3):

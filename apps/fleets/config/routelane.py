@@ -162,15 +162,19 @@ def _journal(lane: _Lane, lb_ids: list[int]) -> tuple[dict[str, int], dict[int, 
     return now, changed
 
 
-def lane_render(*, fleet: Fleet, reason: str) -> ConfigRevision | None:
+def lane_render(*, fleet: Fleet, reason: str, seqs: tuple[int, int] | None = None) -> ConfigRevision | None:
     """The fleet's next revision through the lane, the latest one when the changes moved nothing, or None
-    when a full render is needed (the caller renders in full, which gives the lane a new state)."""
+    when a full render is needed (the caller renders in full, which gives the lane a new state).
+
+    `seqs`: (change_seq, route_seq) as the caller read them a moment ago. Older than the row is safe: the lane
+    reads the journal as it is now, and marks only these seqs covered (the next look renders again, finding the
+    journal's later changes applied, or declines to the full render)."""
     begun = time.monotonic()
     with _LOCK:
         lane = _LANES.get(fleet.pk)
     if lane is None:
         return None
-    change_seq, route_seq = Fleet.objects.values_list("change_seq", "route_seq").get(pk=fleet.pk)
+    change_seq, route_seq = seqs or Fleet.objects.values_list("change_seq", "route_seq").get(pk=fleet.pk)
     latest = _latest(fleet)
     # Nothing recorded since (a direct "render now", a converge): the caller wants the database read in full.
     recorded = change_seq - lane.change_seq

@@ -318,9 +318,10 @@ def _canary_tripped(rollout: Rollout, result: NodeResult, plan: NodePlan, applie
 def execute(rollout: Rollout, owner: str) -> Rollout:
     """Canary first, then batches; stop at the first failing batch. Safe to call again."""
     fleet_id = rollout.fleet_id
-    with asynchronous_commit():
-        Rollout.objects.filter(pk=rollout.pk).update(status=Rollout.Status.RUNNING,
-                                                     started_at=Coalesce("started_at", Value(timezone.now())))
+    if rollout.status != Rollout.Status.RUNNING or rollout.started_at is None:  # else created running (reconcile)
+        with asynchronous_commit():
+            Rollout.objects.filter(pk=rollout.pk).update(status=Rollout.Status.RUNNING,
+                                                         started_at=Coalesce("started_at", Value(timezone.now())))
     rollout = (Rollout.objects.select_related("fleet", "revision")
                .defer(*(f"revision__{f}" for f in REVISION_BULK_FIELDS)).get(pk=rollout.pk))
     results = list(rollout.results.select_related("node__applied_revision")

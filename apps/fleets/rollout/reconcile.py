@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Exists, OuterRef
+
 from apps.core.commits import asynchronous_commit
 from apps.fleets.config.revisions import AUTO_RENDER_REASON, fleet_render
 from apps.fleets.models import ConfigRevision, Fleet, Rollout
@@ -26,12 +28,12 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
     re-checks after releasing, so no change is lost.
     """
     owner = lease.new_owner()
-    if not lease.claim(fleet_id, owner):
+    # The claim clears reconcile_queued in its own statement: a change recorded from here on queues a reconcile.
+    if not lease.claim(fleet_id, owner, clear_queued=True):
         # The holder loops until quiet, then clears reconcile_queued and queues again for what it missed
         # (request_reconcile_if_due). Clearing the flag here made every route change queue a task that only
         # found the lease taken: 1,400 of 1,450 tasks of a shard worker in bench-scale's sustained run.
         return {"busy": True}
-    Fleet.objects.filter(pk=fleet_id).update(reconcile_queued=False)
     ran: list[int] = []
     rendered: list[int] = []
     try:
@@ -40,30 +42,32 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
             seq = fleet.change_seq
             # Held changes (auto_rollout off) wait for fleet_push; they stay visible in the preview.
             if seq > fleet.rendered_seq and fleet.auto_rollout:
-                revision = fleet_render(fleet=fleet, reason=AUTO_RENDER_REASON)
+                revision = fleet_render(fleet=fleet, reason=AUTO_RENDER_REASON, seqs=(seq, fleet.route_seq))
                 rendered.append(revision.number)
                 # The render read change_seq itself, maybe past `seq` (a change recorded meanwhile, whose
                 # routes it read too): marking only `seq` made the next loop render that change again,
                 # with nothing recorded since the route lane's state, which sends it to the full render.
                 covered = max(seq, getattr(revision, "covered_seq", seq))
-                with asynchronous_commit():  # lost with a crash: the converge renders the change again (missed)
+                # One transaction (a route change's path: each is 3 round trips more), lost with a crash: the
+                # converge renders the change again (missed) and makes its rollout again.
+                with asynchronous_commit():
                     Fleet.objects.filter(pk=fleet_id, rendered_seq__lt=covered).update(rendered_seq=covered)
-                # A revision a watched canary refused comes back from the render unchanged when nothing in it
-                # moved since (a fleet setting saved): sent again, its canary's clients would meet it again.
-                refused = Rollout.objects.filter(revision=revision, stopped_by_canary=True).exists()
-                if revision.validation_ok and revision.number != fleet.desired_revision and not refused:
-                    # Only certificate contents moved (a renewal): no config change for a canary to try
-                    # first, and each certificate was checked when stored; every node at once halves
-                    # the rotation's time on the nodes (a failing node still falls back and rolls back).
-                    certs_only = revision.validation_kind == ConfigRevision.Validation.CERTIFICATES_ONLY
-                    # A route-lane revision moves map entries only (haproxy.cfg is the base's), each read back
-                    # from every node: a canary would try nothing the other nodes do not check themselves,
-                    # unless it is watched (what clients get from a route is the point of a route change).
-                    lane = (revision.validation_kind == ConfigRevision.Validation.ROUTE_LANE
-                            and not fleet.canary_watch_s)
-                    with asynchronous_commit():  # lost with a crash, the converge makes this rollout again
+                    # A revision a watched canary refused comes back from the render unchanged when nothing in it
+                    # moved since (a fleet setting saved): sent again, its canary's clients would meet it again.
+                    refused = Rollout.objects.filter(revision=revision, stopped_by_canary=True).exists()
+                    if revision.validation_ok and revision.number != fleet.desired_revision and not refused:
+                        # Only certificate contents moved (a renewal): no config change for a canary to try
+                        # first, and each certificate was checked when stored; every node at once halves
+                        # the rotation's time on the nodes (a failing node still falls back and rolls back).
+                        certs_only = revision.validation_kind == ConfigRevision.Validation.CERTIFICATES_ONLY
+                        # A route-lane revision moves map entries only (haproxy.cfg is the base's), each read back
+                        # from every node: a canary would try nothing the other nodes do not check themselves,
+                        # unless it is watched (what clients get from a route is the point of a route change).
+                        lane = (revision.validation_kind == ConfigRevision.Validation.ROUTE_LANE
+                                and not fleet.canary_watch_s)
                         rollout_create(fleet=fleet, revision=revision, enqueue=False,
-                                       canary=False if certs_only or lane else None)
+                                       canary=False if certs_only or lane else None,
+                                       running=not fleet.restore_hold)  # run below, unless held
             if fleet.restore_hold:
                 break  # rollouts wait for an operator (rollout/restore.py)
             rollout = _next_rollout(fleet)
@@ -90,11 +94,13 @@ def request_reconcile_if_due(fleet_id: int) -> None:
     # Cleared first, then read: a change recorded before the clear is seen by the read (its row lock makes the clear
     # wait for its commit), and one after it finds the flag clear and queues its own reconcile.
     Fleet.objects.filter(pk=fleet_id, reconcile_queued=True).update(reconcile_queued=False)
-    fleet = Fleet.objects.filter(pk=fleet_id).first()
-    if fleet is None:
+    active = Rollout.objects.filter(fleet=OuterRef("pk"), status__in=Rollout.ACTIVE)
+    row = (Fleet.objects.filter(pk=fleet_id).annotate(active=Exists(active))
+           .values_list("auto_rollout", "change_seq", "rendered_seq", "active").first())
+    if row is None:
         return
-    missed = fleet.auto_rollout and fleet.change_seq > fleet.rendered_seq
-    if missed or _next_rollout(fleet) is not None:
+    auto_rollout, change_seq, rendered_seq, active_rollout = row
+    if (auto_rollout and change_seq > rendered_seq) or active_rollout:  # a change missed, or a rollout waiting
         request_reconcile(fleet_id)
 
 

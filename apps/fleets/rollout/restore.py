@@ -109,7 +109,7 @@ def would_change(served: dict[str, bytes], wanted: dict[str, bytes]) -> dict[str
 def check(rollout: Rollout, plans: dict[str, NodePlan]) -> bool:
     """Before `rollout` touches a node: True when the fleet is (now) held. Reads the nodes' records once per
     process and fleet, and again while the fleet is held."""
-    fleet = Fleet.objects.get(pk=rollout.fleet_id)
+    fleet = rollout.fleet  # read with the rollout by execute, just before
     if fleet.pk in _CHECKED and not fleet.restore_hold:
         return False
     names = list(plans)

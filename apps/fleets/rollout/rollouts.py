@@ -42,10 +42,12 @@ def rollout_create(
     nodes: list[Node] | None = None,
     rollback_of: Rollout | None = None,
     enqueue: bool = True,
+    running: bool = False,
 ) -> Rollout:
     """Make `revision` the fleet's desired revision and queue a rollout of it (newest intent wins:
     older pending rollouts of the fleet are superseded). With `enqueue` a reconcile task runs it
-    after commit; the reconcile loop passes False when it runs the rollout itself."""
+    after commit; the reconcile loop passes False when it runs the rollout itself, and `running` when it
+    runs it at once (holding the lease: created running and started, as execute would mark it)."""
     if revision.fleet_id != fleet.pk:
         raise DomainError("wrong_fleet", f"Revision {revision.number} belongs to another fleet.",
                           field="revision")
@@ -53,7 +55,9 @@ def rollout_create(
         raise DomainError("revision_invalid",
                           f"Revision {revision.number} failed validation and can never be pushed.",
                           field="revision")
-    with transaction.atomic():
+    # Inside a caller's transaction (the reconcile loop's), no savepoint of its own: nothing here is caught and
+    # retried, and a savepoint is two round trips more on a route change's path.
+    with transaction.atomic(savepoint=False):
         fleet = Fleet.objects.select_for_update().get(pk=fleet.pk)
         now = timezone.now()
         superseded = Rollout.objects.filter(fleet=fleet, status=Rollout.Status.PENDING)
@@ -65,6 +69,7 @@ def rollout_create(
             canary=fleet.canary if canary is None else canary,
             batch_size=fleet.batch_size if batch_size is None else batch_size,
             actor=principal.actor if principal else "system", rollback_of=rollback_of,
+            **({"status": Rollout.Status.RUNNING, "started_at": now} if running else {}),
         )
         # (id, name) only: every node built as a model (with its applied revision) for its id and name was a tenth of
         # a route change's rollout record at 67 nodes a fleet.

@@ -50,3 +50,23 @@ def test_a_lease_a_reconcile_of_this_process_holds_is_not_taken(fleet) -> None:
     assert not lease.is_free(fleet.pk)
     lease.release(fleet.pk, holder)
     assert lease.is_free(fleet.pk)
+
+
+def test_a_fresh_lease_is_renewed_without_a_write_and_an_older_one_is_written_and_can_be_found_lost(
+    fleet, monkeypatch
+) -> None:
+    """A route change's rollout renewed a lease its reconcile claimed milliseconds before (a transaction on the
+    change's path). Within RENEW_AFTER_S of its claim the lease has LEASE_S - RENEW_AFTER_S left at least and only
+    its live holder can write it: renew() answers without a write. Past that it writes, and a lease someone else
+    holds by then is reported lost."""
+    holder = lease.new_owner()
+    assert lease.claim(fleet.pk, holder)
+    claimed_until = Fleet.objects.get(pk=fleet.pk).lease_until
+    assert lease.renew(fleet.pk, holder)
+    assert Fleet.objects.get(pk=fleet.pk).lease_until == claimed_until  # nothing written
+
+    monkeypatch.setattr(lease, "RENEW_AFTER_S", 0.0)  # as if RENEW_AFTER_S had passed
+    assert lease.renew(fleet.pk, holder)
+    assert Fleet.objects.get(pk=fleet.pk).lease_until > claimed_until
+    Fleet.objects.filter(pk=fleet.pk).update(lease_owner="someone-else")
+    assert not lease.renew(fleet.pk, holder)
