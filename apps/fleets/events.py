@@ -61,9 +61,8 @@ def rollout_finished(rollout: Rollout, status: str, error: str = "") -> None:
         for lb in lbs:
             lb_revision = changed[lb.pk]
             done, _ = queries.lb_applied_state(lb, lb_revision)
-            seen = Event.objects.filter(type="change.applied", object_type="loadbalancer", object_id=str(lb.pk),
-                                        data__revision=lb_revision).exists()
-            if done and not seen:
+            if done and not Event.objects.filter(type="change.applied", object_type="loadbalancer",
+                                                 object_id=str(lb.pk), data__revision=lb_revision).exists():
                 event_emit("change.applied", org=lb.org, obj=lb, data={"revision": lb_revision, "fleet": fleet.name})
 
 
