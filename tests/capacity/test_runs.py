@@ -88,7 +88,10 @@ def test_knee_is_found_through_celery_and_applying_it_bumps_the_lb_revision(worl
     assert run.knee_step_index == 1, run.knee_reason
     assert run.knee_capacity_rps == pytest.approx(100, rel=0.05)
     assert run.healthy_members == 2
-    assert 38.0 <= run.recommended_max_rate_per_member <= 40.0
+    # The knee's own measured rate (within 5% of 100 above: 102 req/s was seen under load) over the 2 healthy
+    # members, times the safety factor, rounded down to 0.1 req/s: 38-42 req/s, never above what was measured.
+    share = run.knee_capacity_rps / 2 * 0.8
+    assert share - 0.1 - 1e-9 <= run.recommended_max_rate_per_member <= share
     event = Event.objects.get(type="capacity.run_finished", object_id=str(run_id))
     assert f"knee at {run.knee_capacity_rps:.1f} req/s" in types.summary(event.type, event.object_repr, event.data)
 
