@@ -187,9 +187,18 @@ def fleet_save(*, principal: Principal, fleet: Fleet, data: dict[str, Any]) -> F
         before = audit_snapshot(fleet) if fleet.pk else None
         for key, value in data.items():
             setattr(fleet, key, value)
+        changed = set(data)
         if not fleet.vrrp_secret_encrypted:
             fleet.vrrp_secret_encrypted = crypto.encrypt(new_vrrp_secret())
-        fleet.save()
+            changed.add("vrrp_secret_encrypted")
+        if fleet.pk is None:
+            fleet.save()
+        elif changed:
+            # Only what the caller set: the engine moves this row's other columns all the time (the lease, change_seq,
+            # rendered_seq, desired_revision, restore_hold, reconcile_queued), and saving every column of the fleet
+            # read at the start of the request put their old values back (a lease a reconciler had just claimed
+            # came back free, and a second reconciler could push beside it).
+            fleet.save(update_fields=sorted(changed | {"updated_at"}))
         if before and (before["vrrp_version"], before["vrrp_advert_ms"]) != (fleet.vrrp_version, fleet.vrrp_advert_ms):
             transaction.on_commit(lambda: vrrp_refresh(fleet_id=fleet.pk))
         if serves is not None:

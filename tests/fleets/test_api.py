@@ -238,3 +238,28 @@ def test_deleting_a_fleet_with_history_works_and_frees_its_lb(shared, otto) -> N
     services.rollout_create(fleet=shared["fleet"], revision=revision, enqueue=False)
     assert otto.client.delete(f"/api/v1/fleets/{shared['fleet'].pk}/").status_code == 204
     assert LoadBalancer.objects.get(pk=shared["lb"].pk).fleet_id is None
+
+
+def test_saving_a_fleets_settings_leaves_what_the_engine_moved_on_its_row_meanwhile(shared, otto) -> None:
+    """A PATCH reads the fleet, then saves it: every column of that read came back, so a lease a reconciler claimed in
+    between was freed under it (a second reconciler could claim it and push beside the first), and change_seq,
+    desired_revision and a restore hold went back too. GIVEN the fleet as a request read it WHEN the engine moves its
+    row and the operator's change is saved from that read THEN only the operator's field changed."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from apps.accounts.principal import Principal
+
+    fleet = Fleet.objects.get(pk=shared["fleet"].pk)  # as the request read it
+    until = timezone.now() + dt.timedelta(seconds=30)
+    engine = {"lease_owner": "host:123:reconciler", "lease_until": until, "change_seq": fleet.change_seq + 3,
+              "rendered_seq": fleet.rendered_seq + 2, "desired_revision": fleet.desired_revision + 1,
+              "reconcile_queued": True, "restore_hold": {"example_node": "n1"}}
+    Fleet.objects.filter(pk=fleet.pk).update(**engine)
+
+    services.fleet_save(principal=Principal(org=otto.org, role="admin"), fleet=fleet, data={"batch_size": 7})
+
+    saved = Fleet.objects.get(pk=fleet.pk)
+    assert saved.batch_size == 7 and saved.updated_at > fleet.created_at
+    assert {key: getattr(saved, key) for key in engine} == engine

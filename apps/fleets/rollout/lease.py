@@ -75,8 +75,9 @@ def claim(fleet_id: int, owner: str, *, clear_queued: bool = False) -> bool:
 
 def renew(fleet_id: int, owner: str) -> bool:
     """Extend the lease; False when `owner` no longer holds it. A lease claimed or renewed less than RENEW_AFTER_S
-    ago is held for LEASE_S - RENEW_AFTER_S more at least: nobody else can take it (only this module writes it, and
-    a live holder is never "gone"), so the write is left for later (a route change's rollout renewed a lease
+    ago is held for LEASE_S - RENEW_AFTER_S more at least: nobody else can take it (only this module writes those
+    columns: fleets.services.fleet_save saves only the fields it was given; and a live holder is never "gone"), so the
+    write is left for later (a route change's rollout renewed a lease
     claimed milliseconds before: a transaction on its path)."""
     with _HELD_LOCK:
         fresh = _HELD.get(owner, 0.0) - LEASE_S + RENEW_AFTER_S > time.monotonic()
