@@ -66,7 +66,7 @@ def _preload() -> None:
         raise RuntimeError(f"the fork server opened database connections {opened}: its children would share them")
     # What every child inherits, out of the collector's reach (Python's advice for fork without exec): a worker's
     # own startup freeze (apps.core.gcpause.freeze_startup_heap) then collects only what it built after the fork,
-    # instead of walking the ~200k inherited objects again (100-270 ms of CPU per worker start on a busy machine),
+    # instead of walking the ~170k inherited objects again (~155 ms of CPU per child idle, up to 270 ms busy),
     # and no collection writes to the pages a child shares with this process.
     gc.collect()
     gc.freeze()

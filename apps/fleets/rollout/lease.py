@@ -8,9 +8,10 @@ reconcile picks the rollout up where it stood.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.db.models import Q
 from django.utils import timezone
@@ -25,10 +26,10 @@ LEASE_S = 30.0
 
 RENEW_AFTER_S = 5.0  # renew() writes only once the lease is this old (it then has LEASE_S - 5 s left at least)
 
-# Owners of the leases this process claimed and has not released, each with when its lease ends (monotonic clock;
-# 0 until the claim is written). A lease whose owner names this process but is not here was left by a reconcile that
-# ended without releasing it (its release failed: the database restarted under it), so the next claim in this
-# process takes it at once instead of waiting LEASE_S for it to expire.
+# Owners of the leases this process claimed and has not released, each with when its lease was last written (the
+# monotonic clock read with the `lease_until` written; -inf until the claim is). A lease whose owner names this
+# process but is not here was left by a reconcile that ended without releasing it (its release failed: the database
+# restarted under it), so the next claim in this process takes it at once instead of waiting LEASE_S for it to expire.
 _HELD: dict[str, float] = {}
 _HELD_LOCK = threading.Lock()
 
@@ -50,23 +51,23 @@ def claim(fleet_id: int, owner: str, *, clear_queued: bool = False) -> bool:
     """Take the fleet's lease for `owner` when it is free, expired or left by a holder that is gone.
     `clear_queued`: the reconciler's claim also clears `reconcile_queued` in the same statement (it sees every
     change recorded before it, so a change recorded after it must queue a reconcile of its own)."""
-    now = timezone.now()
+    now, written = timezone.now(), time.monotonic()
     until = now + timedelta(seconds=LEASE_S)
     free = Q(lease_owner="") | Q(lease_until__lt=now) | Q(lease_until__isnull=True) | Q(lease_owner=owner)
     taken: dict[str, object] = {"lease_owner": owner, "lease_until": until}
     if clear_queued:
         taken["reconcile_queued"] = False
     with _HELD_LOCK:
-        _HELD[owner] = 0.0  # before the UPDATE: a holder is never "gone" to its own process
+        _HELD[owner] = -math.inf  # before the UPDATE: a holder is never "gone" to its own process
     with asynchronous_commit():  # a lease lost with a database crash expires (LEASE_S)
         if Fleet.objects.filter(free, pk=fleet_id).update(**taken):
-            _held_until(owner, until)
+            _written(owner, written)
             return True
     holder = Fleet.objects.filter(pk=fleet_id).values_list("lease_owner", flat=True).first()
     if holder and _owner_gone(holder):
         logger.warning("fleet %s: taking over the lease of %s (its holder is gone)", fleet_id, holder)
         if Fleet.objects.filter(pk=fleet_id, lease_owner=holder).update(**taken):
-            _held_until(owner, until)
+            _written(owner, written)
             return True
     with _HELD_LOCK:
         _HELD.pop(owner, None)
@@ -77,17 +78,17 @@ def renew(fleet_id: int, owner: str) -> bool:
     """Extend the lease; False when `owner` no longer holds it. A lease claimed or renewed less than RENEW_AFTER_S
     ago is held for LEASE_S - RENEW_AFTER_S more at least: nobody else can take it (only this module writes those
     columns: fleets.services.fleet_save saves only the fields it was given; and a live holder is never "gone"), so the
-    write is left for later (a route change's rollout renewed a lease
-    claimed milliseconds before: a transaction on its path)."""
+    write is left for later (a route change's rollout renewed a lease claimed milliseconds before: a transaction on
+    its path)."""
+    written = time.monotonic()
     with _HELD_LOCK:
-        fresh = _HELD.get(owner, 0.0) - LEASE_S + RENEW_AFTER_S > time.monotonic()
-    if fresh:
-        return True
+        if written - _HELD.get(owner, -math.inf) < RENEW_AFTER_S:
+            return True
     until = timezone.now() + timedelta(seconds=LEASE_S)
     with asynchronous_commit():
         held = bool(Fleet.objects.filter(pk=fleet_id, lease_owner=owner).update(lease_until=until))
     if held:
-        _held_until(owner, until)
+        _written(owner, written)
     return held
 
 
@@ -98,12 +99,11 @@ def release(fleet_id: int, owner: str) -> None:
         Fleet.objects.filter(pk=fleet_id, lease_owner=owner).update(lease_owner="", lease_until=None)
 
 
-def _held_until(owner: str, until: datetime) -> None:
-    """Note when `owner`'s lease, just written to end at `until`, ends on this process's monotonic clock."""
-    left = (until - timezone.now()).total_seconds()
+def _written(owner: str, at: float) -> None:
+    """`owner`'s lease was written at `at` (monotonic, read before its `lease_until` was computed)."""
     with _HELD_LOCK:
         if owner in _HELD:  # not released meanwhile
-            _HELD[owner] = time.monotonic() + left
+            _HELD[owner] = at
 
 
 def is_free(fleet_id: int) -> bool:
