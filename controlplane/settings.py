@@ -117,6 +117,8 @@ try:
                                                 conn_health_checks=True)}
 except ValueError as exc:
     raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from exc
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"]["ENGINE"] = "apps.core.dbbackend"  # the health check without a round trip when idle
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # SQLite is the zero-setup default; WAL and a busy timeout let web, worker and
     # beat share the file without "database is locked" errors.
