@@ -92,14 +92,15 @@ def fleet_ids_for_lb(lb_id: int) -> list[int]:
         return [pk for (pk,) in cursor.fetchall()]
 
 
-_FLEET_IDS_FOR_LB = (
-    f"SELECT f.id FROM {Fleet._meta.db_table} f WHERE f.id IN ("  # noqa: S608 (table names from the models)
-    f"SELECT lb.fleet_id FROM {LoadBalancer._meta.db_table} lb WHERE lb.id = %(lb)s AND lb.kind = %(kind)s"
-    ") OR f.id IN ("
-    f"SELECT s.fleet_id FROM {Fleet.serves.through._meta.db_table} s"
+# The fleets serving an HAProxy LB (%(lb)s, %(kind)s): also the subquery of rollouts.lb_fleets_mark_changed.
+FLEET_IDS_FOR_LB_SUBQUERY = (
+    f"SELECT lb.fleet_id FROM {LoadBalancer._meta.db_table} lb WHERE lb.id = %(lb)s AND lb.kind = %(kind)s"  # noqa: S608 (table names from the models)
+    f" UNION SELECT s.fleet_id FROM {Fleet.serves.through._meta.db_table} s"
     f" JOIN {LoadBalancer._meta.db_table} lb ON lb.id = s.loadbalancer_id"
     " WHERE s.loadbalancer_id = %(lb)s AND lb.kind = %(kind)s"
-    ") ORDER BY f.name"
+)
+_FLEET_IDS_FOR_LB = (
+    f"SELECT f.id FROM {Fleet._meta.db_table} f WHERE f.id IN ({FLEET_IDS_FOR_LB_SUBQUERY}) ORDER BY f.name"  # noqa: S608
 )
 
 

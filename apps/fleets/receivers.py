@@ -11,7 +11,7 @@ logger = logging.getLogger(__name__)
 
 
 def on_lb_changed(sender, lb_id: int, revision: int, routes_only: bool = False, **kwargs) -> None:
-    services.fleets_mark_changed(fleet_ids=selectors.fleet_ids_for_lb(lb_id), routes_only=routes_only)
+    services.lb_fleets_mark_changed(lb_id=lb_id, routes_only=routes_only)
 
 
 def on_member_runtime_changed(sender, member_id: int, **kwargs) -> None:

@@ -27,9 +27,12 @@ logger = logging.getLogger(__name__)
              retry_backoff=2, retry_backoff_max=2, retry_jitter=False)
 def reconcile_task(fleet_id: int) -> dict[str, Any]:
     """Render if desired state moved and run the fleet's newest rollout (apps.fleets.rollout.reconcile)."""
-    if not Fleet.objects.filter(pk=fleet_id).exists():
+    result = services.fleet_reconcile(fleet_id=fleet_id)
+    # A deleted fleet's lease cannot be claimed: asked only then, not before every reconcile (a round trip on each
+    # route change's path).
+    if result.get("busy") and not Fleet.objects.filter(pk=fleet_id).exists():
         return {"missing": True}
-    return services.fleet_reconcile(fleet_id=fleet_id)
+    return result
 
 
 @shared_task(name="fleets.member_runtime_task")

@@ -315,15 +315,23 @@ def _canary_tripped(rollout: Rollout, result: NodeResult, plan: NodePlan, applie
     return True
 
 
+def with_fleet_and_revision(rollouts: Any) -> Any:
+    """Rollouts as execute reads them: their fleet and revision with them (the revision's bulk fields left)."""
+    return rollouts.select_related("fleet", "revision").defer(*(f"revision__{f}" for f in REVISION_BULK_FIELDS))
+
+
 def execute(rollout: Rollout, owner: str) -> Rollout:
-    """Canary first, then batches; stop at the first failing batch. Safe to call again."""
+    """Canary first, then batches; stop at the first failing batch. Safe to call again. A rollout read with its fleet
+    and revision (`with_fleet_and_revision`, as the reconcile loop reads it) is not read again."""
     fleet_id = rollout.fleet_id
     if rollout.status != Rollout.Status.RUNNING or rollout.started_at is None:  # else created running (reconcile)
+        now = timezone.now()
         with asynchronous_commit():
             Rollout.objects.filter(pk=rollout.pk).update(status=Rollout.Status.RUNNING,
-                                                         started_at=Coalesce("started_at", Value(timezone.now())))
-    rollout = (Rollout.objects.select_related("fleet", "revision")
-               .defer(*(f"revision__{f}" for f in REVISION_BULK_FIELDS)).get(pk=rollout.pk))
+                                                         started_at=Coalesce("started_at", Value(now)))
+        rollout.status, rollout.started_at = Rollout.Status.RUNNING, rollout.started_at or now
+    if not (Rollout.fleet.is_cached(rollout) and Rollout.revision.is_cached(rollout)):
+        rollout = with_fleet_and_revision(Rollout.objects).get(pk=rollout.pk)
     results = list(rollout.results.select_related("node__applied_revision")
                    .defer(*(f"node__applied_revision__{f}" for f in REVISION_BULK_FIELDS)).order_by("node__name"))
     for r in results:
@@ -391,9 +399,10 @@ def execute(rollout: Rollout, owner: str) -> Rollout:
         if newer.exists():
             finish(rollout, Rollout.Status.SUPERSEDED, "superseded by a newer rollout")
             return rollout
-        with asynchronous_commit():
-            NodeResult.objects.filter(pk__in=[r.pk for r in batch]).update(
-                status=NodeResult.Status.RUNNING, started_at=timezone.now())
+        if any(r.status != NodeResult.Status.RUNNING or r.started_at is None for r in batch):  # else created running
+            with asynchronous_commit():
+                NodeResult.objects.filter(pk__in=[r.pk for r in batch]).update(
+                    status=NodeResult.Status.RUNNING, started_at=timezone.now())
         outcomes = parallel(lambda r: apply_node(plans[r.pk]), batch,
                             in_turn=all(_local_map_update(plans[r.pk]) for r in batch))
         # A canary must prove the config before any other node takes it: one gone since the pre-flight stops the

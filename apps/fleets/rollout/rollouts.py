@@ -75,7 +75,11 @@ def rollout_create(
         # a route change's rollout record at 67 nodes a fleet.
         targets = ([(n.pk, n.name) for n in nodes] if nodes is not None
                    else list(queries.enabled_nodes(fleet).values_list("pk", "name")))
-        NodeResult.objects.bulk_create([NodeResult(rollout_id=rollout.pk, node_id=pk) for pk, _ in targets])
+        # Run at once in one batch (a route change's rollout): every node's result starts running with it, as execute
+        # would mark them in a transaction of its own (four round trips before the first node is touched).
+        one_batch = running and not rollout.canary and not 0 < rollout.batch_size < len(targets)
+        started = {"status": NodeResult.Status.RUNNING, "started_at": now} if one_batch else {}
+        NodeResult.objects.bulk_create([NodeResult(rollout_id=rollout.pk, node_id=pk, **started) for pk, _ in targets])
         Fleet.objects.filter(pk=fleet.pk).update(desired_revision=revision.number)
         audit_record(principal=principal, org=_org(principal), action=f"rollout.{kind}", obj=rollout,
                      after={"fleet": fleet.name, "revision": revision.number,
@@ -120,26 +124,47 @@ def fleets_mark_changed(*, fleet_ids: list[int], routes_only: bool = False) -> l
     if not fleet_ids:
         return []
     ids = sorted(set(fleet_ids))
-    table = Fleet._meta.db_table
-    marks = ", ".join(["%s"] * len(ids))
     if connection.vendor != "postgresql":  # SQLite: one writer at a time, no row locks to order
         change_seq_bump(ids, routes_only)
+        marks = ", ".join(["%s"] * len(ids))
         with connection.cursor() as cursor:
-            cursor.execute(f"UPDATE {table} SET reconcile_queued = %s WHERE id IN ({marks}) "  # noqa: S608
+            cursor.execute(f"UPDATE {Fleet._meta.db_table} SET reconcile_queued = %s WHERE id IN ({marks}) "  # noqa: S608
                            "AND auto_rollout AND NOT reconcile_queued RETURNING id", [True, *ids])
             queued = sorted(row[0] for row in cursor.fetchall())
-    else:
-        # The subquery locks the rows (in id order) and reads each one's reconcile_queued as it was, under
-        # that lock: RETURNING sees only new values (PostgreSQL < 18), and "queued by this call" is the old one.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {table} AS f SET change_seq = f.change_seq + 1, route_seq = f.route_seq + %s, "  # noqa: S608
-                "reconcile_queued = f.reconcile_queued OR f.auto_rollout "
-                f"FROM (SELECT id, reconcile_queued AS was_queued FROM {table} WHERE id IN ({marks}) "
-                "ORDER BY id FOR UPDATE) AS locked WHERE f.id = locked.id "
-                "RETURNING f.id, f.auto_rollout AND NOT locked.was_queued",
-                [1 if routes_only else 0, *ids])
-            queued = sorted(pk for pk, mine in cursor.fetchall() if mine)
+        return _enqueue_marked(queued)
+    return _mark(", ".join(["%(id" + str(i) + ")s" for i in range(len(ids))]),
+                 {f"id{i}": pk for i, pk in enumerate(ids)}, routes_only)
+
+
+def lb_fleets_mark_changed(*, lb_id: int, routes_only: bool = False) -> list[int]:
+    """fleets_mark_changed for every fleet serving the HAProxy LB `lb_id` (queries.fleet_ids_for_lb), in the same
+    one statement on PostgreSQL: it runs after every route write's commit, before the API answers and before the
+    reconcile is queued (reading the ids first was a round trip more on that path)."""
+    if connection.vendor != "postgresql":
+        return fleets_mark_changed(fleet_ids=queries.fleet_ids_for_lb(lb_id), routes_only=routes_only)
+    return _mark(queries.FLEET_IDS_FOR_LB_SUBQUERY, {"lb": lb_id, "kind": LoadBalancer.Kind.HAPROXY.value},
+                 routes_only)
+
+
+def _mark(ids_sql: str, params: dict[str, Any], routes_only: bool) -> list[int]:
+    """The fleets `ids_sql` names (a list or a subquery, with `params`): change_seq (and route_seq) bumped and a
+    reconcile queued, in one statement (PostgreSQL)."""
+    table = Fleet._meta.db_table
+    # The subquery locks the rows (in id order) and reads each one's reconcile_queued as it was, under
+    # that lock: RETURNING sees only new values (PostgreSQL < 18), and "queued by this call" is the old one.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} AS f SET change_seq = f.change_seq + 1, route_seq = f.route_seq + %(routes)s, "  # noqa: S608
+            "reconcile_queued = f.reconcile_queued OR f.auto_rollout "
+            f"FROM (SELECT id, reconcile_queued AS was_queued FROM {table} WHERE id IN ({ids_sql}) "
+            "ORDER BY id FOR UPDATE) AS locked WHERE f.id = locked.id "
+            "RETURNING f.id, f.auto_rollout AND NOT locked.was_queued",
+            {"routes": 1 if routes_only else 0, **params})
+        queued = sorted(pk for pk, mine in cursor.fetchall() if mine)
+    return _enqueue_marked(queued)
+
+
+def _enqueue_marked(queued: list[int]) -> list[int]:
     unsent = [fleet_id for fleet_id in queued if not enqueue_reconcile(fleet_id)]
     for fleet_id in unsent:  # the broker is down: the converge (or the next change, once it is back) reconciles
         # One row at a time, in id order (as the statement above locks them): no deadlock with another writer.
@@ -164,7 +189,7 @@ def fleet_capacity_follow() -> list[int]:
     """
     changed = capacity_record()
     for lb_id in changed:
-        fleets_mark_changed(fleet_ids=queries.fleet_ids_for_lb(lb_id))
+        lb_fleets_mark_changed(lb_id=lb_id)
     return changed
 
 

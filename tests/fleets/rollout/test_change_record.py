@@ -83,3 +83,25 @@ def test_concurrent_writers_in_any_order_beside_renders_locking_a_fleet_never_de
         t.join(120)
     assert errors == []
     assert set(Fleet.objects.filter(pk__in=ids).values_list("change_seq", flat=True)) == {8 * rounds}
+
+
+def test_a_change_of_an_lb_marks_the_fleets_serving_it_in_one_statement(fleets, alice) -> None:
+    """What every route write's commit runs (fleets/receivers.py): the fleets are found and marked by one UPDATE,
+    not read first; a cloud LB's change marks none."""
+    from django.test.utils import CaptureQueriesContext
+
+    from apps.balancers.models import LoadBalancer
+
+    own, serving, unrelated, held = fleets
+    lb = LoadBalancer.objects.create(org=alice.org, name="web", fleet=own)
+    serving.serves.add(lb)
+    held.serves.add(lb)  # auto_rollout off: counted, not queued
+    with CaptureQueriesContext(connection) as captured:
+        assert services.lb_fleets_mark_changed(lb_id=lb.pk, routes_only=True) == sorted([own.pk, serving.pk])
+    assert len(captured.captured_queries) == 1
+    rows = {f.pk: (f.change_seq, f.route_seq, f.reconcile_queued) for f in Fleet.objects.all()}
+    assert rows == {own.pk: (1, 1, True), serving.pk: (1, 1, True), unrelated.pk: (0, 0, False),
+                    held.pk: (1, 1, False)}
+    cloud = LoadBalancer.objects.create(org=alice.org, name="gcp", kind=LoadBalancer.Kind.GCP, fleet=unrelated)
+    assert services.lb_fleets_mark_changed(lb_id=cloud.pk) == []
+    assert Fleet.objects.get(pk=unrelated.pk).change_seq == 0
