@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from django.db import models
 from django.db.models import Q
 
 from apps.balancers.models import LoadBalancer
 from apps.core.tenancy import OperatorQuerySet, RestrictedQuerySet, TenantQuerySet
+
+T = TypeVar("T")
 
 
 class Fleet(models.Model):
@@ -226,6 +230,11 @@ class RolloutQuerySet(RestrictedQuerySet):
         # Rolling a fleet back moves every tenant's config: the operator's call.
         return self if principal.is_operator else self.none()
 
+    def with_fleet_and_revision(self) -> RolloutQuerySet:
+        """As a rollout is run (rollout/execute.py): its fleet and revision with it, the revision's bulk fields left
+        (megabytes at 100k routes)."""
+        return self.select_related("fleet", "revision").defer(*(f"revision__{f}" for f in REVISION_BULK_FIELDS))
+
 
 class Rollout(models.Model):
     class Status(models.TextChoices):
@@ -272,6 +281,17 @@ class Rollout(models.Model):
 
     def __str__(self) -> str:
         return f"rollout {self.pk} {self.fleet.name}@{self.revision.number} {self.status}"
+
+    def batches(self, items: list[T]) -> list[list[T]]:
+        """`items` (its nodes' results, in order) in the batches this rollout runs them: the canary alone first,
+        then `batch_size` at a time (0: all the rest together)."""
+        batches: list[list[T]] = []
+        rest = list(items)
+        if self.canary and rest:
+            batches.append([rest.pop(0)])
+        size = self.batch_size if self.batch_size > 0 else max(1, len(rest))
+        batches += [rest[i : i + size] for i in range(0, len(rest), size)]
+        return batches
 
 
 class NodeResult(models.Model):

@@ -179,16 +179,6 @@ def _local_map_update(plan: NodePlan) -> bool:
             and hot_changes(plan.last_good, plan.bundle) is not None)
 
 
-def _batches(items: list[NodeResult], canary: bool, batch_size: int) -> list[list[NodeResult]]:
-    batches: list[list[NodeResult]] = []
-    rest = list(items)
-    if canary and rest:
-        batches.append([rest.pop(0)])
-    size = batch_size if batch_size > 0 else max(1, len(rest))
-    batches += [rest[i : i + size] for i in range(0, len(rest), size)]
-    return batches
-
-
 def finish(rollout: Rollout, status: str, error: str = "") -> None:
     now = timezone.now()
     started = rollout.started_at or now
@@ -315,14 +305,9 @@ def _canary_tripped(rollout: Rollout, result: NodeResult, plan: NodePlan, applie
     return True
 
 
-def with_fleet_and_revision(rollouts: Any) -> Any:
-    """Rollouts as execute reads them: their fleet and revision with them (the revision's bulk fields left)."""
-    return rollouts.select_related("fleet", "revision").defer(*(f"revision__{f}" for f in REVISION_BULK_FIELDS))
-
-
 def execute(rollout: Rollout, owner: str) -> Rollout:
     """Canary first, then batches; stop at the first failing batch. Safe to call again. A rollout read with its fleet
-    and revision (`with_fleet_and_revision`, as the reconcile loop reads it) is not read again."""
+    and revision (`Rollout.objects.with_fleet_and_revision()`, as the reconcile loop reads it) is not read again."""
     fleet_id = rollout.fleet_id
     if rollout.status != Rollout.Status.RUNNING or rollout.started_at is None:  # else created running (reconcile)
         now = timezone.now()
@@ -331,7 +316,7 @@ def execute(rollout: Rollout, owner: str) -> Rollout:
                                                          started_at=Coalesce("started_at", Value(now)))
         rollout.status, rollout.started_at = Rollout.Status.RUNNING, rollout.started_at or now
     if not (Rollout.fleet.is_cached(rollout) and Rollout.revision.is_cached(rollout)):
-        rollout = with_fleet_and_revision(Rollout.objects).get(pk=rollout.pk)
+        rollout = Rollout.objects.with_fleet_and_revision().get(pk=rollout.pk)
     results = list(rollout.results.select_related("node__applied_revision")
                    .defer(*(f"node__applied_revision__{f}" for f in REVISION_BULK_FIELDS)).order_by("node__name"))
     for r in results:
@@ -390,7 +375,7 @@ def execute(rollout: Rollout, owner: str) -> Rollout:
             Node.objects.filter(pk=r.node_id).update(status=Node.Status.DOWN, status_detail=down[r.pk][:5000])
 
     failure = ""
-    batches = _batches(live, rollout.canary, rollout.batch_size)
+    batches = rollout.batches(live)
     for index, batch in enumerate(batches):
         if not lease_renew(fleet_id, owner):
             logger.warning("rollout %s: lease lost; leaving it to the new holder", rollout.pk)

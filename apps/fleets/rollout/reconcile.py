@@ -15,7 +15,7 @@ from apps.core.commits import asynchronous_commit
 from apps.fleets.config.revisions import AUTO_RENDER_REASON, fleet_render
 from apps.fleets.models import ConfigRevision, Fleet, Rollout
 from apps.fleets.rollout import lease
-from apps.fleets.rollout.execute import execute, finish, with_fleet_and_revision
+from apps.fleets.rollout.execute import execute, finish
 from apps.fleets.rollout.rollouts import change_seq_bump, request_reconcile, rollout_create
 
 MAX_LOOPS = 50  # a reconcile hands over to a fresh task after this many rounds
@@ -107,7 +107,7 @@ def request_reconcile_if_due(fleet_id: int) -> None:
 def _next_rollout(fleet: Fleet) -> Rollout | None:
     """The newest pending or running rollout; older active ones are superseded by it."""
     # Read as execute needs it (its fleet and revision with it): execute does not read it again.
-    active = list(with_fleet_and_revision(Rollout.objects.filter(fleet=fleet, status__in=Rollout.ACTIVE))
+    active = list(Rollout.objects.filter(fleet=fleet, status__in=Rollout.ACTIVE).with_fleet_and_revision()
                   .order_by("-id"))
     if not active:
         return None

@@ -77,7 +77,7 @@ def rollout_create(
                    else list(queries.enabled_nodes(fleet).values_list("pk", "name")))
         # Run at once in one batch (a route change's rollout): every node's result starts running with it, as execute
         # would mark them in a transaction of its own (four round trips before the first node is touched).
-        one_batch = running and not rollout.canary and not 0 < rollout.batch_size < len(targets)
+        one_batch = running and len(rollout.batches(targets)) <= 1
         started = {"status": NodeResult.Status.RUNNING, "started_at": now} if one_batch else {}
         NodeResult.objects.bulk_create([NodeResult(rollout_id=rollout.pk, node_id=pk, **started) for pk, _ in targets])
         Fleet.objects.filter(pk=fleet.pk).update(desired_revision=revision.number)
@@ -132,8 +132,7 @@ def fleets_mark_changed(*, fleet_ids: list[int], routes_only: bool = False) -> l
                            "AND auto_rollout AND NOT reconcile_queued RETURNING id", [True, *ids])
             queued = sorted(row[0] for row in cursor.fetchall())
         return _enqueue_marked(queued)
-    return _mark(", ".join(["%(id" + str(i) + ")s" for i in range(len(ids))]),
-                 {f"id{i}": pk for i, pk in enumerate(ids)}, routes_only)
+    return _mark("id = ANY(%(ids)s)", {"ids": ids}, routes_only)
 
 
 def lb_fleets_mark_changed(*, lb_id: int, routes_only: bool = False) -> list[int]:
@@ -142,13 +141,13 @@ def lb_fleets_mark_changed(*, lb_id: int, routes_only: bool = False) -> list[int
     reconcile is queued (reading the ids first was a round trip more on that path)."""
     if connection.vendor != "postgresql":
         return fleets_mark_changed(fleet_ids=queries.fleet_ids_for_lb(lb_id), routes_only=routes_only)
-    return _mark(queries.FLEET_IDS_FOR_LB_SUBQUERY, {"lb": lb_id, "kind": LoadBalancer.Kind.HAPROXY.value},
-                 routes_only)
+    return _mark(f"id IN ({queries.FLEET_IDS_FOR_LB_SUBQUERY})",
+                 {"lb": lb_id, "kind": LoadBalancer.Kind.HAPROXY.value}, routes_only)
 
 
-def _mark(ids_sql: str, params: dict[str, Any], routes_only: bool) -> list[int]:
-    """The fleets `ids_sql` names (a list or a subquery, with `params`): change_seq (and route_seq) bumped and a
-    reconcile queued, in one statement (PostgreSQL)."""
+def _mark(which: str, params: dict[str, Any], routes_only: bool) -> list[int]:
+    """The fleets the condition `which` picks (with `params`): change_seq (and route_seq) bumped and a reconcile
+    queued, in one statement (PostgreSQL)."""
     table = Fleet._meta.db_table
     # The subquery locks the rows (in id order) and reads each one's reconcile_queued as it was, under
     # that lock: RETURNING sees only new values (PostgreSQL < 18), and "queued by this call" is the old one.
@@ -156,7 +155,7 @@ def _mark(ids_sql: str, params: dict[str, Any], routes_only: bool) -> list[int]:
         cursor.execute(
             f"UPDATE {table} AS f SET change_seq = f.change_seq + 1, route_seq = f.route_seq + %(routes)s, "  # noqa: S608
             "reconcile_queued = f.reconcile_queued OR f.auto_rollout "
-            f"FROM (SELECT id, reconcile_queued AS was_queued FROM {table} WHERE id IN ({ids_sql}) "
+            f"FROM (SELECT id, reconcile_queued AS was_queued FROM {table} WHERE {which} "
             "ORDER BY id FOR UPDATE) AS locked WHERE f.id = locked.id "
             "RETURNING f.id, f.auto_rollout AND NOT locked.was_queued",
             {"routes": 1 if routes_only else 0, **params})
