@@ -95,18 +95,29 @@ def drop_template(config: pytest.Config) -> None:
         cursor.execute(f"DROP DATABASE IF EXISTS {_quote('test_' + connection.settings_dict['NAME'] + '_template')}")
 
 
+# What the post_migrate receivers write (django.contrib.contenttypes and django.contrib.auth).
+POST_MIGRATE_TABLES = frozenset({"django_content_type", "auth_permission"})
+
+
 def fast_flush() -> None:
     """A transactional test's teardown empties every table (Django's `flush`): on PostgreSQL with one TRUNCATE of
     all ~70 tables, ~0.25 s each time, since TRUNCATE gives every table new files. The tables a test leaves are
     small, and DELETE empties them in ~20 ms, in one statement with the foreign-key triggers off for the
     transaction (session_replication_role: a superuser's setting, which the suite's `postgres` role is). As any
     other role, when sequences are to be reset, or when only some apps' tables are flushed, Django's TRUNCATE runs
-    as before. Like that TRUNCATE (no RESTART IDENTITY), it leaves sequences where they are."""
+    as before. Like that TRUNCATE (no RESTART IDENTITY), it leaves sequences where they are.
+
+    The fast path keeps the content types and permissions: Django's flush deletes them and then sends post_migrate,
+    whose two receivers (contenttypes' and auth's, the only ones here: tests/test_dbsetup.py) insert all ~70 content
+    types and ~280 permissions again, ~95% of each teardown's time (py-spy over a whole `make test`). Kept, they are
+    what those receivers would write, so the signal is not sent after such a flush."""
+    from django.core.management.commands import flush
     from django.db.backends.postgresql.operations import DatabaseOperations
 
     truncate = DatabaseOperations.sql_flush
     if getattr(truncate, "spillway_fast", False):
         return
+    emit_post_migrate = flush.emit_post_migrate_signal
 
     def sql_flush(self: DatabaseOperations, style: Any, tables: list[str], *, reset_sequences: bool = False,
                   allow_cascade: bool = False) -> list[str]:
@@ -115,11 +126,22 @@ def fast_flush() -> None:
         if not tables or reset_sequences or allow_cascade or not _superuser(self.connection):
             return truncate(self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
         # Django's own table names (introspection), quoted as its TRUNCATE quotes them.
-        deletes = " ".join(f"DELETE FROM {self.quote_name(table)};" for table in tables)  # noqa: S608
+        deletes = " ".join(f"DELETE FROM {self.quote_name(table)};"  # noqa: S608
+                           for table in tables if table not in POST_MIGRATE_TABLES)
+        self.connection.spillway_flush_kept = POST_MIGRATE_TABLES.issubset(tables)
         return ["SET LOCAL session_replication_role = replica", f"DO $$BEGIN {deletes} END$$"]
+
+    def emit_unless_kept(verbosity: int, interactive: bool, db: str, **kwargs: Any) -> None:
+        from django.db import connections
+
+        connection = connections[db]
+        kept, connection.spillway_flush_kept = getattr(connection, "spillway_flush_kept", False), False
+        if not kept:
+            emit_post_migrate(verbosity, interactive, db, **kwargs)
 
     sql_flush.spillway_fast = True  # type: ignore[attr-defined]
     DatabaseOperations.sql_flush = sql_flush  # type: ignore[method-assign]
+    flush.emit_post_migrate_signal = emit_unless_kept
 
 
 def _superuser(connection: Any) -> bool:
