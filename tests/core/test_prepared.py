@@ -1,0 +1,87 @@
+"""A PreparedQuery answers what its queryset answers, compiles once, and refuses what it cannot tell apart.
+
+The API token lookup (apps.accounts.services.token_authenticate) runs through one on every API call: a mistake here
+lets an expired, revoked or wrong token in, so the token cases are compared with the ORM's own answer."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+from django.db.models.sql.compiler import SQLCompiler
+from django.utils import timezone
+
+from apps.accounts.models import ApiToken
+from apps.accounts.services import _token_by_prefix, token_authenticate, token_create, token_revoke
+from apps.core.prepared import PreparedQuery
+from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+PROBES = {"prefix": ("probe-a", "probe-b"),
+          "now": (datetime(2001, 1, 1, tzinfo=UTC), datetime(2002, 2, 2, tzinfo=UTC))}
+
+
+def _fields(token: ApiToken | None) -> tuple | None:
+    if token is None:
+        return None
+    return (token.pk, token.prefix, token.secret_hash, token.revoked_at, token.expires_at, token.org.slug,
+            token.user.username if token.user else None, token.owner_role, token.scopes)
+
+
+@pytest.fixture
+def tokens():
+    org = OrganizationFactory(slug="acme")
+    user = UserFactory(username="ann")
+    MembershipFactory(user=user, org=org, role="editor")
+    now = timezone.now()
+    live = token_create(org=org, name="live", scopes=["read"], user=user)
+    expired = token_create(org=org, name="expired", scopes=["read"], user=user, expires_at=now + timedelta(hours=1))
+    revoked = token_create(org=org, name="revoked", scopes=["read"], user=user)
+    token_revoke(token=revoked.token, principal=None)
+    machine = token_create(org=org, name="machine", scopes=["read"])
+    return {"live": live, "expired": expired, "revoked": revoked, "machine": machine, "now": now}
+
+
+def test_the_prepared_lookup_answers_as_the_orm_for_every_kind_of_token(tokens) -> None:
+    prepared = PreparedQuery(_token_by_prefix, PROBES)
+    later = tokens["now"] + timedelta(hours=2)  # past the expiring token's end
+    for created in ("live", "expired", "revoked", "machine"):
+        prefix = tokens[created].secret.split("_")[1]
+        for now in (tokens["now"], later):
+            expected = _fields(_token_by_prefix(prefix, now).first())
+            assert _fields(prepared.first(prefix=prefix, now=now)) == expected, (created, now)
+    assert _fields(prepared.first(prefix="nosuch", now=later)) is None
+    # What the lookup decides, as a user meets it.
+    assert _fields(prepared.first(prefix=tokens["expired"].secret.split("_")[1], now=later)) is None
+    assert prepared.first(prefix=tokens["revoked"].secret.split("_")[1], now=timezone.now()) is None
+    assert prepared.first(prefix=tokens["machine"].secret.split("_")[1], now=later).owner_role is None
+
+
+def test_token_authenticate_compiles_its_query_once(tokens, monkeypatch) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("prepared on PostgreSQL only")
+    secret = tokens["live"].secret
+    assert token_authenticate(secret) is not None  # compiled by now (here or by an earlier test)
+    compiled = []
+    as_sql = SQLCompiler.as_sql
+    monkeypatch.setattr(SQLCompiler, "as_sql", lambda self, *a, **kw: compiled.append(1) or as_sql(self, *a, **kw))
+    for _ in range(3):
+        token = token_authenticate(secret)
+        assert token is not None and token.org.slug == "acme" and token.owner_role == "editor"
+    assert token_authenticate(secret[:-1] + ("x" if secret[-1] != "x" else "y")) is None  # wrong secret
+    assert compiled == []
+
+
+def test_values_that_are_not_parameters_or_change_the_shape_run_as_the_orm_would(tokens) -> None:
+    # `now` is not used by this build: nothing tells it apart, so the query is never prepared.
+    unused = PreparedQuery(lambda prefix, now: ApiToken.objects.filter(prefix=prefix), PROBES)
+    prefix = tokens["live"].secret.split("_")[1]
+    assert [t.pk for t in unused.all(prefix=prefix, now=tokens["now"])] == [tokens["live"].token.pk]
+    assert unused._prepared("default") is None
+    prepared = PreparedQuery(_token_by_prefix, PROBES)
+    # None would be `IS NULL` in SQL: a value of another type than the probes' runs through the ORM.
+    assert prepared.all(prefix=prefix, now=None) == list(_token_by_prefix(prefix, None))
+    with pytest.raises(TypeError):
+        prepared.all(prefix=prefix)
