@@ -85,3 +85,4 @@ def test_values_that_are_not_parameters_or_change_the_shape_run_as_the_orm_would
     assert prepared.all(prefix=prefix, now=None) == list(_token_by_prefix(prefix, None))
     with pytest.raises(TypeError):
         prepared.all(prefix=prefix)
+

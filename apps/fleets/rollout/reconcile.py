@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, QuerySet
 
 from apps.core.commits import asynchronous_commit
+from apps.core.prepared import PreparedQuery
 from apps.fleets.config.revisions import AUTO_RENDER_REASON, fleet_render
 from apps.fleets.models import ConfigRevision, Fleet, Rollout
 from apps.fleets.rollout import lease
@@ -19,6 +20,21 @@ from apps.fleets.rollout.execute import execute, finish
 from apps.fleets.rollout.rollouts import change_seq_bump, request_reconcile, rollout_create
 
 MAX_LOOPS = 50  # a reconcile hands over to a fresh task after this many rounds
+
+
+def _fleet_with_region(fleet_id: int) -> QuerySet:
+    return Fleet.objects.select_related("region").filter(pk=fleet_id)
+
+
+def _active_rollouts(fleet_id: int) -> QuerySet:
+    # Read as execute needs it (its fleet and revision with it): execute does not read it again.
+    return (Rollout.objects.filter(fleet_id=fleet_id, status__in=Rollout.ACTIVE).with_fleet_and_revision()
+            .order_by("-id"))
+
+
+# Read on every pass of every reconcile (a route change's path): compiled once, not on each read.
+_FLEET = PreparedQuery(_fleet_with_region, probes={"fleet_id": (1, 2)})
+_ACTIVE_ROLLOUTS = PreparedQuery(_active_rollouts, probes={"fleet_id": (1, 2)})
 
 
 def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
@@ -38,7 +54,9 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
     rendered: list[int] = []
     try:
         for _ in range(MAX_LOOPS):
-            fleet = Fleet.objects.select_related("region").get(pk=fleet_id)
+            fleet = _FLEET.first(fleet_id=fleet_id)
+            if fleet is None:
+                raise Fleet.DoesNotExist(f"fleet {fleet_id}")
             seq = fleet.change_seq
             # Held changes (auto_rollout off) wait for fleet_push; they stay visible in the preview.
             if seq > fleet.rendered_seq and fleet.auto_rollout:
@@ -106,9 +124,7 @@ def request_reconcile_if_due(fleet_id: int) -> None:
 
 def _next_rollout(fleet: Fleet) -> Rollout | None:
     """The newest pending or running rollout; older active ones are superseded by it."""
-    # Read as execute needs it (its fleet and revision with it): execute does not read it again.
-    active = list(Rollout.objects.filter(fleet=fleet, status__in=Rollout.ACTIVE).with_fleet_and_revision()
-                  .order_by("-id"))
+    active = _ACTIVE_ROLLOUTS.all(fleet_id=fleet.pk)
     if not active:
         return None
     for stale in active[1:]:
