@@ -74,7 +74,7 @@ run: install
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py runall --bind $(RUN_BIND)
 
 # Benchmarks: each prints its figures and a last line `RESULT key=value ...`.
-bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-overflow-fleet bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui bench-vip-failover bench-events bench-dataplane bench-acme bench-scale bench-tenants bench-fleet-size bench-node-cost bench-scaleout bench-fuzz bench-longpoll bench-signals bench-chaos bench-steering
+bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-overflow-fleet bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui bench-vip-failover bench-events bench-dataplane bench-acme bench-scale bench-tenants bench-fleet-size bench-node-cost bench-scaleout bench-fuzz bench-longpoll bench-signals bench-chaos bench-steering bench-prepared
 
 # --- benchmark targets (one per line pair; keep this section at the end) ---
 bench-runtime: install-dev
@@ -128,3 +128,5 @@ bench-chaos: install-dev
 	$(BIN)/python tests/bench/bench_chaos.py
 bench-steering: install-dev
 	$(BIN)/python tests/bench/bench_steering.py
+bench-prepared: install-dev
+	$(BIN)/python tests/bench/bench_prepared.py

@@ -177,7 +177,7 @@ class ApiTokenQuerySet(RestrictedQuerySet):
         return self.filter(org_id=principal.org_id)
 
     def usable(self, now: datetime | None = None) -> ApiTokenQuerySet:
-        now = now or timezone.now()
+        now = timezone.now() if now is None else now
         live = models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
         return self.filter(revoked_at__isnull=True).filter(live)
 

@@ -1,11 +1,12 @@
 """Fixed-shape ORM queries compiled once per database, then run with new values.
 
 Django builds and compiles a queryset's SQL on every evaluation: for the API token lookup (select_related, an
-annotation, an OR of expiry conditions) that is ~1.2 ms of CPU on every API call, several times the query's own
-round trip. A `PreparedQuery` is written as an ordinary queryset, built from named values; it is compiled twice
-with two probe values per name, and the parameters that differ are the named slots: every other parameter is
-part of the query's shape, whatever the values. Each call then runs that SQL with the call's values and builds
-the model instances as Django's ModelIterable does (select_related objects and annotations included).
+annotation, an OR of expiry conditions) that is ~1.5 ms of CPU on every API call (tests/bench/bench_prepared.py),
+several times the query's own round trip. A `PreparedQuery` is written as an ordinary queryset, built from named
+values; it is compiled twice with two probe values per name, and the parameters that differ are the named slots:
+every other parameter is part of the query's shape, whatever the values. Each call then runs that SQL with the
+call's values and builds the model instances as Django's ModelIterable does (select_related objects and annotations
+included).
 
 Only where the compiled parameters are the values as given (PostgreSQL; SQLite adapts datetimes to text) and
 only for values of the probes' types (None would change the SQL's shape: `IS NULL`): anything else runs the
@@ -15,14 +16,19 @@ queryset as Django would.
 from __future__ import annotations
 
 import copy
+import logging
 import threading
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
+from django.core.exceptions import EmptyResultSet
 from django.db import connections
 from django.db.models import Model, QuerySet
-from django.db.models.query import get_related_populators
+from django.db.models.query import ModelIterable, get_related_populators
 from django.db.models.sql.compiler import SQLCompiler
+
+logger = logging.getLogger(__name__)
 
 
 class NotPreparable(Exception):
@@ -30,6 +36,14 @@ class NotPreparable(Exception):
 
 
 class PreparedQuery:
+    """A queryset `build(**values)` of one shape whatever the values, compiled once per database.
+
+    Only the named values change from call to call: anything else the build reads (the clock, a setting, a
+    context variable) is frozen at the first compilation, and so is any step the build applies to a value that
+    leaves the probes unchanged (`.lower()` on a lower-case probe). So a build takes every input as a named value
+    and uses it as given. Model instances only (no values(), prefetch_related or distinct on unselected columns:
+    those are not prepared and run through the ORM)."""
+
     def __init__(self, build: Callable[..., QuerySet], probes: Mapping[str, tuple[Any, Any]]) -> None:
         self._build = build
         self._probes = dict(probes)
@@ -40,7 +54,8 @@ class PreparedQuery:
         if values.keys() != self._probes.keys():
             raise TypeError(f"values for {sorted(self._probes)} expected, got {sorted(values)}")
         prepared = self._prepared(using)
-        if prepared is None or any(type(value) is not type(self._probes[name][0]) for name, value in values.items()):
+        if prepared is None or any(type(value) is not type(self._probes[name][0]) or _naive(value)
+                                   for name, value in values.items()):
             return list(self._build(**values).using(using))
         compiled, sql, slots = prepared
         params = tuple(values[slot[0]] if isinstance(slot, tuple) else slot for slot in slots)
@@ -56,7 +71,9 @@ class PreparedQuery:
                 if using not in self._compiled:
                     try:
                         self._compiled[using] = self._compile(using)
-                    except NotPreparable:
+                    except NotPreparable as exc:
+                        # Still right (the ORM runs it), only slower: said once, where someone looks.
+                        logger.warning("query %s is not prepared: %s", getattr(self._build, "__qualname__", "?"), exc)
                         self._compiled[using] = None
         return self._compiled[using]
 
@@ -65,9 +82,19 @@ class PreparedQuery:
             raise NotPreparable(connections[using].vendor)
         first = self._build(**{name: pair[0] for name, pair in self._probes.items()}).using(using)
         second = self._build(**{name: pair[1] for name, pair in self._probes.items()}).using(using)
+        if (first._iterable_class is not ModelIterable or first._prefetch_related_lookups
+                or first._known_related_objects):
+            raise NotPreparable("only model instances, without prefetch_related, are prepared")
+        if any(_naive(value) for pair in self._probes.values() for value in pair):
+            raise NotPreparable("naive datetimes as probes")
         compiler = first.query.get_compiler(using=using)
-        sql, params = compiler.as_sql()
-        sql2, params2 = second.query.get_compiler(using=using).as_sql()
+        try:
+            sql, params = compiler.as_sql()
+            sql2, params2 = second.query.get_compiler(using=using).as_sql()
+        except EmptyResultSet as exc:
+            raise NotPreparable("a query that is empty whatever the values") from exc
+        if compiler.has_extra_select:
+            raise NotPreparable("extra columns (distinct ordered by unselected columns)")
         if sql != sql2 or len(params) != len(params2):
             raise NotPreparable("the probes changed the query's shape")
         slots: list[Any] = []
@@ -83,7 +110,13 @@ class PreparedQuery:
             found.add(names[0])
         if found != self._probes.keys():
             raise NotPreparable(f"values not found as parameters: {sorted(self._probes.keys() - found)}")
+        compiler.connection = None  # each call sets its own thread's: this one's must not be kept alive here
         return compiler, sql, tuple(slots)
+
+
+def _naive(value: Any) -> bool:
+    # Django makes a naive datetime aware before binding it: a step the prepared path would skip.
+    return isinstance(value, datetime) and value.tzinfo is None
 
 
 def _same(one: Any, two: Any) -> bool:

@@ -8,16 +8,24 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models.sql.compiler import SQLCompiler
 from django.utils import timezone
 
-from apps.accounts.models import ApiToken
-from apps.accounts.services import _token_by_prefix, token_authenticate, token_create, token_revoke
+from apps.accounts.models import ApiToken, Membership
+from apps.accounts.services import (
+    _token_by_prefix,
+    principal_for_token,
+    token_authenticate,
+    token_create,
+    token_revoke,
+)
 from apps.core.prepared import PreparedQuery
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
+User = get_user_model()
 
 PROBES = {"prefix": ("probe-a", "probe-b"),
           "now": (datetime(2001, 1, 1, tzinfo=UTC), datetime(2002, 2, 2, tzinfo=UTC))}
@@ -46,6 +54,8 @@ def tokens():
 
 def test_the_prepared_lookup_answers_as_the_orm_for_every_kind_of_token(tokens) -> None:
     prepared = PreparedQuery(_token_by_prefix, PROBES)
+    if connection.vendor == "postgresql":  # or this would compare the ORM with itself
+        assert prepared._prepared("default") is not None
     later = tokens["now"] + timedelta(hours=2)  # past the expiring token's end
     for created in ("live", "expired", "revoked", "machine"):
         prefix = tokens[created].secret.split("_")[1]
@@ -57,6 +67,18 @@ def test_the_prepared_lookup_answers_as_the_orm_for_every_kind_of_token(tokens) 
     assert _fields(prepared.first(prefix=tokens["expired"].secret.split("_")[1], now=later)) is None
     assert prepared.first(prefix=tokens["revoked"].secret.split("_")[1], now=timezone.now()) is None
     assert prepared.first(prefix=tokens["machine"].secret.split("_")[1], now=later).owner_role is None
+    # A removed member's token and a deactivated user's: found, but with no role (principal_for_token refuses it).
+    live = tokens["live"].secret.split("_")[1]
+    Membership.objects.filter(user__username="ann").delete()
+    assert prepared.first(prefix=live, now=later).owner_role is None
+    assert _fields(prepared.first(prefix=live, now=later)) == _fields(_token_by_prefix(live, later).first())
+    assert token_authenticate(tokens["live"].secret) is not None
+    assert principal_for_token(token_authenticate(tokens["live"].secret)) is None
+    MembershipFactory(user=tokens["live"].token.user, org=tokens["live"].token.org, role="editor")
+    assert principal_for_token(token_authenticate(tokens["live"].secret)) is not None
+    User.objects.filter(username="ann").update(is_active=False)
+    assert prepared.first(prefix=live, now=later).owner_role is None
+    assert principal_for_token(token_authenticate(tokens["live"].secret)) is None
 
 
 def test_token_authenticate_compiles_its_query_once(tokens, monkeypatch) -> None:
@@ -86,3 +108,26 @@ def test_values_that_are_not_parameters_or_change_the_shape_run_as_the_orm_would
     with pytest.raises(TypeError):
         prepared.all(prefix=prefix)
 
+
+def test_what_the_fast_path_would_get_wrong_is_not_prepared(tokens, caplog) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("prepared on PostgreSQL only")
+    prefix = tokens["live"].secret.split("_")[1]
+    refused = {
+        "prefetch": lambda prefix, now: ApiToken.objects.prefetch_related("children").filter(prefix=prefix,
+                                                                                               created_at__lt=now),
+        "values": lambda prefix, now: ApiToken.objects.filter(prefix=prefix, created_at__lt=now).values("pk"),
+        "empty": lambda prefix, now: ApiToken.objects.filter(prefix=prefix, created_at__lt=now, pk__in=[]),
+    }
+    for name, build in refused.items():
+        query = PreparedQuery(build, PROBES)
+        with caplog.at_level("WARNING", logger="apps.core.prepared"):
+            answer = query.all(prefix=prefix, now=timezone.now())
+        assert query._prepared("default") is None, name
+        assert answer == list(build(prefix, timezone.now())), name  # the ORM's answer all the same
+    assert "is not prepared" in caplog.text
+    # A naive `now` (Django would make it aware before binding it) runs through the ORM.
+    prepared = PreparedQuery(_token_by_prefix, PROBES)
+    naive = datetime.now()
+    with pytest.warns(RuntimeWarning):  # Django's own: naive datetime while time zone support is active
+        assert _fields(prepared.first(prefix=prefix, now=naive)) == _fields(_token_by_prefix(prefix, naive).first())
