@@ -40,7 +40,10 @@ def test_two_shard_run_over_two_workers_merges_to_the_sum_of_its_shards(world, a
     with ServerProcess("ok") as srv:
         listener = world.listener(srv.port)
         run_id = _create_and_start(alice.client, name="two-shards", listener=listener.pk,
-                                   steps=[[100, 1.0], [200, 1.0]], shards=2, slo_p99_ms=100)
+                                   # What is checked is the merge and an all-passed run's words: an SLO a
+                                   # local server holds even when 4 test workers share 2 cores (p99 284 ms
+                                   # at 100 req/s was seen there with 100 ms, a stall of the machine).
+                                   steps=[[100, 1.0], [200, 1.0]], shards=2, slo_p99_ms=1000)
         run = wait_for_run(run_id)
     assert run.status == CapacityRun.Status.SUCCEEDED, (run.error_code, run.error)
     shards = list(CapacityShard.objects.filter(run=run))
