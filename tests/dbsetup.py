@@ -124,6 +124,9 @@ def fast_flush() -> None:
         # allow_cascade: a flush of only some apps' tables (TestCase.available_apps), where TRUNCATE's CASCADE
         # also empties the tables referencing them and a DELETE with the triggers off would leave those dangling.
         if not tables or reset_sequences or allow_cascade or not _superuser(self.connection):
+            # Set on every flush: one that kept the rows but sent no signal (inhibit_post_migrate) must not make a
+            # later TRUNCATE, which empties them, skip the signal that writes them again.
+            self.connection.spillway_flush_kept = False
             return truncate(self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
         # Django's own table names (introspection), quoted as its TRUNCATE quotes them.
         deletes = " ".join(f"DELETE FROM {self.quote_name(table)};"  # noqa: S608

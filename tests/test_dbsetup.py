@@ -88,3 +88,20 @@ def test_a_flush_of_some_tables_only_is_djangos_truncate_with_its_cascade() -> N
         pytest.skip("the fast flush is PostgreSQL's")
     statements = connection.ops.sql_flush(no_style(), ["balancers_pool"], allow_cascade=True)
     assert statements[0].startswith("TRUNCATE") and "CASCADE" in statements[0]
+
+
+def test_a_truncate_after_a_flush_that_kept_the_rows_still_sends_post_migrate() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("the fast flush is PostgreSQL's")
+    sent: list[str] = []
+    post_migrate.connect(lambda **kw: sent.append(kw["app_config"].label), weak=False, dispatch_uid="t2")
+    try:
+        # Kept the rows, and asked for no signal: nothing sent.
+        call_command("flush", interactive=False, verbosity=0, reset_sequences=False, inhibit_post_migrate=True)
+        assert sent == []
+        # Django's TRUNCATE (sequences reset) empties the content types: post_migrate writes them again.
+        call_command("flush", interactive=False, verbosity=0, reset_sequences=True)
+        assert sent
+        assert ContentType.objects.exists() and Permission.objects.exists()
+    finally:
+        post_migrate.disconnect(dispatch_uid="t2")
