@@ -80,13 +80,13 @@ class PreparedQuery:
     def _compile(self, using: str) -> tuple[SQLCompiler, str, tuple[Any, ...]]:
         if connections[using].vendor != "postgresql":
             raise NotPreparable(connections[using].vendor)
+        if any(_naive(value) for pair in self._probes.values() for value in pair):
+            raise NotPreparable("naive datetimes as probes")
         first = self._build(**{name: pair[0] for name, pair in self._probes.items()}).using(using)
         second = self._build(**{name: pair[1] for name, pair in self._probes.items()}).using(using)
         if (first._iterable_class is not ModelIterable or first._prefetch_related_lookups
                 or first._known_related_objects):
             raise NotPreparable("only model instances, without prefetch_related, are prepared")
-        if any(_naive(value) for pair in self._probes.values() for value in pair):
-            raise NotPreparable("naive datetimes as probes")
         compiler = first.query.get_compiler(using=using)
         try:
             sql, params = compiler.as_sql()
