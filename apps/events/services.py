@@ -26,13 +26,14 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from apps.audit.services import audited_delete, audited_save
 from apps.core import crypto, quotas, webhooks
 from apps.core.enqueue import enqueue
 from apps.core.errors import DomainError
+from apps.core.prepared import PreparedQuery
 from apps.events import types
 from apps.events.models import Delivery, Event, Subscription
 
@@ -46,6 +47,12 @@ _ORG_LOCK_NS = 7301  # pg_advisory_xact_lock(namespace, org id): one claim per o
 
 def _setting(name: str, default: float) -> float:
     return float(getattr(settings, name, default))
+
+
+# Read for every event recorded (each rollout's, on a route change's path): compiled once (apps.core.prepared).
+_ORG_SUBSCRIPTIONS = PreparedQuery(lambda org_id: Subscription.objects.filter(org_id=org_id, enabled=True),
+                                   {"org_id": (1, 2)})
+_OPERATOR_SUBSCRIPTIONS = PreparedQuery(lambda: Subscription.objects.filter(org__kind="operator", enabled=True), {})
 
 
 def event_emit(event_type: str, *, org: Any = None, obj: Any = None, object_type: str = "", object_id: Any = "",
@@ -67,8 +74,8 @@ def event_emit(event_type: str, *, org: Any = None, obj: Any = None, object_type
             if only is not None:
                 subscriptions = [only]
             else:
-                owners = Q(org=org) if org is not None else Q(org__kind="operator")
-                subscriptions = [s for s in Subscription.objects.filter(owners, enabled=True) if s.wants(event_type)]
+                enabled = _ORG_SUBSCRIPTIONS.all(org_id=org.pk) if org is not None else _OPERATOR_SUBSCRIPTIONS.all()
+                subscriptions = [s for s in enabled if s.wants(event_type)]
             now = timezone.now()
             ids = [d.pk for d in Delivery.objects.bulk_create(
                 [Delivery(subscription=s, event=event, next_attempt_at=now) for s in subscriptions])]

@@ -7,6 +7,7 @@ calls `event_emit`, which never raises, so a rollout cannot fail because of an e
 from __future__ import annotations
 
 from apps.balancers.models import LoadBalancer, Member
+from apps.core.prepared import PreparedQuery
 from apps.events.models import Event
 from apps.events.services import event_emit
 from apps.fleets import queries
@@ -23,10 +24,15 @@ CUSTOMER_CANARY_KEPT = ("errors or latency rose on the first node that took it; 
 _IS_CACHED = {name: Rollout._meta.get_field(name).is_cached for name in ("revision", "fleet")}
 
 
+# Read when every rollout finishes (a route change's path): compiled once (apps.core.prepared).
+_LB_REVISIONS_BEFORE = PreparedQuery(
+    lambda fleet_id, number: ConfigRevision.objects.filter(fleet_id=fleet_id, number__lt=number)
+    .order_by("-number").values_list("lb_revisions", flat=True)[:1], {"fleet_id": (1, 2), "number": (3, 4)})
+
+
 def changed_lbs(revision: ConfigRevision) -> dict[int, int]:
     """{lb id: LB revision} of the LBs this fleet revision changed against the one before it."""
-    before = (ConfigRevision.objects.filter(fleet_id=revision.fleet_id, number__lt=revision.number)
-              .order_by("-number").values_list("lb_revisions", flat=True).first()) or {}
+    before = _LB_REVISIONS_BEFORE.first(fleet_id=revision.fleet_id, number=revision.number) or {}
     return {int(k): int(v) for k, v in (revision.lb_revisions or {}).items() if before.get(k) != v}
 
 

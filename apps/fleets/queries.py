@@ -6,7 +6,7 @@ import math
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from django.conf import settings
@@ -26,6 +26,7 @@ from apps.balancers.models import (
     RouteTarget,
 )
 from apps.core import crypto
+from apps.core.prepared import PreparedQuery
 from apps.core.snapshots import one_snapshot
 from apps.fleets import caches
 from apps.fleets.config.render.keepalived import node_priority
@@ -365,8 +366,13 @@ def latest_revision(fleet: Fleet) -> ConfigRevision | None:
     return ConfigRevision.objects.filter(fleet=fleet).defer("snapshot", "diff").order_by("-number").first()
 
 
+_LATEST_REVISION_PK = PreparedQuery(  # read under the fleet's lock on a route change's path (routelane)
+    lambda fleet_id: ConfigRevision.objects.filter(fleet_id=fleet_id).order_by("-number")
+    .values_list("pk", flat=True)[:1], {"fleet_id": (1, 2)})
+
+
 def latest_revision_pk(fleet: Fleet) -> int | None:
-    return ConfigRevision.objects.filter(fleet=fleet).order_by("-number").values_list("pk", flat=True).first()
+    return _LATEST_REVISION_PK.first(fleet_id=fleet.pk)
 
 
 def text_revision(revision: ConfigRevision) -> ConfigRevision:
@@ -390,13 +396,22 @@ def fleet_pin(fleet: Fleet) -> dict[str, Any] | None:
     return {"revision": last.revision.number, "actor": last.actor, "at": last.created_at}
 
 
+def _lb_nodes(lb_id: int, fleet_id: int | None) -> QuerySet:
+    fleets = Fleet.objects.filter(Q(pk=fleet_id) | Q(serves=lb_id)).distinct().order_by("name")
+    return (Node.objects.filter(fleet__in=fleets, enabled=True).order_by("fleet__name", "name")
+            .values_list("fleet__name", "name", "status", "applied_revision__number", "applied_revision__lb_revisions"))
+
+
+# Read by every `applied` long-poll every few hundred milliseconds, and when a rollout finishes: compiled once. An LB
+# without a fleet of its own (None: `IS NULL` in SQL) runs through the ORM.
+_LB_NODES = PreparedQuery(_lb_nodes, {"lb_id": (1, 2), "fleet_id": (3, 4)})
+
+
 def lb_applied_state(lb: LoadBalancer, revision: int) -> tuple[bool, list[dict[str, Any]]]:
     """(every enabled node of every fleet serving `lb` serves LB revision >= `revision`, per node)."""
     # Only the few columns it answers with: a revision row at 100k routes carries megabytes of text and
     # snapshot, and a long-poll asks this every few hundred milliseconds for every node.
-    nodes = (Node.objects.filter(fleet__in=lb_fleets(lb), enabled=True).order_by("fleet__name", "name")
-             .values_list("fleet__name", "name", "status", "applied_revision__number",
-                          "applied_revision__lb_revisions"))
+    nodes = _LB_NODES.all(lb_id=lb.pk, fleet_id=lb.fleet_id)
     states = []
     for fleet_name, name, node_status, number, lb_revisions in nodes:
         covered = int((lb_revisions or {}).get(str(lb.pk), 0)) if number is not None else 0
@@ -424,10 +439,14 @@ def render_problems_for(principal: Principal, problems: list[dict[str, Any]]) ->
     return [p for p in problems if p["id"] in own.get(p["kind"], set())]
 
 
+_OPEN_CHALLENGES = PreparedQuery(  # read by every rollout: compiled once
+    lambda now: ChallengeAnswer.objects.filter(expires_at__gt=now).values_list("token", "key_authorization"),
+    {"now": (datetime(2001, 1, 1, tzinfo=UTC), datetime(2002, 2, 2, tzinfo=UTC))})
+
+
 def challenge_answers() -> tuple[tuple[str, str], ...]:
     """The HTTP-01 answers every node must serve now: (token, key authorization) of open orders."""
-    return tuple(ChallengeAnswer.objects.filter(expires_at__gt=timezone.now())
-                 .values_list("token", "key_authorization"))
+    return tuple(_OPEN_CHALLENGES.all(now=timezone.now()))
 
 
 def node_regions() -> dict[str, str]:

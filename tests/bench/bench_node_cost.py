@@ -11,9 +11,13 @@ with `--routes` routes (tests/bench/_fleetbench.py, no Celery worker, no web ser
 
     python tests/bench/bench_node_cost.py [--nodes 67] [--routes 1000] [--changes 15]
 
+Then `--changes` more each with the prepared statements off and on in turn (apps/core/prepared.py: the ORM compiles
+every statement of the change again, as before 2026-11-27).
+
 Last line: RESULT nodes=... change_cpu_ms_per_node=... apply_ms_per_node=... record_ms_per_node=...
-health_cpu_ms_per_node=... enforce_cpu_ms_per_node=... (change: the whole process's CPU; apply: apply_node's thread
-time, the node's own I/O; record: creating, planning and recording the rollout around it).
+health_cpu_ms_per_node=... enforce_cpu_ms_per_node=... change_cpu_ms_orm=... change_cpu_ms_prepared=... (change:
+the whole process's CPU; apply: apply_node's thread time, the node's own I/O; record: creating, planning and
+recording the rollout around it; the last two: CPU per change with the statements compiled by the ORM, prepared).
 """
 
 from __future__ import annotations
@@ -96,6 +100,7 @@ def main() -> None:
 
         from apps.balancers.models import PoolRegion, Route, RouteTarget
         from apps.balancers.services import lb_touch
+        from apps.core import prepared
         from apps.fleets.enforcement import DemandMeter, Topology, enforce
         from apps.fleets.health.collect import fleet_health_collect
         from apps.fleets.node import apply
@@ -140,6 +145,20 @@ def main() -> None:
         for label, ms in sorted(per_change.items(), key=lambda kv: -kv[1]):
             print(f"  {label:22s} {ms:7.1f} ms a change {ms / nodes:6.2f} ms a node")
         record = per_change["reconcile"] - per_change["apply_node"]
+        # The same changes with every statement compiled by the ORM (apps.core.prepared off), in turn with prepared
+        # ones: the machine's drift over the run falls on both alike.
+        cpu_by_mode: dict[bool, float] = {True: 0.0, False: 0.0}
+        try:
+            for i in range(2 * args.changes):
+                prepared.ENABLED = i % 2 == 0
+                before = cpu_s()
+                change(3 + args.changes + i)
+                cpu_by_mode[prepared.ENABLED] += cpu_s() - before
+        finally:
+            prepared.ENABLED = True
+        orm_ms, prepared_ms = (cpu_by_mode[mode] / args.changes * 1000.0 for mode in (False, True))
+        print(f"a route change's CPU with its statements compiled by the ORM {orm_ms:.1f} ms, prepared "
+              f"{prepared_ms:.1f} ms (alternating, {args.changes} each)")
 
         fleet_health_collect(fleet=fleet)
         before = cpu_s()
@@ -160,7 +179,8 @@ def main() -> None:
               "4 times a second)")
         print(f"RESULT nodes={nodes} change_cpu_ms_per_node={change_cpu / args.changes / nodes * 1000:.2f} "
               f"apply_ms_per_node={per_change['apply_node'] / nodes:.2f} record_ms_per_node={record / nodes:.2f} "
-              f"health_cpu_ms_per_node={health / nodes * 1000:.2f} enforce_cpu_ms_per_node={run / nodes * 1000:.2f}")
+              f"health_cpu_ms_per_node={health / nodes * 1000:.2f} enforce_cpu_ms_per_node={run / nodes * 1000:.2f} "
+              f"change_cpu_ms_orm={orm_ms:.1f} change_cpu_ms_prepared={prepared_ms:.1f}")
     finally:
         fb.close()
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import connection, models
 from django.db.models.sql.compiler import SQLCompiler
 from django.utils import timezone
 
@@ -21,7 +21,7 @@ from apps.accounts.services import (
     token_create,
     token_revoke,
 )
-from apps.core.prepared import PreparedQuery
+from apps.core.prepared import PreparedQuery, PreparedUpdate
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -131,3 +131,64 @@ def test_what_the_fast_path_would_get_wrong_is_not_prepared(tokens, caplog) -> N
     naive = datetime.now()
     with pytest.warns(RuntimeWarning):  # Django's own: naive datetime while time zone support is active
         assert _fields(prepared.first(prefix=prefix, now=naive)) == _fields(_token_by_prefix(prefix, naive).first())
+
+
+def test_values_list_rows_answer_as_the_orm_with_converters_and_wrapped_integers(tokens) -> None:
+    """values_list rows (tuples and flat), with their converters (a JSON list, an aware datetime) and a range lookup
+    on an integer (psycopg's Int8 of it in the compiled parameters), as the ORM answers them."""
+    def rows(after_pk: int, org_id: int):  # type: ignore[no-untyped-def]
+        return (ApiToken.objects.filter(pk__gt=after_pk, org_id=org_id).order_by("pk")
+                .values_list("pk", "name", "scopes", "created_at"))
+
+    def names(after_pk: int, org_id: int):  # type: ignore[no-untyped-def]
+        return ApiToken.objects.filter(pk__gt=after_pk, org_id=org_id).order_by("pk").values_list("name", flat=True)
+
+    tuples = PreparedQuery(rows, {"after_pk": (1, 2), "org_id": (3, 4)})
+    flat = PreparedQuery(names, {"after_pk": (1, 2), "org_id": (3, 4)})
+    org_id = tokens["live"].token.org_id
+    first_pk = tokens["live"].token.pk
+    for after in (0, first_pk, first_pk + 2, first_pk + 100):
+        assert tuples.all(after_pk=after, org_id=org_id) == list(rows(after, org_id))
+        assert flat.all(after_pk=after, org_id=org_id) == list(names(after, org_id))
+    assert tuples.all(after_pk=0, org_id=org_id)[0][2] == ["read"]  # JSON, converted
+    assert flat.first(after_pk=0, org_id=org_id + 1000) is None
+    if connection.vendor == "postgresql":
+        assert tuples._prepared("default") is not None and flat._prepared("default") is not None
+    # Fields asked in another order than their columns (an annotation named first) are left to the ORM.
+    reordered = PreparedQuery(
+        lambda org_id: ApiToken.objects.filter(org_id=org_id).annotate(n=models.Value(1)).values_list("n", "pk"),
+        {"org_id": (3, 4)})
+    assert sorted(reordered.all(org_id=org_id)) == sorted((1, t.pk) for t in ApiToken.objects.filter(org_id=org_id))
+    assert reordered.refused() == (connection.vendor == "postgresql")
+
+
+def test_a_prepared_update_changes_what_the_orms_update_changes_and_counts_the_same_rows(tokens, monkeypatch) -> None:
+    def rename(org_id: int, below_pk: int, name: str, at: datetime):  # type: ignore[no-untyped-def]
+        return ApiToken.objects.filter(org_id=org_id, pk__lt=below_pk), {"name": name, "last_used_at": at}
+
+    update = PreparedUpdate(rename, {"org_id": (1, 2), "below_pk": (3, 4), "name": ("probe-a", "probe-b"),
+                                     "at": (datetime(2001, 1, 1, tzinfo=UTC), datetime(2002, 2, 2, tzinfo=UTC))})
+    org_id = tokens["live"].token.org_id
+    pks = sorted(ApiToken.objects.filter(org_id=org_id).values_list("pk", flat=True))
+    when = timezone.now()
+    assert update.run(org_id=org_id, below_pk=pks[2], name="renamed", at=when) == 2
+    assert dict(ApiToken.objects.filter(org_id=org_id).values_list("pk", "name")) == {
+        **{pk: "renamed" for pk in pks[:2]}, **{pk: name for pk, name in zip(pks[2:], ("revoked", "machine"),
+                                                                             strict=True)}}
+    assert set(ApiToken.objects.filter(pk__in=pks[:2]).values_list("last_used_at", flat=True)) == {when}
+    assert update.run(org_id=org_id + 1000, below_pk=pks[-1] + 1, name="nobody", at=when) == 0
+    if connection.vendor != "postgresql":
+        return
+    assert update._prepared("default") is not None
+    compiled = []
+    as_sql = SQLCompiler.as_sql
+    monkeypatch.setattr(SQLCompiler, "as_sql", lambda self, *a, **kw: compiled.append(1) or as_sql(self, *a, **kw))
+    from django.db.models.sql.compiler import SQLUpdateCompiler
+    update_sql = SQLUpdateCompiler.as_sql
+    monkeypatch.setattr(SQLUpdateCompiler, "as_sql", lambda self, *a, **kw: compiled.append(1) or update_sql(self))
+    assert update.run(org_id=org_id, below_pk=pks[-1] + 1, name="all", at=when) == 4
+    assert compiled == []
+    # None is `= NULL` in an UPDATE's SET, another shape than the probes': the ORM runs it, with the same effect.
+    assert update.run(org_id=org_id, below_pk=pks[1], name="first", at=None) == 1
+    assert compiled  # through the ORM
+    assert ApiToken.objects.get(pk=pks[0]).last_used_at is None and ApiToken.objects.get(pk=pks[0]).name == "first"

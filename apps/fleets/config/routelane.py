@@ -39,6 +39,7 @@ from django.db import transaction
 
 from apps.balancers.models import LoadBalancer, Route, RouteChange, RouteTarget
 from apps.core.commits import asynchronous_commit
+from apps.core.prepared import PreparedQuery
 from apps.core.snapshots import one_snapshot
 from apps.fleets import caches, queries
 from apps.fleets.config.reasons import change_reason
@@ -123,9 +124,17 @@ def forget(fleet_id: int) -> None:
         _LANES.pop(fleet_id, None)
 
 
+# Read on every lane step (a route change's path): compiled once (apps.core.prepared).
+_LATEST = PreparedQuery(
+    lambda fleet_id: ConfigRevision.objects.filter(fleet_id=fleet_id)
+    .only("pk", "number", "sha256", "lb_revisions", "created_at").order_by("-number")[:1], {"fleet_id": (1, 2)})
+_FLEET_LOCKED = PreparedQuery(  # in a transaction: the row lock revisions are stored under
+    lambda fleet_id: Fleet.objects.select_for_update().filter(pk=fleet_id).values_list("pk", flat=True),
+    {"fleet_id": (1, 2)})
+
+
 def _latest(fleet: Fleet) -> ConfigRevision | None:
-    return (ConfigRevision.objects.filter(fleet=fleet).only("pk", "number", "sha256", "lb_revisions", "created_at")
-            .order_by("-number").first())
+    return _LATEST.first(fleet_id=fleet.pk)
 
 
 _Changes = tuple[dict[str, int], dict[int, set[int]], dict[int, tuple[int, RouteSpec]]]
@@ -272,7 +281,7 @@ def _apply(fleet: Fleet, lane: _Lane, latest: ConfigRevision, lbs: dict[int, str
     # Without waiting for the disk (apps.core.commits): a revision lost with a database crash is rendered again
     # from the journal, which the route writes committed durably.
     with asynchronous_commit():
-        Fleet.objects.select_for_update().get(pk=fleet.pk)
+        _FLEET_LOCKED.all(fleet_id=fleet.pk)
         marks["lock"] = time.monotonic()
         if queries.latest_revision_pk(fleet) != latest.pk:
             return None

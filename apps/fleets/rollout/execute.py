@@ -13,6 +13,7 @@ import shutil
 import threading
 from collections import OrderedDict
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
@@ -23,6 +24,7 @@ from django.utils import timezone
 from apps.core import wakeups
 from apps.core.bulk import bulk_set
 from apps.core.commits import asynchronous_commit
+from apps.core.prepared import PreparedQuery, PreparedUpdate
 from apps.fleets import caches, queries
 from apps.fleets import events as emit
 from apps.fleets.config import routelane
@@ -179,17 +181,36 @@ def _local_map_update(plan: NodePlan) -> bool:
             and hot_changes(plan.last_good, plan.bundle) is not None)
 
 
+def _finished(*, rollout_id: int, status: str, error: str, finished_at: Any, duration_ms: float) -> tuple:
+    return Rollout.objects.filter(pk=rollout_id), {"status": status, "error": error, "finished_at": finished_at,
+                                                   "duration_ms": duration_ms}
+
+
+def _not_attempted(*, rollout_id: int) -> tuple:
+    open_results = [NodeResult.Status.PENDING, NodeResult.Status.RUNNING]
+    return NodeResult.objects.filter(rollout_id=rollout_id, status__in=open_results), {
+        "status": NodeResult.Status.SKIPPED, "error": "not attempted: the rollout stopped first"}
+
+
+# Written or read by every rollout (a route change's path): compiled once (apps.core.prepared).
+_FINISHED = PreparedUpdate(_finished, {
+    "rollout_id": (1, 2), "status": ("probe-s1", "probe-s2"), "error": ("probe-e1", "probe-e2"),
+    "finished_at": (datetime(2001, 1, 1, tzinfo=UTC), datetime(2002, 2, 2, tzinfo=UTC)), "duration_ms": (1.5, 2.5)})
+_NOT_ATTEMPTED = PreparedUpdate(_not_attempted, {"rollout_id": (1, 2)})
+_NEWER_PENDING = PreparedQuery(
+    lambda fleet_id, rollout_id: Rollout.objects.filter(fleet_id=fleet_id, status=Rollout.Status.PENDING,
+                                                        pk__gt=rollout_id).values_list("pk", flat=True)[:1],
+    {"fleet_id": (1, 2), "rollout_id": (3, 4)})
+
+
 def finish(rollout: Rollout, status: str, error: str = "") -> None:
     now = timezone.now()
     started = rollout.started_at or now
     with asynchronous_commit():
-        Rollout.objects.filter(pk=rollout.pk).update(
-            status=status, error=error[:20000], finished_at=now,
-            duration_ms=(now - started).total_seconds() * 1000.0 if rollout.started_at else None,
-        )
-        open_results = [NodeResult.Status.PENDING, NodeResult.Status.RUNNING]
-        NodeResult.objects.filter(rollout=rollout, status__in=open_results).update(
-            status=NodeResult.Status.SKIPPED, error="not attempted: the rollout stopped first")
+        # str(): a Status member is a str of another type, which the prepared update would leave to the ORM.
+        _FINISHED.run(rollout_id=rollout.pk, status=str(status), error=error[:20000], finished_at=now,
+                      duration_ms=(now - started).total_seconds() * 1000.0 if rollout.started_at else None)
+        _NOT_ATTEMPTED.run(rollout_id=rollout.pk)
         rollout.status = status
         if status == Rollout.Status.SUCCEEDED and rollout.rollback_of_id:
             Rollout.objects.filter(pk=rollout.rollback_of_id).update(status=Rollout.Status.ROLLED_BACK)
@@ -380,8 +401,7 @@ def execute(rollout: Rollout, owner: str) -> Rollout:
         if not lease_renew(fleet_id, owner):
             logger.warning("rollout %s: lease lost; leaving it to the new holder", rollout.pk)
             return rollout
-        newer = Rollout.objects.filter(fleet_id=fleet_id, status=Rollout.Status.PENDING, pk__gt=rollout.pk)
-        if newer.exists():
+        if _NEWER_PENDING.all(fleet_id=fleet_id, rollout_id=rollout.pk):
             finish(rollout, Rollout.Status.SUPERSEDED, "superseded by a newer rollout")
             return rollout
         if any(r.status != NodeResult.Status.RUNNING or r.started_at is None for r in batch):  # else created running

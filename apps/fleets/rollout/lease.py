@@ -11,13 +11,15 @@ import logging
 import math
 import threading
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from functools import partial
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from apps.core.commits import asynchronous_commit
 from apps.core.locks import made_by_this_process, process_gone, process_token
+from apps.core.prepared import PreparedUpdate
 from apps.fleets.models import Fleet
 
 logger = logging.getLogger(__name__)
@@ -32,6 +34,31 @@ RENEW_AFTER_S = 5.0  # renew() writes only once the lease is this old (it then h
 # restarted under it), so the next claim in this process takes it at once instead of waiting LEASE_S for it to expire.
 _HELD: dict[str, float] = {}
 _HELD_LOCK = threading.Lock()
+
+
+def _taken(owner: str, until: datetime, clear_queued: bool) -> dict[str, object]:
+    taken: dict[str, object] = {"lease_owner": owner, "lease_until": until}
+    if clear_queued:
+        taken["reconcile_queued"] = False
+    return taken
+
+
+def _claim(*, fleet_id: int, owner: str, now: datetime, until: datetime,
+           clear_queued: bool) -> tuple[QuerySet, dict[str, object]]:
+    free = Q(lease_owner="") | Q(lease_until__lt=now) | Q(lease_until__isnull=True) | Q(lease_owner=owner)
+    return Fleet.objects.filter(free, pk=fleet_id), _taken(owner, until, clear_queued)
+
+
+def _release(*, fleet_id: int, owner: str) -> tuple[QuerySet, dict[str, object]]:
+    return Fleet.objects.filter(pk=fleet_id, lease_owner=owner), {"lease_owner": "", "lease_until": None}
+
+
+# Each reconcile claims and releases (a route change's path): compiled once (apps.core.prepared).
+_PROBES = {"fleet_id": (1, 2), "owner": ("probe-a", "probe-b"),
+           "now": (datetime(2001, 1, 1, tzinfo=UTC), datetime(2002, 2, 2, tzinfo=UTC)),
+           "until": (datetime(2003, 3, 3, tzinfo=UTC), datetime(2004, 4, 4, tzinfo=UTC))}
+_CLAIM = {clear: PreparedUpdate(partial(_claim, clear_queued=clear), _PROBES) for clear in (False, True)}
+_RELEASE = PreparedUpdate(_release, {"fleet_id": (1, 2), "owner": ("probe-a", "probe-b")})
 
 
 def new_owner() -> str:
@@ -53,20 +80,16 @@ def claim(fleet_id: int, owner: str, *, clear_queued: bool = False) -> bool:
     change recorded before it, so a change recorded after it must queue a reconcile of its own)."""
     now, written = timezone.now(), time.monotonic()
     until = now + timedelta(seconds=LEASE_S)
-    free = Q(lease_owner="") | Q(lease_until__lt=now) | Q(lease_until__isnull=True) | Q(lease_owner=owner)
-    taken: dict[str, object] = {"lease_owner": owner, "lease_until": until}
-    if clear_queued:
-        taken["reconcile_queued"] = False
     with _HELD_LOCK:
         _HELD[owner] = -math.inf  # before the UPDATE: a holder is never "gone" to its own process
     with asynchronous_commit():  # a lease lost with a database crash expires (LEASE_S)
-        if Fleet.objects.filter(free, pk=fleet_id).update(**taken):
+        if _CLAIM[clear_queued].run(fleet_id=fleet_id, owner=owner, now=now, until=until):
             _written(owner, written)
             return True
     holder = Fleet.objects.filter(pk=fleet_id).values_list("lease_owner", flat=True).first()
     if holder and _owner_gone(holder):
         logger.warning("fleet %s: taking over the lease of %s (its holder is gone)", fleet_id, holder)
-        if Fleet.objects.filter(pk=fleet_id, lease_owner=holder).update(**taken):
+        if Fleet.objects.filter(pk=fleet_id, lease_owner=holder).update(**_taken(owner, until, clear_queued)):
             _written(owner, written)
             return True
     with _HELD_LOCK:
@@ -96,7 +119,7 @@ def release(fleet_id: int, owner: str) -> None:
     with _HELD_LOCK:
         _HELD.pop(owner, None)  # first: if the UPDATE fails, the next claim in this process takes the lease over
     with asynchronous_commit():
-        Fleet.objects.filter(pk=fleet_id, lease_owner=owner).update(lease_owner="", lease_until=None)
+        _RELEASE.run(fleet_id=fleet_id, owner=owner)
 
 
 def _written(owner: str, at: float) -> None:

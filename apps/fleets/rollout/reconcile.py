@@ -12,7 +12,7 @@ from typing import Any
 from django.db.models import Exists, OuterRef, QuerySet
 
 from apps.core.commits import asynchronous_commit
-from apps.core.prepared import PreparedQuery
+from apps.core.prepared import PreparedQuery, PreparedUpdate
 from apps.fleets.config.revisions import AUTO_RENDER_REASON, fleet_render
 from apps.fleets.models import ConfigRevision, Fleet, Rollout
 from apps.fleets.rollout import lease
@@ -32,9 +32,27 @@ def _active_rollouts(fleet_id: int) -> QuerySet:
             .order_by("-id"))
 
 
-# Read on every pass of every reconcile (a route change's path): compiled once, not on each read.
-_FLEET = PreparedQuery(_fleet_with_region, probes={"fleet_id": (1, 2)})
-_ACTIVE_ROLLOUTS = PreparedQuery(_active_rollouts, probes={"fleet_id": (1, 2)})
+def _fleet_state(fleet_id: int) -> QuerySet:
+    active = Rollout.objects.filter(fleet=OuterRef("pk"), status__in=Rollout.ACTIVE)
+    return (Fleet.objects.filter(pk=fleet_id).annotate(active=Exists(active))
+            .values_list("auto_rollout", "change_seq", "rendered_seq", "active"))
+
+
+_FLEET_ID = {"fleet_id": (1, 2)}
+_SEQS = {"fleet_id": (1, 2), "seq": (3, 4)}
+# Read or written on every pass of every reconcile (a route change's path): compiled once, not on each use.
+_FLEET = PreparedQuery(_fleet_with_region, probes=_FLEET_ID)
+_ACTIVE_ROLLOUTS = PreparedQuery(_active_rollouts, probes=_FLEET_ID)
+_FLEET_STATE = PreparedQuery(_fleet_state, probes=_FLEET_ID)
+_UNCHANGED_SINCE = PreparedQuery(
+    lambda fleet_id, seq: Fleet.objects.filter(pk=fleet_id, change_seq=seq).values_list("pk", flat=True)[:1], _SEQS)
+_RENDERED = PreparedUpdate(
+    lambda fleet_id, seq: (Fleet.objects.filter(pk=fleet_id, rendered_seq__lt=seq), {"rendered_seq": seq}), _SEQS)
+_REFUSED_BY_CANARY = PreparedQuery(
+    lambda revision_id: Rollout.objects.filter(revision_id=revision_id, stopped_by_canary=True)
+    .values_list("pk", flat=True)[:1], {"revision_id": (1, 2)})
+_QUEUED_CLEARED = PreparedUpdate(
+    lambda fleet_id: (Fleet.objects.filter(pk=fleet_id, reconcile_queued=True), {"reconcile_queued": False}), _FLEET_ID)
 
 
 def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
@@ -69,10 +87,10 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
                 # One transaction (a route change's path: each is 3 round trips more), lost with a crash: the
                 # converge renders the change again (missed) and makes its rollout again.
                 with asynchronous_commit():
-                    Fleet.objects.filter(pk=fleet_id, rendered_seq__lt=covered).update(rendered_seq=covered)
+                    _RENDERED.run(fleet_id=fleet_id, seq=covered)
                     # A revision a watched canary refused comes back from the render unchanged when nothing in it
                     # moved since (a fleet setting saved): sent again, its canary's clients would meet it again.
-                    refused = Rollout.objects.filter(revision=revision, stopped_by_canary=True).exists()
+                    refused = bool(_REFUSED_BY_CANARY.all(revision_id=revision.pk))
                     if revision.validation_ok and revision.number != fleet.desired_revision and not refused:
                         # Only certificate contents moved (a renewal): no config change for a canary to try
                         # first, and each certificate was checked when stored; every node at once halves
@@ -95,7 +113,7 @@ def fleet_reconcile(*, fleet_id: int) -> dict[str, Any]:
                 if not lease.renew(fleet_id, owner):
                     return {"rendered": rendered, "rollouts": ran, "lease_lost": True}
                 continue
-            if not fleet.auto_rollout or Fleet.objects.filter(pk=fleet_id, change_seq=seq).exists():
+            if not fleet.auto_rollout or _UNCHANGED_SINCE.all(fleet_id=fleet_id, seq=seq):
                 break
     finally:
         lease.release(fleet_id, owner)
@@ -111,10 +129,8 @@ def request_reconcile_if_due(fleet_id: int) -> None:
     found the lease taken gave up and left it to the holder)."""
     # Cleared first, then read: a change recorded before the clear is seen by the read (its row lock makes the clear
     # wait for its commit), and one after it finds the flag clear and queues its own reconcile.
-    Fleet.objects.filter(pk=fleet_id, reconcile_queued=True).update(reconcile_queued=False)
-    active = Rollout.objects.filter(fleet=OuterRef("pk"), status__in=Rollout.ACTIVE)
-    row = (Fleet.objects.filter(pk=fleet_id).annotate(active=Exists(active))
-           .values_list("auto_rollout", "change_seq", "rendered_seq", "active").first())
+    _QUEUED_CLEARED.run(fleet_id=fleet_id)
+    row = _FLEET_STATE.first(fleet_id=fleet_id)
     if row is None:
         return
     auto_rollout, change_seq, rendered_seq, active_rollout = row

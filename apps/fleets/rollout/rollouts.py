@@ -8,16 +8,18 @@ an operator rolls out, back or forward by hand.
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from apps.accounts.principal import Principal
 from apps.audit.services import audit_record
 from apps.balancers.models import LoadBalancer
 from apps.core.errors import Conflict, DomainError, NotFoundError
+from apps.core.prepared import PreparedQuery, PreparedUpdate
 from apps.fleets import queries
 from apps.fleets.config.revisions import fleet_render
 from apps.fleets.models import ConfigRevision, Fleet, Node, NodeResult, Rollout
@@ -29,6 +31,29 @@ logger = logging.getLogger(__name__)
 
 def _org(principal: Principal | None):
     return principal.org if principal is not None else None
+
+
+def _pending(fleet_id: int) -> QuerySet:
+    return Rollout.objects.filter(fleet_id=fleet_id, status=Rollout.Status.PENDING)
+
+
+_FLEET_ID = {"fleet_id": (1, 2)}
+# rollout_create's statements, on every route change's path: compiled once (apps.core.prepared).
+_FLEET_LOCKED = PreparedQuery(lambda fleet_id: Fleet.objects.select_for_update().filter(pk=fleet_id), _FLEET_ID)
+_RESULTS_SUPERSEDED = PreparedUpdate(
+    lambda fleet_id: (NodeResult.objects.filter(rollout__in=_pending(fleet_id), status=NodeResult.Status.PENDING),
+                      {"status": NodeResult.Status.SKIPPED, "error": "superseded by a newer rollout"}), _FLEET_ID)
+_ROLLOUTS_SUPERSEDED = PreparedUpdate(
+    lambda fleet_id, now: (_pending(fleet_id), {"status": Rollout.Status.SUPERSEDED, "finished_at": now}),
+    {**_FLEET_ID, "now": (datetime(2001, 1, 1, tzinfo=UTC), datetime(2002, 2, 2, tzinfo=UTC))})
+# (id, name) only: every node built as a model (with its applied revision) for its id and name was a tenth of a route
+# change's rollout record at 67 nodes a fleet.
+_TARGETS = PreparedQuery(
+    lambda fleet_id: Node.objects.filter(fleet_id=fleet_id, enabled=True).order_by("name").values_list("pk", "name"),
+    _FLEET_ID)
+_DESIRED = PreparedUpdate(
+    lambda fleet_id, number: (Fleet.objects.filter(pk=fleet_id), {"desired_revision": number}),
+    {**_FLEET_ID, "number": (3, 4)})
 
 
 def rollout_create(
@@ -58,12 +83,12 @@ def rollout_create(
     # Inside a caller's transaction (the reconcile loop's), no savepoint of its own: nothing here is caught and
     # retried, and a savepoint is two round trips more on a route change's path.
     with transaction.atomic(savepoint=False):
-        fleet = Fleet.objects.select_for_update().get(pk=fleet.pk)
+        fleet = _FLEET_LOCKED.first(fleet_id=fleet.pk)
+        if fleet is None:
+            raise Fleet.DoesNotExist(f"fleet {revision.fleet_id}")
         now = timezone.now()
-        superseded = Rollout.objects.filter(fleet=fleet, status=Rollout.Status.PENDING)
-        NodeResult.objects.filter(rollout__in=superseded, status=NodeResult.Status.PENDING).update(
-            status=NodeResult.Status.SKIPPED, error="superseded by a newer rollout")
-        superseded.update(status=Rollout.Status.SUPERSEDED, finished_at=now)
+        _RESULTS_SUPERSEDED.run(fleet_id=fleet.pk)
+        _ROLLOUTS_SUPERSEDED.run(fleet_id=fleet.pk, now=now)
         rollout = Rollout.objects.create(
             fleet=fleet, revision=revision, from_revision=fleet.desired_revision, kind=kind,
             canary=fleet.canary if canary is None else canary,
@@ -71,16 +96,13 @@ def rollout_create(
             actor=principal.actor if principal else "system", rollback_of=rollback_of,
             **({"status": Rollout.Status.RUNNING, "started_at": now} if running else {}),
         )
-        # (id, name) only: every node built as a model (with its applied revision) for its id and name was a tenth of
-        # a route change's rollout record at 67 nodes a fleet.
-        targets = ([(n.pk, n.name) for n in nodes] if nodes is not None
-                   else list(queries.enabled_nodes(fleet).values_list("pk", "name")))
+        targets = [(n.pk, n.name) for n in nodes] if nodes is not None else _TARGETS.all(fleet_id=fleet.pk)
         # Run at once in one batch (a route change's rollout): every node's result starts running with it, as execute
         # would mark them in a transaction of its own (four round trips before the first node is touched).
         one_batch = running and len(rollout.batches(targets)) <= 1
         started = {"status": NodeResult.Status.RUNNING, "started_at": now} if one_batch else {}
         NodeResult.objects.bulk_create([NodeResult(rollout_id=rollout.pk, node_id=pk, **started) for pk, _ in targets])
-        Fleet.objects.filter(pk=fleet.pk).update(desired_revision=revision.number)
+        _DESIRED.run(fleet_id=fleet.pk, number=revision.number)
         audit_record(principal=principal, org=_org(principal), action=f"rollout.{kind}", obj=rollout,
                      after={"fleet": fleet.name, "revision": revision.number,
                             "from_revision": rollout.from_revision, "nodes": [name for _, name in targets]})
