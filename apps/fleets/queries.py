@@ -64,8 +64,8 @@ from apps.traffic.shares import static_steps
 SUMMARY_ROWS: Final = ("FRONTEND", "BACKEND")
 
 
-def fleet_lbs(fleet: Fleet) -> QuerySet[LoadBalancer]:
-    """HAProxy LBs the fleet serves: its FK LBs and those listed in `serves`."""
+def fleet_lbs(fleet: Fleet | int) -> QuerySet[LoadBalancer]:
+    """HAProxy LBs the fleet (or fleet id) serves: its FK LBs and those listed in `serves`."""
     return (
         LoadBalancer.objects.filter(Q(fleet=fleet) | Q(serving_fleets=fleet), kind=LoadBalancer.Kind.HAPROXY)
         .distinct()

@@ -7,12 +7,15 @@ so a revision's reason names exactly the writes committed before it was rendered
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
+
+from django.db.models import QuerySet
 
 from apps.accounts.selectors import actor_names
 from apps.audit.models import AuditEvent
 from apps.balancers.models import Pool
+from apps.core.prepared import PreparedQuery
 
 # Balancers objects whose changes reach a fleet's config, and the verb for each audited action.
 _TYPES = ("route", "pool", "member", "listener", "poolregion", "loadbalancer", "certificate")
@@ -28,13 +31,21 @@ def _lb_of(data: dict[str, Any], pool_lbs: dict[int, int]) -> int | None:
     return data.get("id") if "shared" in data else None  # a load balancer's own row
 
 
+def _changes(events: QuerySet) -> QuerySet:
+    return (events.filter(object_type__in=_TYPES).order_by("at")
+            .values_list("object_type", "object_id", "action", "actor", "org__slug", "after", "before")[:500])
+
+
+# Read for every revision (each route change's lane step): compiled once (apps.core.prepared).
+_CHANGES_SINCE = PreparedQuery(lambda since: _changes(AuditEvent.objects.filter(at__gt=since)),
+                               {"since": (datetime(2001, 1, 1, tzinfo=UTC), datetime(2002, 2, 2, tzinfo=UTC))})
+
+
 def change_reason(*, lb_ids: set[int], since: datetime | None) -> str:
     """The audited changes to these LBs after `since` (all of them when None), newest last."""
     # As plain rows: this runs for every revision (a route lane step of a few milliseconds otherwise), and
     # building AuditEvent and Organization objects was most of its cost.
-    events = list(AuditEvent.objects.filter(object_type__in=_TYPES, **({"at__gt": since} if since else {}))
-                  .order_by("at").values_list("object_type", "object_id", "action", "actor", "org__slug", "after",
-                                              "before")[:500])
+    events = _CHANGES_SINCE.all(since=since) if since else list(_changes(AuditEvent.objects.all()))
     pools = {(after or before or {}).get("pool") for *_, after, before in events} - {None}
     pool_lbs = dict(Pool.objects.filter(pk__in=pools).values_list("pk", "lb_id")) if pools else {}
     actors = actor_names({actor for _, _, _, actor, *_ in events})

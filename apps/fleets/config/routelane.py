@@ -128,6 +128,7 @@ def forget(fleet_id: int) -> None:
 _LATEST = PreparedQuery(
     lambda fleet_id: ConfigRevision.objects.filter(fleet_id=fleet_id)
     .only("pk", "number", "sha256", "lb_revisions", "created_at").order_by("-number")[:1], {"fleet_id": (1, 2)})
+_LB_NAMES = PreparedQuery(lambda fleet_id: queries.fleet_lbs(fleet_id).values_list("pk", "name"), {"fleet_id": (1, 2)})
 _FLEET_LOCKED = PreparedQuery(  # in a transaction: the row lock revisions are stored under
     lambda fleet_id: Fleet.objects.select_for_update().filter(pk=fleet_id).values_list("pk", flat=True),
     {"fleet_id": (1, 2)})
@@ -196,7 +197,7 @@ def lane_render(*, fleet: Fleet, reason: str, seqs: tuple[int, int] | None = Non
     lbs: dict[int, str] = {}
     found = None
     if declined is None:
-        lbs = dict(queries.fleet_lbs(fleet).values_list("pk", "name"))
+        lbs = dict(_LB_NAMES.all(fleet_id=fleet.pk))
         found = _changes(lane, list(lbs))
         if found is None:
             declined = "the route journal does not cover every LB revision since the lane's"
