@@ -109,7 +109,7 @@ class _Prepared:
                 slots.append(one)  # part of the shape
                 continue
             names = [name for name, (a, b) in self._probes.items() if _as(one, a) and _as(two, b)]
-            if len(names) != 1:
+            if len(names) != 1 or type(one) is not type(two):
                 raise NotPreparable(f"a parameter that is no named value: {one!r}")
             # Django hands some values over wrapped (an integer compared with `<`: psycopg's Int8 of it), and so is
             # each call's value then.
