@@ -28,6 +28,8 @@ _IS_CACHED = {name: Rollout._meta.get_field(name).is_cached for name in ("revisi
 _LB_REVISIONS_BEFORE = PreparedQuery(
     lambda fleet_id, number: ConfigRevision.objects.filter(fleet_id=fleet_id, number__lt=number)
     .order_by("-number").values_list("lb_revisions", flat=True)[:1], {"fleet_id": (1, 2), "number": (3, 4)})
+_LB_WITH_ORG = PreparedQuery(lambda lb_id: LoadBalancer.objects.filter(pk=lb_id).select_related("org"),
+                             {"lb_id": (1, 2)})
 
 
 def changed_lbs(revision: ConfigRevision) -> dict[int, int]:
@@ -47,7 +49,9 @@ def rollout_finished(rollout: Rollout, status: str, error: str = "") -> None:
             return
         fleet = revision.fleet
     changed = changed_lbs(revision)
-    lbs = list(LoadBalancer.objects.filter(pk__in=changed).select_related("org")) if changed else []
+    # One LB (a route change's rollout): a prepared read; a list of ids compiles to another shape for each length.
+    lbs = (_LB_WITH_ORG.all(lb_id=next(iter(changed))) if len(changed) == 1
+           else list(LoadBalancer.objects.filter(pk__in=changed).select_related("org")) if changed else [])
     if status == Rollout.Status.FAILED:
         data = {"rollout": rollout.pk, "revision": revision.number, "error": error[:300], "fleet": fleet.name}
         event_emit("rollout.failed", obj=fleet, data=data)

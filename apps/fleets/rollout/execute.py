@@ -197,6 +197,10 @@ _FINISHED = PreparedUpdate(_finished, {
     "rollout_id": (1, 2), "status": ("probe-s1", "probe-s2"), "error": ("probe-e1", "probe-e2"),
     "finished_at": (datetime(2001, 1, 1, tzinfo=UTC), datetime(2002, 2, 2, tzinfo=UTC)), "duration_ms": (1.5, 2.5)})
 _NOT_ATTEMPTED = PreparedUpdate(_not_attempted, {"rollout_id": (1, 2)})
+_RESULTS = PreparedQuery(
+    lambda rollout_id: NodeResult.objects.filter(rollout_id=rollout_id).select_related("node__applied_revision")
+    .defer(*(f"node__applied_revision__{f}" for f in REVISION_BULK_FIELDS)).order_by("node__name"),
+    {"rollout_id": (1, 2)})
 _NEWER_PENDING = PreparedQuery(
     lambda fleet_id, rollout_id: Rollout.objects.filter(fleet_id=fleet_id, status=Rollout.Status.PENDING,
                                                         pk__gt=rollout_id).values_list("pk", flat=True)[:1],
@@ -338,9 +342,9 @@ def execute(rollout: Rollout, owner: str) -> Rollout:
         rollout.status, rollout.started_at = Rollout.Status.RUNNING, rollout.started_at or now
     if not (Rollout.fleet.is_cached(rollout) and Rollout.revision.is_cached(rollout)):
         rollout = Rollout.objects.with_fleet_and_revision().get(pk=rollout.pk)
-    results = list(rollout.results.select_related("node__applied_revision")
-                   .defer(*(f"node__applied_revision__{f}" for f in REVISION_BULK_FIELDS)).order_by("node__name"))
+    results = _RESULTS.all(rollout_id=rollout.pk)
     for r in results:
+        r.rollout = rollout  # as `rollout.results` would have set it
         r.node.fleet = rollout.fleet  # read per node (its spec, its name) and the same for all: one query each
     todo = [r for r in results if r.status != NodeResult.Status.SUCCEEDED and r.node.enabled]
     for r in results:
