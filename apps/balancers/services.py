@@ -32,6 +32,12 @@ from apps.balancers.signals import lb_changed, member_runtime_changed
 from apps.core import netpolicy, produced, quotas, vrrp
 from apps.core.errors import Conflict, DoesNotExist, DomainError
 from apps.core.locks import xact_lock
+from apps.core.prepared import PreparedQuery
+
+# Every route write takes its LB's row lock first (route_save): compiled once (apps.core.prepared).
+_LB_LOCKED = PreparedQuery(
+    lambda lb_id: LoadBalancer.objects.select_for_update().filter(pk=lb_id).values_list("pk", flat=True),
+    {"lb_id": (1, 2)})
 
 
 def lb_touch(lb_id: int, *, route_ids: Iterable[int] = ()) -> None:
@@ -440,7 +446,7 @@ def route_save(*, principal: Principal, route: Route, data: dict[str, Any]) -> R
         # One writer per LB at a time: the uniqueness and shadowing rules span rows. Taken before anything is
         # written: a write holding an uncommitted priority while it waited for the lock could deadlock with the
         # holder writing that same priority (a default one, or a config-code apply's next route).
-        list(LoadBalancer.objects.select_for_update().filter(pk=lb_id))
+        _LB_LOCKED.all(lb_id=lb_id)
         if targets is None:  # a partial update keeps the current targets
             targets = ([{"pool": t.pool, "weight": t.weight} for t in route.targets.select_related("pool")]
                        if route.pk else [])
