@@ -22,7 +22,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.exceptions import EmptyResultSet
@@ -33,6 +33,10 @@ from django.db.models.sql.compiler import SQLCompiler
 
 logger = logging.getLogger(__name__)
 
+
+# Two aware times to probe a named datetime with (any two distinct values do; a second datetime of the same query
+# needs two others).
+TIME_PROBES = (datetime(2001, 1, 1, tzinfo=UTC), datetime(2002, 2, 2, tzinfo=UTC))
 
 # False: every prepared query and update runs through the ORM (tests/bench/bench_node_cost.py times a route change
 # both ways in one run).

@@ -6,7 +6,7 @@ import math
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
 
 from django.conf import settings
@@ -26,7 +26,7 @@ from apps.balancers.models import (
     RouteTarget,
 )
 from apps.core import crypto
-from apps.core.prepared import PreparedQuery
+from apps.core.prepared import TIME_PROBES, PreparedQuery
 from apps.core.snapshots import one_snapshot
 from apps.fleets import caches
 from apps.fleets.config.render.keepalived import node_priority
@@ -79,7 +79,11 @@ def fleet_binds_one_address(fleet: Fleet) -> bool:
 
 
 def lb_fleets(lb: LoadBalancer) -> QuerySet[Fleet]:
-    return Fleet.objects.filter(Q(pk=lb.fleet_id) | Q(serves=lb)).distinct().order_by("name")
+    return _fleets_serving(lb.pk, lb.fleet_id)
+
+
+def _fleets_serving(lb_id: int, fleet_id: int | None) -> QuerySet[Fleet]:
+    return Fleet.objects.filter(Q(pk=fleet_id) | Q(serves=lb_id)).distinct().order_by("name")
 
 
 def fleet_ids_for_lb(lb_id: int) -> list[int]:
@@ -105,7 +109,7 @@ _FLEET_IDS_FOR_LB = (
 )
 
 
-def enabled_nodes(fleet: Fleet) -> QuerySet[Node]:
+def enabled_nodes(fleet: Fleet | int) -> QuerySet[Node]:
     return (Node.objects.filter(fleet=fleet, enabled=True).select_related("applied_revision")
             .defer(*(f"applied_revision__{f}" for f in REVISION_BULK_FIELDS)).order_by("name"))
 
@@ -397,8 +401,8 @@ def fleet_pin(fleet: Fleet) -> dict[str, Any] | None:
 
 
 def _lb_nodes(lb_id: int, fleet_id: int | None) -> QuerySet:
-    fleets = Fleet.objects.filter(Q(pk=fleet_id) | Q(serves=lb_id)).distinct().order_by("name")
-    return (Node.objects.filter(fleet__in=fleets, enabled=True).order_by("fleet__name", "name")
+    return (Node.objects.filter(fleet__in=_fleets_serving(lb_id, fleet_id), enabled=True)
+            .order_by("fleet__name", "name")
             .values_list("fleet__name", "name", "status", "applied_revision__number", "applied_revision__lb_revisions"))
 
 
@@ -441,7 +445,7 @@ def render_problems_for(principal: Principal, problems: list[dict[str, Any]]) ->
 
 _OPEN_CHALLENGES = PreparedQuery(  # read by every rollout: compiled once
     lambda now: ChallengeAnswer.objects.filter(expires_at__gt=now).values_list("token", "key_authorization"),
-    {"now": (datetime(2001, 1, 1, tzinfo=UTC), datetime(2002, 2, 2, tzinfo=UTC))})
+    {"now": TIME_PROBES})
 
 
 def challenge_answers() -> tuple[tuple[str, str], ...]:

@@ -7,7 +7,7 @@ so a revision's reason names exactly the writes committed before it was rendered
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.db.models import QuerySet
@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 from apps.accounts.selectors import actor_names
 from apps.audit.models import AuditEvent
 from apps.balancers.models import Pool
-from apps.core.prepared import PreparedQuery
+from apps.core.prepared import TIME_PROBES, PreparedQuery
 
 # Balancers objects whose changes reach a fleet's config, and the verb for each audited action.
 _TYPES = ("route", "pool", "member", "listener", "poolregion", "loadbalancer", "certificate")
@@ -38,7 +38,7 @@ def _changes(events: QuerySet) -> QuerySet:
 
 # Read for every revision (each route change's lane step): compiled once (apps.core.prepared).
 _CHANGES_SINCE = PreparedQuery(lambda since: _changes(AuditEvent.objects.filter(at__gt=since)),
-                               {"since": (datetime(2001, 1, 1, tzinfo=UTC), datetime(2002, 2, 2, tzinfo=UTC))})
+                               {"since": TIME_PROBES})
 
 
 def change_reason(*, lb_ids: set[int], since: datetime | None) -> str:

@@ -13,7 +13,6 @@ import shutil
 import threading
 from collections import OrderedDict
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
@@ -24,7 +23,7 @@ from django.utils import timezone
 from apps.core import wakeups
 from apps.core.bulk import bulk_set
 from apps.core.commits import asynchronous_commit
-from apps.core.prepared import PreparedQuery, PreparedUpdate
+from apps.core.prepared import TIME_PROBES, PreparedQuery, PreparedUpdate
 from apps.fleets import caches, queries
 from apps.fleets import events as emit
 from apps.fleets.config import routelane
@@ -195,7 +194,7 @@ def _not_attempted(*, rollout_id: int) -> tuple:
 # Written or read by every rollout (a route change's path): compiled once (apps.core.prepared).
 _FINISHED = PreparedUpdate(_finished, {
     "rollout_id": (1, 2), "status": ("probe-s1", "probe-s2"), "error": ("probe-e1", "probe-e2"),
-    "finished_at": (datetime(2001, 1, 1, tzinfo=UTC), datetime(2002, 2, 2, tzinfo=UTC)), "duration_ms": (1.5, 2.5)})
+    "finished_at": TIME_PROBES, "duration_ms": (1.5, 2.5)})
 _NOT_ATTEMPTED = PreparedUpdate(_not_attempted, {"rollout_id": (1, 2)})
 _RESULTS = PreparedQuery(
     lambda rollout_id: NodeResult.objects.filter(rollout_id=rollout_id).select_related("node__applied_revision")

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from apps.core.commits import asynchronous_commit
 from apps.core.locks import made_by_this_process, process_gone, process_token
-from apps.core.prepared import PreparedUpdate
+from apps.core.prepared import TIME_PROBES, PreparedUpdate
 from apps.fleets.models import Fleet
 
 logger = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def _release(*, fleet_id: int, owner: str) -> tuple[QuerySet, dict[str, object]]
 
 # Each reconcile claims and releases (a route change's path): compiled once (apps.core.prepared).
 _PROBES = {"fleet_id": (1, 2), "owner": ("probe-a", "probe-b"),
-           "now": (datetime(2001, 1, 1, tzinfo=UTC), datetime(2002, 2, 2, tzinfo=UTC)),
+           "now": TIME_PROBES,
            "until": (datetime(2003, 3, 3, tzinfo=UTC), datetime(2004, 4, 4, tzinfo=UTC))}
 _CLAIM = {clear: PreparedUpdate(partial(_claim, clear_queued=clear), _PROBES) for clear in (False, True)}
 _RELEASE = PreparedUpdate(_release, {"fleet_id": (1, 2), "owner": ("probe-a", "probe-b")})

@@ -8,7 +8,6 @@ an operator rolls out, back or forward by hand.
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection, transaction
@@ -19,7 +18,7 @@ from apps.accounts.principal import Principal
 from apps.audit.services import audit_record
 from apps.balancers.models import LoadBalancer
 from apps.core.errors import Conflict, DomainError, NotFoundError
-from apps.core.prepared import PreparedQuery, PreparedUpdate
+from apps.core.prepared import TIME_PROBES, PreparedQuery, PreparedUpdate
 from apps.fleets import queries
 from apps.fleets.config.revisions import fleet_render
 from apps.fleets.models import ConfigRevision, Fleet, Node, NodeResult, Rollout
@@ -45,12 +44,10 @@ _RESULTS_SUPERSEDED = PreparedUpdate(
                       {"status": NodeResult.Status.SKIPPED, "error": "superseded by a newer rollout"}), _FLEET_ID)
 _ROLLOUTS_SUPERSEDED = PreparedUpdate(
     lambda fleet_id, now: (_pending(fleet_id), {"status": Rollout.Status.SUPERSEDED, "finished_at": now}),
-    {**_FLEET_ID, "now": (datetime(2001, 1, 1, tzinfo=UTC), datetime(2002, 2, 2, tzinfo=UTC))})
+    {**_FLEET_ID, "now": TIME_PROBES})
 # (id, name) only: every node built as a model (with its applied revision) for its id and name was a tenth of a route
 # change's rollout record at 67 nodes a fleet.
-_TARGETS = PreparedQuery(
-    lambda fleet_id: Node.objects.filter(fleet_id=fleet_id, enabled=True).order_by("name").values_list("pk", "name"),
-    _FLEET_ID)
+_TARGETS = PreparedQuery(lambda fleet_id: queries.enabled_nodes(fleet_id).values_list("pk", "name"), _FLEET_ID)
 _DESIRED = PreparedUpdate(
     lambda fleet_id, number: (Fleet.objects.filter(pk=fleet_id), {"desired_revision": number}),
     {**_FLEET_ID, "number": (3, 4)})
