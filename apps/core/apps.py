@@ -10,3 +10,7 @@ class CoreConfig(AppConfig):
         from apps.core import outbound
 
         outbound.install()
+        # `field__any=[...]`: a list as one array parameter, so prepared queries can take lists of ids.
+        from apps.core import prepared
+
+        prepared.register_lookups()

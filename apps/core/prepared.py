@@ -12,7 +12,8 @@ ModelIterable does (select_related objects and annotations included), or the row
 
 Only where the compiled parameters are the values as given (PostgreSQL; SQLite adapts datetimes to text) and
 only for values of the probes' types (None would change the SQL's shape: `IS NULL`): anything else runs the
-queryset as Django would.
+queryset as Django would. A list of values is one named value where the query takes it as one array parameter:
+`field__any=[...]` (AnyOf below), not `field__in`, whose SQL has a placeholder per item.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from typing import Any
 
 from django.core.exceptions import EmptyResultSet
 from django.db import connections, transaction
-from django.db.models import Model, QuerySet, sql
+from django.db.models import Field, Model, QuerySet, sql
+from django.db.models.fields.related import ForeignObject
+from django.db.models.lookups import In
 from django.db.models.query import FlatValuesListIterable, ModelIterable, ValuesListIterable, get_related_populators
 from django.db.models.sql.compiler import SQLCompiler
 
@@ -73,8 +76,7 @@ class _Prepared:
         if not ENABLED:
             return None
         prepared = self._prepared(using)
-        if prepared is None or any(type(value) is not type(self._probes[name][0]) or _naive(value)
-                                   for name, value in values.items()):
+        if prepared is None or any(not _of_type(value, self._probes[name][0]) for name, value in values.items()):
             return None
         return prepared
 
@@ -87,6 +89,8 @@ class _Prepared:
                             raise NotPreparable(connections[using].vendor)
                         if any(_naive(value) for pair in self._probes.values() for value in pair):
                             raise NotPreparable("naive datetimes as probes")
+                        if any(value == [] for pair in self._probes.values() for value in pair):
+                            raise NotPreparable("an empty list as a probe")
                         self._compiled[using] = self._compile(using)
                     except NotPreparable as exc:
                         # Still right (the ORM runs it), only slower: said once, where someone looks.
@@ -115,9 +119,9 @@ class _Prepared:
             names = [name for name, (a, b) in self._probes.items() if _as(one, a) and _as(two, b)]
             if len(names) != 1 or type(one) is not type(two):
                 raise NotPreparable(f"a parameter that is no named value: {one!r}")
-            # Django hands some values over wrapped (an integer compared with `<`: psycopg's Int8 of it), and so is
-            # each call's value then.
-            slots.append((names[0],) if type(one) is type(self._probes[names[0]][0]) else (names[0], type(one)))
+            # Django hands some values over wrapped (an integer compared with `<`: psycopg's Int8 of it; a JSON
+            # value: psycopg's Jsonb, with the field's encoder), and so is each call's value then.
+            slots.append((names[0],) if type(one) is type(self._probes[names[0]][0]) else (names[0], _wrapper(one)))
             found.add(names[0])
         if found != self._probes.keys():
             raise NotPreparable(f"values not found as parameters: {sorted(self._probes.keys() - found)}")
@@ -220,20 +224,67 @@ class PreparedUpdate(_Prepared):
         return compiled[0][0], self._slots(compiled[0], compiled[1])
 
 
+def _of_type(value: Any, probe: Any) -> bool:
+    """`value` may take the probe's place: of its type (a list: every item of the type of the probe's items)."""
+    if type(value) is not type(probe) or _naive(value):
+        return False
+    return not isinstance(value, list) or all(type(item) is type(probe[0]) and not _naive(item) for item in value)
+
+
 def _naive(value: Any) -> bool:
     # Django makes a naive datetime aware before binding it: a step the prepared path would skip.
     return isinstance(value, datetime) and value.tzinfo is None
 
 
 def _same(one: Any, two: Any) -> bool:
-    return type(one) is type(two) and one == two
+    if type(one) is not type(two):
+        return False
+    if _is_json(one):  # no __eq__ of its own: the same wrapped value with the same encoder is the same parameter
+        return _same(one.obj, two.obj) and one.dumps == two.dumps
+    return one == two
 
 
 def _as(param: Any, probe: Any) -> bool:
-    """`param` is `probe` as given, or wrapped in an int subclass (psycopg's Int4, Int8) of the same value."""
+    """`param` is `probe` as given, or wrapped: in an int subclass (psycopg's Int4, Int8) or in psycopg's JSON
+    wrapper, of the same value."""
     if type(param) is type(probe):
         return param == probe
+    if _is_json(param):
+        return type(param.obj) is type(probe) and param.obj == probe
     return type(probe) is int and isinstance(param, int) and not isinstance(param, bool) and param == probe
+
+
+def _is_json(param: Any) -> bool:
+    return type(param).__module__ == "psycopg.types.json" and hasattr(param, "obj")
+
+
+def _wrapper(param: Any) -> Callable[[Any], Any]:
+    if _is_json(param):
+        wrap, dumps = type(param), param.dumps
+        return lambda value: wrap(value, dumps)
+    return type(param)
+
+
+class AnyOf(In):
+    """`field__any=[values]`: the rows whose field is one of the values, as `field__in`, but on PostgreSQL sent as one
+    array parameter (`= ANY(%s::bigint[])`) whatever the list's length, so that a prepared query can take a list of
+    ids as one named value (an `__in` list compiles to another SQL text for each length). An empty list matches
+    nothing. Elsewhere (SQLite: `make run`) it is `__in`. Registered on every field (apps.core.apps)."""
+
+    lookup_name = "any"
+
+    def as_postgresql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
+        if not self.rhs_is_direct_value():  # a subquery: as `__in` does it
+            return super().as_sql(compiler, connection)
+        lhs_sql, lhs_params = self.process_lhs(compiler, connection)
+        field = self.lhs.output_field
+        values = [field.get_db_prep_value(value, connection, prepared=True) for value in self.rhs if value is not None]
+        return f"{lhs_sql} = ANY(%s::{field.cast_db_type(connection)}[])", (*lhs_params, values)
+
+
+def register_lookups() -> None:
+    Field.register_lookup(AnyOf)
+    ForeignObject.register_lookup(AnyOf)  # a relation's lookups are its own, not Field's
 
 
 def _rows(compiled: SQLCompiler, sql_text: str, params: tuple[Any, ...]) -> list[tuple]:

@@ -28,8 +28,12 @@ _IS_CACHED = {name: Rollout._meta.get_field(name).is_cached for name in ("revisi
 _LB_REVISIONS_BEFORE = PreparedQuery(
     lambda fleet_id, number: ConfigRevision.objects.filter(fleet_id=fleet_id, number__lt=number)
     .order_by("-number").values_list("lb_revisions", flat=True)[:1], {"fleet_id": (1, 2), "number": (3, 4)})
-_LB_WITH_ORG = PreparedQuery(lambda lb_id: LoadBalancer.objects.filter(pk=lb_id).select_related("org"),
-                             {"lb_id": (1, 2)})
+_LBS_WITH_ORG = PreparedQuery(lambda lb_ids: LoadBalancer.objects.filter(pk__any=lb_ids).select_related("org"),
+                              {"lb_ids": ([1, 2], [3, 4])})
+_APPLIED_EVENT = PreparedQuery(  # said once per LB revision
+    lambda lb_id, revision: Event.objects.filter(type="change.applied", object_type="loadbalancer", object_id=lb_id,
+                                                 data__revision=revision).values_list("pk", flat=True)[:1],
+    {"lb_id": ("1", "2"), "revision": (3, 4)})
 
 
 def changed_lbs(revision: ConfigRevision) -> dict[int, int]:
@@ -49,9 +53,7 @@ def rollout_finished(rollout: Rollout, status: str, error: str = "") -> None:
             return
         fleet = revision.fleet
     changed = changed_lbs(revision)
-    # One LB (a route change's rollout): a prepared read; a list of ids compiles to another shape for each length.
-    lbs = (_LB_WITH_ORG.all(lb_id=next(iter(changed))) if len(changed) == 1
-           else list(LoadBalancer.objects.filter(pk__in=changed).select_related("org")) if changed else [])
+    lbs = _LBS_WITH_ORG.all(lb_ids=list(changed)) if changed else []
     if status == Rollout.Status.FAILED:
         data = {"rollout": rollout.pk, "revision": revision.number, "error": error[:300], "fleet": fleet.name}
         event_emit("rollout.failed", obj=fleet, data=data)
@@ -71,8 +73,7 @@ def rollout_finished(rollout: Rollout, status: str, error: str = "") -> None:
         for lb in lbs:
             lb_revision = changed[lb.pk]
             done, _ = queries.lb_applied_state(lb, lb_revision)
-            if done and not Event.objects.filter(type="change.applied", object_type="loadbalancer",
-                                                 object_id=str(lb.pk), data__revision=lb_revision).exists():
+            if done and not _APPLIED_EVENT.first(lb_id=str(lb.pk), revision=lb_revision):
                 event_emit("change.applied", org=lb.org, obj=lb, data={"revision": lb_revision, "fleet": fleet.name})
 
 
@@ -85,7 +86,7 @@ def canary_failed(rollout: Rollout, node: Node, reason: str, *, restored: bool =
             "fleet": fleet.name}
     event_emit("rollout.canary_failed", obj=fleet, data=data)
     changed = changed_lbs(revision)
-    for lb in LoadBalancer.objects.filter(pk__in=changed).select_related("org") if changed else []:
+    for lb in _LBS_WITH_ORG.all(lb_ids=list(changed)) if changed else []:
         customer = CUSTOMER_CANARY_REASON if restored else CUSTOMER_CANARY_KEPT
         reason_for_owner = data["reason"] if lb.org.is_operator else customer
         event_emit("rollout.canary_failed", org=lb.org, obj=lb,

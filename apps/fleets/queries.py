@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any, Final
 
@@ -152,17 +152,34 @@ def _cert_spec(listener: Listener) -> CertSpec | None:
     return CertSpec(name=f"cert-{cert.pk}", pem=pem.encode())
 
 
+_ROUTE_COLUMNS = ("pk", "lb_id", "priority", "hosts", "path_match", "path", "redirect_url")
+_TARGET_COLUMNS = ("route_id", "pool_id", "weight")
+# A route change's few routes (the lane, on every change): compiled once (apps.core.prepared).
+_ROUTES_OF = PreparedQuery(lambda ids: Route.objects.filter(pk__any=ids).values_list(*_ROUTE_COLUMNS),
+                           {"ids": ([1, 2], [3, 4])})
+_TARGETS_OF = PreparedQuery(lambda ids: RouteTarget.objects.filter(route_id__any=ids).order_by("route_id", "pool_id")
+                            .values_list(*_TARGET_COLUMNS), {"ids": ([1, 2], [3, 4])})
+
+
 def route_specs(routes: QuerySet[Route], targets: QuerySet[RouteTarget]) -> Iterator[tuple[int, RouteSpec]]:
     """(LB id, RouteSpec) of each route, in the queryset's order; `targets` must cover their targets.
 
     Plain rows, not model instances and a prefetch: at 100k routes building 200k model objects (and an
     IN list of 100k ids for the targets) was most of a snapshot's time.
     """
+    return _specs(routes.values_list(*_ROUTE_COLUMNS),
+                  targets.order_by("route_id", "pool_id").values_list(*_TARGET_COLUMNS))
+
+
+def route_specs_of(ids: list[int]) -> Iterator[tuple[int, RouteSpec]]:
+    """(LB id, RouteSpec) of the routes of these ids that exist."""
+    return _specs(_ROUTES_OF.all(ids=ids), _TARGETS_OF.all(ids=ids))
+
+
+def _specs(rows: Iterable[tuple], target_rows: Iterable[tuple[int, int, int]]) -> Iterator[tuple[int, RouteSpec]]:
     by_route: dict[int, list[RouteTargetSpec]] = defaultdict(list)
-    for route_id, pool_id, weight in targets.order_by("route_id", "pool_id").values_list("route_id", "pool_id",
-                                                                                         "weight"):
+    for route_id, pool_id, weight in target_rows:
         by_route[route_id].append(RouteTargetSpec(pool_id=pool_id, weight=weight))
-    rows = routes.values_list("pk", "lb_id", "priority", "hosts", "path_match", "path", "redirect_url")
     for pk, lb_id, priority, hosts, path_match, path, redirect_url in rows:
         yield lb_id, RouteSpec(id=pk, priority=priority, hosts=tuple(hosts), path_match=path_match, path=path,
                                targets=tuple(by_route.get(pk, ())), redirect_url=redirect_url or None)

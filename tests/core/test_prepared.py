@@ -192,3 +192,48 @@ def test_a_prepared_update_changes_what_the_orms_update_changes_and_counts_the_s
     assert update.run(org_id=org_id, below_pk=pks[1], name="first", at=None) == 1
     assert compiled  # through the ORM
     assert ApiToken.objects.get(pk=pks[0]).last_used_at is None and ApiToken.objects.get(pk=pks[0]).name == "first"
+
+
+def test_a_list_of_ids_is_one_parameter_whatever_its_length_and_answers_as_in(tokens, monkeypatch) -> None:
+    """`pk__any=[...]` (apps.core.prepared.AnyOf) answers as `pk__in` for every length (empty too), on a foreign key
+    as on a primary key, and a prepared query taking a list compiles once; a list whose items are not of the probes'
+    type (strings for integers) runs through the ORM, which converts them, with the same answer."""
+    def by_ids(ids: list[int]):  # type: ignore[no-untyped-def]
+        return ApiToken.objects.filter(pk__any=ids).order_by("pk").values_list("pk", "name")
+
+    def by_orgs(org_ids: list[int]):  # type: ignore[no-untyped-def]
+        return ApiToken.objects.filter(org_id__any=org_ids).order_by("pk").values_list("pk", flat=True)
+
+    prepared = PreparedQuery(by_ids, {"ids": ([1, 2], [3, 4])})
+    of_orgs = PreparedQuery(by_orgs, {"org_ids": ([1, 2], [3, 4])})
+    pks = sorted(ApiToken.objects.values_list("pk", flat=True))
+    org_id = tokens["live"].token.org_id
+    expected = {tuple(ids): list(ApiToken.objects.filter(pk__in=ids).order_by("pk").values_list("pk", "name"))
+                for ids in ([], pks[:1], pks[1:3], pks, [*pks, pks[-1] + 50], [pks[0], pks[0]])}
+    assert prepared.all(ids=pks[:1]) == expected[tuple(pks[:1])]  # compiled by now
+    assert of_orgs.all(org_ids=[org_id, org_id + 1000]) == pks
+    if connection.vendor == "postgresql":
+        assert prepared._prepared("default") is not None and of_orgs._prepared("default") is not None
+        assert "= ANY(" in str(by_ids([1, 2]).query)
+    compiled = []
+    as_sql = SQLCompiler.as_sql
+    monkeypatch.setattr(SQLCompiler, "as_sql", lambda self, *a, **kw: compiled.append(1) or as_sql(self, *a, **kw))
+    for ids, rows in expected.items():
+        assert prepared.all(ids=list(ids)) == rows, ids
+    assert of_orgs.all(org_ids=[org_id + 1000]) == []
+    assert compiled == [] or connection.vendor != "postgresql"
+    assert prepared.all(ids=[str(pk) for pk in pks[:2]]) == list(
+        ApiToken.objects.filter(pk__in=pks[:2]).order_by("pk").values_list("pk", "name"))
+    assert compiled  # the strings went through the ORM
+
+
+def test_a_json_value_is_a_named_value_too(tokens) -> None:
+    """A lookup into a JSON field hands the value over in psycopg's JSON wrapper: it is still a named value."""
+    def with_scope(org_id: int, scope: str):  # type: ignore[no-untyped-def]
+        return ApiToken.objects.filter(org_id=org_id, scopes__0=scope).order_by("pk").values_list("name", flat=True)
+
+    prepared = PreparedQuery(with_scope, {"org_id": (1, 2), "scope": ("probe-a", "probe-b")})
+    org_id = tokens["live"].token.org_id
+    assert prepared.all(org_id=org_id, scope="read") == list(with_scope(org_id, "read")) != []
+    assert prepared.all(org_id=org_id, scope="write") == [] == list(with_scope(org_id, "write"))
+    assert prepared.refused() is (connection.vendor != "postgresql")

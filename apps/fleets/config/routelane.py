@@ -37,7 +37,7 @@ from typing import Any
 
 from django.db import transaction
 
-from apps.balancers.models import LoadBalancer, Route, RouteChange, RouteTarget
+from apps.balancers.models import LoadBalancer, RouteChange
 from apps.core.commits import asynchronous_commit
 from apps.core.prepared import PreparedQuery
 from apps.core.snapshots import one_snapshot
@@ -132,6 +132,11 @@ _LB_NAMES = PreparedQuery(lambda fleet_id: queries.fleet_lbs(fleet_id).values_li
 _FLEET_LOCKED = PreparedQuery(  # in a transaction: the row lock revisions are stored under
     lambda fleet_id: Fleet.objects.select_for_update().filter(pk=fleet_id).values_list("pk", flat=True),
     {"fleet_id": (1, 2)})
+_LB_REVISIONS = PreparedQuery(lambda lb_ids: LoadBalancer.objects.filter(pk__any=lb_ids).values_list("pk", "revision"),
+                              {"lb_ids": ([1, 2], [3, 4])})
+_JOURNAL = PreparedQuery(  # the route ids of an LB's revisions (since, upto]
+    lambda lb_id, since, upto: RouteChange.objects.filter(lb_id=lb_id, lb_revision__gt=since, lb_revision__lte=upto)
+    .values_list("lb_revision", "route_id"), {"lb_id": (1, 2), "since": (3, 4), "upto": (5, 6)})
 
 
 def _latest(fleet: Fleet) -> ConfigRevision | None:
@@ -149,12 +154,11 @@ def _changes(lane: _Lane, lb_ids: list[int]) -> _Changes | None:
         if found is None:
             return None
         ids = set().union(*found[1].values()) if found[1] else set()
-        return (*found, {spec.id: (lb_id, spec) for lb_id, spec in queries.route_specs(
-            Route.objects.filter(pk__in=ids), RouteTarget.objects.filter(route_id__in=ids))})
+        return (*found, {spec.id: (lb_id, spec) for lb_id, spec in queries.route_specs_of(sorted(ids))})
 
 
 def _journal(lane: _Lane, lb_ids: list[int]) -> tuple[dict[str, int], dict[int, set[int]]] | None:
-    now = {str(pk): rev for pk, rev in LoadBalancer.objects.filter(pk__in=lb_ids).values_list("pk", "revision")}
+    now = {str(pk): rev for pk, rev in _LB_REVISIONS.all(lb_ids=lb_ids)}
     if now.keys() != lane.lb_revisions.keys():
         return None
     changed: dict[int, set[int]] = {}
@@ -164,8 +168,7 @@ def _journal(lane: _Lane, lb_ids: list[int]) -> tuple[dict[str, int], dict[int, 
             continue
         if revision < since:
             return None
-        rows = list(RouteChange.objects.filter(lb_id=int(key), lb_revision__gt=since, lb_revision__lte=revision)
-                    .values_list("lb_revision", "route_id"))
+        rows = _JOURNAL.all(lb_id=int(key), since=since, upto=revision)
         if {r for r, _ in rows} != set(range(since + 1, revision + 1)):
             return None  # an LB revision that is not a journaled route change
         changed[int(key)] = {route_id for _, route_id in rows}

@@ -204,6 +204,9 @@ _NEWER_PENDING = PreparedQuery(
     lambda fleet_id, rollout_id: Rollout.objects.filter(fleet_id=fleet_id, status=Rollout.Status.PENDING,
                                                         pk__gt=rollout_id).values_list("pk", flat=True)[:1],
     {"fleet_id": (1, 2), "rollout_id": (3, 4)})
+_NODES_BEFORE = PreparedQuery(  # a batch's nodes, before their record
+    lambda ids: Node.objects.filter(pk__any=ids).order_by().only("pk", "name", "fleet_id", "status"),
+    {"ids": ([1, 2], [3, 4])})
 
 
 def finish(rollout: Rollout, status: str, error: str = "") -> None:
@@ -232,8 +235,7 @@ def _record(batch: list[NodeResult], outcomes: list[NodeOutcome], rollout: Rollo
 def _record_in(batch: list[NodeResult], outcomes: list[NodeOutcome], rollout: Rollout) -> None:
     now = timezone.now()
     statuses = {"succeeded": NodeResult.Status.SUCCEEDED, "rolled_back": NodeResult.Status.ROLLED_BACK}
-    before = {n.pk: n for n in Node.objects.filter(pk__in=[r.node_id for r in batch]).order_by()
-              .only("pk", "name", "fleet_id", "status")}
+    before = {n.pk: n for n in _NODES_BEFORE.all(ids=[r.node_id for r in batch])}
     updates: dict[int, dict[str, Any]] = {}
     for result, outcome in zip(batch, outcomes, strict=True):
         node_update: dict[str, Any] = {"last_seen": now}

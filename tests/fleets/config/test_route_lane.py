@@ -166,7 +166,7 @@ def test_a_route_change_reaches_every_node_through_a_bounded_number_of_statement
     from apps.core import prepared
 
     statements_budget = 50
-    compiled_budget = 11
+    compiled_budget = 5
     new = tiny_backend("new")
     pool_new = add_pool(fleet3.lb, "new", (new.address, new.port))
     save_route(fleet3, Route(), hosts=["a.example.com"], path="/first", priority=10,
