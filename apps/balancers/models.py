@@ -305,7 +305,7 @@ class Route(models.Model):
     class Meta:
         # Priorities order one organization's routes only (apps.balancers.routing): unique per tenant.
         constraints = [models.UniqueConstraint(fields=["lb", "org", "priority"], name="route_unique_org_priority")]
-        # What every route write checks (services.check_route / _check_reachable): the routes on the same
+        # What every route write checks (route_rules.check_route / _check_reachable): the routes on the same
         # path, and the any-host routes. At 100k routes each was a scan of the table (28 and 46 ms a write).
         indexes = [
             models.Index(fields=["lb", "path"], name="route_lb_path"),
@@ -380,7 +380,7 @@ class HostnameClaim(models.Model):
             models.UniqueConstraint(fields=["hostname"], condition=Q(status="approved"),
                                     name="claim_unique_approved_hostname"),
         ]
-        # A route write reads the claims that may cover its hosts by name (services._claims_related).
+        # A route write reads the claims that may cover its hosts by name (route_rules.claims_related).
         indexes = [models.Index(fields=["hostname"], name="claim_hostname")]
         ordering = ["hostname"]
 

@@ -1,5 +1,5 @@
 """Which claims a route write reads: every claim that covers or overlaps one of its hosts, and no others
-(services._claims_related; before, every claim of every tenant was read for each write)."""
+(route_rules.claims_related; before, every claim of every tenant was read for each write)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import random
 import pytest
 
 from apps.accounts.models import Organization
-from apps.balancers import hostnames, services
+from apps.balancers import hostnames, route_rules
 from apps.balancers.models import HostnameClaim
 
 pytestmark = pytest.mark.django_db
@@ -29,7 +29,7 @@ def test_the_claims_read_for_a_host_are_exactly_those_that_cover_or_overlap_it(a
     HostnameClaim.objects.bulk_create([HostnameClaim(org=org, hostname=n, status="approved") for n in names])
     for _ in range(300):
         host = _name(rng)
-        read = set(services._claims_related([host]).values_list("hostname", flat=True))
+        read = set(route_rules.claims_related([host]).values_list("hostname", flat=True))
         relevant = {n for n in names if hostnames.overlaps(n, host)}
         assert relevant <= read, (host, relevant - read)
         # Few rows beyond those: the names that would cover the host and, for a wildcard, the names under it.
