@@ -1,7 +1,7 @@
 """Reads for traffic: pool capacities (health-aware), region distances, chains, observed overflow.
 
 `pool_capacities_many` is what the fleets snapshot builder calls to compute each node's overflow
-chain (`thresholds.node_chain`), so the planner, the what-if and the rendered configs agree on
+chain (`shares.static_steps`), so the planner, the what-if and the rendered configs agree on
 one capacity model: healthy members x max_rate_per_member x capacity_scaler.
 """
 

@@ -2,7 +2,7 @@
 
 `be_sess_rate`-style counters are per node (HAProxy 2.6 does not aggregate them across peers), so a
 region's capacity C_r must be divided among the nodes that may send to it. A static division by
-every sender (the old `thresholds.node_chain` rule) serves only C_r / S from any one node, which
+every sender (the rule before this module) serves only C_r / S from any one node, which
 under skewed ingress starts overflow at a fraction of the capacity and overloads the neighbour.
 
 Two rules, both keeping sum(limits of region r over all nodes) <= C_r:

@@ -10,7 +10,7 @@ Here: 6 members (3 in region a, 3 in region b), each a tiny asyncio HTTP server 
 request at a time after a fixed 200 ms (so ~5 req/s, and requests queue past that, like the
 tutorial's CPU-bound server, without burning this machine's two cores). One HAProxy 2.6 node in
 region a -- the entry point, where the tutorial's clients are -- runs a config rendered by
-`apps.fleets.config.render` with chains from `apps.traffic.thresholds.node_chain`:
+`apps.fleets.config.render` with its chains (the whole capacity of region a, then b):
   (a) regional: pool with region a only (no overflow);
   (b) overflow: pool with regions a and b, waterfall, max rate 10 req/s per region.
 Open-loop load (`apps.capacity.engine`, evenly paced) at 0.5x, 1x, 1.5x, 2x and 3x of one
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import shutil
 import sys
 import tempfile
@@ -54,7 +55,6 @@ from apps.fleets.node.process import start_master, stop_master
 from apps.fleets.node.transports.base import NodeConn
 from apps.fleets.node.transports.local import LocalTransport
 from apps.traffic.overflow import RegionCapacity
-from apps.traffic.thresholds import node_chain
 from tests.netutil import pick_free_port
 
 MULTIPLIERS = (0.5, 1.0, 1.5, 2.0, 3.0)
@@ -166,10 +166,11 @@ def snapshot(backends: Backends, region_max_rate: float, ports: dict[int, int]) 
 
     per_member = region_max_rate / MEMBERS_PER_REGION
     caps = {r: RegionCapacity(r, MEMBERS_PER_REGION, per_member) for r in REGIONS}
-    # The node is the pool's only entry point (the tutorial's clients sit next to region a).
+    # The node is the pool's only entry point (the tutorial's clients sit next to region a): it may send region a's
+    # whole capacity there, then the rest overflows (the last step takes what is left, unlimited).
     chains = {
-        1: node_chain([caps["a"]], "a", DISTANCES, "waterfall", {"a": 1}),
-        2: node_chain(list(caps.values()), "a", DISTANCES, "waterfall", {"a": 1}),
+        1: [("a", None)],
+        2: [("a", math.floor(caps["a"].capacity + 1e-9)), ("b", None)],
     }
     pools = (
         PoolSpec(id=1, name="regional", algorithm="roundrobin", health=None,

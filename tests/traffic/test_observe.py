@@ -22,7 +22,7 @@ from apps.traffic.observe import (
     split_demand,
 )
 from apps.traffic.overflow import RegionCapacity, plan
-from apps.traffic.thresholds import node_chain
+from apps.traffic.shares import static_steps
 
 
 def test_backend_names_parse_into_pool_region_and_protocol() -> None:
@@ -90,25 +90,24 @@ DIST = {("a", "b"): 20.0}
 
 
 def test_one_entry_node_serves_its_region_up_to_capacity_exactly_like_the_plan() -> None:
-    chain = node_chain(CAPS, "a", DIST, "waterfall", {"a": 1})
-    assert chain == [("a", 20), ("b", None)]
+    chain = [("a", 20), ("b", None)]  # the region's whole capacity, then the rest to b
     enforced = enforced_plan({"n1": ("a", 50.0)}, {"n1": chain}, {"a": 20.0, "b": 40.0}, "waterfall")
     ideal = plan({"a": 50.0}, CAPS, DIST)
     assert enforced.served == ideal.served == {"a": {"a": 20.0, "b": 30.0}}
 
 
-def test_the_share_rule_makes_nodes_overflow_earlier_than_the_global_plan() -> None:
-    # One node per region: each may send A half of A's capacity, idle or not.
-    nodes = {"a": 1, "b": 1}
-    chains = {f"n{r}": node_chain(CAPS, r, DIST, "waterfall", nodes) for r in ("a", "b")}
-    assert chains["na"] == [("a", 10), ("b", None)]
+def test_a_share_split_among_every_sender_overflows_earlier_than_the_global_plan() -> None:
+    # One node per region, each allowed half of A's capacity whether the other is idle or not (the even split
+    # apps.traffic.shares replaced: its static rule gives a region to its own nodes).
+    chains = {"na": [("a", 10), ("b", None)], "nb": [("b", 20), ("a", None)]}
     enforced = enforced_plan({"na": ("a", 30.0), "nb": ("b", 0.0)}, chains, {"a": 20.0, "b": 40.0}, "waterfall")
     assert enforced.served["a"] == {"a": 10.0, "b": 20.0}
     assert plan({"a": 30.0}, CAPS, DIST).served["a"] == {"a": 20.0, "b": 10.0}
 
 
 def test_isolation_keeps_everything_in_its_region_and_a_node_without_chain_serves_nothing() -> None:
-    chain = node_chain(CAPS, "a", DIST, "isolation", {"a": 1, "b": 1})
+    chain = static_steps(CAPS, "a", DIST, "isolation", {"a": 1, "b": 1})
+    assert chain == [("a", 20)]
     enforced = enforced_plan({"na": ("a", 50.0), "nc": ("c", 5.0)}, {"na": chain}, {"a": 20.0}, "isolation")
     assert enforced.served["a"] == {"a": 50.0}  # absorbed, overloaded: HAProxy has nowhere else to go
     assert enforced.unserved == {"a": 0.0, "c": 5.0}
@@ -144,7 +143,7 @@ def test_enforcement_creates_and_loses_nothing(demand, rates, members, policy) -
     caps = [RegionCapacity(r, members[i], rates[i]) for i, r in enumerate(regions)]
     dist = {(a, b): float(abs(i - j)) for i, a in enumerate(regions) for j, b in enumerate(regions) if a < b}
     nodes = dict.fromkeys(regions, 1)
-    chains = {f"n-{r}": node_chain(caps, r, dist, policy, nodes) for r in regions}
+    chains = {f"n-{r}": static_steps(caps, r, dist, policy, nodes) for r in regions}
     result = enforced_plan({f"n-{r}": (r, demand[i]) for i, r in enumerate(regions)}, chains,
                            {c.region: c.capacity for c in caps}, policy)
     for i, r in enumerate(regions):

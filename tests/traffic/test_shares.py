@@ -72,6 +72,12 @@ def test_static_floor_share_splits_a_region_among_its_own_nodes_only() -> None:
     assert static_steps(CAPS, "a", DIST, "waterfall", {"a": 3, "b": 3}) == [("a", 33), ("b", 0)]
 
 
+def test_float_noise_in_a_capacity_does_not_lose_a_request_per_second() -> None:
+    """10 members x 7 req/s x scaler 0.7 is 48.99999999999999 in floating point; the node gets 49."""
+    pool = [RegionCapacity(region="a", healthy_members=10, max_rate_per_member=7.0, capacity_scaler=0.7)]
+    assert static_limits(pool, {"a1": "a"}, DIST, "waterfall") == {"a1": {"a": 49}}
+
+
 def test_unlimited_regions_are_unlimited() -> None:
     limits = planned_limits([cap("a", None), cap("b", 50)], NODES, {"a1": 10.0}, DIST, "waterfall")[0]
     assert limits["a1"] == {"a": None}

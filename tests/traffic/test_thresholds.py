@@ -1,4 +1,5 @@
-"""Per-node overflow chains: the N each HAProxy node compares `be_sess_rate` with, per region."""
+"""Overflow chains (apps.traffic.thresholds.region_chain): the order in which a node of one region walks a pool's
+regions. The per-node limits on each step are apps.traffic.shares' (tests/traffic/test_shares.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from apps.traffic.overflow import ISOLATION, WATERFALL, PlanInputError, Policy, RegionCapacity, region_order
-from apps.traffic.thresholds import node_chain
+from apps.traffic.overflow import (
+    ISOLATION,
+    SPRAY_TO_WORLD,
+    WATERFALL,
+    PlanInputError,
+    Policy,
+    RegionCapacity,
+    capacity_by_region,
+    region_order,
+)
+from apps.traffic.thresholds import region_chain
 
 DISTANCES = {("a", "b"): 10.0, ("a", "c"): 50.0, ("b", "c"): 40.0}
 
@@ -16,89 +26,41 @@ def cap(region: str, capacity_rps: float | None, *, scaler: float = 1.0) -> Regi
     return RegionCapacity(region, 1, capacity_rps, scaler)
 
 
-def test_each_node_gets_its_share_of_every_region_and_the_last_step_takes_the_rest() -> None:
-    """A: 100 req/s, B: 300 req/s; 2 nodes in A and 3 in B may all send to both -> 100/5, 300/5."""
-    pool = [cap("a", 100), cap("b", 300)]
-    nodes = {"a": 2, "b": 3}
-    assert node_chain(pool, "a", DISTANCES, WATERFALL, nodes) == [("a", 20), ("b", None)]
-    assert node_chain(pool, "b", DISTANCES, WATERFALL, nodes) == [("b", 60), ("a", None)]
+def chain(pool: list[RegionCapacity], region: str, policy: Policy = WATERFALL) -> list[str]:
+    return region_chain(region, capacity_by_region(pool), DISTANCES, policy)
 
 
-def test_shed_keeps_a_limit_on_the_last_step() -> None:
-    pool = [cap("a", 100), cap("b", 300)]
-    chain = node_chain(pool, "a", DISTANCES, WATERFALL, {"a": 2, "b": 3}, overload="shed")
-    assert chain == [("a", 20), ("b", 60)]
-
-
-def test_chain_runs_nearest_first() -> None:
+def test_chain_runs_nearest_first_from_each_region() -> None:
     pool = [cap("c", 100), cap("b", 100), cap("a", 100)]
-    chain = node_chain(pool, "a", DISTANCES, WATERFALL, {"a": 1}, overload="shed")
-    assert [region for region, _ in chain] == ["a", "b", "c"]
-
-
-def test_pool_region_without_a_fleet_is_shared_only_by_the_nodes_that_overflow_into_it() -> None:
-    """C has the pool but no HAProxy nodes: A's 4 nodes are the only senders to C."""
-    pool = [cap("a", 40), cap("c", 200)]
-    assert node_chain(pool, "a", DISTANCES, WATERFALL, {"a": 4}, overload="shed") == [("a", 10), ("c", 50)]
+    assert chain(pool, "a") == ["a", "b", "c"]
+    assert chain(pool, "c") == ["c", "b", "a"]
+    assert chain(pool, "a", SPRAY_TO_WORLD) == ["a", "b", "c"]  # the spray policies walk the same chain
 
 
 def test_drained_and_dead_regions_are_skipped() -> None:
     pool = [cap("a", 100), cap("b", 100, scaler=0.0), RegionCapacity("c", 0, 50.0, 1.0)]
-    assert node_chain(pool, "a", DISTANCES, WATERFALL, {"a": 1, "b": 1}) == [("a", None)]
+    assert chain(pool, "a") == ["a"]
     # A node in a drained region starts its chain at the nearest region that has capacity.
-    assert node_chain(pool, "b", DISTANCES, WATERFALL, {"a": 1, "b": 1}) == [("a", None)]
+    assert chain(pool, "b") == ["a"]
 
 
 def test_no_capacity_anywhere_gives_an_empty_chain() -> None:
-    pool = [cap("a", 0), cap("b", 100, scaler=0.0)]
-    assert node_chain(pool, "a", DISTANCES, WATERFALL, {"a": 1}) == []
+    assert chain([cap("a", 0), cap("b", 100, scaler=0.0)], "a") == []
 
 
-def test_unlimited_region_has_no_limit_and_ends_the_chain() -> None:
-    pool = [cap("a", 100), cap("b", None), cap("c", 100)]
-    assert node_chain(pool, "a", DISTANCES, WATERFALL, {"a": 2}, overload="shed") == [("a", 50), ("b", None)]
+def test_an_unlimited_region_ends_the_chain() -> None:
+    assert chain([cap("a", 100), cap("b", None), cap("c", 100)], "a") == ["a", "b"]
 
 
 def test_isolation_is_a_single_step_without_fallback() -> None:
-    pool = [cap("a", 100), cap("b", 300)]
-    nodes = {"a": 2, "b": 3}
-    assert node_chain(pool, "a", DISTANCES, ISOLATION, nodes) == [("a", None)]
-    # Under isolation only A's own 2 nodes send to A.
-    assert node_chain(pool, "a", DISTANCES, ISOLATION, nodes, overload="shed") == [("a", 50)]
-    assert node_chain([cap("a", 0), cap("b", 300)], "a", DISTANCES, ISOLATION, nodes) == []
+    assert chain([cap("a", 100), cap("b", 300)], "a", ISOLATION) == ["a"]
+    assert chain([cap("a", 0), cap("b", 300)], "a", ISOLATION) == []
 
 
-def test_share_is_rounded_down_so_the_shares_never_add_up_past_capacity() -> None:
-    pool = [cap("a", 100), cap("b", 1000)]
-    chain = node_chain(pool, "a", DISTANCES, WATERFALL, {"a": 3}, overload="shed")
-    assert chain == [("a", 33), ("b", 333)]
-
-
-def test_float_noise_in_capacity_does_not_lose_a_request_per_second() -> None:
-    """10 members x 7 req/s x 0.7 is 48.99999999999999 in floating point; the node gets 49."""
-    pool = [RegionCapacity("a", 10, 7.0, 0.7)]
-    assert node_chain(pool, "a", DISTANCES, WATERFALL, {"a": 1}, overload="shed") == [("a", 49)]
-
-
-def test_step_whose_share_rounds_to_zero_is_left_out() -> None:
-    """5 req/s shared by 10 nodes is 0 per node: `be_sess_rate lt 0` would never match."""
-    pool = [cap("a", 5), cap("b", 1000)]
-    assert node_chain(pool, "a", DISTANCES, WATERFALL, {"a": 10}, overload="shed") == [("b", 100)]
-
-
-def test_asking_node_must_be_counted_in_its_region() -> None:
+def test_an_unknown_policy_is_refused() -> None:
     with pytest.raises(PlanInputError) as err:
-        node_chain([cap("a", 10)], "a", DISTANCES, WATERFALL, {"b": 3})
-    assert err.value.code == "unknown_fleet_region"
-
-
-def test_unknown_policy_or_overload_mode_is_refused() -> None:
-    with pytest.raises(PlanInputError) as err:
-        node_chain([cap("a", 10)], "a", DISTANCES, "spray", {"a": 1})  # type: ignore[arg-type]
+        chain([cap("a", 10)], "a", "spray")  # type: ignore[arg-type]
     assert err.value.code == "invalid_policy"
-    with pytest.raises(PlanInputError) as err:
-        node_chain([cap("a", 10)], "a", DISTANCES, WATERFALL, {"a": 1}, overload="drop")  # type: ignore[arg-type]
-    assert err.value.code == "invalid_overload"
 
 
 # --- properties -------------------------------------------------------------------------
@@ -127,33 +89,20 @@ def fleets(draw: st.DrawFn) -> Fleet:
 
 @settings(max_examples=300, deadline=None)
 @given(fleets(), st.sampled_from([WATERFALL, ISOLATION]))
-def test_all_nodes_at_their_limits_never_exceed_a_regions_capacity(fleet: Fleet, policy: Policy) -> None:
-    pool, distances, nodes = fleet
-    capacity = {c.region: c.capacity for c in pool}
-    sent = dict.fromkeys(capacity, 0.0)
-    for region, count in nodes.items():
-        if count == 0:
-            continue
-        for target, limit in node_chain(pool, region, distances, policy, nodes, overload="shed"):
-            sent[target] += count * (float("inf") if limit is None else limit)
-    for region, total in sent.items():
-        assert total <= capacity[region] * (1 + 1e-9), region
-
-
-@settings(max_examples=300, deadline=None)
-@given(fleets(), st.sampled_from([WATERFALL, ISOLATION]))
 def test_chain_is_nearest_first_over_regions_with_capacity(fleet: Fleet, policy: Policy) -> None:
     pool, distances, nodes = fleet
-    capacity = {c.region: c.capacity for c in pool}
+    capacity = capacity_by_region(pool)
     for region, count in nodes.items():
         if count == 0:
             continue
-        chain = node_chain(pool, region, distances, policy, nodes)
-        regions = [target for target, _ in chain]
+        regions = region_chain(region, capacity, distances, policy)
         assert all(capacity[target] > 0 for target in regions)
         order = region_order(region, capacity, distances)
         assert regions == sorted(regions, key=order.index)
-        if chain:
-            assert chain[-1][1] is None
+        assert all(capacity[target] != float("inf") for target in regions[:-1])  # unlimited ends it
+        if policy == WATERFALL:  # every region with capacity up to the first unlimited one
+            reachable = [r for r in order if capacity.get(r, 0) > 0]
+            cut = next((i for i, r in enumerate(reachable) if capacity[r] == float("inf")), len(reachable) - 1)
+            assert regions == reachable[:cut + 1]
         if policy == ISOLATION:
             assert regions in ([], [region])
