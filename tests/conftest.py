@@ -8,35 +8,17 @@ otto: admin of the operator org `ops` (sees everything).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 import pytest
 from rest_framework.test import APIClient
 
 from apps.accounts.models import Organization, Role
-from apps.accounts.services import token_create
 from tests import deps
-from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
+from tests.factories import OrganizationFactory
+from tests.personas import Persona, persona
 
-
-@dataclass
-class Persona:
-    user: object
-    org: Organization
-    role: str
-    client: APIClient
-    token: str
-
-
-def _persona(username: str, org: Organization, role: str) -> Persona:
-    user = UserFactory(username=username)
-    MembershipFactory(user=user, org=org, role=role)
-    scopes = ["read", "write", "deploy"]
-    secret = token_create(org=org, name=f"{username}-token", scopes=scopes, user=user).secret
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
-    return Persona(user=user, org=org, role=role, client=client, token=secret)
-
+# Fixtures any test may ask for by name, wherever it lives (a test module imports helpers, never fixtures).
+pytest_plugins = ["tests.haproxykit"]
 
 @pytest.fixture
 def acme(db) -> Organization:
@@ -55,27 +37,27 @@ def ops(db) -> Organization:
 
 @pytest.fixture
 def alice(acme) -> Persona:
-    return _persona("alice", acme, Role.OWNER)
+    return persona("alice", acme, Role.OWNER)
 
 
 @pytest.fixture
 def bob(acme) -> Persona:
-    return _persona("bob", acme, Role.EDITOR)
+    return persona("bob", acme, Role.EDITOR)
 
 
 @pytest.fixture
 def vera(acme) -> Persona:
-    return _persona("vera", acme, Role.VIEWER)
+    return persona("vera", acme, Role.VIEWER)
 
 
 @pytest.fixture
 def charlie(globex) -> Persona:
-    return _persona("charlie", globex, Role.ADMIN)
+    return persona("charlie", globex, Role.ADMIN)
 
 
 @pytest.fixture
 def otto(ops) -> Persona:
-    return _persona("otto", ops, Role.ADMIN)
+    return persona("otto", ops, Role.ADMIN)
 
 
 @pytest.fixture

@@ -24,7 +24,6 @@ import pytest
 from apps.core import ports
 from apps.fleets import demo
 from tests import readme
-from tests.fleets.conftest import demo_fleet_addresses, haproxy_bin  # noqa: F401  (fixtures)
 from tests.netutil import http_get, pick_free_port
 from tests.processes import REPO
 
@@ -58,7 +57,7 @@ def _wait_for(path: Path, pattern: re.Pattern[str], proc: subprocess.Popen, time
     raise AssertionError(f"no {pattern.pattern!r} within {timeout_s:.0f} s:\n{path.read_text()}")
 
 
-def test_make_run_as_shown_serves_the_demo_fleet_and_refuses_a_second_run(haproxy_bin, demo_fleet_addresses,  # noqa: F811
+def test_make_run_as_shown_serves_the_demo_fleet_and_refuses_a_second_run(haproxy_bin, demo_fleet_addresses,
                                                                           tmp_path) -> None:
     addresses = demo.demo_addresses()
     env = _env(tmp_path / "var")

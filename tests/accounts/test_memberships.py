@@ -9,8 +9,8 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from apps.accounts.models import Invitation, Membership, Role
-from tests.conftest import _persona
 from tests.factories import MembershipFactory, UserFactory
+from tests.personas import persona as new_persona
 
 URL = "/api/v1/memberships/"
 
@@ -30,7 +30,7 @@ def _join(persona_or_user, invitation_id: int, answer: str = "accept"):
 def test_admins_invite_and_the_invited_join_only_by_accepting(acme, globex, alice, bob, charlie):
     dana = UserFactory(username="dana")
     MembershipFactory(user=dana, org=globex, role=Role.VIEWER)  # dana signs in to globex today
-    adam = _persona("adam", acme, Role.ADMIN)
+    adam = new_persona("adam", acme, Role.ADMIN)
     invited = adam.client.post(INVITES, {"username": "dana", "role": "editor"}, format="json")
     assert invited.status_code == 201, invited.content
     assert not Membership.objects.filter(user=dana, org=acme).exists()  # nothing without her consent
@@ -42,7 +42,7 @@ def test_admins_invite_and_the_invited_join_only_by_accepting(acme, globex, alic
     # Someone else cannot accept it for her, through the page or the API; she can, through either.
     assert _join(charlie, invited.json()["id"]).status_code == 404
     assert charlie.client.post(f"{INVITES}{invited.json()['id']}/accept/").status_code == 404
-    dana_api = _persona("dana2", globex, Role.VIEWER).client  # a token of another person: not hers
+    dana_api = new_persona("dana2", globex, Role.VIEWER).client  # a token of another person: not hers
     assert dana_api.post(f"{INVITES}{invited.json()['id']}/accept/").status_code == 404
     joined = _join(dana, invited.json()["id"])
     assert joined.status_code == 302 and joined["Location"] == "/", joined.content

@@ -17,17 +17,13 @@ from dataclasses import dataclass, field
 import pytest
 from django.db.models import F
 
-from apps.accounts.principal import Principal
-from apps.balancers.models import HostnameClaim, Listener, LoadBalancer, Member, Pool, PoolRegion, Region
+from apps.balancers.models import Listener, LoadBalancer, Member, Pool, PoolRegion, Region
 from apps.fleets import services as fleet_services
 from apps.fleets.demo.localnodes import start_local_node, stop_local_node
 from apps.fleets.models import Fleet, Node
+from tests.acme.acmekit import EU_NODES, US_NODES
 from tests.acme.pebblekit import Pebble
-from tests.fleets.conftest import tiny_backend  # noqa: F401 -- the fixture, shared with the fleet tests
 from tests.netutil import free_port_on
-
-US_NODES = ["127.18.1.1", "127.18.1.2"]
-EU_NODES = ["127.18.2.1"]
 
 
 @dataclass
@@ -86,7 +82,7 @@ class TwoRegions:
 
 
 @pytest.fixture
-def two_regions(ops, ports: Ports, tiny_backend) -> Iterator[TwoRegions]:  # noqa: F811 (the imported fixture)
+def two_regions(ops, ports: Ports, tiny_backend) -> Iterator[TwoRegions]:
     backend = tiny_backend("web")
     us = Region.objects.create(slug="us-east", name="US East")
     eu = Region.objects.create(slug="eu-west", name="EU West")
@@ -115,11 +111,3 @@ def two_regions(ops, ports: Ports, tiny_backend) -> Iterator[TwoRegions]:  # noq
             with contextlib.suppress(Exception):
                 stop_local_node(proc)
         shutil.rmtree(base, ignore_errors=True)
-
-
-def approve(org, hostname: str) -> HostnameClaim:
-    return HostnameClaim.objects.create(org=org, hostname=hostname, status=HostnameClaim.Status.APPROVED)
-
-
-def principal_of(persona) -> Principal:
-    return Principal(org=persona.org, role=persona.role, user_id=persona.user.pk)

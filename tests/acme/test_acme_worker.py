@@ -18,7 +18,7 @@ from apps.fleets.node.apply import pem_serial
 from apps.scheduling import services as scheduling
 from apps.scheduling.models import Job, JobRun
 from controlplane.celery import app as celery_app
-from tests.acme.conftest import EU_NODES, US_NODES, approve, principal_of
+from tests.acme.acmekit import EU_NODES, US_NODES, approve, principal_of
 from tests.fleets.fleetkit import self_signed
 from tests.netutil import free_port_on
 from tests.waiting import wait_for

@@ -7,9 +7,8 @@ from django.utils import timezone
 
 from apps.acme.models import ManagedCertificate
 from apps.audit.models import AuditEvent
+from tests.acme.acmekit import approve
 from tests.api_contract import TenancyContract
-
-from .conftest import approve
 
 
 class TestManagedCertificates(TenancyContract):

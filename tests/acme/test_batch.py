@@ -9,7 +9,7 @@ from apps.acme.deploy import handshake_serial
 from apps.fleets.config.revisions import CERTIFICATES_ONLY_NOTE
 from apps.fleets.models import Certificate, ConfigRevision, Rollout
 from apps.fleets.node.apply import pem_serial
-from tests.acme.conftest import EU_NODES, US_NODES, approve, principal_of
+from tests.acme.acmekit import EU_NODES, US_NODES, approve, principal_of
 from tests.netutil import free_port_on
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]

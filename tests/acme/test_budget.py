@@ -8,7 +8,7 @@ from django.test import Client
 from apps.acme import services
 from apps.acme.budget import registered_domain
 from apps.acme.models import AcmeOrder
-from tests.acme.conftest import approve, principal_of
+from tests.acme.acmekit import approve, principal_of
 
 pytestmark = pytest.mark.django_db
 

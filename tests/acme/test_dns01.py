@@ -13,10 +13,9 @@ from cryptography import x509
 from apps.acme import services
 from apps.acme.models import ManagedCertificate
 from apps.fleets.models import Certificate
+from tests.acme.acmekit import approve, principal_of
 from tests.acme.pebblekit import Knot, Pebble
 from tests.netutil import pick_free_port
-
-from .conftest import approve, principal_of
 
 pytestmark = [pytest.mark.django_db]
 

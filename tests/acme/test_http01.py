@@ -16,9 +16,8 @@ from apps.core.errors import DomainError
 from apps.fleets.models import Certificate
 from apps.fleets.node.apply import pem_serial
 from apps.fleets.node.runtime_api import HAProxySocket
+from tests.acme.acmekit import EU_NODES, approve, principal_of
 from tests.netutil import http_get
-
-from .conftest import EU_NODES, approve, principal_of
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
 

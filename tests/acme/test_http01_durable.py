@@ -16,9 +16,8 @@ from apps.fleets.config.render.frontends import ACME_CHALLENGE_MAP
 from apps.fleets.demo.localnodes import start_local_node, stop_local_node
 from apps.fleets.models import ChallengeAnswer, Node
 from apps.fleets.node.runtime_api import HAProxySocket
+from tests.acme.acmekit import EU_NODES, US_NODES, approve, principal_of
 from tests.netutil import free_port_on, http_get
-
-from .conftest import EU_NODES, US_NODES, approve, principal_of
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
 

@@ -17,7 +17,6 @@ from apps.fleets.demo.localnodes import start_local_node
 from apps.fleets.models import Fleet, Node
 from apps.fleets.node.process import stop_master
 from apps.fleets.node.runtime_api import HAProxySocket, parse_servers_state
-from tests.fleets.conftest import haproxy_bin, tiny_backend  # noqa: F401 (fixtures)
 from tests.fleets.fleetkit import add_pool, make_local_fleet, reconcile
 from tests.netutil import free_port_on
 
@@ -25,7 +24,7 @@ pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
 
 
 def test_a_revert_reaches_both_regions_and_keeps_a_drain_made_since(
-        haproxy_bin, tiny_backend, otto, django_capture_on_commit_callbacks):  # noqa: F811 (fixtures imported above)
+        haproxy_bin, tiny_backend, otto, django_capture_on_commit_callbacks):
     old, other, new = tiny_backend("old"), tiny_backend("old2"), tiny_backend("new")
     us = make_local_fleet(name="rv", subnet=84, node_count=1, backend_address=(old.address, old.port))
     eu_proc = None

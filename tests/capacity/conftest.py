@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pytest
 
 from apps.balancers.models import IpPool, Listener, LoadBalancer, Member, Pool, PoolRegion, Region, StaticIP
-from apps.capacity.models import CapacityRun, TargetAllowlist
+from apps.capacity.models import TargetAllowlist
 from tests import deps
 from tests.factories import (
     HostnameClaimFactory,
@@ -22,10 +22,8 @@ from tests.factories import (
     PoolRegionFactory,
     RegionFactory,
 )
-from tests.fleets.conftest import free_port, haproxy_bin, haproxy_node, tiny_backend  # noqa: F401 (fixtures)
 from tests.processes import process_env, reap_leaving, start_python, stop_processes
 from tests.traffic.conftest import two_regions  # noqa: F401 (the drills' 2 x 2 fleet)
-from tests.waiting import wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -71,24 +69,6 @@ def world(acme, globex, ops) -> World:
     TargetAllowlist.objects.create(cidr="127.0.0.0/8", ports="1024-65535", note="tests send load to loopback only")
     return World(us=us, acme_lb=acme_lb, edge=edge, globex_lb=globex_lb, pool=pool, pool_region=pool_region,
                  vip=vip)
-
-
-def wait_for_run(run_id: int, timeout_s: float = 30.0) -> CapacityRun:
-    def finished() -> CapacityRun | None:
-        run = CapacityRun.objects.get(pk=run_id)
-        done = not run.is_active and run.finished_at is not None and run.shards_done >= run.shards_total
-        never_started = not run.is_active and run.plan is None
-        return run if done or never_started else None
-
-    return wait_until(finished, timeout_s, 0.1, what=f"capacity run {run_id} finished")
-
-
-def stalled_not_queued(step, median_below_ms: float) -> bool:
-    """A step (the engine's or a stored one) that missed its p99 to a stall of this shared machine, not to a queue:
-    served in full, without errors, its median within twice `median_below_ms` (the steps below it, or the server's
-    service time). A target past its capacity moves the median too: requests queue."""
-    return (step.achieved_rate >= 0.95 * step.offered_rate and step.error_count == 0
-            and step.p50_ms <= 2 * median_below_ms)
 
 
 @pytest.fixture(scope="module")

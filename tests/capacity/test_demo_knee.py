@@ -27,8 +27,7 @@ from apps.fleets.node.runtime_api import HAProxySocket
 from apps.fleets.node.showstat import parse_show_stat
 from apps.traffic.selectors import pool_capacities
 from tests.browser import login, shot
-from tests.capacity.conftest import stalled_not_queued, wait_for_run
-from tests.fleets.conftest import demo_fleet_addresses, haproxy_bin  # noqa: F401 (fixtures)
+from tests.capacity.capacitykit import stalled_not_queued, wait_for_run
 from tests.netutil import http_get
 from tests.waiting import wait_for
 
@@ -88,7 +87,7 @@ def _steps(run: CapacityRun) -> list[str]:
 
 
 def test_the_demo_edge_knee_test_measures_us_east_of_the_demo_fleet_through_a_worker(
-        haproxy_bin, demo_fleet_addresses, celery_worker_factory, settings, tmp_path, page) -> None:  # noqa: F811
+        haproxy_bin, demo_fleet_addresses, celery_worker_factory, settings, tmp_path, page) -> None:
     """GIVEN `make run`'s demo (loaddemo, the demo fleet started, a worker with 2 slots)
     WHEN acme's `edge-knee` test runs
     THEN it aims where a us-east node listens (not the listener's static IP, where nothing listens);

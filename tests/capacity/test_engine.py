@@ -30,7 +30,7 @@ from apps.capacity.engine import (
 from apps.capacity.engine.plan import arrival_offset_s, count_arrivals
 from apps.capacity.engine.results import new_histogram
 from apps.capacity.knee import KneeResult, find_knee, summarize
-from tests.capacity.conftest import stalled_not_queued
+from tests.capacity.capacitykit import stalled_not_queued
 
 from .servers import ServerProcess, closed_port
 

@@ -14,15 +14,14 @@ import pytest
 from apps.balancers.models import RouteTarget
 from apps.capacity.models import CapacityRun, CapacityTest, TargetAllowlist
 from apps.capacity.services import capacity_run_start
-from tests.capacity.conftest import wait_for_run
-from tests.fleets.conftest import haproxy_bin, tiny_backend  # noqa: F401 (fixtures)
+from tests.capacity.capacitykit import wait_for_run
 from tests.fleets.fleetkit import add_pool, add_route, make_local_fleet, reconcile
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db(transaction=True)]
 
 
 def test_the_recommendation_counts_only_what_the_pools_members_served(
-        haproxy_bin, tiny_backend, celery_worker_factory):  # noqa: F811 (fixtures imported above)
+        haproxy_bin, tiny_backend, celery_worker_factory):
     mine, canary = tiny_backend("mine"), tiny_backend("canary")
     local = make_local_fleet(name="share", subnet=88, node_count=1, backend_address=(mine.address, mine.port))
     try:

@@ -12,7 +12,7 @@ from apps.capacity.engine import decode_histogram
 from apps.capacity.models import CapacityRun, CapacityShard, StepResult
 from apps.events import types
 from apps.events.models import Event
-from tests.capacity.conftest import wait_for_run
+from tests.capacity.capacitykit import wait_for_run
 from tests.capacity.servers import ServerProcess
 from tests.waiting import wait_until
 

@@ -12,7 +12,7 @@ from apps.audit.models import AuditEvent
 from apps.cloud import selectors, services
 from apps.cloud.models import CloudApply
 from deploy.model import CloudRoute, RouteTarget
-from tests.cloud.conftest import demo_aws_lb, demo_gcp_lb, resources
+from tests.cloud.cloudkit import demo_aws_lb, demo_gcp_lb, resources
 from tests.cloud.dbdemo import build_db_lb, normalized
 
 pytestmark = pytest.mark.django_db

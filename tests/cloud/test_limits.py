@@ -12,7 +12,7 @@ import pytest
 
 from deploy.limits import LimitViolation, check_limits, gcp_url_map_bytes
 from deploy.model import CloudMember, CloudPoolRegion, CloudRoute, RouteTarget
-from tests.cloud.conftest import demo_aws_lb, demo_gcp_lb
+from tests.cloud.cloudkit import demo_aws_lb, demo_gcp_lb
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -239,7 +239,7 @@ import json, sys
 from deploy.synth import synthesize
 from deploy.limits import LimitError
 from tests.cloud.test_limits import _routes
-from tests.cloud.conftest import demo_aws_lb
+from tests.cloud.cloudkit import demo_aws_lb
 try:
     synthesize(demo_aws_lb(routes=_routes(131)), {str(tmp_path / 'out')!r})
 except LimitError as exc:

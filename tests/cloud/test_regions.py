@@ -12,7 +12,7 @@ from apps.cloud import selectors, services
 from apps.cloud.models import CloudApply
 from apps.cloud.regions import UnmappedRegion, complete_region_map
 from deploy.model import CloudLB
-from tests.cloud.conftest import demo_aws_lb, demo_gcp_lb
+from tests.cloud.cloudkit import demo_aws_lb, demo_gcp_lb
 from tests.cloud.dbdemo import build_db_lb
 
 SLUGS = {"us-central1": "us-central", "europe-west1": "eu-west", "us-east-1": "us-east", "eu-west-1": "eu-west"}

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from deploy.model import CloudLB
-from tests.cloud.conftest import ROUTES, demo_aws_lb, deref, resources
+from tests.cloud.cloudkit import ROUTES, demo_aws_lb, deref, resources
 
 REGIONS = ("us-east-1", "eu-west-1")
 SHORT = {"us-east-1": "use1", "eu-west-1": "euw1"}

@@ -15,7 +15,7 @@ import pytest
 
 from deploy.mapping import gcp_host_groups, host_covers
 from deploy.model import CloudRoute, RouteTarget
-from tests.cloud.conftest import ROUTES, demo_gcp_lb, deref, resources
+from tests.cloud.cloudkit import ROUTES, demo_gcp_lb, deref, resources
 
 
 @pytest.fixture(scope="module")

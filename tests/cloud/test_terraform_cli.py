@@ -13,7 +13,7 @@ from django.test import Client
 
 from apps.cloud import services, tasks, terraform_cli
 from apps.cloud.models import CloudApply
-from tests.cloud.conftest import demo_gcp_lb
+from tests.cloud.cloudkit import demo_gcp_lb
 from tests.cloud.dbdemo import build_db_lb
 
 pytestmark = pytest.mark.django_db

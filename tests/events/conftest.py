@@ -10,11 +10,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from apps.core import crypto
-from apps.events.models import Subscription
-
-SECRET = "s3cret-signing-key-0123"
-
 
 @dataclass
 class Received:
@@ -67,8 +62,3 @@ def receiver() -> Iterator[Receiver]:
 def loopback_allowed(settings):
     # Tenants may only reach public addresses unless the deployment lists a network; the receiver is on loopback.
     settings.SCHEDULING_TENANT_URL_ALLOW_CIDRS = ["127.0.0.0/8"]
-
-
-def subscribe(org, url: str, **extra) -> Subscription:
-    return Subscription.objects.create(org=org, name=extra.pop("name", "hook"), url=url,
-                                       secret_encrypted=crypto.encrypt(SECRET), **extra)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from apps.events.models import Delivery, Event
 from apps.events.services import event_emit
 from tests.api_contract import TenancyContract
-from tests.events.conftest import SECRET, subscribe
+from tests.events.eventkit import SECRET, subscribe
 
 
 class TestEvents(TenancyContract):

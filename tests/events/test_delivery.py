@@ -11,7 +11,7 @@ from apps.core import webhooks
 from apps.events import services, types
 from apps.events.models import Delivery, Event
 from apps.events.services import event_emit
-from tests.events.conftest import SECRET, subscribe
+from tests.events.eventkit import SECRET, subscribe
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,7 @@ from django.db import transaction
 from apps.events.models import Delivery
 from apps.events.services import event_emit
 from tests.core.test_outbound import Trickle
-from tests.events.conftest import subscribe
+from tests.events.eventkit import subscribe
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 

@@ -7,7 +7,7 @@ from django.test import Client
 
 from apps.events import services
 from apps.events.models import Delivery, Subscription
-from tests.events.conftest import SECRET
+from tests.events.eventkit import SECRET
 
 pytestmark = pytest.mark.django_db
 

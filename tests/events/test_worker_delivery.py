@@ -11,7 +11,7 @@ from django.db import transaction
 from apps.events import types
 from apps.events.models import Delivery
 from apps.events.services import event_emit
-from tests.events.conftest import subscribe
+from tests.events.eventkit import subscribe
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -25,9 +25,7 @@ from apps.fleets.models import Fleet, Node
 from tests.netutil import free_port_on, http_get
 
 if TYPE_CHECKING:
-    from tests.fleets.conftest import TinyBackend
-
-
+    from tests.haproxykit import TinyBackend
 @dataclass
 class LocalFleet:
     fleet: Fleet

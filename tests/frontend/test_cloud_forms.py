@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from apps.balancers.models import LoadBalancer, Region
 from apps.cloud.models import CloudApply, CloudTarget
-from tests.cloud.conftest import demo_aws_lb, demo_gcp_lb
+from tests.cloud.cloudkit import demo_aws_lb, demo_gcp_lb
 from tests.cloud.dbdemo import build_db_lb
 from tests.frontend.test_service_forms_ops import HTMX, web
 

@@ -10,7 +10,6 @@ from apps.accounts.models import Organization
 from apps.balancers.demo import DEMO_PASSWORDS
 from apps.balancers.models import Member, Pool, PoolRegion
 from tests.browser import login, shot
-from tests.fleets.conftest import tiny_backend  # noqa: F401  (fixture)
 from tests.frontend.test_workspace_browser import NODES, ROLLOUT_TIMEOUT_MS, demo_fleet, through_node  # noqa: F401
 from tests.waiting import wait_for
 

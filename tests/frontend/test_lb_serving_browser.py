@@ -17,7 +17,6 @@ from apps.fleets.demo.localnodes import start_local_node
 from apps.fleets.models import Fleet, Node
 from apps.fleets.node.process import stop_master
 from tests.browser import login, shot
-from tests.fleets.conftest import haproxy_bin, tiny_backend  # noqa: F401 (fixtures)
 from tests.fleets.fleetkit import make_local_fleet, reconcile
 
 pytestmark = [pytest.mark.browser, pytest.mark.haproxy, pytest.mark.django_db(transaction=True)]
@@ -33,7 +32,7 @@ def _refused(address: str, port: int) -> bool:
 
 
 def test_the_operator_serves_an_lb_from_a_second_region_and_it_answers_there(
-        page, haproxy_bin, tiny_backend, celery_worker_factory):  # noqa: F811 (fixtures imported above)
+        page, haproxy_bin, tiny_backend, celery_worker_factory):
     us_backend, eu_backend = tiny_backend("us-member"), tiny_backend("eu-member")
     us = make_local_fleet(name="two", subnet=86, node_count=1, backend_address=(us_backend.address, us_backend.port))
     eu_proc = None

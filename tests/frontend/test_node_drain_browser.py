@@ -14,7 +14,6 @@ from apps.accounts.models import Organization, Role
 from apps.accounts.services import user_create_with_membership
 from apps.fleets.models import Node
 from tests.browser import login, shot
-from tests.fleets.conftest import haproxy_bin, tiny_backend  # noqa: F401 (fixtures)
 from tests.fleets.test_node_drain import _get, _served, _statuses, _workers, healthy_pair, pair, upstream  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.haproxy, pytest.mark.django_db(transaction=True)]

@@ -22,7 +22,6 @@ from apps.fleets.demo.localnodes import start_local_node
 from apps.fleets.models import Fleet, Node
 from apps.fleets.node.process import stop_master
 from tests.browser import login, shot
-from tests.fleets.conftest import haproxy_bin, tiny_backend  # noqa: F401 (fixtures)
 from tests.fleets.fleetkit import add_pool, make_local_fleet, reconcile
 
 pytestmark = [pytest.mark.browser, pytest.mark.haproxy, pytest.mark.django_db(transaction=True)]
@@ -43,7 +42,7 @@ def _operator(page, celery_worker_factory, name: str) -> None:
 
 
 def test_the_operator_reverts_a_route_change_on_both_regions_and_the_drain_since_stays(
-        page, haproxy_bin, tiny_backend, celery_worker_factory, otto):  # noqa: F811 (fixtures imported above)
+        page, haproxy_bin, tiny_backend, celery_worker_factory, otto):
     old, other, new = tiny_backend("old"), tiny_backend("old2"), tiny_backend("new")
     us = make_local_fleet(name="rvb", subnet=89, node_count=1, backend_address=(old.address, old.port))
     eu_proc = None
@@ -90,7 +89,7 @@ def test_the_operator_reverts_a_route_change_on_both_regions_and_the_drain_since
 
 
 def test_a_job_made_with_pickers_drains_a_member_and_the_nodes_send_its_traffic_elsewhere(
-        page, haproxy_bin, tiny_backend, celery_worker_factory):  # noqa: F811 (fixtures imported above)
+        page, haproxy_bin, tiny_backend, celery_worker_factory):
     first, second = tiny_backend("first"), tiny_backend("second")
     local = make_local_fleet(name="jobd", subnet=91, node_count=1, backend_address=(first.address, first.port))
     try:

@@ -18,7 +18,6 @@ from apps.fleets.models import Node
 from apps.fleets.node.process import stop_master
 from tests import deps
 from tests.browser import login, shot
-from tests.fleets.conftest import tiny_backend  # noqa: F401  (fixture)
 from tests.netutil import http_get
 from tests.waiting import wait_for
 
@@ -32,7 +31,7 @@ def _fill(page, **values: str) -> None:
 
 
 def test_operator_builds_an_lb_from_nothing_and_it_serves(page, settings, celery_worker_factory,
-                                                          tiny_backend):  # noqa: F811
+                                                          tiny_backend):
     if shutil.which(settings.HAPROXY_BIN) is None:
         deps.missing("haproxy is not installed (apt-get install haproxy)")
     ops = Organization.objects.create(slug="ops", name="Ops", kind=Organization.Kind.OPERATOR)

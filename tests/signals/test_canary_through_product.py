@@ -16,7 +16,6 @@ from apps.fleets import queries
 from apps.fleets.models import Fleet, Node, NodeResult, Rollout
 from apps.fleets.node.outside_rollout import read_state
 from tests.browser import login, shot
-from tests.fleets.conftest import haproxy_bin  # noqa: F401 (fixture)
 from tests.fleets.fleetkit import LocalFleet, make_local_fleet, reconcile
 from tests.processes import process_env, start_python, stop_process
 from tests.signals.test_signals_through_product import _addr, _backend, _free_udp_port
@@ -55,7 +54,7 @@ def _frontend_5xx(local: LocalFleet, node: Node) -> int:
 
 
 def test_a_canary_whose_5xx_rise_is_rolled_back_by_itself_before_any_other_node_sees_it(
-        haproxy_bin, tmp_path, celery_worker_factory, otto, page, live_server):  # noqa: F811 (fixture imported above)
+        haproxy_bin, tmp_path, celery_worker_factory, otto, page, live_server):
     ok, broken = _backend("ok"), _backend("broken", status=500)
     port = _free_udp_port()
     collector = start_python(["manage.py", "runsignals", "--listen", f"127.0.0.1:{port}"], process_env(),

@@ -20,7 +20,6 @@ from apps.fleets import queries, services
 from apps.fleets.models import Fleet, Rollout
 from apps.fleets.node.outside_rollout import read_state
 from tests.browser import SHOTS, login, shot
-from tests.fleets.conftest import haproxy_bin  # noqa: F401 (fixture)
 from tests.fleets.fleetkit import add_pool, add_route, changed, make_local_fleet
 from tests.processes import process_env, start_python, stop_process
 from tests.waiting import wait_until
@@ -72,7 +71,7 @@ def _addr(server: ThreadingHTTPServer) -> tuple[str, int]:
 
 
 def test_a_failing_route_and_a_slow_member_show_where_they_are_and_nowhere_else(
-        page, haproxy_bin, tmp_path, live_server, celery_worker_factory):  # noqa: F811 (fixture imported above)
+        page, haproxy_bin, tmp_path, live_server, celery_worker_factory):
     ok, fast, slow, broken, hold = (_backend("ok"), _backend("fast"), _backend("slow", delay_s=SLOW_S),
                                     _backend("broken", status=500), _backend("hold", delay_s=3.0))
     port = _free_udp_port()

@@ -8,7 +8,6 @@ import pytest
 
 from apps.balancers.models import LoadBalancer, Pool, Region, RegionDistance
 from tests.factories import LoadBalancerFactory, MemberFactory, PoolFactory, PoolRegionFactory, RegionFactory
-from tests.fleets.conftest import free_port, haproxy_bin, haproxy_node, tiny_backend  # noqa: F401 (fixtures)
 
 
 @dataclass

@@ -39,7 +39,7 @@ from apps.fleets.config.spec import (
     RouteSpec,
     RouteTargetSpec,
 )
-from tests.fleets.conftest import HAProxyNodeFactory
+from tests.haproxykit import HAProxyNodeFactory
 
 RULE_FORM = 1_000_000  # a threshold no test listener reaches: routes as ordered http-request rules
 NODE = NodeSpec(name="n1", runtime_dir="/var/lib/spillway/n1")

@@ -16,7 +16,7 @@ from apps.fleets.node.runtime_api import (
     parse_show_proc,
 )
 from apps.fleets.node.showstat import parse_backends, parse_show_stat
-from tests.fleets.conftest import HAProxyNodeFactory, pool_config
+from tests.haproxykit import HAProxyNodeFactory, pool_config
 from tests.netutil import http_get
 
 pytestmark = pytest.mark.haproxy

@@ -8,7 +8,6 @@ import pytest
 
 from apps.balancers.models import Member
 from apps.fleets.node.transports.base import config_server_addresses, state_without_moved_servers
-from tests.fleets.conftest import haproxy_bin  # noqa: F401 (fixture)
 from tests.fleets.fleetkit import make_local_fleet, reconcile
 from tests.signals.test_signals_through_product import _addr, _backend
 
@@ -43,7 +42,7 @@ def test_a_server_whose_port_or_address_moved_leaves_the_state_file_and_the_othe
     assert kept[:2] == STATE.splitlines()[:2]
 
 
-def test_a_member_moved_to_another_port_is_served_there_after_the_reload(haproxy_bin):  # noqa: F811
+def test_a_member_moved_to_another_port_is_served_there_after_the_reload(haproxy_bin):
     old, new = _backend("old"), _backend("new")
     local = make_local_fleet(name="mv", subnet=95, node_count=1, backend_address=_addr(old))
     try:

@@ -17,7 +17,7 @@ from apps.fleets.node.transports import Transport, local, transport_for
 from apps.fleets.node.transports.base import SPARE_PREFIX, NodeConn
 from apps.fleets.node.transports.digests import recorded_digest
 from apps.fleets.node.transports.local import SPARES_KEPT, LocalTransport, _set_signature
-from tests.fleets.conftest import HAProxyNodeFactory, SimpleBundle, pool_config, standard_global
+from tests.haproxykit import HAProxyNodeFactory, SimpleBundle, pool_config, standard_global
 from tests.netutil import http_get
 
 pytestmark = pytest.mark.haproxy

@@ -20,7 +20,7 @@ from apps.fleets.config.digest import set_digest
 from apps.fleets.node.runtime_api import HAProxySocket
 from apps.fleets.node.transports.base import HostKeyMismatch, NodeConn, TransportError
 from apps.fleets.node.transports.ssh import SshTransport
-from tests.fleets.conftest import HAProxyNodeFactory, SimpleBundle, SshdInfo, standard_global
+from tests.haproxykit import HAProxyNodeFactory, SimpleBundle, SshdInfo, standard_global
 from tests.netutil import http_get
 
 pytestmark = pytest.mark.haproxy

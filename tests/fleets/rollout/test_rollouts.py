@@ -571,7 +571,7 @@ def test_a_weight_and_a_state_change_through_the_api_reach_every_node_without_a_
     from rest_framework.test import APIClient
 
     from apps.accounts.models import Organization, Role
-    from tests.conftest import _persona
+    from tests.personas import persona
 
     second = tiny_backend("old2")
     pool = fleet3.listener.default_pool
@@ -581,7 +581,7 @@ def test_a_weight_and_a_state_change_through_the_api_reach_every_node_without_a_
     workers = running_workers(fleet3)
     ops = Organization.objects.filter(kind="operator").first() or Organization.objects.create(
         slug="ops-x", name="ops", kind="operator")
-    otto: APIClient = _persona("otto-x", ops, Role.ADMIN).client
+    otto: APIClient = persona("otto-x", ops, Role.ADMIN).client
     member = Member.objects.get(pool=pool, name="old-1")
     backend = f"p{pool.pk}_us-east"
 
