@@ -23,7 +23,6 @@ from tests.factories import (
     RegionFactory,
 )
 from tests.processes import process_env, reap_leaving, start_python, stop_processes
-from tests.traffic.conftest import two_regions  # noqa: F401 (the drills' 2 x 2 fleet)
 
 
 @pytest.fixture(autouse=True)

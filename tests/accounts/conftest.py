@@ -1,1 +1,0 @@
-from tests.balancers.conftest import world  # noqa: F401  (the same small world of LBs and pools)
