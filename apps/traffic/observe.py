@@ -17,8 +17,8 @@ falls back to `rate`.
 
 `enforced_plan` predicts what the rendered HAProxy rules do with a given per-node demand (each
 node fills its chain's steps in order up to each step's per-node limit); that is what the fleet
-really serves, and it differs from `overflow.plan` (GCP's global view) by the share rule of
-`thresholds.py`.
+really serves, and it differs from `overflow.plan` (GCP's global view) by the per-node shares of
+`shares.py`.
 """
 
 from __future__ import annotations
@@ -244,8 +244,11 @@ the weights, `shares.absorb_weights`) or answered 503 (`shed`, counted as
             spread = [(given or capacities).get(r, 0.0) for r, _ in steps]
             if any(math.isinf(w) for w in spread) or sum(spread) <= 0:
                 spread = [1.0] * len(steps)
+            total = sum(spread)
             for (step_region, _), weight in zip(steps, spread, strict=True):
-                row[step_region] = row.get(step_region, 0.0) + left * weight / sum(spread)
+                # The share first, then the amount: `left * weight` underflows for a tiny weight (a capacity of
+                # 5e-324 req/s gave 2.0 req/s served out of 1.5 arriving).
+                row[step_region] = row.get(step_region, 0.0) + left * (weight / total)
     served = {origin: {r: v for r, v in sorted(row.items()) if v > 0} for origin, row in sorted(served.items())}
     unserved_all = {origin: unserved.get(origin, 0.0) for origin in sorted(demand)}
     return Plan(policy=policy, served=served, unserved=unserved_all,

@@ -120,6 +120,14 @@ def test_past_a_chain_of_only_limited_steps_absorb_spreads_by_capacity_and_shed_
     assert shed.served["a"] == {"a": 10.0, "b": 15.0} and shed.unserved["a"] == 25.0
 
 
+def test_the_overload_pass_spreads_what_arrives_and_no_more_whatever_the_capacities() -> None:
+    """A chain whose only step is full (limit 0) spreads what arrives over its steps by capacity: with a capacity
+    of 5e-324 req/s, `left * weight` underflowed and 1.5 req/s arriving came out as 2.0 served (found by the
+    property below once it took the product's static chains)."""
+    result = enforced_plan({"n": ("b", 1.5)}, {"n": [("a", 0)]}, {"a": 5e-324, "b": 0.0}, "waterfall")
+    assert result.served["b"] == {"a": 1.5}
+
+
 def test_split_demand_spreads_a_region_over_its_nodes_and_skips_regions_without_nodes() -> None:
     assert split_demand({"a": 30.0, "c": 5.0}, {"a": ["n1", "n2", "n3"]}) == {
         "n1": ("a", 10.0), "n2": ("a", 10.0), "n3": ("a", 10.0)}
