@@ -144,7 +144,6 @@ def _check_route_siblings(route: Route, siblings: list[routing.RouteRow]) -> Non
                            field="path")
 
 
-
 def _describe(principal: Principal, row: routing.RouteRow) -> str:
     """A route named for the caller, or "another tenant's route" when the caller may not see it."""
     if not Route.objects.restrict(principal, "view").filter(pk=row.id).exists():

@@ -28,7 +28,7 @@ from typing import Any
 
 from django.core.exceptions import EmptyResultSet
 from django.db import connections, transaction
-from django.db.models import Field, Model, QuerySet, sql
+from django.db.models import CharField, IntegerField, Model, QuerySet, sql
 from django.db.models.fields.related import ForeignObject
 from django.db.models.lookups import In
 from django.db.models.query import FlatValuesListIterable, ModelIterable, ValuesListIterable, get_related_populators
@@ -269,7 +269,8 @@ class AnyOf(In):
     """`field__any=[values]`: the rows whose field is one of the values, as `field__in`, but on PostgreSQL sent as one
     array parameter (`= ANY(%s::bigint[])`) whatever the list's length, so that a prepared query can take a list of
     ids as one named value (an `__in` list compiles to another SQL text for each length). An empty list matches
-    nothing. Elsewhere (SQLite: `make run`) it is `__in`. Registered on every field (apps.core.apps)."""
+    nothing. Elsewhere (SQLite: `make run`) it is `__in`. Registered on integer and text fields and relations
+(apps.core.apps), not on JSON fields."""
 
     lookup_name = "any"
 
@@ -283,8 +284,9 @@ class AnyOf(In):
 
 
 def register_lookups() -> None:
-    Field.register_lookup(AnyOf)
-    ForeignObject.register_lookup(AnyOf)  # a relation's lookups are its own, not Field's
+    # Not on every Field: on a JSON field `data__any` names the key "any", and would silently mean this instead.
+    for field in (IntegerField, CharField, ForeignObject):  # a relation's lookups are its own, not Field's
+        field.register_lookup(AnyOf)
 
 
 def _rows(compiled: SQLCompiler, sql_text: str, params: tuple[Any, ...]) -> list[tuple]:

@@ -237,3 +237,10 @@ def test_a_json_value_is_a_named_value_too(tokens) -> None:
     assert prepared.all(org_id=org_id, scope="read") == list(with_scope(org_id, "read")) != []
     assert prepared.all(org_id=org_id, scope="write") == [] == list(with_scope(org_id, "write"))
     assert prepared.refused() is (connection.vendor != "postgresql")
+
+
+def test_a_json_key_named_any_is_still_a_key() -> None:
+    """`field__any` is registered on integer and text fields and relations only: on a JSON field `scopes__any` keeps
+    meaning the key "any" (registered on every field, it would silently have become a list test)."""
+    assert "= ANY(" not in str(ApiToken.objects.filter(scopes__any="x").query)
+    assert "= ANY(" in str(ApiToken.objects.filter(org_id__any=[1]).query) or connection.vendor != "postgresql"
