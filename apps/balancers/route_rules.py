@@ -60,7 +60,8 @@ def _peer_rows(route: Route) -> list[tuple[routing.RouteRow, bool, bool, bool]]:
     ancestors, base = routing.related_bases(route.path)
     by_hosts = bool(route.hosts) and connection.vendor == "postgresql"
     line = Q(org_id=route.org_id) & ~Q(hosts=[]) if route.hosts else Q(hosts=[])
-    rows = Route.objects.filter(lb_id=route.lb_id).exclude(pk=route.pk)
+    # One LB's rows: the model's ordering (LB name, priority) would join the LB table to sort by a constant.
+    rows = Route.objects.filter(lb_id=route.lb_id).exclude(pk=route.pk).order_by("priority", "pk")
     if base is not None:
         rows = rows.annotate(base=Func(F("path"), Value("/"), function="rtrim"))
         line &= Q(base__in=ancestors) | Q(base__startswith=base + "/")
