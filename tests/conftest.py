@@ -18,7 +18,7 @@ from tests.factories import OrganizationFactory
 from tests.personas import Persona, persona
 
 # Fixtures any test may ask for by name, wherever it lives (a test module imports helpers, never fixtures).
-pytest_plugins = ["tests.haproxykit", "tests.worlds"]
+pytest_plugins = ["tests.haproxykit", "tests.worlds", "tests.fleets.drainkit"]
 
 @pytest.fixture
 def acme(db) -> Organization:

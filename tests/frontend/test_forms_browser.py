@@ -10,13 +10,13 @@ from apps.accounts.models import Organization
 from apps.balancers.demo import DEMO_PASSWORDS
 from apps.balancers.models import Member, Pool, PoolRegion
 from tests.browser import login, shot
-from tests.frontend.test_workspace_browser import NODES, ROLLOUT_TIMEOUT_MS, demo_fleet, through_node  # noqa: F401
+from tests.frontend.demokit import NODES, ROLLOUT_TIMEOUT_MS, through_node
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_customer_creates_its_own_pool_member_and_route_and_it_is_served(page, demo_fleet, tiny_backend):  # noqa: F811
+def test_customer_creates_its_own_pool_member_and_route_and_it_is_served(page, demo_fleet, tiny_backend):
     lb = demo_fleet
     backend = tiny_backend("shop-backend", address="127.0.26.9")
     # The operator's allowance for acme's private network (a customer may not proxy loopback otherwise).

@@ -14,7 +14,7 @@ from apps.accounts.models import Organization, Role
 from apps.accounts.services import user_create_with_membership
 from apps.fleets.models import Node
 from tests.browser import login, shot
-from tests.fleets.test_node_drain import _get, _served, _statuses, _workers, healthy_pair, pair, upstream  # noqa: F401
+from tests.fleets.drainkit import node_workers, status_of, upstream_served, upstream_statuses
 
 pytestmark = [pytest.mark.browser, pytest.mark.haproxy, pytest.mark.django_db(transaction=True)]
 
@@ -27,14 +27,14 @@ def _until(predicate, timeout_s: float = 20.0) -> None:
 
 
 def test_the_operator_drains_a_node_from_the_fleet_page_and_the_upstream_honours_it(
-        page, healthy_pair, upstream, celery_worker_factory):  # noqa: F811 (fixtures imported above)
+        page, healthy_pair, upstream, celery_worker_factory):
     local = healthy_pair
     url, sock = upstream
     ops = Organization.objects.get(slug="ops")
     user_create_with_membership(username="olga", password="olga-pass-123", org=ops, role=Role.ADMIN)
     celery_worker_factory(name="drain-w1", concurrency=1)
     n1 = Node.objects.get(fleet=local.fleet, name="n1")
-    workers = _workers(local)
+    workers = node_workers(local)
 
     login(page, "olga", "olga-pass-123")
     page.goto(f"/fleets/{local.fleet.pk}/")
@@ -45,17 +45,17 @@ def test_the_operator_drains_a_node_from_the_fleet_page_and_the_upstream_honours
     row.get_by_role("button", name="Drain").click()
     page.locator(f"#node-{n1.pk} .node-service", has_text="drained").wait_for()
     assert asked and asked[0].startswith("Drain n1?"), asked  # the page asks first (data-confirm, no inline JS)
-    _until(lambda: _statuses(sock)["n1"] == "DOWN")  # the worker pushed it; the upstream's check saw 503
+    _until(lambda: upstream_statuses(sock)["n1"] == "DOWN")  # the worker pushed it; the upstream's check saw 503
     shot(page, "node-drained")
-    before = _served(sock)
+    before = upstream_served(sock)
     for _ in range(10):
-        assert _get(f"{url}/x") == 200
-    after = _served(sock)
+        assert status_of(f"{url}/x") == 200
+    after = upstream_served(sock)
     assert (after["n1"] - before["n1"], after["n2"] - before["n2"]) == (0, 10)
-    assert _workers(local) == workers  # no reload on either node
+    assert node_workers(local) == workers  # no reload on either node
 
     page.get_by_role("button", name="Back in service").first.click()
-    _until(lambda: _statuses(sock)["n1"] == "UP")
+    _until(lambda: upstream_statuses(sock)["n1"] == "UP")
     page.goto(f"/fleets/{local.fleet.pk}/")
     assert page.locator(f"#node-{n1.pk} .node-service").count() == 0
     shot(page, "node-back-in-service")

@@ -5,71 +5,21 @@ each node take it, and find it served; then a weight change, and tenancy by URL.
 from __future__ import annotations
 
 import re
-import shutil
-from collections.abc import Iterator
 
 import pytest
 
 from apps.balancers import demo as balancers_demo
 from apps.balancers.demo import DEMO_PASSWORDS
 from apps.balancers.models import HostnameClaim, LoadBalancer, Member, Route
-from apps.core import ports
-from apps.fleets import demo as fleets_demo
 from apps.fleets import selectors
 from apps.fleets.config.render import backend_name
-from apps.fleets.models import Node, Rollout
+from apps.fleets.models import Node
 from apps.fleets.node.runtime_api import HAProxySocket
-from tests import deps
 from tests.browser import login, shot
-from tests.netutil import http_get
+from tests.frontend.demokit import NODES, ROLLOUT_TIMEOUT_MS, through_node
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-# The demo fleet's layout on addresses of its own, so neither `make run` nor another test's demo
-# fleet on this machine is in the way (the listener port stays the demo's 8080).
-NODES = {"us-east": ["127.0.46.1", "127.0.46.2"], "eu-west": ["127.0.47.1", "127.0.47.2"]}
-BACKENDS = {
-    ("acme", "us-east"): [("127.0.26.1", 9101), ("127.0.26.2", 9101)],
-    ("acme", "eu-west"): [("127.0.27.1", 9101)],
-    ("globex", "us-east"): [("127.0.26.1", 9201)],
-    ("globex", "eu-west"): [("127.0.27.1", 9201)],
-}
-ROLLOUT_TIMEOUT_MS = 90_000
-
-
-@pytest.fixture
-def demo_fleet(transactional_db, settings, tmp_path, monkeypatch, celery_worker_factory) -> Iterator[LoadBalancer]:
-    if shutil.which(settings.HAPROXY_BIN) is None:
-        deps.missing("haproxy is not installed (apt-get install haproxy)")
-    busy = [a for addrs in NODES.values() for a in addrs if not ports.is_free(a, 8080)]
-    if busy:
-        pytest.skip(f"another run of this test holds {busy}")
-    monkeypatch.setattr(fleets_demo, "DEMO_NODES", NODES)
-    monkeypatch.setattr(fleets_demo, "DEMO_BACKENDS", BACKENDS)
-    monkeypatch.setattr(balancers_demo, "DEMO_BACKENDS", BACKENDS)
-    settings.VAR_DIR = tmp_path / "var"
-    balancers_demo.load_demo()
-    fleets_demo.load_demo()
-    worker = None
-    try:
-        message = fleets_demo.start_demo_processes()
-        assert "4 HAProxy nodes" in message, message
-        assert set(Rollout.objects.values_list("status", flat=True)) == {"succeeded"}
-        worker = celery_worker_factory(name="ws-w1", concurrency=1)  # later changes roll out through it
-        yield LoadBalancer.objects.get(name="edge")
-    finally:
-        if worker is not None:  # before the nodes: its warm shutdown waits for a task talking to a stopped node
-            celery_worker_factory.stop(worker)
-        fleets_demo.stop_demo_processes()
-
-
-def through_node(address: str, path: str, host: str) -> tuple[int, str]:
-    try:
-        return http_get(f"http://{address}:8080{path}", headers={"Host": host})
-    except OSError as exc:
-        return 0, str(exc)
-
 
 def server_weights(member: Member) -> dict[str, int | None]:
     """The member's weight as each demo node's HAProxy reports it (`show stat`)."""

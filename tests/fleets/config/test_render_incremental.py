@@ -21,8 +21,7 @@ from apps.fleets.config.render.guard import check_snapshot
 from apps.fleets.config.render.incremental import ListenerRoutes
 from apps.fleets.config.spec import NodeSpec, RouteSpec, RouteTargetSpec
 from apps.fleets.node.mapdelta import map_delta
-
-from .test_render import listener, member, pool, snapshot
+from tests.fleets.config.renderkit import listener, member, pool, snapshot
 
 NODE = NodeSpec(name="n1", runtime_dir="/run/spillway/t", bind_address="127.0.0.1")
 HOSTS = ["a.test", "b.test", "x.a.test", "y.x.a.test", "*.a.test", "*.x.a.test", "*.b.test", "c.test", "d.test"]

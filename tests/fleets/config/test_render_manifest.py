@@ -18,8 +18,7 @@ from apps.fleets.config.spec import NodeSpec, VrrpSpec
 from apps.fleets.config.stored import display_lines
 from apps.fleets.node.apply import bundle_binds, bundle_proxies, floating_binds
 from apps.fleets.node.hotchanges import hot_changes
-
-from .test_render import NODE, RULE_FORM, listener, pool, rich_snapshot, route, snapshot
+from tests.fleets.config.renderkit import NODE, RULE_FORM, listener, pool, rich_snapshot, route, snapshot
 
 VRRP = VrrpSpec(interface="eth0", address="10.215.9.11", priority=254, peers=("10.215.9.12",))
 
@@ -122,7 +121,7 @@ def test_no_consumer_of_rendered_config_imports_re() -> None:
     ({"m1": dict(port=9999)}, None),  # a new address or port is a new server: a reload
 ], ids=["weight", "drain", "maint-and-weight", "port"])
 def test_a_member_state_or_weight_change_is_a_hot_server_change_read_from_the_manifest(after, hot) -> None:
-    from .test_render import member
+    from tests.fleets.config.renderkit import member
 
     def bundle(changes: dict, revision: int):
         members = tuple(member(name, changes.get(name, {}).get("port", port),

@@ -15,11 +15,7 @@ from apps.fleets.config.render import resolve_route
 from apps.fleets.config.render.frontends import ACME_CHALLENGE_MAP, map_bucket, routes_map_files, routes_map_name
 from apps.fleets.config.render.routing import RouteMaps, build_route_maps
 from apps.fleets.config.spec import FleetSnapshot
-
-from .test_render import Backend, Client, backend, backend_pool, listener, route, serve, snapshot
-
-__all__ = ["backend"]  # the fixture, re-exported for pytest
-
+from tests.fleets.config.renderkit import Backend, Client, backend_pool, listener, route, serve, snapshot
 
 # --- map form == rule form ------------------------------------------------------------------------
 
@@ -213,8 +209,7 @@ def test_a_route_change_alters_only_map_files_and_a_new_pool_alters_the_config()
     """What lets a route change skip the reload (node.hotchanges): same haproxy.cfg body."""
     from apps.fleets.config.render import render
     from apps.fleets.node.hotchanges import hot_map_changes
-
-    from .test_render import NODE, pool
+    from tests.fleets.config.renderkit import NODE, pool
 
     pools = (pool(1, {"eu": ()}), pool(2, {"eu": ()}))
     before = render(snapshot((listener(8080, (route(1, 1, "/a", 1),), default_pool_id=1),), pools), NODE)

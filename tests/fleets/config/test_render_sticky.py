@@ -15,7 +15,7 @@ from apps.fleets.config.render.chain import ROOM_MAP, STICKY_DRAINED_MAP, STICKY
 from apps.fleets.config.spec import MemberSpec, RegionStep
 from apps.fleets.enforcement import NodeReading, _room
 from apps.traffic.overflow import RegionCapacity, Steering
-from tests.fleets.config.test_render import NODE, backend, listener, pool, serve, snapshot  # noqa: F401 (fixture)
+from tests.fleets.config.renderkit import NODE, listener, pool, serve, snapshot
 
 
 def _sticky_snapshot(sticky: bool = True, drained: bool = False):
@@ -84,7 +84,7 @@ def test_a_drained_failed_over_or_dialled_off_region_has_no_room_at_once() -> No
 
 
 @pytest.mark.haproxy
-def test_a_forged_cookie_naming_another_pools_member_never_leaves_the_pool(haproxy_node, backend, free_port) -> None:  # noqa: F811
+def test_a_forged_cookie_naming_another_pools_member_never_leaves_the_pool(haproxy_node, backend, free_port) -> None:
     """Attacker: a client of pool 1 sends pool 1's sticky cookie with the id of a member of pool 2 (another
     tenant's, sticky too, on the same node). The member map knows that id, so without a check the request would go
     to pool 2's backend; it must be served by pool 1 and get pool 1's own cookie back."""

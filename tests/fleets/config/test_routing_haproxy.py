@@ -12,10 +12,7 @@ import pytest
 
 from apps.balancers.routing import normalize_host, resolve_route
 from apps.fleets.config.spec import RouteSpec
-
-from .test_render import Client, backend, backend_pool, listener, route, serve, snapshot
-
-__all__ = ["backend"]  # the fixture, re-exported for pytest
+from tests.fleets.config.renderkit import Client, backend_pool, listener, route, serve, snapshot
 
 pytestmark = pytest.mark.haproxy
 

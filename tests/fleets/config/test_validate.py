@@ -22,9 +22,8 @@ from apps.fleets.config.check import (
 from apps.fleets.config.render import render
 from apps.fleets.config.render.frontends import map_bucket, routes_map_name
 from apps.fleets.config.spec import ConfigBundle, NodeSpec
+from tests.fleets.config.renderkit import NODE, listener, pool, rich_snapshot, route, snapshot
 from tests.netutil import pick_free_port
-
-from .test_render import NODE, listener, pool, rich_snapshot, route, snapshot
 
 pytestmark = pytest.mark.haproxy
 
