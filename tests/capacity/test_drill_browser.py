@@ -16,7 +16,7 @@ from apps.accounts.models import Role
 from apps.accounts.services import user_create_with_membership
 from apps.capacity.models import Drill
 from tests.browser import login, shot
-from tests.traffic.test_live_enforce import NODES, EnforcerThread, Load, start
+from tests.traffic.livekit import NODES, EnforcerThread, Load, start
 
 pytestmark = [pytest.mark.browser, pytest.mark.haproxy, pytest.mark.django_db(transaction=True)]
 

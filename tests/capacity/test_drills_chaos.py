@@ -14,7 +14,7 @@ from apps.accounts.principal import Principal
 from apps.capacity import drills, services
 from apps.capacity.models import Drill
 from apps.events.models import Event
-from tests.traffic.test_live_enforce import NODES, EnforcerThread, Load, start
+from tests.traffic.livekit import NODES, EnforcerThread, Load, start
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.haproxy]
 

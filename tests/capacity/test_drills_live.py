@@ -18,7 +18,7 @@ from apps.capacity import drills, services
 from apps.capacity.models import Drill
 from apps.events.models import Event
 from apps.traffic.selectors import pool_steering_now
-from tests.traffic.test_live_enforce import NODES, EnforcerThread, Load, start
+from tests.traffic.livekit import NODES, EnforcerThread, Load, start
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.haproxy]
 

@@ -16,7 +16,7 @@ import pytest
 from apps.fleets.enforcement import DemandMeter, enforce, enforcer_running
 from apps.fleets.tasks import enforce_task
 from tests.processes import process_env, start_python, stop_process
-from tests.traffic.test_live_enforce import A_CAPACITY, NODES, Load, start
+from tests.traffic.livekit import A_CAPACITY, NODES, Load, start
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.haproxy]

@@ -11,7 +11,7 @@ from apps.balancers.models import PoolRegion
 from apps.fleets.config.render.chain import ENFORCER_MAPS, LIMITS_MAP, UNLIMITED
 from apps.fleets.node.apply import NodePlan, apply_node
 from apps.fleets.node.runtime_api import HAProxySocket
-from tests.traffic.test_live_enforce import start
+from tests.traffic.livekit import start
 from tests.traffic.test_live_sticky import _bundle
 
 pytestmark = [pytest.mark.django_db, pytest.mark.haproxy]

@@ -14,7 +14,7 @@ from apps.events.models import Event
 from apps.fleets.node.runtime_api import HAProxySocket
 from apps.traffic.overflow import Steering, plan
 from apps.traffic.selectors import pool_capacities
-from tests.traffic.test_live_enforce import NODES, Load, enforce_for, served_between, start
+from tests.traffic.livekit import NODES, Load, enforce_for, served_between, start
 
 pytestmark = [pytest.mark.django_db, pytest.mark.haproxy]
 

@@ -20,7 +20,7 @@ from apps.fleets.config.render.chain import ROOM_MAP, STICKY_DRAINED_MAP
 from apps.fleets.config.spec import NodeSpec
 from apps.fleets.node.hotchanges import hot_changes
 from apps.fleets.node.runtime_api import HAProxySocket
-from tests.traffic.test_live_enforce import NODES, EnforcerThread, start
+from tests.traffic.livekit import NODES, EnforcerThread, start
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.haproxy]
 

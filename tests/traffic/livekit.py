@@ -1,0 +1,155 @@
+"""A 2 x 2 fleet of real HAProxy nodes over acme's two-region pool (`start`), paced load through them, the
+enforcement loop run in a thread, and what each node served: shared by the live traffic and capacity-drill tests."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from apps.balancers.models import Listener, Member, Pool, PoolRegion
+from apps.capacity.engine import LoadPlan, RunResult, Target, run_plan
+from apps.fleets import selectors as fleet_selectors
+from apps.fleets.config.render import render
+from apps.fleets.config.render.chain import LIMITS_MAP
+from apps.fleets.config.spec import NodeSpec
+from apps.fleets.enforcement import enforce
+from apps.fleets.models import Fleet, Node
+from apps.fleets.node.runtime_api import HAProxySocket
+from apps.fleets.node.transports.base import NodeConn
+
+NODES = {"ra1": ("ra", "127.0.0.1"), "ra2": ("ra", "127.0.0.3"), "rb1": ("rb", "127.0.0.2"),
+         "rb2": ("rb", "127.0.0.4")}
+A_CAPACITY, B_CAPACITY = 40.0, 80.0
+
+
+@dataclass
+class Fleet4:
+    pool: Pool
+    port: int
+    nodes: dict[str, tuple[Node, NodeConn]]
+    backends: dict[str, tuple[str, object]]  # member name -> (region, TinyBackend)
+
+    def hits(self) -> dict[str, int]:
+        out: Counter[str] = Counter()
+        for region, backend in self.backends.values():
+            out[region] += backend.hits  # type: ignore[attr-defined]
+        return dict(out)
+
+    def limits(self, name: str) -> dict[str, int]:
+        return {k: int(v) for k, v in HAProxySocket(self.nodes[name][1].stats_socket_path).show_map(LIMITS_MAP)}
+
+
+def port_free_everywhere() -> int:
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        try:
+            for _, address in NODES.values():
+                with socket.socket() as other:
+                    other.bind((address, port))
+        except OSError:
+            continue
+        return port
+    raise AssertionError("no port free on every loopback address")
+
+
+def start(two_regions, haproxy_node, tiny_backend, *, overload: str = "absorb") -> Fleet4:
+    pool = two_regions.pool
+    Pool.objects.filter(pk=pool.pk).update(overload=overload)
+    PoolRegion.objects.filter(pool=pool, region=two_regions.a).update(max_rate_per_member=A_CAPACITY / 2)
+    PoolRegion.objects.filter(pool=pool, region=two_regions.b).update(max_rate_per_member=B_CAPACITY / 2)
+    backends = {}
+    for member in Member.objects.filter(pool=pool).select_related("region"):
+        backend = tiny_backend(member.name)
+        backends[member.name] = (member.region.slug, backend)
+        Member.objects.filter(pk=member.pk).update(address="127.0.0.1", port=backend.port)
+    port = port_free_everywhere()
+    Listener.objects.create(lb=two_regions.lb, name="web", protocol="http", port=port, default_pool=pool)
+    fleets = {}
+    for slug, region in (("ra", two_regions.a), ("rb", two_regions.b)):
+        fleets[slug] = Fleet.objects.create(name=f"f{slug}", region=region)
+        fleets[slug].serves.add(two_regions.lb)
+    rows = {}
+    for name, (region, address) in NODES.items():
+        conn = haproxy_node.conn(name)
+        rows[name] = (Node.objects.create(fleet=fleets[region], name=name, address="127.0.0.1",
+                                          runtime_dir=conn.runtime_dir, config_dir=conn.config_dir,
+                                          bind_address=address), conn)
+    for name, (node, conn) in rows.items():
+        snap, _ = fleet_selectors.fleet_snapshot(node.fleet, 1)
+        bundle = render(snap, NodeSpec(name=name, runtime_dir=conn.runtime_dir, bind_address=NODES[name][1]))
+        extra = {k: v for k, v in bundle.files.items() if k != "haproxy.cfg"}
+        haproxy_node(lambda _conn, text=bundle.main: text, name=name, files=extra)
+    return Fleet4(pool=pool, port=port, nodes=rows, backends=backends)
+
+
+class Load:
+    """Open-loop load at a constant rate into one node, in a thread."""
+
+    def __init__(self, address: str, port: int, rate: float, duration_s: float) -> None:
+        self.plan = LoadPlan.constant(Target(host=address, port=port, timeout_s=5.0), rate, duration_s)
+        self.result: RunResult | None = None
+        self.cancel = threading.Event()
+        self.thread = threading.Thread(target=lambda: setattr(self, "result", run_plan(self.plan, cancel=self.cancel)),
+                                       daemon=True)
+        self.thread.start()
+
+    def finish(self) -> RunResult:
+        """Wait for the whole plan: its result counts every request it sent."""
+        self.thread.join(self.plan.max_duration_s + 5)
+        assert self.result is not None, "load generator did not finish"
+        return self.result
+
+    def stop(self) -> None:
+        """End the load now, for a test that is done with it (its duration is only an upper bound)."""
+        self.cancel.set()
+        self.thread.join(10)
+        assert not self.thread.is_alive(), "load generator did not stop"
+
+
+def enforce_for(seconds: float) -> list[dict]:
+    runs = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        started = time.monotonic()
+        runs.append(enforce())
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
+    return runs
+
+
+class EnforcerThread:
+    """The enforcement loop 4 times a second in a thread, as the enforcer process runs it (for transactional
+    tests: the thread has its own database connection, closed when it stops)."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        from django.db import connection
+
+        try:
+            while not self.stop.is_set():
+                enforce()
+                self.stop.wait(0.25)
+        finally:
+            connection.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(10)
+
+
+def served_between(fleet: Fleet4, seconds: float) -> dict[str, float]:
+    """Enforce for `seconds`, then the members' req/s over that span (region -> req/s)."""
+    before = fleet.hits()
+    started = time.monotonic()
+    enforce_for(seconds)
+    after = fleet.hits()
+    span = time.monotonic() - started
+    return {r: (after.get(r, 0) - before.get(r, 0)) / span for r in ("ra", "rb")}
