@@ -33,6 +33,7 @@ from django.db.models.fields.related import ForeignObject
 from django.db.models.lookups import In
 from django.db.models.query import FlatValuesListIterable, ModelIterable, ValuesListIterable, get_related_populators
 from django.db.models.sql.compiler import SQLCompiler
+from psycopg.types.json import Json, Jsonb
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ logger = logging.getLogger(__name__)
 # Two aware times to probe a named datetime with (any two distinct values do; a second datetime of the same query
 # needs two others).
 TIME_PROBES = (datetime(2001, 1, 1, tzinfo=UTC), datetime(2002, 2, 2, tzinfo=UTC))
+# Two lists of ids to probe a `field__any=` value with.
+ID_LIST_PROBES = ([1, 2], [3, 4])
 
 # False: every prepared query and update runs through the ORM (tests/bench/bench_node_cost.py times a route change
 # both ways in one run).
@@ -255,7 +258,7 @@ def _as(param: Any, probe: Any) -> bool:
 
 
 def _is_json(param: Any) -> bool:
-    return type(param).__module__ == "psycopg.types.json" and hasattr(param, "obj")
+    return isinstance(param, Json | Jsonb)
 
 
 def _wrapper(param: Any) -> Callable[[Any], Any]:

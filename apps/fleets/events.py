@@ -7,7 +7,7 @@ calls `event_emit`, which never raises, so a rollout cannot fail because of an e
 from __future__ import annotations
 
 from apps.balancers.models import LoadBalancer, Member
-from apps.core.prepared import PreparedQuery
+from apps.core.prepared import ID_LIST_PROBES, PreparedQuery
 from apps.events.models import Event
 from apps.events.services import event_emit
 from apps.fleets import queries
@@ -29,7 +29,7 @@ _LB_REVISIONS_BEFORE = PreparedQuery(
     lambda fleet_id, number: ConfigRevision.objects.filter(fleet_id=fleet_id, number__lt=number)
     .order_by("-number").values_list("lb_revisions", flat=True)[:1], {"fleet_id": (1, 2), "number": (3, 4)})
 _LBS_WITH_ORG = PreparedQuery(lambda lb_ids: LoadBalancer.objects.filter(pk__any=lb_ids).select_related("org"),
-                              {"lb_ids": ([1, 2], [3, 4])})
+                              {"lb_ids": ID_LIST_PROBES})
 _APPLIED_EVENT = PreparedQuery(  # said once per LB revision
     lambda lb_id, revision: Event.objects.filter(type="change.applied", object_type="loadbalancer", object_id=lb_id,
                                                  data__revision=revision).values_list("pk", flat=True)[:1],

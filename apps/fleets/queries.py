@@ -26,7 +26,7 @@ from apps.balancers.models import (
     RouteTarget,
 )
 from apps.core import crypto
-from apps.core.prepared import TIME_PROBES, PreparedQuery
+from apps.core.prepared import ID_LIST_PROBES, TIME_PROBES, PreparedQuery
 from apps.core.snapshots import one_snapshot
 from apps.fleets import caches
 from apps.fleets.config.render.keepalived import node_priority
@@ -156,9 +156,9 @@ _ROUTE_COLUMNS = ("pk", "lb_id", "priority", "hosts", "path_match", "path", "red
 _TARGET_COLUMNS = ("route_id", "pool_id", "weight")
 # A route change's few routes (the lane, on every change): compiled once (apps.core.prepared).
 _ROUTES_OF = PreparedQuery(lambda ids: Route.objects.filter(pk__any=ids).values_list(*_ROUTE_COLUMNS),
-                           {"ids": ([1, 2], [3, 4])})
+                           {"ids": ID_LIST_PROBES})
 _TARGETS_OF = PreparedQuery(lambda ids: RouteTarget.objects.filter(route_id__any=ids).order_by("route_id", "pool_id")
-                            .values_list(*_TARGET_COLUMNS), {"ids": ([1, 2], [3, 4])})
+                            .values_list(*_TARGET_COLUMNS), {"ids": ID_LIST_PROBES})
 
 
 def route_specs(routes: QuerySet[Route], targets: QuerySet[RouteTarget]) -> Iterator[tuple[int, RouteSpec]]:

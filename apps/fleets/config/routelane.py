@@ -39,7 +39,7 @@ from django.db import transaction
 
 from apps.balancers.models import LoadBalancer, RouteChange
 from apps.core.commits import asynchronous_commit
-from apps.core.prepared import PreparedQuery
+from apps.core.prepared import ID_LIST_PROBES, PreparedQuery
 from apps.core.snapshots import one_snapshot
 from apps.fleets import caches, queries
 from apps.fleets.config.reasons import change_reason
@@ -133,7 +133,7 @@ _FLEET_LOCKED = PreparedQuery(  # in a transaction: the row lock revisions are s
     lambda fleet_id: Fleet.objects.select_for_update().filter(pk=fleet_id).values_list("pk", flat=True),
     {"fleet_id": (1, 2)})
 _LB_REVISIONS = PreparedQuery(lambda lb_ids: LoadBalancer.objects.filter(pk__any=lb_ids).values_list("pk", "revision"),
-                              {"lb_ids": ([1, 2], [3, 4])})
+                              {"lb_ids": ID_LIST_PROBES})
 _JOURNAL = PreparedQuery(  # the route ids of an LB's revisions (since, upto]
     lambda lb_id, since, upto: RouteChange.objects.filter(lb_id=lb_id, lb_revision__gt=since, lb_revision__lte=upto)
     .values_list("lb_revision", "route_id"), {"lb_id": (1, 2), "since": (3, 4), "upto": (5, 6)})

@@ -23,7 +23,7 @@ from django.utils import timezone
 from apps.core import wakeups
 from apps.core.bulk import bulk_set
 from apps.core.commits import asynchronous_commit
-from apps.core.prepared import TIME_PROBES, PreparedQuery, PreparedUpdate
+from apps.core.prepared import ID_LIST_PROBES, TIME_PROBES, PreparedQuery, PreparedUpdate
 from apps.fleets import caches, queries
 from apps.fleets import events as emit
 from apps.fleets.config import routelane
@@ -206,7 +206,7 @@ _NEWER_PENDING = PreparedQuery(
     {"fleet_id": (1, 2), "rollout_id": (3, 4)})
 _NODES_BEFORE = PreparedQuery(  # a batch's nodes, before their record
     lambda ids: Node.objects.filter(pk__any=ids).order_by().only("pk", "name", "fleet_id", "status"),
-    {"ids": ([1, 2], [3, 4])})
+    {"ids": ID_LIST_PROBES})
 
 
 def finish(rollout: Rollout, status: str, error: str = "") -> None:
