@@ -60,9 +60,10 @@ Counters = Mapping[str, NodeCounters]
 
 def rates(before: Counters, after: Counters, seconds: float) -> dict[str, Any]:
     """Per-second rates between two readings: served per region, arrived, failed at a member, and unanswered
-    (arrived and not sent to a member: shed, no server, or still waiting at the reading, which the next
-    interval then counts back: it may be negative, and only a window's sum is clamped). Nodes in both readings
-    only; a counter that went backwards restarted, and counts from zero."""
+    (answered by the node without a member: shed). A node counts its shed answers itself; for one whose config
+    predates that count, unanswered is inferred as arrived minus sent to a member, where a request between the
+    two at a reading counts here and back in the next interval (it may be negative, and only a window's sum is
+    clamped). Nodes in both readings only; a counter that went backwards restarted, and counts from zero."""
     served: dict[str, float] = {}
     arrived = failed = unanswered = 0.0
     for node, now in after.items():
@@ -81,7 +82,10 @@ def rates(before: Counters, after: Counters, seconds: float) -> dict[str, Any]:
             failed += delta(now.failed.get(region, 0), then.failed.get(region, 0))
         node_arrived = delta(now.arrived, then.arrived)
         arrived += node_arrived
-        unanswered += node_arrived - node_served
+        if now.shed is not None and then.shed is not None:
+            unanswered += delta(now.shed, then.shed)
+        else:
+            unanswered += node_arrived - node_served
     span = max(seconds, 1e-6)
     return {"served": {r: round(v / span, 2) for r, v in sorted(served.items())},
             "arrived": round(arrived / span, 2), "failed": round(failed / span, 2),

@@ -15,8 +15,10 @@ from django.db import connection
 from apps.accounts.principal import Principal
 from apps.balancers.models import Pool, PoolRegion
 from apps.capacity import drills, services
+from apps.capacity.engine.results import NON_2XX
 from apps.capacity.models import Drill
 from apps.events.models import Event
+from apps.fleets.selectors import pool_counters
 from apps.traffic.selectors import pool_steering_now
 from tests.traffic.livekit import NODES, EnforcerThread, Load, start
 
@@ -107,6 +109,13 @@ def test_a_drill_that_breaks_its_slo_restores_at_once_and_says_why(two_regions, 
     finally:
         enforcer.close()
         load.stop()
+    # The nodes' own count of shed answers is what the clients got: every 503 they saw, no more.
+    counters, _ = pool_counters(fleet.pool)
+    total = load.result.total  # type: ignore[union-attr]
+    shed = sum(c.shed or 0 for c in counters.values())
+    assert total.errors.get(NON_2XX, 0) - load.result.abandoned <= shed <= total.errors.get(NON_2XX, 0), (  # type: ignore[union-attr]
+        shed, total.errors)
+    assert shed >= 10
     drill.refresh_from_db()
     assert drill.status == Drill.Status.FAILED and drill.failed_check == "error_rate", (drill.status, drill.reason)
     assert "failed over the last 3 s" in drill.reason

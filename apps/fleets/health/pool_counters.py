@@ -2,9 +2,10 @@
 5 s copy): what a failover drill samples each second to say what each region served and what failed.
 
 Per node: requests that arrived for the pool (the chain's demand table, `http_req_cnt`: shed answers
-included), and per region backend the requests sent to members (`stot`: in HTTP mode each request is its
-own backend session) and those that failed there (5xx answers, connection and response errors). Counts
-are per node, so a reader can take differences node by node and see a node's counter restart.
+included) and of those the ones the node shed itself (503 with Retry-After, the table's `gpc0`), and per region
+backend the requests sent to members (`stot`: in HTTP mode each request is its own backend session) and those
+that failed there (5xx answers, connection and response errors). Counts are per node, so a reader can take
+differences node by node and see a node's counter restart.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from apps.fleets.config.render.chain import DEMAND_TABLE, backend_name
 from apps.fleets.fanout import parallel
 from apps.fleets.models import Node
 from apps.fleets.node.apply import NODE_ERRORS
-from apps.fleets.node.showstat import int_or_none, parse_show_stat, parse_show_table_counts
+from apps.fleets.node.showstat import int_or_none, parse_show_stat, parse_show_table_counts, parse_show_table_gpc0
 from apps.fleets.node.transports import transport_for
 
 
 @dataclass
 class NodeCounters:
     arrived: int = 0
+    shed: int | None = 0  # None: the node's config predates the shed count (gpc0), so shed must be inferred
     served: dict[str, int] = field(default_factory=dict)  # region -> requests sent to its members
     failed: dict[str, int] = field(default_factory=dict)  # region -> of those, 5xx / connection / response errors
 
@@ -48,6 +50,7 @@ def _read(node: Node, pool_id: int, by_backend: dict[str, str]) -> NodeCounters 
         answer = transport.runtime(f"show table {DEMAND_TABLE} key {pool_id};show stat -1 2 -1")
         split = answer.find("# pxname")
         counts = parse_show_table_counts(answer[:split])
+        shed = parse_show_table_gpc0(answer[:split])
         rows = parse_show_stat(answer[split:])
     except NODE_ERRORS:
         return None
@@ -55,7 +58,9 @@ def _read(node: Node, pool_id: int, by_backend: dict[str, str]) -> NodeCounters 
         if transport is not None:
             with contextlib.suppress(Exception):
                 transport.close()  # type: ignore[attr-defined]
-    reading = NodeCounters(arrived=int(counts.get(str(pool_id), 0)))
+    key = str(pool_id)
+    # No row: nothing arrived within the table's expiry, so nothing was shed either.
+    reading = NodeCounters(arrived=counts.get(key, 0), shed=shed.get(key, 0 if key not in counts else None))
     for row in rows:
         region = by_backend.get(row.pxname)
         if region is None or row.svname != "BACKEND":

@@ -179,6 +179,14 @@ def parse_show_table(text: str) -> dict[str, float]:
     return {m.group(1): float(m.group(2)) for m in _ROW_RE.finditer(text)}
 
 
+_GPC0_RE = re.compile(r"key=(\S+) .*?gpc0=(\d+)")
+
+
 def parse_show_table_counts(text: str) -> dict[str, int]:
     """`show table <t>` rows -> {key: http_req_cnt} (rows of a table that stores it)."""
     return {m.group(1): int(m.group(2)) for m in _CNT_RE.finditer(text)}
+
+
+def parse_show_table_gpc0(text: str) -> dict[str, int]:
+    """`show table <t>` rows -> {key: gpc0} (rows of a table that stores it)."""
+    return {m.group(1): int(m.group(2)) for m in _GPC0_RE.finditer(text)}

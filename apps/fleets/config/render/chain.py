@@ -169,9 +169,11 @@ def table_sections(manifest: ManifestBuilder) -> list[list[str]]:
         ["backend " + RATES_TABLE,
          "    stick-table type string len 64 size 1m expire 10s store http_req_rate(1s)"],
         # The cumulative count lets the enforcer sense a change of demand within its own period (the
-        # difference of two readings) rather than after the 1 s sliding rate has caught up.
+        # difference of two readings) rather than after the 1 s sliding rate has caught up. gpc0 counts the
+        # pool's shed answers, so a reader need not infer them from arrived minus sent to members (a request
+        # between its arrival and its backend at the reading looked shed: a drill failed on one such).
         ["backend " + DEMAND_TABLE,
-         "    stick-table type integer size 1m expire 10s store http_req_cnt,http_req_rate(1s)"],
+         "    stick-table type integer size 1m expire 10s store gpc0,http_req_cnt,http_req_rate(1s)"],
     ]
 
 
@@ -211,6 +213,7 @@ def chain_lines(depth: int, sticky: Sequence[int] = ()) -> list[str]:
         ]
     lines += [
         "# Every step at its share: shed, or absorb in proportion to the regions' capacities.",
+        f"http-request sc-inc-gpc0(1) if {todo} {{ var(txn.pool),map_str_int({SHED_MAP},0) -m int 1 }}",
         f"http-request return status 503 content-type text/plain string \"over capacity\\n\" "
         f"hdr Retry-After {RETRY_AFTER_S} if {todo} {{ var(txn.pool),map_str_int({SHED_MAP},0) -m int 1 }}",
         # Absorbed requests are not counted in the steps' rates: the limits meter the planned flow only.
