@@ -1,5 +1,6 @@
-"""A 2 x 2 fleet of real HAProxy nodes over acme's two-region pool (`start`), paced load through them, the
-enforcement loop run in a thread, and what each node served: shared by the live traffic and capacity-drill tests."""
+"""A fleet of real HAProxy nodes over acme's two-region pool (`start`: 2 x 2 by default, one node per region for the
+overflow tests), paced load through them, the enforcement loop run in a thread, and what each node served: shared
+by the live traffic and capacity-drill tests."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from apps.balancers.models import Listener, Member, Pool, PoolRegion
@@ -19,9 +21,12 @@ from apps.fleets.enforcement import enforce
 from apps.fleets.models import Fleet, Node
 from apps.fleets.node.runtime_api import HAProxySocket
 from apps.fleets.node.transports.base import NodeConn
+from apps.traffic import services as traffic_services
 
+# node name -> (region, loopback address its listener binds)
 NODES = {"ra1": ("ra", "127.0.0.1"), "ra2": ("ra", "127.0.0.3"), "rb1": ("rb", "127.0.0.2"),
          "rb2": ("rb", "127.0.0.4")}
+ONE_PER_REGION = {"ra": ("ra", "127.0.0.1"), "rb": ("rb", "127.0.0.2")}
 A_CAPACITY, B_CAPACITY = 40.0, 80.0
 
 
@@ -33,6 +38,7 @@ class Fleet4:
     backends: dict[str, tuple[str, object]]  # member name -> (region, TinyBackend)
 
     def hits(self) -> dict[str, int]:
+        """Requests each region's members answered so far (region -> count, every region of the pool)."""
         out: Counter[str] = Counter()
         for region, backend in self.backends.values():
             out[region] += backend.hits  # type: ignore[attr-defined]
@@ -41,14 +47,21 @@ class Fleet4:
     def limits(self, name: str) -> dict[str, int]:
         return {k: int(v) for k, v in HAProxySocket(self.nodes[name][1].stats_socket_path).show_map(LIMITS_MAP)}
 
+    def readings(self) -> list[traffic_services.NodeReadings]:
+        """Each node's `show stat`, as the fleets collector hands it to traffic."""
+        return [traffic_services.NodeReadings(
+                    node_id=node.pk, node=f"{node.fleet.name}/{node.name}", region=node.fleet.region.slug,
+                    readings=traffic_services.readings_from_stats(HAProxySocket(conn.stats_socket_path).show_stat()))
+                for node, conn in self.nodes.values()]
 
-def port_free_everywhere() -> int:
+
+def port_free_everywhere(addresses: list[str]) -> int:
     for _ in range(50):
         with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
+            probe.bind((addresses[0], 0))
             port = int(probe.getsockname()[1])
         try:
-            for _, address in NODES.values():
+            for address in addresses[1:]:
                 with socket.socket() as other:
                     other.bind((address, port))
         except OSError:
@@ -57,9 +70,13 @@ def port_free_everywhere() -> int:
     raise AssertionError("no port free on every loopback address")
 
 
-def start(two_regions, haproxy_node, tiny_backend, *, overload: str = "absorb") -> Fleet4:
+def start(two_regions, haproxy_node, tiny_backend, *, overload: str = "absorb", policy: str | None = None,
+          nodes: Mapping[str, tuple[str, str]] = NODES) -> Fleet4:
+    """Ra's members take A_CAPACITY in all and rb's B_CAPACITY; a fleet per region that has `nodes`, each node's
+    config rendered by the production path (`fleet_snapshot`, `render`) and served by a real HAProxy."""
     pool = two_regions.pool
-    Pool.objects.filter(pk=pool.pk).update(overload=overload)
+    Pool.objects.filter(pk=pool.pk).update(overload=overload, **({"overflow_policy": policy} if policy else {}))
+    pool.refresh_from_db()
     PoolRegion.objects.filter(pool=pool, region=two_regions.a).update(max_rate_per_member=A_CAPACITY / 2)
     PoolRegion.objects.filter(pool=pool, region=two_regions.b).update(max_rate_per_member=B_CAPACITY / 2)
     backends = {}
@@ -67,21 +84,22 @@ def start(two_regions, haproxy_node, tiny_backend, *, overload: str = "absorb") 
         backend = tiny_backend(member.name)
         backends[member.name] = (member.region.slug, backend)
         Member.objects.filter(pk=member.pk).update(address="127.0.0.1", port=backend.port)
-    port = port_free_everywhere()
+    port = port_free_everywhere([address for _, address in nodes.values()])
     Listener.objects.create(lb=two_regions.lb, name="web", protocol="http", port=port, default_pool=pool)
     fleets = {}
     for slug, region in (("ra", two_regions.a), ("rb", two_regions.b)):
-        fleets[slug] = Fleet.objects.create(name=f"f{slug}", region=region)
-        fleets[slug].serves.add(two_regions.lb)
+        if any(r == slug for r, _ in nodes.values()):
+            fleets[slug] = Fleet.objects.create(name=f"f{slug}", region=region)
+            fleets[slug].serves.add(two_regions.lb)
     rows = {}
-    for name, (region, address) in NODES.items():
+    for name, (region, address) in nodes.items():
         conn = haproxy_node.conn(name)
         rows[name] = (Node.objects.create(fleet=fleets[region], name=name, address="127.0.0.1",
                                           runtime_dir=conn.runtime_dir, config_dir=conn.config_dir,
                                           bind_address=address), conn)
     for name, (node, conn) in rows.items():
         snap, _ = fleet_selectors.fleet_snapshot(node.fleet, 1)
-        bundle = render(snap, NodeSpec(name=name, runtime_dir=conn.runtime_dir, bind_address=NODES[name][1]))
+        bundle = render(snap, NodeSpec(name=name, runtime_dir=conn.runtime_dir, bind_address=nodes[name][1]))
         extra = {k: v for k, v in bundle.files.items() if k != "haproxy.cfg"}
         haproxy_node(lambda _conn, text=bundle.main: text, name=name, files=extra)
     return Fleet4(pool=pool, port=port, nodes=rows, backends=backends)
@@ -93,6 +111,7 @@ class Load:
     def __init__(self, address: str, port: int, rate: float, duration_s: float) -> None:
         self.plan = LoadPlan.constant(Target(host=address, port=port, timeout_s=5.0), rate, duration_s)
         self.result: RunResult | None = None
+        self.started = time.monotonic()
         self.cancel = threading.Event()
         self.thread = threading.Thread(target=lambda: setattr(self, "result", run_plan(self.plan, cancel=self.cancel)),
                                        daemon=True)

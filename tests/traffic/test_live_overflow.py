@@ -11,122 +11,35 @@ All client traffic enters at ra's node.
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import pytest
 from django.utils import timezone
 
-from apps.balancers.models import Listener, Member, Pool, PoolRegion
+from apps.balancers.models import Member
 from apps.balancers.services import member_set_state
-from apps.capacity.engine import LoadPlan, RunResult, Target, run_plan
-from apps.fleets import selectors as fleet_selectors
 from apps.fleets import services as fleet_services
-from apps.fleets.config.render import render
 from apps.fleets.config.render.chain import USABLE_MAP, backend_name
-from apps.fleets.config.spec import NodeSpec
 from apps.fleets.enforcement import sync_usable
-from apps.fleets.models import Fleet, Node
 from apps.fleets.node.runtime_api import HAProxySocket
-from apps.fleets.node.transports.base import NodeConn
 from apps.traffic import selectors, services
+from tests.traffic.livekit import A_CAPACITY, ONE_PER_REGION, Fleet4, Load, start
 
 pytestmark = [pytest.mark.django_db, pytest.mark.haproxy]
 
-ADDRESSES = {"ra": "127.0.0.1", "rb": "127.0.0.2"}
-A_CAPACITY, B_CAPACITY = 40.0, 80.0
-
-
-@dataclass
-class LiveFleet:
-    pool: Pool
-    port: int
-    nodes: dict[str, tuple[Node, NodeConn]]  # region -> (row, connection)
-    hits: Callable[[str], int]  # region -> requests its members answered so far
-
-    def readings(self) -> list[services.NodeReadings]:
-        """Each node's `show stat`, as the fleets collector hands it to traffic."""
-        return [services.NodeReadings(node_id=node.pk, node=f"{node.fleet.name}/{node.name}",
-                                      region=node.fleet.region.slug,
-                                      readings=services.readings_from_stats(
-                                          HAProxySocket(conn.stats_socket_path).show_stat()))
-                for node, conn in self.nodes.values()]
-
-
-def _port_free_on_both() -> int:
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind((ADDRESSES["ra"], 0))
-            port = int(probe.getsockname()[1])
-        with socket.socket() as other:
-            try:
-                other.bind((ADDRESSES["rb"], port))
-            except OSError:
-                continue
-        return port
-    raise AssertionError("no port free on both loopback addresses")
-
 
 def start_fleet(two_regions, haproxy_node, tiny_backend, *, regions_with_nodes=("ra", "rb"),
-                policy: str = "waterfall") -> LiveFleet:
-    pool = two_regions.pool
-    Pool.objects.filter(pk=pool.pk).update(overflow_policy=policy)
-    pool.refresh_from_db()
-    PoolRegion.objects.filter(pool=pool, region=two_regions.a).update(max_rate_per_member=A_CAPACITY / 2)
-    PoolRegion.objects.filter(pool=pool, region=two_regions.b).update(max_rate_per_member=B_CAPACITY / 2)
-    backends = {}
-    for member in Member.objects.filter(pool=pool).select_related("region"):
-        backend = tiny_backend(member.name)
-        backends[member.name] = (member.region.slug, backend)
-        Member.objects.filter(pk=member.pk).update(address="127.0.0.1", port=backend.port)
-    port = _port_free_on_both()
-    Listener.objects.create(lb=two_regions.lb, name="web", protocol="http", port=port, default_pool=pool)
-
-    rows = {}
-    for region in regions_with_nodes:
-        fleet = Fleet.objects.create(name=f"f{region}", region=two_regions.a if region == "ra" else two_regions.b)
-        fleet.serves.add(two_regions.lb)
-        conn = haproxy_node.conn(f"n{region}")
-        rows[region] = (Node.objects.create(fleet=fleet, name=conn.name, address="127.0.0.1",
-                                            runtime_dir=conn.runtime_dir, config_dir=conn.config_dir,
-                                            bind_address=ADDRESSES[region]), conn)
-    nodes = {}
-    for region, (node, conn) in rows.items():
-        snap, _ = fleet_selectors.fleet_snapshot(node.fleet, 1)
-        bundle = render(snap, NodeSpec(name=conn.name, runtime_dir=conn.runtime_dir, bind_address=ADDRESSES[region]))
-        extra = {k: v for k, v in bundle.files.items() if k != "haproxy.cfg"}
-        haproxy_node(lambda _conn, text=bundle.main: text, name=conn.name, files=extra)
-        nodes[region] = (node, conn)
-
-    def hits(region: str) -> int:
-        return sum(b.hits for r, b in backends.values() if r == region)
-
-    return LiveFleet(pool=pool, port=port, nodes=nodes, hits=hits)
+                policy: str = "waterfall") -> Fleet4:
+    """One node per region in `regions_with_nodes` (named after its region), all traffic entering at ra's."""
+    nodes = {name: spot for name, spot in ONE_PER_REGION.items() if name in regions_with_nodes}
+    return start(two_regions, haproxy_node, tiny_backend, policy=policy, nodes=nodes)
 
 
-class Load:
-    """Open-loop load at a constant rate into ra's node, in a thread (apps.capacity.engine)."""
-
-    def __init__(self, port: int, rate: float, duration_s: float) -> None:
-        self.plan = LoadPlan.constant(Target(host=ADDRESSES["ra"], port=port, timeout_s=5.0), rate, duration_s)
-        self.result: RunResult | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.started = time.monotonic()
-        self.thread.start()
-
-    def _run(self) -> None:
-        self.result = run_plan(self.plan)
-
-    def finish(self) -> RunResult:
-        self.thread.join(self.plan.max_duration_s + 5)
-        assert self.result is not None, "load generator did not finish"
-        return self.result
+def load_into_ra(fleet: Fleet4, rate: float, duration_s: float) -> Load:
+    return Load(ONE_PER_REGION["ra"][1], fleet.port, rate, duration_s)
 
 
-def observe(fleet: LiveFleet, load: Load, *, warmup_s: float, measure_s: float, every_s: float = 1.0) -> dict:
+def observe(fleet: Fleet4, load: Load, *, warmup_s: float, measure_s: float, every_s: float = 1.0) -> dict:
     """Record both nodes' `show stat` every second after warm-up; the observed overflow over that span."""
     time.sleep(max(0.0, load.started + warmup_s - time.monotonic()))
     first = timezone.now()
@@ -156,7 +69,7 @@ def test_one_entry_node_serves_a_up_to_its_capacity_and_the_rest_in_b(
     THEN ra serves 40 and rb the other 20, as the global plan says, within 10%."""
     fleet = start_fleet(two_regions, haproxy_node, tiny_backend, regions_with_nodes=("ra",))
     offered = 60.0
-    load = Load(fleet.port, offered, duration_s=8.0)
+    load = load_into_ra(fleet, offered, duration_s=8.0)
     seen = observe(fleet, load, warmup_s=2.0, measure_s=4.5)
     load.finish()
     observed = by_region(seen["regions"])
@@ -180,7 +93,7 @@ def test_with_a_node_in_each_region_the_static_shares_keep_each_region_for_its_o
     THEN ra serves its 40 and the excess is absorbed over both regions by capacity (1:2); the
     expected split (what the loop would set for this demand) is the global plan."""
     fleet = start_fleet(two_regions, haproxy_node, tiny_backend)
-    load = Load(fleet.port, 60.0, duration_s=8.0)
+    load = load_into_ra(fleet, 60.0, duration_s=8.0)
     seen = observe(fleet, load, warmup_s=2.0, measure_s=4.5)
     load.finish()
     observed = by_region(seen["regions"])
@@ -198,26 +111,26 @@ def test_members_in_maintenance_send_everything_to_b_within_two_seconds(
     """Through the product path: desired state in the database, runtime API on every node."""
     fleet = start_fleet(two_regions, haproxy_node, tiny_backend)
     # The load outlasts the 1 s measured below by 2 s: a measurement starting late must not meet its end.
-    load = Load(fleet.port, 30.0, duration_s=8.0)
+    load = load_into_ra(fleet, 30.0, duration_s=8.0)
     time.sleep(2.0)
-    assert fleet.hits("ra") > 0
+    assert fleet.hits()["ra"] > 0
     changed_at = time.monotonic()
     for member in Member.objects.filter(pool=fleet.pool, region=two_regions.a):
         member_set_state(principal=None, member=member, admin_state="maint")
         errors = fleet_services.member_runtime_apply(member_id=member.pk)
         assert not any(errors.values()), errors
-    last_change, last_a = changed_at, fleet.hits("ra")
+    last_change, last_a = changed_at, fleet.hits()["ra"]
     while time.monotonic() < changed_at + 3.0:
         time.sleep(0.05)
-        if fleet.hits("ra") != last_a:
-            last_a, last_change = fleet.hits("ra"), time.monotonic()
+        if fleet.hits()["ra"] != last_a:
+            last_a, last_change = fleet.hits()["ra"], time.monotonic()
     settled_s = last_change - changed_at
-    b_before = fleet.hits("rb")
+    b_before = fleet.hits()["rb"]
     time.sleep(1.0)
-    b_per_s = fleet.hits("rb") - b_before
+    b_per_s = fleet.hits()["rb"] - b_before
     result = load.finish()
     assert settled_s <= 2.0, f"ra still got requests {settled_s:.2f}s after maintenance"
-    assert fleet.hits("ra") == last_a
+    assert fleet.hits()["ra"] == last_a
     assert b_per_s >= 0.8 * 30, f"rb served only {b_per_s}/s"
     assert sum(step.error_count for step in result.steps) == 0
 
@@ -251,12 +164,12 @@ def _usable_map(text: str) -> dict[str, str]:
 
 def test_isolation_keeps_a_s_traffic_in_a(two_regions, haproxy_node, tiny_backend) -> None:
     fleet = start_fleet(two_regions, haproxy_node, tiny_backend, policy="isolation")
-    load = Load(fleet.port, 60.0, duration_s=7.0)
+    load = load_into_ra(fleet, 60.0, duration_s=7.0)
     seen = observe(fleet, load, warmup_s=2.0, measure_s=3.5)
     load.finish()
     observed = by_region(seen["regions"])
     assert observed["ra"]["out"] == 0.0 and observed["rb"]["in"] == 0.0
     assert within(observed["ra"]["local"], 60.0)
-    assert fleet.hits("rb") == 0
+    assert fleet.hits()["rb"] == 0
     # The plan calls the excess unserved; HAProxy still answers it from ra, overloaded.
     assert seen["plan"]["unserved"]["ra"] == pytest.approx(observed["ra"]["demand"] - A_CAPACITY, abs=0.01)
