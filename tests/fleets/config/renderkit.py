@@ -1,13 +1,10 @@
-"""Builders of fleet snapshots, tiny named backends and a way to serve a rendered bundle in a real HAProxy, for
-the renderer's tests (tests/fleets/config/test_render*.py; the `backend` fixture is this directory's conftest's)."""
+"""Builders of fleet snapshots and a way to serve a rendered bundle in a real HAProxy, for the renderer's tests
+(tests/fleets/config/test_render*.py; their named backends are the suite's `tiny_backend`, tests/haproxykit.py)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import http.client
-import threading
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -29,50 +26,11 @@ from apps.fleets.config.spec import (
     RouteSpec,
     RouteTargetSpec,
 )
-from tests.haproxykit import HAProxyNodeFactory
+from tests.haproxykit import HAProxyNodeFactory, TinyBackend
 
 RULE_FORM = 1_000_000  # a threshold no test listener reaches: routes as ordered http-request rules
 NODE = NodeSpec(name="n1", runtime_dir="/var/lib/spillway/n1")
 HEALTH = HealthCheckSpec(path="/healthz", interval_s=1, rise=1, fall=1, expected_status=200)
-
-
-# --- backends -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Backend:
-    name: str
-    port: int
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    # Without TCP_NODELAY the body write waits for HAProxy's delayed ACK of the headers: ~40 ms per
-    # request, which would cap the paced overflow test far below its offered rate.
-    disable_nagle_algorithm = True
-
-    def do_GET(self) -> None:
-        body = self.server.name.encode()  # type: ignore[attr-defined]
-        head = f"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n\r\n"
-        self.wfile.write(head.encode() + body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        pass  # HAProxy closing idle server connections is normal here
-
-
-def start_backend(name: str) -> tuple[Backend, ThreadingHTTPServer]:
-    """An HTTP server on 127.0.0.1 answering 200 with `name`, serving in a thread (stop it with shutdown())."""
-    server = _Server(("127.0.0.1", 0), _Handler)
-    server.name = name  # type: ignore[attr-defined]
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    return Backend(name, int(server.server_address[1])), server
 
 
 # --- snapshot builders ----------------------------------------------------------------------------
@@ -98,7 +56,7 @@ def pool(
     )
 
 
-def backend_pool(pool_id: int, backend: Backend, region: str = "eu") -> PoolSpec:
+def backend_pool(pool_id: int, backend: TinyBackend, region: str = "eu") -> PoolSpec:
     return pool(pool_id, {region: (member(backend.name, backend.port),)})
 
 

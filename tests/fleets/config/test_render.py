@@ -296,8 +296,8 @@ def test_integers_out_of_range_are_refused() -> None:
 
 
 @pytest.mark.haproxy
-def test_priority_decides_between_overlapping_routes(haproxy_node, backend, free_port) -> None:
-    a, b = backend("a"), backend("b")
+def test_priority_decides_between_overlapping_routes(haproxy_node, tiny_backend, free_port) -> None:
+    a, b = tiny_backend("a"), tiny_backend("b")
     port = free_port()
     pools = (backend_pool(1, a), backend_pool(2, b))
     routes = (
@@ -317,8 +317,8 @@ def test_priority_decides_between_overlapping_routes(haproxy_node, backend, free
 
 
 @pytest.mark.haproxy
-def test_hosts_exact_and_wildcard_and_path_exact_vs_prefix(haproxy_node, backend, free_port) -> None:
-    a, b, c = backend("a"), backend("b"), backend("c")
+def test_hosts_exact_and_wildcard_and_path_exact_vs_prefix(haproxy_node, tiny_backend, free_port) -> None:
+    a, b, c = tiny_backend("a"), tiny_backend("b"), tiny_backend("c")
     port = free_port()
     pools = (backend_pool(1, a), backend_pool(2, b), backend_pool(3, c))
     routes = (
@@ -343,8 +343,8 @@ def test_hosts_exact_and_wildcard_and_path_exact_vs_prefix(haproxy_node, backend
 
 
 @pytest.mark.haproxy
-def test_canary_split_sends_about_ten_percent(haproxy_node, backend, free_port) -> None:
-    stable, canary = backend("stable"), backend("canary")
+def test_canary_split_sends_about_ten_percent(haproxy_node, tiny_backend, free_port) -> None:
+    stable, canary = tiny_backend("stable"), tiny_backend("canary")
     port = free_port()
     pools = (backend_pool(1, stable), backend_pool(2, canary))
     routes = (route(1, 1, "/", targets=(RouteTargetSpec(1, 90), RouteTargetSpec(2, 10))),)
@@ -358,8 +358,9 @@ def test_canary_split_sends_about_ten_percent(haproxy_node, backend, free_port) 
 
 
 @pytest.mark.haproxy
-def test_overflow_sends_the_rate_limit_to_the_near_region_and_the_rest_onward(haproxy_node, backend, free_port) -> None:
-    near, far = backend("near"), backend("far")
+def test_overflow_sends_the_rate_limit_to_the_near_region_and_the_rest_onward(
+        haproxy_node, tiny_backend, free_port) -> None:
+    near, far = tiny_backend("near"), tiny_backend("far")
     port = free_port()
     limit_per_s, offered_per_s, duration_s = 20, 60, 3.0
     overflow_pool = pool(
@@ -387,8 +388,8 @@ def test_overflow_sends_the_rate_limit_to_the_near_region_and_the_rest_onward(ha
 
 
 @pytest.mark.haproxy
-def test_a_region_whose_members_are_all_in_maint_overflows_entirely(haproxy_node, backend, free_port) -> None:
-    near, far = backend("near"), backend("far")
+def test_a_region_whose_members_are_all_in_maint_overflows_entirely(haproxy_node, tiny_backend, free_port) -> None:
+    near, far = tiny_backend("near"), tiny_backend("far")
     port = free_port()
     overflow_pool = pool(
         1,
@@ -402,8 +403,8 @@ def test_a_region_whose_members_are_all_in_maint_overflows_entirely(haproxy_node
 
 
 @pytest.mark.haproxy
-def test_drained_members_get_no_new_requests(haproxy_node, backend, free_port) -> None:
-    a, b = backend("a"), backend("b")
+def test_drained_members_get_no_new_requests(haproxy_node, tiny_backend, free_port) -> None:
+    a, b = tiny_backend("a"), tiny_backend("b")
     port = free_port()
     p = pool(1, {"eu": (member("a", a.port), member("b", b.port, state="drain"))})
     serve(haproxy_node, snapshot((listener(port, default_pool_id=1),), (p,)))
@@ -413,10 +414,10 @@ def test_drained_members_get_no_new_requests(haproxy_node, backend, free_port) -
 
 
 @pytest.mark.haproxy
-def test_https_and_tcp_listeners_serve(haproxy_node, backend, free_port) -> None:
+def test_https_and_tcp_listeners_serve(haproxy_node, tiny_backend, free_port) -> None:
     import ssl
 
-    a, b = backend("a"), backend("b")
+    a, b = tiny_backend("a"), tiny_backend("b")
     https_port, tcp_port = free_port(), free_port()
     pools = (backend_pool(1, a), backend_pool(2, b))
     snap = snapshot(

@@ -15,7 +15,8 @@ from apps.fleets.config.render import resolve_route
 from apps.fleets.config.render.frontends import ACME_CHALLENGE_MAP, map_bucket, routes_map_files, routes_map_name
 from apps.fleets.config.render.routing import RouteMaps, build_route_maps
 from apps.fleets.config.spec import FleetSnapshot
-from tests.fleets.config.renderkit import Backend, Client, backend_pool, listener, route, serve, snapshot
+from tests.fleets.config.renderkit import Client, backend_pool, listener, route, serve, snapshot
+from tests.haproxykit import TinyBackend
 
 # --- map form == rule form ------------------------------------------------------------------------
 
@@ -40,7 +41,7 @@ frontend fe
     client.close()
 
 
-def _corpus_snapshot(port: int, backends: list[Backend]) -> FleetSnapshot:
+def _corpus_snapshot(port: int, backends: list[TinyBackend]) -> FleetSnapshot:
     rng = random.Random(20261121)
     host_patterns = ["a.test", "b.test", "x.a.test", "*.a.test", "*.x.a.test", "*.b.test", "c.test"]
     paths = [
@@ -81,8 +82,8 @@ def _corpus_snapshot(port: int, backends: list[Backend]) -> FleetSnapshot:
 
 
 @pytest.mark.haproxy
-def test_map_form_routes_a_corpus_exactly_like_the_rule_form(haproxy_node, backend, free_port) -> None:
-    backends = [backend(f"b{i}") for i in range(1, 7)]
+def test_map_form_routes_a_corpus_exactly_like_the_rule_form(haproxy_node, tiny_backend, free_port) -> None:
+    backends = [tiny_backend(f"b{i}") for i in range(1, 7)]
     rule_port, map_port = free_port(), free_port()
     rule_snap = _corpus_snapshot(rule_port, backends)
     map_snap = replace(rule_snap, listeners=(replace(rule_snap.listeners[0], port=map_port),))

@@ -84,11 +84,12 @@ def test_a_drained_failed_over_or_dialled_off_region_has_no_room_at_once() -> No
 
 
 @pytest.mark.haproxy
-def test_a_forged_cookie_naming_another_pools_member_never_leaves_the_pool(haproxy_node, backend, free_port) -> None:
+def test_a_forged_cookie_naming_another_pools_member_never_leaves_the_pool(
+        haproxy_node, tiny_backend, free_port) -> None:
     """Attacker: a client of pool 1 sends pool 1's sticky cookie with the id of a member of pool 2 (another
     tenant's, sticky too, on the same node). The member map knows that id, so without a check the request would go
     to pool 2's backend; it must be served by pool 1 and get pool 1's own cookie back."""
-    mine, theirs = backend("mine"), backend("theirs")
+    mine, theirs = tiny_backend("mine"), tiny_backend("theirs")
     p1 = replace(pool(1, {"eu": (MemberSpec("mine", "127.0.0.1", mine.port, 100, id=11),)},
                       chain=(RegionStep("eu", None),)), sticky=True)
     p2 = replace(pool(2, {"eu": (MemberSpec("theirs", "127.0.0.1", theirs.port, 100, id=22),)},

@@ -18,8 +18,8 @@ pytestmark = pytest.mark.haproxy
 
 
 @pytest.mark.parametrize("threshold", [0, 10_000], ids=["maps", "rules"])
-def test_prefix_api_serves_api_and_below_never_apix(haproxy_node, backend, free_port, threshold) -> None:
-    a, b = backend("a"), backend("b")
+def test_prefix_api_serves_api_and_below_never_apix(haproxy_node, tiny_backend, free_port, threshold) -> None:
+    a, b = tiny_backend("a"), tiny_backend("b")
     port = free_port()
     routes = (
         route(1, 10, "/api", 1, hosts=("example.com",)),
@@ -35,8 +35,8 @@ def test_prefix_api_serves_api_and_below_never_apix(haproxy_node, backend, free_
     client.close()
 
 
-def test_unknown_host_gets_the_listeners_small_no_route_answer(haproxy_node, backend, free_port) -> None:
-    a = backend("a")
+def test_unknown_host_gets_the_listeners_small_no_route_answer(haproxy_node, tiny_backend, free_port) -> None:
+    a = tiny_backend("a")
     default_port, custom_port = free_port(), free_port()
     routes = (route(1, 10, "/", 1, hosts=("example.com",)),)
     custom = listener(custom_port, routes, id=2, name="custom", no_route_status=421,
@@ -70,10 +70,10 @@ def _corpus(rng: random.Random, count: int) -> tuple[RouteSpec, ...]:
     return tuple(routes)
 
 
-def test_every_decision_equals_the_python_rule_on_a_100k_route_corpus(haproxy_node, backend, free_port) -> None:
+def test_every_decision_equals_the_python_rule_on_a_100k_route_corpus(haproxy_node, tiny_backend, free_port) -> None:
     rng = random.Random(1414)
     routes = _corpus(rng, 100_000)
-    backends = [backend(f"b{i}") for i in range(1, 4)]
+    backends = [tiny_backend(f"b{i}") for i in range(1, 4)]
     port = free_port()
     started = time.perf_counter()
     serve(haproxy_node, snapshot((listener(port, routes),), tuple(backend_pool(i + 1, b) for i, b in
@@ -117,11 +117,11 @@ def test_every_decision_equals_the_python_rule_on_a_100k_route_corpus(haproxy_no
     print(f"100k routes: render + start {setup_s:.1f} s")
 
 
-def test_map_and_rule_forms_agree_with_the_rule_on_apix_style_neighbours(haproxy_node, backend, free_port) -> None:
+def test_map_and_rule_forms_agree_with_the_rule_on_apix_style_neighbours(haproxy_node, tiny_backend, free_port) -> None:
     """Small corpus, both forms: the rule form's `path /a || path_beg /a/` equals the map form's keys."""
     rng = random.Random(7)
     routes = tuple(replace(r, hosts=(r.hosts[0].replace("h", "k"),)) for r in _corpus(rng, 300))
-    backends = [backend(f"b{i}") for i in range(1, 4)]
+    backends = [tiny_backend(f"b{i}") for i in range(1, 4)]
     pools = tuple(backend_pool(i + 1, b) for i, b in enumerate(backends))
     rule_port, map_port = free_port(), free_port()
     serve(haproxy_node, snapshot((listener(rule_port, routes),), pools), name="rules", threshold=10_000)
