@@ -1,9 +1,15 @@
-"""Waiting for a capacity run, and telling a stall of this shared machine from a queue."""
+"""Waiting for a capacity run, telling a stall of this shared machine from a queue, and finished runs built without
+sending load (the capacity API's and pages' tests)."""
 
 from __future__ import annotations
 
-from apps.capacity.models import CapacityRun
+from apps.capacity import engine, execution
+from apps.capacity.engine.results import new_histogram
+from apps.capacity.models import CapacityRun, CapacityShard, CapacityTest, StepResult
 from tests.waiting import wait_until
+
+TESTS = "/api/v1/capacity-tests/"
+RUNS = "/api/v1/capacity-runs/"
 
 
 def wait_for_run(run_id: int, timeout_s: float = 30.0) -> CapacityRun:
@@ -22,3 +28,31 @@ def stalled_not_queued(step, median_below_ms: float) -> bool:
     service time). A target past its capacity moves the median too: requests queue."""
     return (step.achieved_rate >= 0.95 * step.offered_rate and step.error_count == 0
             and step.p50_ms <= 2 * median_below_ms)
+
+
+def step_result(offered: float, achieved: float, latency_ms: float, ok: int, errors: int = 0) -> engine.StepResult:
+    hist = new_histogram()
+    hist.record_value(int(latency_ms * 1000), ok)
+    return engine.StepResult.build(offered_rate=offered, achieved_rate=achieved, duration_s=2.0, ok=ok,
+                                   errors={"timeout": errors}, hist=hist, sent=ok + errors)
+
+
+def finished_run(test: CapacityTest, shards: list[list[engine.StepResult]]) -> CapacityRun:
+    """A run as its shards would leave it, finalized by the same code the last shard runs."""
+    run = CapacityRun.objects.create(test=test, status=CapacityRun.Status.RUNNING, shards_total=len(shards),
+                                     step_count=len(shards[0]), plan={"max_duration_s": 10.0})
+    for index, steps in enumerate(shards):
+        CapacityShard.objects.create(run=run, index=index, status=CapacityShard.Status.DONE,
+                                     stopped_reason="completed")
+        StepResult.objects.bulk_create([execution._step_row(run.pk, i, index, s) for i, s in enumerate(steps)])
+    for _ in shards:
+        execution.shard_finished(run.pk)
+    run.refresh_from_db()
+    return run
+
+
+def knee_run(capacity_test_pk: int) -> CapacityRun:
+    """Two shards: fine at 50 and 100 req/s in total, falling over at 200 (p99 400 ms)."""
+    test = CapacityTest.objects.get(pk=capacity_test_pk)
+    half = [step_result(25, 25, 5, 50), step_result(50, 49.6, 8, 100), step_result(100, 60, 400, 120, errors=10)]
+    return finished_run(test, [half, half])

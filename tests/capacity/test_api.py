@@ -11,15 +11,11 @@ import pytest
 
 from apps.audit.models import AuditEvent
 from apps.balancers.models import LoadBalancer, PoolRegion
-from apps.capacity import engine, execution
-from apps.capacity.engine.results import new_histogram
+from apps.capacity import execution
 from apps.capacity.models import CapacityRun, CapacityShard, CapacityTest, StepResult, TargetAllowlist
+from tests.capacity.capacitykit import RUNS, TESTS, finished_run, knee_run, step_result
 
 pytestmark = pytest.mark.django_db
-
-TESTS = "/api/v1/capacity-tests/"
-RUNS = "/api/v1/capacity-runs/"
-
 
 @pytest.fixture
 def listener(world):
@@ -33,34 +29,6 @@ def capacity_test_pk(alice, listener, world) -> int:
                                          "region": "us-east"}, format="json")
     assert response.status_code == 201, response.content
     return response.json()["id"]
-
-
-def _step(offered: float, achieved: float, latency_ms: float, ok: int, errors: int = 0) -> engine.StepResult:
-    hist = new_histogram()
-    hist.record_value(int(latency_ms * 1000), ok)
-    return engine.StepResult.build(offered_rate=offered, achieved_rate=achieved, duration_s=2.0, ok=ok,
-                                   errors={"timeout": errors}, hist=hist, sent=ok + errors)
-
-
-def finished_run(test: CapacityTest, shards: list[list[engine.StepResult]]) -> CapacityRun:
-    """A run as its shards would leave it, finalized by the same code the last shard runs."""
-    run = CapacityRun.objects.create(test=test, status=CapacityRun.Status.RUNNING, shards_total=len(shards),
-                                     step_count=len(shards[0]), plan={"max_duration_s": 10.0})
-    for index, steps in enumerate(shards):
-        CapacityShard.objects.create(run=run, index=index, status=CapacityShard.Status.DONE,
-                                     stopped_reason="completed")
-        StepResult.objects.bulk_create([execution._step_row(run.pk, i, index, s) for i, s in enumerate(steps)])
-    for _ in shards:
-        execution.shard_finished(run.pk)
-    run.refresh_from_db()
-    return run
-
-
-def knee_run(capacity_test_pk: int) -> CapacityRun:
-    """Two shards: fine at 50 and 100 req/s in total, falling over at 200 (p99 400 ms)."""
-    test = CapacityTest.objects.get(pk=capacity_test_pk)
-    half = [_step(25, 25, 5, 50), _step(50, 49.6, 8, 100), _step(100, 60, 400, 120, errors=10)]
-    return finished_run(test, [half, half])
 
 
 # --- tenancy ---------------------------------------------------------------------------------
@@ -248,7 +216,7 @@ def test_apply_writes_max_rate_per_member_audits_and_bumps_the_revision(alice, c
 
 def test_a_run_without_a_knee_has_nothing_to_apply(alice, capacity_test_pk):
     test = CapacityTest.objects.get(pk=capacity_test_pk)
-    run = finished_run(test, [[_step(50, 50, 900, 100)]])
+    run = finished_run(test, [[step_result(50, 50, 900, 100)]])
     assert run.status == "failed" and run.knee_code == "first_step_failed"
     assert run.error_code == "first_step_failed" and "already misses the SLO" in run.error
     assert run.recommended_max_rate_per_member is None and "No capacity" in run.recommendation_note
@@ -261,7 +229,7 @@ def test_a_failed_shard_fails_the_run_and_keeps_what_was_measured(capacity_test_
     run = CapacityRun.objects.create(test=test, status="running", shards_total=2, step_count=1)
     CapacityShard.objects.create(run=run, index=0, status="done", stopped_reason="completed")
     CapacityShard.objects.create(run=run, index=1, status="failed", stopped_reason="error", error="boom")
-    execution._step_row(run.pk, 0, 0, _step(50, 50, 5, 100)).save()
+    execution._step_row(run.pk, 0, 0, step_result(50, 50, 5, 100)).save()
     execution.shard_finished(run.pk)
     execution.shard_finished(run.pk)
     run.refresh_from_db()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from apps.capacity.models import CapacityRun, CapacityShard, CapacityTest
-from tests.capacity.test_api import RUNS, TESTS, knee_run
+from tests.capacity.capacitykit import RUNS, TESTS, knee_run
 from tests.openapi_check import assert_matches_schema
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 from apps.balancers.models import PoolRegion
 from apps.capacity.models import CapacityRun, CapacityTest
 from tests.browser import login, shot
-from tests.capacity.test_api import knee_run
+from tests.capacity.capacitykit import knee_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -19,7 +19,7 @@ from apps.fleets.selectors import NodeCounters
 from apps.scheduling.registry import validate_params
 from apps.traffic import services as traffic_services
 from apps.traffic.selectors import pool_steering_now, pool_steerings
-from tests.traffic.test_views import browser
+from tests.traffic.traffickit import browser
 
 
 def _sample(t: float, phase: str, served: dict, capacity: dict, arrived: float = 30.0, errors: float = 0.0,

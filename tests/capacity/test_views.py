@@ -7,7 +7,7 @@ from django.test import Client
 
 from apps.balancers.models import PoolRegion
 from apps.capacity.models import CapacityRun, CapacityTest
-from tests.capacity.test_api import knee_run
+from tests.capacity.capacitykit import knee_run
 
 pytestmark = pytest.mark.django_db
 

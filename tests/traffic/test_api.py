@@ -11,31 +11,13 @@ from apps.balancers.models import Member, PoolRegion
 from apps.fleets.models import Fleet, Node, NodeHealth
 from apps.traffic import selectors, services
 from apps.traffic.models import CapacityState, OverflowPoint, TrafficSample
-from apps.traffic.observe import BackendReading
 from apps.traffic.services import NodeReadings
+from tests.traffic.traffickit import reading, record_steady_load
 
 pytestmark = pytest.mark.django_db
 
 OVERFLOW = "/api/v1/traffic/overflow/"
 WHAT_IF = "/api/v1/traffic/what-if/"
-
-
-def reading(backend: str, total: int, rate: float = 0.0) -> BackendReading:
-    return BackendReading(backend=backend, rate_per_s=rate, sessions=0, requests_total=total)
-
-
-def record_steady_load(pool_id: int, *, a_local: float, a_out: float, b_local: float, seconds: int = 20) -> None:
-    """Two nodes (one per region) reporting every 5 s with counters growing at the given rates."""
-    start = timezone.now() - timedelta(seconds=seconds)
-    for step in range(seconds // 5 + 1):
-        at = start + timedelta(seconds=5 * step)
-        t = 5 * step
-        services.readings_record(at=at, nodes=[
-            NodeReadings(None, "fa/n1", "ra", [reading(f"p{pool_id}_ra", int(a_local * t)),
-                                               reading(f"p{pool_id}_rb", int(a_out * t))]),
-            NodeReadings(None, "fb/n1", "rb", [reading(f"p{pool_id}_rb", int(b_local * t)),
-                                               reading(f"p{pool_id}_ra", 0)]),
-        ])
 
 
 # --- capacities ---------------------------------------------------------------------------------------

@@ -18,13 +18,7 @@ from apps.traffic.overflow import (
     plan,
     region_order,
 )
-
-
-def cap(region: str, capacity_rps: float | None, *, healthy: int = 1, scaler: float = 1.0) -> RegionCapacity:
-    """A region whose capacity is `capacity_rps` spread over `healthy` members."""
-    per_member = None if capacity_rps is None else capacity_rps / max(healthy, 1)
-    return RegionCapacity(region, healthy, per_member, scaler)
-
+from tests.traffic.traffickit import Scenario, cap, scenarios
 
 # --- capacity ---------------------------------------------------------------------------
 
@@ -204,33 +198,6 @@ def test_unknown_policy_and_duplicate_regions_are_refused() -> None:
 
 
 # --- properties -------------------------------------------------------------------------
-
-REGIONS = ["a", "b", "c", "d", "e"]
-
-
-Scenario = tuple[dict[str, float], list[RegionCapacity], dict[tuple[str, str], float]]
-
-
-@st.composite
-def scenarios(draw: st.DrawFn) -> Scenario:
-    pool_regions = draw(st.lists(st.sampled_from(REGIONS), min_size=1, max_size=5, unique=True))
-    capacities = [
-        RegionCapacity(
-            region,
-            draw(st.integers(0, 4)),
-            None if draw(st.integers(0, 9)) == 0 else draw(st.floats(0, 100)),  # 1 in 10 unlimited
-            draw(st.sampled_from([0.0, 0.1, 0.5, 0.75, 1.0])),
-        )
-        for region in pool_regions
-    ]
-    demand = draw(st.dictionaries(st.sampled_from(REGIONS), st.floats(0, 500), max_size=5))
-    pairs = [(x, y) for i, x in enumerate(REGIONS) for y in REGIONS[i + 1 :]]
-    # Small integer RTTs make ties common, which is where ordering bugs hide.
-    distances = draw(
-        st.dictionaries(st.sampled_from(pairs), st.integers(1, 6).map(float), max_size=len(pairs))
-    )
-    return demand, capacities, distances
-
 
 def _tolerance(value: float) -> float:
     return 1e-9 * max(1.0, value)

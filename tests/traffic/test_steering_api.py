@@ -7,7 +7,7 @@ from django.core.cache import cache
 
 from apps.balancers.models import Pool, PoolRegion
 from apps.traffic.selectors import DECISION_KEY
-from tests.traffic.test_views import browser
+from tests.traffic.traffickit import browser
 
 WHAT_IF = "/api/v1/traffic/what-if/"
 

@@ -21,7 +21,7 @@ from apps.traffic.overflow import (
     plan,
     region_order,
 )
-from tests.traffic.test_overflow import Scenario, cap, scenarios
+from tests.traffic.traffickit import Scenario, cap, scenarios
 
 DIST = {("a", "b"): 10.0, ("a", "c"): 50.0, ("b", "c"): 40.0}
 

@@ -11,7 +11,7 @@ import pytest
 from apps.traffic.observe import enforced_plan
 from apps.traffic.overflow import POLICIES, SPRAY_TO_REGION, SPRAY_TO_WORLD, WATERFALL, Steering, plan
 from apps.traffic.shares import absorb_weights, planned_limits, reserve_idle
-from tests.traffic.test_overflow import cap
+from tests.traffic.traffickit import cap
 
 CAPS = [cap("a", 120, healthy=3), cap("b", 240, healthy=3), cap("c", 120, healthy=3)]
 DIST = {("a", "b"): 10.0, ("a", "c"): 50.0, ("b", "c"): 40.0}

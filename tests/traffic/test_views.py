@@ -6,17 +6,10 @@ import json
 import re
 
 import pytest
-from django.test import Client
 
-from tests.traffic.test_api import record_steady_load
+from tests.traffic.traffickit import browser, record_steady_load
 
 pytestmark = pytest.mark.django_db
-
-
-def browser(persona) -> Client:
-    client = Client()
-    client.force_login(persona.user)
-    return client
 
 
 def test_overview_lists_the_tenant_s_pools_with_capacity_per_region(alice, charlie, two_regions) -> None:
