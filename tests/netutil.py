@@ -13,6 +13,13 @@ def pick_free_port(address: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def free_udp_port() -> int:
+    """A UDP port free on 127.0.0.1 right now (a signals collector's)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def free_port_on(addresses: list[str], attempts: int = 100) -> int:
     """A port free on every address (the kernel picks it on the first, the others are checked)."""
     for _ in range(attempts):

@@ -14,7 +14,7 @@ import pytest
 
 from apps.accounts.services import token_create
 from tests.factories import HostnameClaimFactory, LoadBalancerFactory, PoolFactory
-from tests.fleets.test_longpoll_server import _free_port
+from tests.netutil import pick_free_port
 from tests.processes import REPO, process_env, stop_process
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]
@@ -28,7 +28,7 @@ def server(transactional_db) -> str:
 
     from apps.core.webserver import gunicorn_command
 
-    port = _free_port()
+    port = pick_free_port()
     env = process_env(DEBUG="0", WEB_THREADS="4")
     proc = subprocess.Popen(gunicorn_command(f"127.0.0.1:{port}", workers=1), cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

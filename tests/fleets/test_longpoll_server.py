@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.error
@@ -24,6 +23,7 @@ from apps.balancers.models import LoadBalancer
 from apps.core import wakeups
 from apps.core.webserver import gunicorn_command
 from apps.fleets.models import ConfigRevision, Fleet, Node
+from tests.netutil import pick_free_port
 from tests.processes import REPO, process_env, stop_process
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]  # a real ASGI server
@@ -31,15 +31,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]  # a
 PARKED = 12  # > the server's 2 request threads
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def server(transactional_db, request) -> str:
-    port = _free_port()
+    port = pick_free_port()
     if getattr(request, "param", {}).get("REDIS_URL") == "":
         from django.core.management import call_command
 

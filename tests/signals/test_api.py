@@ -6,35 +6,18 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from apps.signals import services
-from apps.signals.aggregate import ALL_NODES
 from apps.signals.models import SignalBucket
 from tests.factories import LoadBalancerFactory, MemberFactory, PoolFactory, RouteFactory
+from tests.signals.signalkit import signal_bucket
 
 pytestmark = pytest.mark.django_db
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "spillway-signals.json"
-
-
-def _bucket(kind: str, ref_id: int, *, org, lb_id: int, requests: int, s5xx: int = 0, node: str = "",
-            pool_id: int | None = None, ago_s: int = 20, upstream_ms: int = 10, region: str = "") -> SignalBucket:
-    start = datetime.fromtimestamp((int(time.time()) - ago_s) // 5 * 5, UTC)
-    from apps.signals import hist
-
-    counts = hist.new()
-    counts[hist.index(upstream_ms)] = requests
-    # As the collector writes them: a listener's or member's node row and its all-nodes row.
-    for each in ((node, ALL_NODES) if node else ("",)):
-        row = SignalBucket.objects.create(
-            kind=kind, ref_id=ref_id, node=each, start=start, step_s=services.FINE_STEP_S, org=org, lb_id=lb_id,
-            pool_id=pool_id, requests=requests, s2xx=requests - s5xx, s5xx=s5xx,
-            region=region if each != ALL_NODES else "", t_upstream=hist.sparse(counts), t_total=hist.sparse(counts))
-    return row
 
 
 @pytest.fixture
@@ -45,10 +28,10 @@ def shared(ops, acme, globex):
     acme_route = RouteFactory(lb=lb, org=acme, path="/a", pool=acme_pool)
     globex_route = RouteFactory(lb=lb, org=globex, path="/g", pool=globex_pool)
     member = MemberFactory(pool=globex_pool)
-    _bucket("listener", 1, org=ops, lb_id=lb.pk, requests=500, node="f/n1", region="us-east")
-    _bucket("route", acme_route.pk, org=acme, lb_id=lb.pk, requests=100)
-    _bucket("route", globex_route.pk, org=globex, lb_id=lb.pk, requests=400, s5xx=40)
-    _bucket("member", member.pk, org=globex, lb_id=lb.pk, pool_id=globex_pool.pk, requests=400, s5xx=40,
+    signal_bucket("listener", 1, org=ops, lb_id=lb.pk, requests=500, node="f/n1", region="us-east")
+    signal_bucket("route", acme_route.pk, org=acme, lb_id=lb.pk, requests=100)
+    signal_bucket("route", globex_route.pk, org=globex, lb_id=lb.pk, requests=400, s5xx=40)
+    signal_bucket("member", member.pk, org=globex, lb_id=lb.pk, pool_id=globex_pool.pk, requests=400, s5xx=40,
             node="f/n1", upstream_ms=900)
     return lb, acme_route, globex_route, globex_pool, member
 

@@ -17,8 +17,9 @@ from apps.fleets.models import Fleet, Node, NodeResult, Rollout
 from apps.fleets.node.outside_rollout import read_state
 from tests.browser import login, shot
 from tests.fleets.fleetkit import LocalFleet, make_local_fleet, reconcile
+from tests.netutil import free_udp_port
 from tests.processes import process_env, start_python, stop_process
-from tests.signals.test_signals_through_product import _addr, _backend, _free_udp_port
+from tests.signals.signalkit import address_of, slow_backend
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -55,11 +56,11 @@ def _frontend_5xx(local: LocalFleet, node: Node) -> int:
 
 def test_a_canary_whose_5xx_rise_is_rolled_back_by_itself_before_any_other_node_sees_it(
         haproxy_bin, tmp_path, celery_worker_factory, otto, page, live_server):
-    ok, broken = _backend("ok"), _backend("broken", status=500)
-    port = _free_udp_port()
+    ok, broken = slow_backend("ok"), slow_backend("broken", status=500)
+    port = free_udp_port()
     collector = start_python(["manage.py", "runsignals", "--listen", f"127.0.0.1:{port}"], process_env(),
                              tmp_path / "collector.log")
-    local = make_local_fleet(name="can", subnet=94, node_count=3, backend_address=_addr(ok))
+    local = make_local_fleet(name="can", subnet=94, node_count=3, backend_address=address_of(ok))
     traffic = None
     try:
         fleet = local.fleet
@@ -82,7 +83,7 @@ def test_a_canary_whose_5xx_rise_is_rolled_back_by_itself_before_any_other_node_
 
         member = local.listener.default_pool.members.get()
         changed_at = time.monotonic()
-        answer = otto.client.patch(f"/api/v1/members/{member.pk}/", {"port": _addr(broken)[1]}, format="json")
+        answer = otto.client.patch(f"/api/v1/members/{member.pk}/", {"port": address_of(broken)[1]}, format="json")
         assert answer.status_code == 200, answer.content
         revision = first["n1"]
 
@@ -128,7 +129,7 @@ def test_a_canary_whose_5xx_rise_is_rolled_back_by_itself_before_any_other_node_
         # A harmless change (the member back on its healthy port) passes a short watch and reaches every node.
         assert otto.client.patch(f"/api/v1/fleets/{fleet.pk}/", {"canary_watch_s": 12},
                                  format="json").status_code == 200
-        answer = otto.client.patch(f"/api/v1/members/{member.pk}/", {"port": _addr(ok)[1]}, format="json")
+        answer = otto.client.patch(f"/api/v1/members/{member.pk}/", {"port": address_of(ok)[1]}, format="json")
         assert answer.status_code == 200, answer.content
         passed = wait_until(lambda: Rollout.objects.filter(fleet=fleet, pk__gt=rollout.pk,
                                                            status=Rollout.Status.SUCCEEDED).first(),

@@ -5,10 +5,7 @@ Chromium), at that route and that member and nowhere else, and the counts equal 
 
 from __future__ import annotations
 
-import socket
 import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from rest_framework.test import APIClient
@@ -21,7 +18,9 @@ from apps.fleets.models import Fleet, Rollout
 from apps.fleets.node.outside_rollout import read_state
 from tests.browser import SHOTS, login, shot
 from tests.fleets.fleetkit import add_pool, add_route, changed, make_local_fleet
+from tests.netutil import free_udp_port
 from tests.processes import process_env, start_python, stop_process
+from tests.signals.signalkit import address_of, slow_backend
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -31,65 +30,26 @@ SLOW_S = 0.5
 FAST_MS = SLOW_S * 1000 / 2
 
 
-class _Backend(BaseHTTPRequestHandler):
-    status = 200
-    delay_s = 0.0
-
-    def do_GET(self) -> None:
-        with self.server.lock:  # type: ignore[attr-defined]
-            self.server.in_flight += 1  # type: ignore[attr-defined]
-        time.sleep(self.server.delay_s)  # type: ignore[attr-defined]
-        with self.server.lock:  # type: ignore[attr-defined]
-            self.server.in_flight -= 1  # type: ignore[attr-defined]
-        body = self.server.name.encode()  # type: ignore[attr-defined]
-        self.send_response(self.server.status)  # type: ignore[attr-defined]
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:
-        pass
-
-
-def _backend(name: str, status: int = 200, delay_s: float = 0.0) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Backend)
-    server.daemon_threads = True
-    server.name, server.status, server.delay_s = name, status, delay_s  # type: ignore[attr-defined]
-    server.in_flight, server.lock = 0, threading.Lock()  # type: ignore[attr-defined]
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    return server
-
-
-def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _addr(server: ThreadingHTTPServer) -> tuple[str, int]:
-    return server.server_address[0], server.server_address[1]  # type: ignore[return-value]
-
-
 def test_a_failing_route_and_a_slow_member_show_where_they_are_and_nowhere_else(
         page, haproxy_bin, tmp_path, live_server, celery_worker_factory):
-    ok, fast, slow, broken, hold = (_backend("ok"), _backend("fast"), _backend("slow", delay_s=SLOW_S),
-                                    _backend("broken", status=500), _backend("hold", delay_s=3.0))
-    port = _free_udp_port()
+    ok, fast, slow, broken, hold = (slow_backend("ok"), slow_backend("fast"), slow_backend("slow", delay_s=SLOW_S),
+                                    slow_backend("broken", status=500), slow_backend("hold", delay_s=3.0))
+    port = free_udp_port()
     collector = start_python(["manage.py", "runsignals", "--listen", f"127.0.0.1:{port}"],
                              process_env(SPILLWAY_SIGNALS_STATS_S="2"), tmp_path / "collector.log")
-    local = make_local_fleet(name="sig", subnet=93, node_count=2, backend_address=_addr(ok))
+    local = make_local_fleet(name="sig", subnet=93, node_count=2, backend_address=address_of(ok))
     try:
         local.fleet.signals_target = f"127.0.0.1:{port}"
         local.fleet.save(update_fields=["signals_target"])
         lb = local.lb
-        api_pool = add_pool(lb, "api", _addr(fast))
+        api_pool = add_pool(lb, "api", address_of(fast))
         Member.objects.create(pool=api_pool, region=Region.objects.get(slug="us-east"), name="api-2",
-                              address=_addr(slow)[0], port=_addr(slow)[1])
-        bad_pool = add_pool(lb, "bad", _addr(broken))
+                              address=address_of(slow)[0], port=address_of(slow)[1])
+        bad_pool = add_pool(lb, "bad", address_of(broken))
         ok_route = add_route(lb, local.listener.default_pool, "/ok", 10)
         api_route = add_route(lb, api_pool, "/api", 20)
         bad_route = add_route(lb, bad_pool, "/bad", 30)
-        hold_pool = add_pool(lb, "hold", _addr(hold))
+        hold_pool = add_pool(lb, "hold", address_of(hold))
         add_route(lb, hold_pool, "/hold", 40)
         # A line sent before the collector listens is lost (UDP): wait for it, as an operator starts it first.
         wait_until(lambda: b"listening on" in (tmp_path / "collector.log").read_bytes(), timeout_s=20)

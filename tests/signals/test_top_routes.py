@@ -9,7 +9,7 @@ from django.test import Client
 from apps.accounts.principal import Principal
 from apps.signals.selectors import top_routes
 from tests.factories import LoadBalancerFactory, PoolFactory, RouteFactory
-from tests.signals.test_api import _bucket
+from tests.signals.signalkit import signal_bucket
 
 pytestmark = pytest.mark.django_db
 
@@ -21,7 +21,7 @@ def routes(ops, acme, globex):
     for org, path, requests, s5xx, ms in ((acme, "/cart", 100, 10, 40), (acme, "/slow", 50, 0, 900),
                                           (globex, "/gx", 400, 200, 20)):
         route = RouteFactory(lb=lb, org=org, path=path, pool=PoolFactory(lb=lb, org=org))
-        _bucket("route", route.pk, org=org, lb_id=lb.pk, requests=requests, s5xx=s5xx, upstream_ms=ms)
+        signal_bucket("route", route.pk, org=org, lb_id=lb.pk, requests=requests, s5xx=s5xx, upstream_ms=ms)
         made[path] = route
     return made
 

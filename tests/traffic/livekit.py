@@ -4,7 +4,6 @@ by the live traffic and capacity-drill tests."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections import Counter
@@ -22,6 +21,7 @@ from apps.fleets.models import Fleet, Node
 from apps.fleets.node.runtime_api import HAProxySocket
 from apps.fleets.node.transports.base import NodeConn
 from apps.traffic import services as traffic_services
+from tests.netutil import free_port_on
 
 # node name -> (region, loopback address its listener binds)
 NODES = {"ra1": ("ra", "127.0.0.1"), "ra2": ("ra", "127.0.0.3"), "rb1": ("rb", "127.0.0.2"),
@@ -55,21 +55,6 @@ class Fleet4:
                 for node, conn in self.nodes.values()]
 
 
-def port_free_everywhere(addresses: list[str]) -> int:
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind((addresses[0], 0))
-            port = int(probe.getsockname()[1])
-        try:
-            for address in addresses[1:]:
-                with socket.socket() as other:
-                    other.bind((address, port))
-        except OSError:
-            continue
-        return port
-    raise AssertionError("no port free on every loopback address")
-
-
 def start(two_regions, haproxy_node, tiny_backend, *, overload: str = "absorb", policy: str | None = None,
           nodes: Mapping[str, tuple[str, str]] = NODES) -> Fleet4:
     """Ra's members take A_CAPACITY in all and rb's B_CAPACITY; a fleet per region that has `nodes`, each node's
@@ -84,7 +69,7 @@ def start(two_regions, haproxy_node, tiny_backend, *, overload: str = "absorb", 
         backend = tiny_backend(member.name)
         backends[member.name] = (member.region.slug, backend)
         Member.objects.filter(pk=member.pk).update(address="127.0.0.1", port=backend.port)
-    port = port_free_everywhere([address for _, address in nodes.values()])
+    port = free_port_on([address for _, address in nodes.values()])
     Listener.objects.create(lb=two_regions.lb, name="web", protocol="http", port=port, default_pool=pool)
     fleets = {}
     for slug, region in (("ra", two_regions.a), ("rb", two_regions.b)):

@@ -9,7 +9,7 @@ import pytest
 from apps.balancers.models import Member
 from apps.fleets.node.transports.base import config_server_addresses, state_without_moved_servers
 from tests.fleets.fleetkit import make_local_fleet, reconcile
-from tests.signals.test_signals_through_product import _addr, _backend
+from tests.signals.signalkit import address_of, slow_backend
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db(transaction=True)]
 
@@ -43,14 +43,14 @@ def test_a_server_whose_port_or_address_moved_leaves_the_state_file_and_the_othe
 
 
 def test_a_member_moved_to_another_port_is_served_there_after_the_reload(haproxy_bin):
-    old, new = _backend("old"), _backend("new")
-    local = make_local_fleet(name="mv", subnet=95, node_count=1, backend_address=_addr(old))
+    old, new = slow_backend("old"), slow_backend("new")
+    local = make_local_fleet(name="mv", subnet=95, node_count=1, backend_address=address_of(old))
     try:
         reconcile(local.fleet)
         node = local.nodes[0]
         assert local.get(node)[1] == "old"
         member = Member.objects.get(pool__lb=local.lb)
-        member.port = _addr(new)[1]
+        member.port = address_of(new)[1]
         member.save()
         reconcile(local.fleet)  # a reload (a server line moved), after the state file was written
         assert local.get(node)[1] == "new"
