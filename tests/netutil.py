@@ -1,9 +1,12 @@
-"""Loopback port helpers shared by tests and benchmarks (no Django, no pytest)."""
+"""Loopback port helpers, and a peer that trickles its answer (`Trickle`), shared by tests and benchmarks (no Django,
+no pytest)."""
 
 from __future__ import annotations
 
 import http.client
 import socket
+import threading
+import time
 
 
 def pick_free_port(address: str = "127.0.0.1") -> int:
@@ -48,3 +51,48 @@ def http_get(url: str, timeout_s: float = 2.0, headers: dict[str, str] | None = 
         return response.status, response.read().decode()
     finally:
         conn.close()
+
+
+class Trickle:
+    """A TCP server on loopback that reads the request, then sends an HTTP header byte every `every_s`."""
+
+    def __init__(self, every_s: float = 0.2, limit_s: float = 60.0) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)  # here, not in the thread: a test may close the socket before that thread runs
+        self.port = self.sock.getsockname()[1]
+        self.every_s, self.limit_s = every_s, limit_s
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:  # closed
+                return
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn: socket.socket) -> None:
+        started = time.monotonic()
+        with conn:
+            try:
+                conn.settimeout(1.0)
+                conn.recv(65536)
+                payload = b"HTTP/1.1 200 OK\r\n" + b"X-Slow: " + b"a" * 100_000
+                for byte in payload:
+                    if self.stop.is_set() or time.monotonic() - started > self.limit_s:
+                        return
+                    conn.sendall(bytes([byte]))
+                    time.sleep(self.every_s)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()

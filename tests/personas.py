@@ -1,9 +1,11 @@
-"""A user of an org with a role, an API token and a client holding it (the suite's personas, tests/conftest.py)."""
+"""A user of an org with a role, an API token and a client holding it (the suite's personas, tests/conftest.py), and
+the same user in a browser session of Django's test client (`web`), for the server-rendered pages."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.test import Client
 from rest_framework.test import APIClient
 
 from apps.accounts.models import Organization
@@ -28,3 +30,14 @@ def persona(username: str, org: Organization, role: str) -> Persona:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
     return Persona(user=user, org=org, role=role, client=client, token=secret)
+
+
+# The header an htmx request carries: `web(persona).post(url, data, **HTMX)` asks for the partial, as the page does.
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+def web(persona: Persona) -> Client:
+    """A page client logged in as the persona (its session cookie, as a browser holds it)."""
+    client = Client()
+    client.force_login(persona.user)
+    return client

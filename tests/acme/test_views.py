@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from django.test import Client
 from django.utils import timezone
 
 from apps.acme import services
@@ -16,14 +15,10 @@ from apps.balancers.models import HostnameClaim
 from apps.core import crypto
 from apps.events.models import Event
 from apps.fleets.models import Certificate
+from tests.personas import web
 
 pytestmark = pytest.mark.django_db
 
-
-def _web(persona) -> Client:
-    client = Client()
-    client.force_login(persona.user)
-    return client
 
 
 def _cert(org, name: str, days_left: float, issuer: str = "CN=Pebble Intermediate CA") -> Certificate:
@@ -47,21 +42,21 @@ def test_the_page_shows_issuer_sans_expiry_colour_use_and_the_last_error_and_ren
                                       last_error="The CA could not validate soon.acme.test: Connection refused")
     _cert(alice.org, "fine", 60)
     _cert(charlie.org, "theirs", 60)
-    body = _web(alice).get("/certificates/").content.decode()
+    body = web(alice).get("/certificates/").content.decode()
     assert "CN=Pebble Intermediate CA" in body and "soon.acme.test" in body and "fine.acme.test" in body
     assert 'badge-bad expiry">' in body and "5 days left" in body and 'badge-ok expiry">' in body
     assert "The CA could not validate soon.acme.test: Connection refused" in body
     assert "theirs" not in body  # another org's certificate is not listed
     assert "Orders in the last 3 hours: 0 of 300" in body
     managed = ManagedCertificate.objects.get(name="soon")
-    assert _web(charlie).post(f"/certificates/{managed.pk}/renew/").status_code == 404
-    assert _web(alice).post(f"/certificates/{managed.pk}/renew/").status_code == 302
+    assert web(charlie).post(f"/certificates/{managed.pk}/renew/").status_code == 404
+    assert web(alice).post(f"/certificates/{managed.pk}/renew/").status_code == 302
     managed.refresh_from_db()
     assert managed.next_attempt_at is not None and managed.next_attempt_at <= timezone.now()
     # The claim it relied on is gone: renewing now is refused, in words, and nothing is ordered.
     ManagedCertificate.objects.filter(pk=managed.pk).update(next_attempt_at=None)
     claim.delete()
-    refused = _web(alice).post(f"/certificates/{managed.pk}/renew/")
+    refused = web(alice).post(f"/certificates/{managed.pk}/renew/")
     assert refused.status_code == 422 and "not covered by an approved hostname claim" in refused.content.decode()
     managed.refresh_from_db()
     assert managed.next_attempt_at is None
@@ -82,12 +77,12 @@ def test_a_managed_certificate_is_requested_through_the_form_like_the_api(alice)
     requested (audited, due at once) and listed as not issued yet."""
     HostnameClaim.objects.create(org=alice.org, hostname="shop.acme.test", status="approved")
     HostnameClaim.objects.create(org=alice.org, hostname="*.shop.acme.test", status="approved")
-    web = _web(alice)
-    assert 'id="request-certificate"' in web.get("/certificates/").content.decode()
-    form = web.get("/certificates/request/").content.decode()
+    client = web(alice)
+    assert 'id="request-certificate"' in client.get("/certificates/").content.decode()
+    form = client.get("/certificates/request/").content.decode()
     assert 'name="hostnames"' in form and '<option value="dns-01"' in form
 
-    answer = web.post("/certificates/request/", {"name": "shop", "challenge": "http-01",
+    answer = client.post("/certificates/request/", {"name": "shop", "challenge": "http-01",
                                                  "hostnames": "shop.acme.test\r\nwww.shop.acme.test, "})
 
     assert answer.status_code == 302 and answer["Location"] == "/certificates/"
@@ -95,7 +90,7 @@ def test_a_managed_certificate_is_requested_through_the_form_like_the_api(alice)
     assert managed.hostnames == ["shop.acme.test", "www.shop.acme.test"] and managed.challenge == "http-01"
     assert managed.next_attempt_at is not None
     assert AuditEvent.objects.filter(action="acme.request", org=alice.org).count() == 1
-    page = web.get("/certificates/").content.decode()
+    page = client.get("/certificates/").content.decode()
     assert "shop.acme.test, www.shop.acme.test" in page and "not issued yet" in page
 
 
@@ -104,8 +99,8 @@ def test_the_form_refuses_another_orgs_hostname_and_a_wildcard_over_http01_next_
     HostnameClaim.objects.create(org=alice.org, hostname="shop.acme.test", status="approved")
     HostnameClaim.objects.create(org=alice.org, hostname="*.shop.acme.test", status="approved")
 
-    foreign = _web(charlie).post("/certificates/request/", {"name": "x", "hostnames": "shop.acme.test"})
-    wildcard = _web(alice).post("/certificates/request/", {"name": "w", "challenge": "http-01",
+    foreign = web(charlie).post("/certificates/request/", {"name": "x", "hostnames": "shop.acme.test"})
+    wildcard = web(alice).post("/certificates/request/", {"name": "w", "challenge": "http-01",
                                                            "hostnames": "*.shop.acme.test"})
 
     assert foreign.status_code == 422
@@ -114,5 +109,5 @@ def test_the_form_refuses_another_orgs_hostname_and_a_wildcard_over_http01_next_
     assert wildcard.status_code == 422
     assert 'id="f-challenge-err" class="field-error">A wildcard certificate can only be validated with dns-01.' \
         in wildcard.content.decode()
-    assert _web(vera).post("/certificates/request/", {"name": "v", "hostnames": "shop.acme.test"}).status_code == 403
+    assert web(vera).post("/certificates/request/", {"name": "v", "hostnames": "shop.acme.test"}).status_code == 403
     assert not ManagedCertificate.objects.exists()

@@ -192,7 +192,7 @@ def drill(fb: _fleetbench.FleetBench, backends: Backends, pool: int, port: int, 
 def sticky(fb: _fleetbench.FleetBench, backends: Backends, pool: int, port: int,
            addresses: dict[str, list[str]]) -> tuple[int, int, int]:
     """(moves while the session's region had room, moves in all, requests a drained member served)."""
-    from tests.traffic.test_live_sticky import Clients, Session
+    from tests.traffic.livekit import Clients, Session
 
     must(fb, "PATCH", f"/api/v1/pools/{pool}/", {"overflow_policy": "waterfall", "session_affinity": "cookie"},
          want=200)

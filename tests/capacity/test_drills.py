@@ -19,7 +19,7 @@ from apps.fleets.selectors import NodeCounters
 from apps.scheduling.registry import validate_params
 from apps.traffic import services as traffic_services
 from apps.traffic.selectors import pool_steering_now, pool_steerings
-from tests.traffic.traffickit import browser
+from tests.personas import web
 
 
 def _sample(t: float, phase: str, served: dict, capacity: dict, arrived: float = 30.0, errors: float = 0.0,
@@ -117,7 +117,7 @@ def test_summary_says_what_moved_where_and_how_fast() -> None:
 
 def _post(persona, pool: Pool, **fields):
     data = {"region": "ra", "share_pct": "100", "duration_s": "30", "slo_error_rate_pct": "1", **fields}
-    return browser(persona).post(f"/capacity/pools/{pool.pk}/drills/", data, HTTP_HX_REQUEST="true")
+    return web(persona).post(f"/capacity/pools/{pool.pk}/drills/", data, HTTP_HX_REQUEST="true")
 
 
 def test_an_editor_starts_a_drill_from_the_pool_page(bob, two_regions, django_capture_on_commit_callbacks) -> None:
@@ -127,7 +127,7 @@ def test_an_editor_starts_a_drill_from_the_pool_page(bob, two_regions, django_ca
     drill = Drill.objects.get()
     assert (drill.region.slug, drill.share, drill.duration_s, drill.status) == ("ra", 0.5, 12.0, "pending")
     assert drill.requested_by == f"user:{bob.user.pk}" and len(callbacks) == 1  # the task, once committed
-    page = browser(bob).get(f"/capacity/drills/{drill.pk}/")
+    page = web(bob).get(f"/capacity/drills/{drill.pk}/")
     assert page.status_code == 200 and "drain 50% of ra for 12 s" in page.content.decode()
 
 
@@ -150,7 +150,7 @@ def test_bad_drills_are_refused_with_a_code_and_nothing_runs(alice, two_regions,
 
 
 def test_a_viewer_cannot_drill_and_sees_no_form(vera, two_regions) -> None:
-    assert "Run drill now" not in browser(vera).get(f"/capacity/pools/{two_regions.pool.pk}/drills/").content.decode()
+    assert "Run drill now" not in web(vera).get(f"/capacity/pools/{two_regions.pool.pk}/drills/").content.decode()
     response = _post(vera, two_regions.pool)
     assert response.status_code == 422 and "<code>read_only</code>" in response.content.decode()
     assert not Drill.objects.exists()
@@ -159,7 +159,7 @@ def test_a_viewer_cannot_drill_and_sees_no_form(vera, two_regions) -> None:
 def test_an_outsider_finds_neither_the_pool_nor_its_drills(alice, charlie, two_regions) -> None:
     drill = services.drill_start(principal=Principal(org=alice.org, role="owner"), pool=two_regions.pool,
                                  region="ra", duration_s=10)
-    client = browser(charlie)
+    client = web(charlie)
     assert _post(charlie, two_regions.pool).status_code == 404
     for url in (f"/capacity/pools/{two_regions.pool.pk}/drills/", f"/capacity/drills/{drill.pk}/",
                 f"/capacity/drills/{drill.pk}/progress/", f"/capacity/drills/{drill.pk}/chart.json"):
@@ -225,7 +225,7 @@ def test_one_drill_per_pool_and_two_per_org_at_once(alice, charlie, two_regions)
 
 
 def test_a_removed_member_can_no_longer_drill(bob, two_regions) -> None:
-    client = browser(bob)
+    client = web(bob)
     Membership.objects.filter(user=bob.user).delete()
     response = client.post(f"/capacity/pools/{two_regions.pool.pk}/drills/", {"region": "ra"},
                            HTTP_HX_REQUEST="true")
@@ -237,7 +237,7 @@ def test_a_drill_drain_expires_by_itself(alice, two_regions) -> None:
     pool = two_regions.pool
     traffic_services.drill_drain(pool_id=pool.pk, region="ra", share=1.0, ttl_s=1)
     assert "ra" in pool_steering_now(pool).drained
-    assert "drained now: ra" in browser(alice).get(f"/traffic/pools/{pool.pk}/").content.decode()  # said while it lasts
+    assert "drained now: ra" in web(alice).get(f"/traffic/pools/{pool.pk}/").content.decode()  # said while it lasts
     assert pool_steerings([pool])[pool.pk].drained == frozenset()  # a rendered config never holds a drill
     time.sleep(1.6)
     assert "ra" not in pool_steering_now(pool).drained

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
 from apps.balancers.models import PoolRegion
 from apps.capacity.models import CapacityRun, CapacityTest
 from tests.capacity.capacitykit import knee_run
+from tests.personas import web
 
 pytestmark = pytest.mark.django_db
 
-
-def browser_for(persona) -> Client:
-    client = Client()
-    client.force_login(persona.user)
-    return client
 
 
 @pytest.fixture
@@ -35,7 +30,7 @@ def test_obj(alice, listener, world) -> CapacityTest:
 def test_the_index_lists_tests_and_offers_the_form_with_own_and_shared_listeners(alice, test_obj, world):
     world.listener(9100, lb=world.globex_lb, name="globex-http")
     world.listener(9101, lb=world.edge, name="edge-http")
-    page = browser_for(alice).get("/capacity/").content.decode()
+    page = web(alice).get("/capacity/").content.decode()
     assert f"/capacity/tests/{test_obj.pk}/" in page
     assert 'hx-post="/capacity/"' in page
     assert "edge/edge-http" in page and "acme-lb/http-8082" in page
@@ -43,7 +38,7 @@ def test_the_index_lists_tests_and_offers_the_form_with_own_and_shared_listeners
 
 
 def test_defining_a_test_in_the_form_redirects_to_it(alice, listener):
-    response = browser_for(alice).post("/capacity/", {
+    response = web(alice).post("/capacity/", {
         "name": "from-ui", "listener": listener.pk, "steps": "20:1, 40:1", "mode": "open", "slo_p99_ms": "100",
         "slo_error_rate": "0.01", "shards": "1", "safety_factor": "0.8", "path": "/"}, HTTP_HX_REQUEST="true")
     assert response.status_code == 200, response.content
@@ -54,7 +49,7 @@ def test_defining_a_test_in_the_form_redirects_to_it(alice, listener):
 
 def test_the_form_shows_a_refused_target_next_to_its_field(alice, world):
     foreign = world.listener(9102, lb=world.globex_lb)
-    response = browser_for(alice).post("/capacity/", {"name": "evil", "listener": foreign.pk, "steps": "10"},
+    response = web(alice).post("/capacity/", {"name": "evil", "listener": foreign.pk, "steps": "10"},
                                        HTTP_HX_REQUEST="true")
     assert response.status_code == 422
     assert "not one of your organization" in response.content.decode()
@@ -62,14 +57,14 @@ def test_the_form_shows_a_refused_target_next_to_its_field(alice, world):
 
 
 def test_a_viewer_cannot_define_or_start(vera, test_obj, listener):
-    client = browser_for(vera)
+    client = web(vera)
     assert client.post("/capacity/", {"name": "v", "listener": listener.pk, "steps": "10"}).status_code == 403
     assert client.post(f"/capacity/tests/{test_obj.pk}/start/").status_code == 403
     assert "Start a run" not in client.get(f"/capacity/tests/{test_obj.pk}/").content.decode()
 
 
 def test_starting_from_the_test_page_opens_the_runs_live_progress(alice, test_obj):
-    client = browser_for(alice)
+    client = web(alice)
     response = client.post(f"/capacity/tests/{test_obj.pk}/start/", HTTP_HX_REQUEST="true")
     run = CapacityRun.objects.get(test=test_obj)
     assert response["HX-Redirect"] == f"/capacity/runs/{run.pk}/"
@@ -86,13 +81,13 @@ def test_starting_from_the_test_page_opens_the_runs_live_progress(alice, test_ob
 
 def test_the_poller_reloads_the_page_once_the_run_has_finished(alice, test_obj):
     run = knee_run(test_obj.pk)
-    response = browser_for(alice).get(f"/capacity/runs/{run.pk}/progress/?active=1", HTTP_HX_REQUEST="true")
+    response = web(alice).get(f"/capacity/runs/{run.pk}/progress/?active=1", HTTP_HX_REQUEST="true")
     assert response["HX-Refresh"] == "true"
 
 
 def test_a_finished_run_shows_chart_knee_and_applies_in_one_click(alice, test_obj, world):
     run = knee_run(test_obj.pk)
-    client = browser_for(alice)
+    client = web(alice)
     page = client.get(f"/capacity/runs/{run.pk}/").content.decode()
     assert f'data-capacity-chart="/capacity/runs/{run.pk}/chart.json"' in page
     assert 'class="capacity-knee"' in page and "39.6 req/s" in page and "Apply to the pool" in page
@@ -105,14 +100,14 @@ def test_a_finished_run_shows_chart_knee_and_applies_in_one_click(alice, test_ob
 
 def test_two_runs_compare_side_by_side(alice, test_obj):
     a, b = knee_run(test_obj.pk), knee_run(test_obj.pk)
-    page = browser_for(alice).get(f"/capacity/compare/?run={a.pk}&run={b.pk}").content.decode()
+    page = web(alice).get(f"/capacity/compare/?run={a.pk}&run={b.pk}").content.decode()
     assert f"/capacity/runs/{a.pk}/chart.json,/capacity/runs/{b.pk}/chart.json" in page
     assert page.count("<tr><td>") == 3
 
 
 def test_an_outsider_gets_404_on_every_capacity_page(charlie, test_obj):
     run = knee_run(test_obj.pk)
-    client = browser_for(charlie)
+    client = web(charlie)
     for url in [f"/capacity/tests/{test_obj.pk}/", f"/capacity/runs/{run.pk}/", f"/capacity/runs/{run.pk}/chart.json",
                 f"/capacity/runs/{run.pk}/progress/"]:
         assert client.get(url).status_code == 404, url

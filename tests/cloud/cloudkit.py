@@ -103,3 +103,11 @@ def deref(doc: dict[str, Any], ref: str) -> tuple[str, dict[str, Any], str]:
     assert ref.startswith("${") and ref.endswith("}"), ref
     kind, key, attr = ref[2:-1].split(".")
     return kind, doc["resource"][kind][key], attr
+
+
+def many_routes(count: int, *, hosts_per_route: int = 1, first_priority: int = 1) -> tuple[CloudRoute, ...]:
+    """`count` prefix routes to the pool `web`, each with its own hosts (limits tests)."""
+    return tuple(
+        CloudRoute(first_priority + i, tuple(f"h{i}-{j}.example.com" for j in range(hosts_per_route)),
+                   "prefix", f"/r{i}", (RouteTarget("web", 100),))
+        for i in range(count))

@@ -12,20 +12,13 @@ import pytest
 
 from deploy.limits import LimitViolation, check_limits, gcp_url_map_bytes
 from deploy.model import CloudMember, CloudPoolRegion, CloudRoute, RouteTarget
-from tests.cloud.cloudkit import demo_aws_lb, demo_gcp_lb
+from tests.cloud.cloudkit import demo_aws_lb, demo_gcp_lb, many_routes
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _codes(violations: list[LimitViolation]) -> list[str]:
     return [v.code for v in violations]
-
-
-def _routes(count: int, *, hosts_per_route: int = 1, first_priority: int = 1) -> tuple[CloudRoute, ...]:
-    return tuple(
-        CloudRoute(first_priority + i, tuple(f"h{i}-{j}.example.com" for j in range(hosts_per_route)),
-                   "prefix", f"/r{i}", (RouteTarget("web", 100),))
-        for i in range(count))
 
 
 def _with_pool_region(lb, pool_name: str, region: str, **changes):
@@ -44,7 +37,7 @@ def test_the_demo_load_balancers_are_within_every_limit() -> None:
 # --- AWS ----------------------------------------------------------------------------------------------------
 
 def test_aws_refuses_more_rules_than_the_alb_quota_and_says_how_many() -> None:
-    lb = demo_aws_lb(routes=_routes(131), listeners=demo_aws_lb().listeners[:1])
+    lb = demo_aws_lb(routes=many_routes(131), listeners=demo_aws_lb().listeners[:1])
     (violation,) = check_limits(lb)
     assert violation.code == "aws_rules_per_alb"
     assert violation.limit == 100
@@ -54,26 +47,26 @@ def test_aws_refuses_more_rules_than_the_alb_quota_and_says_how_many() -> None:
 
 def test_aws_counts_rules_on_every_listener() -> None:
     # 60 routes on the demo's two listeners are 120 rules on each regional ALB.
-    (violation,) = check_limits(demo_aws_lb(routes=_routes(60)))
+    (violation,) = check_limits(demo_aws_lb(routes=many_routes(60)))
     assert violation.code == "aws_rules_per_alb"
     assert "needs 120 (60 routes x 2 listeners)" in violation.message
-    assert check_limits(demo_aws_lb(routes=_routes(50))) == []
+    assert check_limits(demo_aws_lb(routes=many_routes(50))) == []
 
 
 def test_a_raised_aws_rule_quota_is_honoured() -> None:
-    lb = demo_aws_lb(routes=_routes(131), listeners=demo_aws_lb().listeners[:1])
+    lb = demo_aws_lb(routes=many_routes(131), listeners=demo_aws_lb().listeners[:1])
     assert check_limits(lb, aws_rules_per_alb=200) == []
 
 
 @pytest.mark.parametrize(("priority", "ok"), [(0, False), (1, True), (50_000, True), (50_001, False)])
 def test_aws_rule_priorities_are_1_to_50000(priority: int, ok: bool) -> None:
-    lb = demo_aws_lb(routes=_routes(1, first_priority=priority))
+    lb = demo_aws_lb(routes=many_routes(1, first_priority=priority))
     assert _codes(check_limits(lb)) == ([] if ok else ["aws_rule_priority"])
 
 
 def test_aws_allows_five_condition_values_per_rule_hosts_plus_path() -> None:
-    assert check_limits(demo_aws_lb(routes=_routes(1, hosts_per_route=4))) == []
-    (violation,) = check_limits(demo_aws_lb(routes=_routes(1, hosts_per_route=5)))
+    assert check_limits(demo_aws_lb(routes=many_routes(1, hosts_per_route=4))) == []
+    (violation,) = check_limits(demo_aws_lb(routes=many_routes(1, hosts_per_route=5)))
     assert violation.code == "aws_condition_values"
     assert violation.limit == 5
     assert "needs 6 (5 hosts + 1 path)" in violation.message
@@ -156,7 +149,7 @@ def test_gcp_weights_go_up_to_1000(weight: int, ok: bool) -> None:
 
 
 def test_gcp_priority_zero_is_valid_unlike_aws() -> None:
-    assert check_limits(demo_gcp_lb(routes=_routes(1, first_priority=0))) == []
+    assert check_limits(demo_gcp_lb(routes=many_routes(1, first_priority=0))) == []
 
 
 def test_gcp_allows_1000_route_rules_per_path_matcher() -> None:
@@ -170,8 +163,8 @@ def test_gcp_allows_1000_route_rules_per_path_matcher() -> None:
 
 
 def test_gcp_allows_1000_host_rules_per_url_map() -> None:
-    assert "gcp_host_rules" not in _codes(check_limits(demo_gcp_lb(routes=_routes(1000))))
-    (violation,) = check_limits(demo_gcp_lb(routes=_routes(1001)))
+    assert "gcp_host_rules" not in _codes(check_limits(demo_gcp_lb(routes=many_routes(1000))))
+    (violation,) = check_limits(demo_gcp_lb(routes=many_routes(1001)))
     assert violation.code == "gcp_host_rules"
     assert "needs 1001" in violation.message
 
@@ -238,10 +231,10 @@ def test_synthesize_refuses_before_loading_cdktf(tmp_path: Path) -> None:
 import json, sys
 from deploy.synth import synthesize
 from deploy.limits import LimitError
-from tests.cloud.test_limits import _routes
+from tests.cloud.cloudkit import many_routes
 from tests.cloud.cloudkit import demo_aws_lb
 try:
-    synthesize(demo_aws_lb(routes=_routes(131)), {str(tmp_path / 'out')!r})
+    synthesize(demo_aws_lb(routes=many_routes(131)), {str(tmp_path / 'out')!r})
 except LimitError as exc:
     print(json.dumps({{"codes": [v.code for v in exc.violations], "message": str(exc),
                       "loaded": sorted(m for m in sys.modules if m.split('.')[0] in ('cdktf', 'jsii'))}}))

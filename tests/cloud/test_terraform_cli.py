@@ -9,12 +9,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from django.test import Client
 
 from apps.cloud import services, tasks, terraform_cli
 from apps.cloud.models import CloudApply
 from tests.cloud.cloudkit import demo_gcp_lb
 from tests.cloud.dbdemo import build_db_lb
+from tests.personas import web
 
 pytestmark = pytest.mark.django_db
 
@@ -30,11 +30,6 @@ def var_dir(settings, tmp_path):
     settings.TERRAFORM_BIN = ""
     return tmp_path
 
-
-def _ui(persona) -> Client:
-    client = Client()
-    client.force_login(persona.user)
-    return client
 
 
 @needs_terraform
@@ -63,7 +58,7 @@ def test_offline_init_fails_the_run_with_its_error_and_nothing_is_applied(alice,
     apply.refresh_from_db()
     assert apply.status == CloudApply.Status.FAILED
 
-    page = _ui(alice).get(f"/cloud/applies/{apply.pk}/").content.decode()
+    page = web(alice).get(f"/cloud/applies/{apply.pk}/").content.decode()
     assert "terraform init failed" in page
     stored = " ".join([json.dumps(apply.synth_json), apply.plan_output, apply.error, apply.diff,
                        alice.client.get(f"/api/v1/cloud-applies/{apply.pk}/").content.decode(), page,
@@ -111,12 +106,12 @@ def test_without_a_binary_the_page_says_why_and_offers_the_json(alice, var_dir, 
                                       synth_json={"resource": {"google_compute_global_address": {}}})
     reason = "No terraform binary: TERRAFORM_BIN is empty and neither terraform nor tofu is on PATH."
     assert services.apply_unavailable_reason(target) == reason
-    page = _ui(alice).get(f"/cloud/applies/{apply.pk}/").content.decode()
+    page = web(alice).get(f"/cloud/applies/{apply.pk}/").content.decode()
     assert reason in page
     assert f"/cloud/applies/{apply.pk}/main.tf.json" in page
-    download = _ui(alice).get(f"/cloud/applies/{apply.pk}/main.tf.json")
+    download = web(alice).get(f"/cloud/applies/{apply.pk}/main.tf.json")
     assert download.status_code == 200 and "google_compute_global_address" in download.content.decode()
-    listing = _ui(alice).get("/cloud/").content.decode()
+    listing = web(alice).get("/cloud/").content.decode()
     assert reason in listing and REF not in listing and SECRET not in listing
 
 
@@ -136,16 +131,16 @@ def test_without_credentials_the_reason_never_names_the_reference(alice, var_dir
 def test_the_ui_is_scoped_to_the_org(alice, charlie) -> None:
     lb, target = build_db_lb(alice.org, demo_gcp_lb())
     apply = CloudApply.objects.create(target=target, lb=lb, synth_json={})
-    assert _ui(charlie).get(f"/cloud/applies/{apply.pk}/").status_code == 404
-    assert _ui(charlie).get(f"/cloud/applies/{apply.pk}/main.tf.json").status_code == 404
-    assert target.name not in _ui(charlie).get("/cloud/").content.decode()
+    assert web(charlie).get(f"/cloud/applies/{apply.pk}/").status_code == 404
+    assert web(charlie).get(f"/cloud/applies/{apply.pk}/main.tf.json").status_code == 404
+    assert target.name not in web(charlie).get("/cloud/").content.decode()
 
 
 def test_the_run_page_shows_progress_polls_while_it_moves_and_reloads_when_it_stops(alice, charlie) -> None:
     lb, target = build_db_lb(alice.org, demo_gcp_lb())
     apply = services.create_apply(principal=alice_principal(alice), target=target, lb=lb)
     CloudApply.objects.filter(pk=apply.pk).update(status=CloudApply.Status.PLANNING)
-    client = _ui(alice)
+    client = web(alice)
     status_url = f"/cloud/applies/{apply.pk}/status/"
 
     page = client.get(f"/cloud/applies/{apply.pk}/").content.decode()
@@ -163,4 +158,4 @@ def test_the_run_page_shows_progress_polls_while_it_moves_and_reloads_when_it_st
 
     CloudApply.objects.filter(pk=apply.pk).update(status=CloudApply.Status.FAILED, approved_by="user:1")
     assert 'value="5"' in client.get(status_url).content.decode(), "failed while applying: bar stays there"
-    assert _ui(charlie).get(status_url).status_code == 404
+    assert web(charlie).get(status_url).status_code == 404

@@ -16,7 +16,7 @@ import pytest
 from apps.balancers.models import Listener, LoadBalancer, Pool, Route, StaticIP
 from apps.capacity.models import CapacityTest
 from apps.fleets.models import Certificate
-from tests.core.test_hostile_references import CASES, _put, _shape, make_sides
+from tests.core.relationkit import CASES, make_sides, put_reference, response_shape
 
 # endpoint → the field that decides the org the write lands in (the model's TENANT_PATH head).
 TARGET_FIELD = {"load-balancers": "org", "listeners": "lb", "pools": "org", "pool-regions": "pool",
@@ -54,12 +54,12 @@ def test_an_operator_writing_for_a_tenant_cannot_name_another_tenants_row(sides,
     models = (LoadBalancer, Listener, Pool, Route, CapacityTest, StaticIP, Certificate)
     before = {m: m.objects.count() for m in models}
 
-    attacked = otto.client.post(url, _put(_for_acme(url, payload(acme_side)), field, foreign(globex_side)),
+    attacked = otto.client.post(url, put_reference(_for_acme(url, payload(acme_side)), field, foreign(globex_side)),
                                 format="json")
-    absent = otto.client.post(url, _put(_for_acme(url, payload(acme_side)), field, missing), format="json")
+    absent = otto.client.post(url, put_reference(_for_acme(url, payload(acme_side)), field, missing), format="json")
 
     assert attacked.status_code in (400, 404, 422), attacked.content
-    assert _shape(attacked, foreign(globex_side)) == _shape(absent, missing)
+    assert response_shape(attacked, foreign(globex_side)) == response_shape(absent, missing)
     assert {m: m.objects.count() for m in models} == before
 
 
@@ -139,9 +139,9 @@ def test_an_operator_applying_acmes_file_picks_acmes_certificate_not_globexs_of_
 def test_every_serializer_that_writes_a_reference_checks_it_in_the_target_orgs_scope():
     """The one place: a new endpoint whose body names rows inherits the check, or this test names it."""
     from apps.core.api.fields import ActingForMixin
-    from tests.core.test_relation_scoping import _serializer_classes, _writable_relations
+    from tests.core.relationkit import serializer_classes, writable_relations
 
-    writing = {(prefix, cls) for prefix, cls in _serializer_classes() if any(_writable_relations(cls(), prefix))}
+    writing = {(prefix, cls) for prefix, cls in serializer_classes() if any(writable_relations(cls(), prefix))}
     assert len(writing) > 10, writing
     unchecked = sorted(f"{prefix}:{cls.__name__}" for prefix, cls in writing if not issubclass(cls, ActingForMixin))
     assert not unchecked, f"derive these from TenantModelSerializer or StrictSerializer: {unchecked}"

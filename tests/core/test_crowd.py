@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from controlplane.crowd import SLOTS, Crowd, key_hash
 from controlplane.fairturns import ADDRESS_PREFIX, CROWD_S, FairTurns
-from tests.core.test_fair_turns import run
+from tests.waiting import run_coroutine
 
 FORK = multiprocessing.get_context("fork")
 AT = 1000.0  # the other process's sightings, on the clock both read
@@ -94,7 +94,7 @@ def test_fair_turns_hold_a_tenant_alone_here_to_one_thread_when_another_process_
         assert not Crowd(str(elsewhere), clock=at(AT)).others_about("org:initech", CROWD_S)  # the address is not
 
     _other_process_sees(str(tmp_path), "org:globex")  # forked here, not from the event loop's thread
-    run(scenario())
+    run_coroutine(scenario())
 
 
 def test_a_tenants_lane_is_one_holder_in_the_whole_server_and_a_dead_holder_lets_it_go(tmp_path) -> None:

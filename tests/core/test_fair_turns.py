@@ -4,17 +4,11 @@ same under a real gunicorn with two tenants' requests: tests/core/test_fair_serv
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from controlplane.fairturns import CROWD_S, LEARNED_MAX, FairTurns, credential
-
-
-def run(coroutine) -> None:
-    """In a thread of its own: a browser test before may leave an event loop running in this one."""
-    with ThreadPoolExecutor(1) as thread:
-        thread.submit(asyncio.run, coroutine).result(timeout=30)
+from tests.waiting import run_coroutine
 
 
 class Jobs:
@@ -95,7 +89,7 @@ def test_a_tenants_burst_leaves_a_thread_for_the_next_tenant_and_shrinks_to_one_
         assert sorted(jobs.started) == sorted(jobs.gates)  # nothing lost
         assert jobs.turns.free == 4 and not jobs.turns.running and not jobs.turns.turn
 
-    run(scenario())
+    run_coroutine(scenario())
 
 
 def test_the_crowd_is_other_tenants_only() -> None:
@@ -118,7 +112,7 @@ def test_the_crowd_is_other_tenants_only() -> None:
         clock.now += CROWD_S + 0.01
         assert turns.share_of("org:a") == 3
 
-    run(scenario())
+    run_coroutine(scenario())
 
 
 def test_tenants_waiting_together_take_turns() -> None:
@@ -137,7 +131,7 @@ def test_tenants_waiting_together_take_turns() -> None:
             await jobs.finish(running[0])
         assert jobs.started == ["a0", "b0", "a1", "b1", "a2", "b2", "a3", "b3"]
 
-    run(scenario())
+    run_coroutine(scenario())
 
 
 def test_a_client_that_leaves_while_waiting_loses_no_thread() -> None:
@@ -156,7 +150,7 @@ def test_a_client_that_leaves_while_waiting_loses_no_thread() -> None:
         await jobs.finish("c0")
         assert turns.free == 2 and not turns.running and not turns.turn and not turns.waiting
 
-    run(scenario())
+    run_coroutine(scenario())
 
 
 def test_a_client_that_leaves_as_it_is_granted_passes_the_thread_on() -> None:
@@ -170,7 +164,7 @@ def test_a_client_that_leaves_as_it_is_granted_passes_the_thread_on() -> None:
         await asyncio.gather(waiter, return_exceptions=True)
         assert turns.free == 1 and not turns.running and not turns.turn
 
-    run(scenario())
+    run_coroutine(scenario())
 
 
 def test_requests_queue_under_the_org_their_credential_proved_else_under_their_address() -> None:
@@ -209,4 +203,4 @@ def test_one_thread_still_serves_everyone(slots: int) -> None:
             jobs.gates[f"a{i}"].set()
         assert await asyncio.gather(*jobs.tasks.values()) == ["a0", "a1", "a2"]
 
-    run(scenario())
+    run_coroutine(scenario())

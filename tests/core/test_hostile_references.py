@@ -10,132 +10,16 @@ case here before the suite passes.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
 import pytest
 
-from apps.balancers.models import IpPool, Listener, LoadBalancer, Pool, Route, StaticIP
+from apps.balancers.models import Listener, LoadBalancer, Pool, Route, StaticIP
 from apps.capacity.models import CapacityTest
-from apps.cloud.models import CloudCredential, CloudTarget
-from apps.core import crypto
+from apps.cloud.models import CloudTarget
 from apps.fleets.models import Certificate
-from tests.core.test_relation_scoping import all_writable_relations
+from tests.core.relationkit import CASES, MISSING_ID, all_writable_relations, make_sides, put_reference, response_shape
 from tests.factories import (
-    HostnameClaimFactory,
-    IpPoolFactory,
-    LoadBalancerFactory,
-    PoolFactory,
     RegionFactory,
 )
-from tests.fleets.fleetkit import self_signed
-
-MISSING_ID = 987_654_321
-
-
-@dataclass
-class Side:
-    lb: LoadBalancer
-    pool: Pool
-    cert: Certificate
-    ip: StaticIP
-    target: CloudTarget
-    credential: CloudCredential
-    listener: Listener
-    route: Route
-    test: CapacityTest
-
-
-def _side(org, n: int, ip_pool: IpPool) -> Side:
-    lb = LoadBalancerFactory(name=f"{org.slug}-lb", org=org)
-    pool = PoolFactory(lb=lb, org=org, name="web")
-    cert_pem, key_pem = self_signed(days=90, name=f"{org.slug}.example")
-    cert = Certificate.objects.create(org=org, name=f"{org.slug}-cert", cert_pem=cert_pem,
-                                      key_encrypted=crypto.encrypt(key_pem))
-    ip = StaticIP.objects.create(pool=ip_pool, address=f"192.0.2.{n}", org=org, state=StaticIP.State.RESERVED)
-    target = CloudTarget.objects.create(org=org, name=f"{org.slug}-gcp", provider="gcp",
-                                        project_or_account=f"{org.slug}-project", regions=["us-east"])
-    credential = CloudCredential.objects.create(name=f"{org.slug}-creds", provider="gcp", credentials_ref="X")
-    credential.orgs.set([org])
-    listener = Listener.objects.create(lb=lb, name="http", port=8000 + n)
-    route = Route.objects.create(lb=lb, org=org, path="/", priority=10 + n)
-    test = CapacityTest.objects.create(org=org, name=f"{org.slug}-knee", steps=[[10, 1]])
-    return Side(lb, pool, cert, ip, target, credential, listener, route, test)
-
-
-@pytest.fixture
-def sides(acme, globex, ops):
-    return make_sides(acme, globex)
-
-
-def make_sides(acme, globex) -> tuple[Side, Side]:
-    """acme's and globex's objects of every kind a write can reference."""
-    RegionFactory(slug="us-east")
-    ip_pool = IpPoolFactory(name="ips", cidr="192.0.2.0/28")
-    HostnameClaimFactory(org=acme, hostname="shop.acme.test", status="approved")
-    return _side(acme, 2, ip_pool), _side(globex, 3, ip_pool)
-
-
-# Each case: (endpoint, payload from acme's side, the field under attack, its foreign value from
-# globex's side, the value of a missing object).
-Case = tuple[str, Callable[[Side], dict[str, Any]], str, Callable[[Side], Any], Any]
-
-CASES: list[Case] = [
-    ("/api/v1/load-balancers/", lambda a: {"name": "new-lb"}, "org", lambda g: g.lb.org.slug, "no-such-org"),
-    ("/api/v1/load-balancers/", lambda a: {"name": "new-lb", "kind": "gcp"}, "cloud_target",
-     lambda g: g.target.pk, MISSING_ID),
-    ("/api/v1/listeners/", lambda a: {"lb": a.lb.pk, "name": "web", "port": 9443}, "lb",
-     lambda g: g.lb.pk, MISSING_ID),
-    ("/api/v1/listeners/", lambda a: {"lb": a.lb.pk, "name": "web", "port": 9443, "protocol": "https",
-                                      "certificate": a.cert.pk}, "certificate", lambda g: g.cert.pk, MISSING_ID),
-    ("/api/v1/listeners/", lambda a: {"lb": a.lb.pk, "name": "web", "port": 9443}, "static_ip",
-     lambda g: g.ip.pk, MISSING_ID),
-    ("/api/v1/listeners/", lambda a: {"lb": a.lb.pk, "name": "web", "port": 9443}, "default_pool",
-     lambda g: g.pool.pk, MISSING_ID),
-    ("/api/v1/pools/", lambda a: {"lb": a.lb.pk, "name": "api"}, "lb", lambda g: g.lb.pk, MISSING_ID),
-    ("/api/v1/pools/", lambda a: {"lb": a.lb.pk, "name": "api"}, "org", lambda g: g.lb.org.slug, "no-such-org"),
-    ("/api/v1/pool-regions/", lambda a: {"pool": a.pool.pk, "region": "us-east", "max_rate_per_member": 5},
-     "pool", lambda g: g.pool.pk, MISSING_ID),
-    ("/api/v1/members/", lambda a: {"pool": a.pool.pk, "region": "us-east", "name": "m9",
-                                    "address": "192.0.2.200", "port": 80}, "pool", lambda g: g.pool.pk, MISSING_ID),
-    ("/api/v1/routes/", lambda a: {"lb": a.lb.pk, "path": "/x", "priority": 900,
-                                   "targets": [{"pool": a.pool.pk}]}, "lb", lambda g: g.lb.pk, MISSING_ID),
-    ("/api/v1/routes/", lambda a: {"lb": a.lb.pk, "path": "/x", "priority": 900,
-                                   "targets": [{"pool": a.pool.pk}]}, "org", lambda g: g.lb.org.slug, "no-such-org"),
-    ("/api/v1/routes/", lambda a: {"lb": a.lb.pk, "path": "/x", "priority": 900, "targets": [{"pool": None}]},
-     "targets.pool", lambda g: g.pool.pk, MISSING_ID),
-    ("/api/v1/hostname-claims/", lambda a: {"hostname": "new.acme.test"}, "org", lambda g: g.lb.org.slug,
-     "no-such-org"),
-    ("/api/v1/static-ips/allocate/", lambda a: {"pool": "ips"}, "org", lambda g: g.lb.org.slug, "no-such-org"),
-    ("/api/v1/certificates/", lambda a: dict(zip(("cert_pem", "key_pem"), self_signed(30), strict=True),
-                                             name="other"), "org", lambda g: g.lb.org.slug, "no-such-org"),
-    ("/api/v1/managed-certificates/", lambda a: {"name": "m1", "hostnames": ["shop.acme.test"]}, "org",
-     lambda g: g.lb.org.slug, "no-such-org"),
-    ("/api/v1/managed-certificates/", lambda a: {"name": "m1", "hostnames": ["shop.acme.test"]}, "certificate",
-     lambda g: g.cert.pk, MISSING_ID),
-    ("/api/v1/capacity-tests/", lambda a: {"name": "t1", "pool": a.pool.pk, "steps": [10]}, "org",
-     lambda g: g.lb.org.slug, "no-such-org"),
-    ("/api/v1/capacity-tests/", lambda a: {"name": "t1", "listener": a.listener.pk, "steps": [10]}, "pool",
-     lambda g: g.pool.pk, MISSING_ID),
-    ("/api/v1/capacity-tests/", lambda a: {"name": "t1", "steps": [10]}, "listener", lambda g: g.listener.pk,
-     MISSING_ID),
-    ("/api/v1/capacity-tests/", lambda a: {"name": "t1", "steps": [10]}, "route", lambda g: g.route.pk, MISSING_ID),
-    ("/api/v1/jobs/", lambda a: {"name": "j1", "kind": "http_check", "params": {"url": "https://shop.acme.test/"},
-                                 "interval_s": 300}, "org", lambda g: g.lb.org.slug, "no-such-org"),
-    ("/api/v1/drills/", lambda a: {"pool": a.pool.pk, "region": "us-east", "share": 0.5}, "pool",
-     lambda g: g.pool.pk, MISSING_ID),
-    ("/api/v1/drills/", lambda a: {"pool": a.pool.pk, "region": "us-east", "share": 0.5}, "test",
-     lambda g: g.test.pk, MISSING_ID),
-    ("/api/v1/cloud-targets/", lambda a: {"name": "t2", "provider": "gcp", "project_or_account": "p",
-                                          "regions": ["us-east1"]},
-     "credential", lambda g: g.credential.pk, MISSING_ID),
-    ("/api/v1/cloud-applies/", lambda a: {"target": a.target.pk, "lb": a.lb.pk}, "target",
-     lambda g: g.target.pk, MISSING_ID),
-    ("/api/v1/cloud-applies/", lambda a: {"target": a.target.pk, "lb": a.lb.pk}, "lb", lambda g: g.lb.pk,
-     MISSING_ID),
-]
 
 # Writable relation fields whose rows are shared infrastructure: every org may reference them.
 SHARED = {"region", "src", "dst", "static-ips.pool"}
@@ -146,17 +30,9 @@ OPERATOR_ENDPOINTS = ["region-distances", "ip-pools", "fleets", "nodes", "rollou
                       "cloud-credentials"]
 
 
-def _put(payload: dict[str, Any], field: str, value: Any) -> dict[str, Any]:
-    if field == "targets.pool":
-        payload["targets"] = [{"pool": value}]
-    else:
-        payload[field] = value
-    return payload
-
-
-def _shape(response, sent: Any) -> tuple[int, dict[str, Any]]:
-    """Status and body with the value the caller sent blanked out (errors may echo it back)."""
-    return response.status_code, re.sub(rf"\b{re.escape(str(sent))}\b", "<sent>", response.content.decode())
+@pytest.fixture
+def sides(acme, globex, ops):
+    return make_sides(acme, globex)
 
 
 @pytest.mark.parametrize("url,payload,field,foreign,missing", CASES,
@@ -165,11 +41,11 @@ def test_a_foreign_reference_answers_like_a_missing_one(sides, alice, url, paylo
     acme_side, globex_side = sides
     before = {m: m.objects.count() for m in (LoadBalancer, Listener, Pool, Route, CapacityTest, StaticIP)}
 
-    attacked = alice.client.post(url, _put(payload(acme_side), field, foreign(globex_side)), format="json")
-    absent = alice.client.post(url, _put(payload(acme_side), field, missing), format="json")
+    attacked = alice.client.post(url, put_reference(payload(acme_side), field, foreign(globex_side)), format="json")
+    absent = alice.client.post(url, put_reference(payload(acme_side), field, missing), format="json")
 
     assert attacked.status_code in (400, 404, 422), attacked.content
-    assert _shape(attacked, foreign(globex_side)) == _shape(absent, missing)
+    assert response_shape(attacked, foreign(globex_side)) == response_shape(absent, missing)
     assert {m: m.objects.count() for m in before} == before
 
 
@@ -269,7 +145,7 @@ def test_filters_answer_a_foreign_id_like_a_missing_one(sides, alice):
             continue
         attacked = alice.client.get(f"/api/v1/{prefix}/", {name: obj.pk})
         absent = alice.client.get(f"/api/v1/{prefix}/", {name: MISSING_ID})
-        assert _shape(attacked, obj.pk) == _shape(absent, MISSING_ID), (prefix, name)
+        assert response_shape(attacked, obj.pk) == response_shape(absent, MISSING_ID), (prefix, name)
         checked.append(f"{prefix}?{name}")
     assert {"listeners?lb", "pools?lb", "members?pool", "routes?lb", "capacity-tests?pool", "nodes?fleet",
             "capacity-runs?test", "job-runs?job", "event-deliveries?subscription",

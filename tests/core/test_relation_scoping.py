@@ -7,52 +7,12 @@ not a scoped one. A new relation field is therefore safe, or this test names it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from rest_framework import serializers
-from rest_framework.relations import ManyRelatedField, RelatedField
 
 from apps.core.api.fields import ScopedRelatedField, ScopedSlugRelatedField
-from controlplane.api import router
+from tests.core.relationkit import all_writable_relations
 
 SCOPED = (ScopedRelatedField, ScopedSlugRelatedField)
-
-
-def _serializer_classes() -> Iterator[tuple[str, type[serializers.BaseSerializer]]]:
-    for prefix, viewset, _basename in router.registry:
-        classes = {getattr(viewset, "serializer_class", None)}
-        for name in dir(viewset):
-            method = getattr(viewset, name, None)
-            kwargs = getattr(method, "kwargs", None)
-            if getattr(method, "mapping", None) is not None and isinstance(kwargs, dict):
-                classes.add(kwargs.get("serializer_class"))
-        for cls in classes - {None}:
-            yield prefix, cls
-
-
-def _writable_relations(serializer: serializers.BaseSerializer, path: str) -> Iterator[tuple[str, object]]:
-    if isinstance(serializer, serializers.ListSerializer):
-        serializer = serializer.child
-    for name, field in serializer.fields.items():
-        if field.read_only:
-            continue
-        where = f"{path}.{name}"
-        if isinstance(field, ManyRelatedField):
-            yield where, field.child_relation
-        elif isinstance(field, RelatedField):
-            yield where, field
-        elif isinstance(field, serializers.BaseSerializer):
-            yield from _writable_relations(field, where)
-        elif isinstance(field, serializers.ListField) and isinstance(field.child, serializers.BaseSerializer):
-            yield from _writable_relations(field.child, where)
-
-
-def all_writable_relations() -> list[tuple[str, object]]:
-    found = []
-    for prefix, cls in _serializer_classes():
-        found.extend(_writable_relations(cls(), f"{prefix}:{cls.__name__}"))
-    return found
 
 
 def test_the_walk_finds_the_fields_that_matter():

@@ -15,8 +15,8 @@ from django.db import transaction
 
 from apps.events.models import Delivery
 from apps.events.services import event_emit
-from tests.core.test_outbound import Trickle
 from tests.events.eventkit import subscribe
+from tests.netutil import Trickle
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 

@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
 from apps.events import services
 from apps.events.models import Delivery, Subscription
 from tests.events.eventkit import SECRET
+from tests.personas import web
 
 pytestmark = pytest.mark.django_db
 
 
-def _client(persona) -> Client:
-    client = Client()
-    client.force_login(persona.user)
-    return client
-
 
 def test_add_a_webhook_and_send_a_test_event(acme, alice, vera, charlie, receiver, loopback_allowed):
-    page = _client(alice)
+    page = web(alice)
     added = page.post("/events/", {"name": "chat", "url": receiver.url, "secret": SECRET, "format": "slack",
                                    "types": ["job.failed"]})
     assert added.status_code == 200 and b"Subscription added." in added.content
@@ -34,17 +29,17 @@ def test_add_a_webhook_and_send_a_test_event(acme, alice, vera, charlie, receive
     log = page.get("/events/").content.decode()
     assert "Send test event" in log and 'class="status-delivered"' in log
 
-    viewer = _client(vera)
+    viewer = web(vera)
     assert "chat" in viewer.get("/events/").content.decode()
     assert b"Send test event" not in viewer.get("/events/").content
     assert viewer.post("/events/", {"test": str(sub.pk)}).status_code == 403
-    outsider = _client(charlie)
+    outsider = web(charlie)
     assert b"chat" not in outsider.get("/events/").content
     assert outsider.post("/events/", {"test": str(sub.pk)}).status_code == 404
     assert Delivery.objects.filter(subscription=sub).count() == 1
 
 
 def test_a_refused_url_is_a_form_error(alice):
-    response = _client(alice).post("/events/", {"name": "x", "url": "http://169.254.169.254/", "secret": SECRET})
+    response = web(alice).post("/events/", {"name": "x", "url": "http://169.254.169.254/", "secret": SECRET})
     assert response.status_code == 400 and b"link-local" in response.content
     assert not Subscription.objects.exists()

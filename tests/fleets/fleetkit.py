@@ -19,9 +19,11 @@ from django.db.models import F
 
 from apps.accounts.models import Organization
 from apps.balancers.models import Listener, LoadBalancer, Member, Pool, PoolRegion, Region, Route, RouteTarget
-from apps.fleets import services
+from apps.fleets import selectors, services
+from apps.fleets.config.render import render
 from apps.fleets.demo.localnodes import start_local_node, stop_local_node
-from apps.fleets.models import Fleet, Node
+from apps.fleets.models import Fleet, Node, Rollout
+from apps.fleets.node.runtime_api import HAProxySocket, MasterSocket
 from tests.netutil import free_port_on, http_get
 
 if TYPE_CHECKING:
@@ -129,6 +131,31 @@ def changed(fleet: Fleet) -> None:
 def reconcile(fleet: Fleet) -> dict:
     changed(fleet)
     return services.fleet_reconcile(fleet_id=fleet.pk)
+
+
+def workers(local: LocalFleet) -> dict[str, int]:
+    return {n.name: MasterSocket(f"{n.runtime_dir}/master.sock").show_proc().current_worker.pid
+            for n in local.nodes}
+
+
+def live_maps_equal_a_full_render(local: LocalFleet) -> dict[str, list[tuple[str, str]]]:
+    """Assert every node's live maps are the full render's entries for the revision it recorded;
+    returns the first node's live maps in HAProxy's order."""
+    first: dict[str, list[tuple[str, str]]] = {}
+    for node in Node.objects.filter(fleet=local.fleet).select_related("applied_revision").order_by("name"):
+        bundle = render(selectors.revision_snapshot(node.applied_revision), selectors.node_spec(node))
+        stats = HAProxySocket(f"{node.runtime_dir}/stats.sock")
+        for name, entries in bundle.rendered_manifest.maps.items():
+            live = stats.show_map(name)
+            assert sorted(live) == sorted(entries), f"{node.name} {name}"
+            first.setdefault(name, live)
+    return first
+
+
+def rolled_out(local: LocalFleet) -> Rollout:
+    rollout = Rollout.objects.get(pk=reconcile(local.fleet)["rollouts"][-1])
+    assert rollout.status == Rollout.Status.SUCCEEDED, rollout.error
+    return rollout
 
 
 def self_signed(days: int, name: str = "shop.acme.example") -> tuple[str, str]:

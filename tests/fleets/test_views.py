@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
 from apps.balancers.models import Listener, LoadBalancer, Member, Pool, PoolRegion, Region, Route, RouteTarget
 from apps.fleets import services
 from apps.fleets.models import Fleet, Node, NodeResult, Rollout
+from tests.personas import web
 
 pytestmark = pytest.mark.django_db
 
@@ -33,14 +33,9 @@ def edge(ops, acme):
     return {"fleet": fleet, "lb": lb, "rollout": rollout, "revision": revision, "route": route}
 
 
-def browser(persona) -> Client:
-    client = Client()
-    client.force_login(persona.user)
-    return client
-
 
 def test_operator_sees_fleet_nodes_revisions_and_the_diff(edge, otto) -> None:
-    client = browser(otto)
+    client = web(otto)
     listing = client.get("/fleets/").content.decode()
     assert "edge-us" in listing and "1/1" in listing
 
@@ -53,7 +48,7 @@ def test_operator_sees_fleet_nodes_revisions_and_the_diff(edge, otto) -> None:
 
 
 def test_rollout_page_polls_while_active_and_offers_rollback_when_done(edge, otto) -> None:
-    client = browser(otto)
+    client = web(otto)
     rollout = edge["rollout"]
     done = client.get(f"/fleets/rollouts/{rollout.pk}/").content.decode()
     assert "rolled_back" in done and "secret detail" in done and "hx-trigger=\"every 1s\"" not in done
@@ -66,7 +61,7 @@ def test_rollout_page_polls_while_active_and_offers_rollback_when_done(edge, ott
 
 
 def test_customer_sees_the_fleet_of_a_shared_lb_but_no_config_or_errors(edge, alice, charlie) -> None:
-    client = browser(alice)
+    client = web(alice)
     page = client.get(f"/fleets/{edge['fleet'].pk}/").content.decode()
     assert "node 1" in page and "Config revisions" not in page and "127.0.0.1" not in page
     assert client.get(f"/fleets/{edge['fleet'].pk}/revisions/1/").status_code == 404
@@ -75,13 +70,13 @@ def test_customer_sees_the_fleet_of_a_shared_lb_but_no_config_or_errors(edge, al
     assert client.post(f"/fleets/rollouts/{edge['rollout'].pk}/rollback/").status_code == 404
 
     LoadBalancer.objects.filter(pk=edge["lb"].pk).update(shared=False)
-    assert browser(charlie).get(f"/fleets/{edge['fleet'].pk}/").status_code == 404
+    assert web(charlie).get(f"/fleets/{edge['fleet'].pk}/").status_code == 404
 
 
 def test_preview_page_renders_the_pending_diff_and_push_rolls_it_out(edge, otto) -> None:
     Fleet.objects.filter(pk=edge["fleet"].pk).update(auto_rollout=False)
     Route.objects.filter(pk=edge["route"].pk).update(path="/shop")
-    client = browser(otto)
+    client = web(otto)
     page = client.get(f"/fleets/lb/{edge['lb'].pk}/preview/").content.decode()
     assert "held" in page
 
@@ -98,7 +93,7 @@ def test_rollback_button_queues_a_rollback_rollout(edge, otto) -> None:
     services.fleet_render(fleet=edge["fleet"])
     Route.objects.filter(pk=edge["route"].pk).update(path="/v2")
     second = services.fleet_push(fleet=edge["fleet"])
-    response = browser(otto).post(f"/fleets/rollouts/{second.pk}/rollback/", HTTP_HX_REQUEST="true")
+    response = web(otto).post(f"/fleets/rollouts/{second.pk}/rollback/", HTTP_HX_REQUEST="true")
     back = Rollout.objects.order_by("-id").first()
     assert response.headers["HX-Redirect"] == f"/fleets/rollouts/{back.pk}/"
     assert back.kind == "rollback" and back.revision.number == 1
@@ -111,9 +106,9 @@ def test_a_node_of_a_fleet_with_nothing_rendered_is_not_called_behind(ops, otto)
     fleet = Fleet.objects.create(name="fresh", region=region)
     node = Node.objects.create(fleet=fleet, name="n1", address="127.0.0.1", runtime_dir="/run/spw/f1",
                                config_dir="/etc/spw/f1")
-    page = browser(otto).get(f"/fleets/{fleet.pk}/").content.decode()
+    page = web(otto).get(f"/fleets/{fleet.pk}/").content.decode()
     row = page.split(f'id="node-{node.pk}"', 1)[1].split("</tr>", 1)[0]
     assert "behind" not in row
     Fleet.objects.filter(pk=fleet.pk).update(desired_revision=1)
-    page = browser(otto).get(f"/fleets/{fleet.pk}/").content.decode()
+    page = web(otto).get(f"/fleets/{fleet.pk}/").content.decode()
     assert "behind" in page.split(f'id="node-{node.pk}"', 1)[1].split("</tr>", 1)[0]

@@ -10,7 +10,7 @@ from apps.balancers.models import LoadBalancer, Region
 from apps.cloud.models import CloudApply, CloudTarget
 from tests.cloud.cloudkit import demo_aws_lb, demo_gcp_lb
 from tests.cloud.dbdemo import build_db_lb
-from tests.frontend.test_service_forms_ops import HTMX, web
+from tests.personas import HTMX, web
 
 pytestmark = pytest.mark.django_db
 

@@ -20,6 +20,7 @@ from apps.balancers.models import LoadBalancer, Member, Pool, Region, Route
 from apps.fleets.models import ConfigRevision, Fleet, Node, NodeHealth, NodeResult, Rollout
 from apps.traffic.models import CapacityState, OverflowPoint
 from apps.traffic.selectors import region_overflow
+from tests.personas import web
 
 pytestmark = pytest.mark.django_db
 
@@ -38,11 +39,6 @@ class World:
     n1: Node
     n2: Node
 
-
-def web(persona) -> Client:
-    client = Client()
-    client.force_login(persona.user)
-    return client
 
 
 def health(node: Node, pool: Pool, region: str, server: str, status: str, check: str = "L7OK") -> NodeHealth:

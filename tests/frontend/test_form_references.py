@@ -13,26 +13,19 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from apps.balancers.models import IpPool, Listener, LoadBalancer, StaticIP
 from apps.core import crypto
 from apps.core.service_forms import ServiceFormView
 from apps.fleets.models import Certificate, Fleet
-from tests.core.test_relation_scoping import _writable_relations
+from tests.core.relationkit import writable_relations
 from tests.factories import LoadBalancerFactory, PoolFactory, RegionFactory
 from tests.fleets.fleetkit import self_signed
+from tests.personas import HTMX, web
 
 pytestmark = pytest.mark.django_db
-HTMX = {"HTTP_HX_REQUEST": "true"}
 MISSING_ID = 987_654_321
-
-
-def web(persona) -> Client:
-    client = Client()
-    client.force_login(persona.user)
-    return client
 
 
 def _org_objects(org, n: int, ip_pool: IpPool) -> dict[str, Any]:
@@ -171,7 +164,7 @@ def test_the_cases_cover_every_reference_a_customer_form_offers():
     for name, view in _form_views():
         if view.operator_only or view.serializer_class is None:
             continue
-        relations = {where.rsplit(".", 1)[-1] for where, _ in _writable_relations(view.serializer_class(), name)}
+        relations = {where.rsplit(".", 1)[-1] for where, _ in writable_relations(view.serializer_class(), name)}
         for spec in view.fields:
             walked.add(name)
             if spec.kind == "select" and spec.name in relations and spec.name not in SHARED \

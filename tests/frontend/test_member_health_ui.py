@@ -7,21 +7,16 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
 from apps.balancers.models import Member, PoolRegion
 from apps.fleets.models import Fleet, Node, NodeHealth
 from tests.factories import LoadBalancerFactory, PoolFactory, RegionFactory
+from tests.personas import web
 
 pytestmark = pytest.mark.django_db
 
-
-def web(persona) -> Client:
-    client = Client()
-    client.force_login(persona.user)
-    return client
 
 
 @pytest.fixture

@@ -4,21 +4,14 @@ create and edit with inline 422 errors, tenancy as the API (owner, teammate, vie
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from apps.audit.models import AuditEvent
 from apps.balancers.models import IpPool, Listener, Member, Pool, PoolRegion, Region, RegionDistance
 from tests.factories import LoadBalancerFactory, PoolFactory, RegionFactory
+from tests.personas import HTMX, web
 
 pytestmark = pytest.mark.django_db
-HTMX = {"HTTP_HX_REQUEST": "true"}
-
-
-def web(persona) -> Client:
-    client = Client()
-    client.force_login(persona.user)
-    return client
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ through the API's serializers and services, errors by the field."""
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from apps.audit.models import AuditEvent
@@ -12,15 +11,9 @@ from apps.balancers.models import Region
 from apps.cloud.models import CloudTarget
 from apps.fleets.models import Certificate, Fleet, Node
 from tests.fleets.fleetkit import self_signed
+from tests.personas import HTMX, web
 
 pytestmark = pytest.mark.django_db
-HTMX = {"HTTP_HX_REQUEST": "true"}
-
-
-def web(persona) -> Client:
-    client = Client()
-    client.force_login(persona.user)
-    return client
 
 
 @pytest.fixture

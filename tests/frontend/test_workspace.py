@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.test import Client
 
 from apps.audit.models import AuditEvent
 from apps.balancers.models import (
@@ -23,14 +22,10 @@ from apps.balancers.models import (
 )
 from apps.fleets import services as fleet_services
 from apps.fleets.models import Fleet, Node, Rollout
+from tests.personas import web
 
 pytestmark = pytest.mark.django_db
 
-
-def web(persona) -> Client:
-    client = Client()
-    client.force_login(persona.user)
-    return client
 
 
 def _pool(lb, org, name, region, address):

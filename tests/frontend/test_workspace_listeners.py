@@ -4,10 +4,10 @@ and the VIP cell (holder read from the nodes; see tests/fleets/health/test_vip_n
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
 from apps.audit.models import AuditEvent
 from apps.balancers.models import IpPool, Listener, LoadBalancer, StaticIP
+from tests.personas import web
 
 pytestmark = pytest.mark.django_db
 
@@ -22,15 +22,10 @@ def setup(acme, globex):
     return lb, listener, mine, theirs
 
 
-def login(persona) -> Client:
-    client = Client()
-    client.force_login(persona.user)
-    return client
-
 
 def test_an_owner_attaches_and_detaches_a_vip_and_both_are_audited(setup, alice):
     lb, listener, mine, _theirs = setup
-    client = login(alice)
+    client = web(alice)
     page = client.get(f"/load-balancers/{lb.pk}/").content.decode()
     assert 'name="static_ip"' in page and "192.0.2.2" in page and "192.0.2.3" not in page  # only acme's
     response = client.post(f"/listeners/{listener.pk}/static-ip/", {"static_ip": mine.pk})
@@ -56,7 +51,7 @@ def test_an_owner_attaches_and_detaches_a_vip_and_both_are_audited(setup, alice)
 
 def test_another_orgs_vip_answers_like_a_missing_one(setup, alice):
     _lb, listener, _mine, theirs = setup
-    client = login(alice)
+    client = web(alice)
     foreign = client.post(f"/listeners/{listener.pk}/static-ip/", {"static_ip": theirs.pk})
     missing = client.post(f"/listeners/{listener.pk}/static-ip/", {"static_ip": 999999})
     assert foreign.status_code == missing.status_code == 422
@@ -67,9 +62,9 @@ def test_another_orgs_vip_answers_like_a_missing_one(setup, alice):
 
 def test_a_viewer_cannot_attach_and_an_outsider_cannot_see_the_listener(setup, vera, charlie):
     _lb, listener, mine, _ = setup
-    assert login(vera).post(f"/listeners/{listener.pk}/static-ip/", {"static_ip": mine.pk}).status_code == 403
-    assert login(charlie).post(f"/listeners/{listener.pk}/static-ip/", {"static_ip": mine.pk}).status_code == 404
-    assert login(charlie).get(f"/listeners/{listener.pk}/vip/").status_code == 404
+    assert web(vera).post(f"/listeners/{listener.pk}/static-ip/", {"static_ip": mine.pk}).status_code == 403
+    assert web(charlie).post(f"/listeners/{listener.pk}/static-ip/", {"static_ip": mine.pk}).status_code == 404
+    assert web(charlie).get(f"/listeners/{listener.pk}/vip/").status_code == 404
     listener.refresh_from_db()
     assert listener.static_ip is None
 
@@ -78,7 +73,7 @@ def test_an_address_nothing_answers_on_says_not_served_wherever_it_appears(setup
     """On a fleet without keepalived the static IP is attached but no node holds it: every place that shows the
     address says so (the listener row, its VIP cell, the capacity test's target picker)."""
     lb, listener, mine, _ = setup
-    client = login(alice)
+    client = web(alice)
     client.post(f"/listeners/{listener.pk}/static-ip/", {"static_ip": mine.pk})
     cell = client.get(f"/listeners/{listener.pk}/vip/").content.decode()
     assert "not served: nothing answers on this address" in cell
@@ -99,7 +94,7 @@ def test_a_cloud_lb_shows_its_terraform_json_and_last_plan_in_place(acme, alice,
     CloudApply.objects.create(target=target, lb=lb, status=CloudApply.Status.AWAITING_APPROVAL,
                               synth_json={"provider": {"google": [{"region": "us-east1"}]}},
                               plan_output="Plan: 7 to add, 0 to change, 0 to destroy.")
-    page = login(alice).get(f"/load-balancers/{lb.pk}/").content.decode()
+    page = web(alice).get(f"/load-balancers/{lb.pk}/").content.decode()
     assert "Plan: 7 to add, 0 to change, 0 to destroy." in page
     assert "&quot;region&quot;: &quot;us-east1&quot;" in page  # the JSON itself, escaped, not only a link
-    assert login(charlie).get(f"/load-balancers/{lb.pk}/").status_code == 404
+    assert web(charlie).get(f"/load-balancers/{lb.pk}/").status_code == 404

@@ -5,19 +5,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.test import Client
 
 from apps.scheduling.models import Job, JobRun
+from tests.personas import HTMX, web
 
 pytestmark = pytest.mark.django_db
-
-HTMX = {"HTTP_HX_REQUEST": "true"}
-
-
-def browser(persona) -> Client:
-    client = Client()
-    client.force_login(persona.user)
-    return client
 
 
 def assert_csp_clean(html: str) -> None:
@@ -29,7 +21,7 @@ def assert_csp_clean(html: str) -> None:
 def test_the_list_shows_next_run_and_last_status(alice, make_job) -> None:
     job = make_job(alice.org, "nightly", schedule_type="cron", cron="30 2 * * *", timezone="Europe/Berlin")
     Job.objects.filter(pk=job.pk).update(last_status="failed")
-    response = browser(alice).get("/jobs/")
+    response = web(alice).get("/jobs/")
     html = response.content.decode()
     assert response.status_code == 200
     assert "nightly" in html and "At 02:30 AM, Europe/Berlin" in html
@@ -39,7 +31,7 @@ def test_the_list_shows_next_run_and_last_status(alice, make_job) -> None:
 
 
 def test_the_form_previews_the_schedule_as_you_type(alice) -> None:
-    client = browser(alice)
+    client = web(alice)
     page = client.get("/jobs/new/")
     assert page.status_code == 200 and 'hx-get="/jobs/preview/"' in page.content.decode()
     assert_csp_clean(page.content.decode())
@@ -52,7 +44,7 @@ def test_the_form_previews_the_schedule_as_you_type(alice) -> None:
 
 
 def test_creating_a_job_from_the_form(alice) -> None:
-    response = browser(alice).post("/jobs/new/", {
+    response = web(alice).post("/jobs/new/", {
         "name": "drain-window", "kind": "noop", "p.noop.message": "hi", "schedule_type": "interval",
         "interval_s": "3600", "timezone": "UTC", "misfire_policy": "skip", "misfire_grace_s": "60",
         "concurrency_policy": "forbid", "max_retries": "1", "retry_backoff_s": "10", "timeout_s": "60",
@@ -64,14 +56,14 @@ def test_creating_a_job_from_the_form(alice) -> None:
 
 
 def test_form_errors_come_back_next_to_their_fields(alice) -> None:
-    response = browser(alice).post("/jobs/new/", {
+    response = web(alice).post("/jobs/new/", {
         "name": "broken", "kind": "noop", "p.noop.sleep_s": "x", "schedule_type": "cron",
         "cron": "61 * * * *", "timezone": "UTC"}, **HTMX)
     assert response.status_code == 422
     html = response.content.decode()
     assert "job-cron-err" in html and "61" in html
     assert not Job.objects.filter(name="broken").exists()
-    bad_param = browser(alice).post("/jobs/new/", {"name": "broken", "kind": "noop", "p.noop.sleep_s": "x",
+    bad_param = web(alice).post("/jobs/new/", {"name": "broken", "kind": "noop", "p.noop.sleep_s": "x",
                                                    "schedule_type": "cron", "cron": "0 2 * * *"}, **HTMX)
     assert bad_param.status_code == 422 and "sleep_s must be a number" in bad_param.content.decode()
 
@@ -79,9 +71,9 @@ def test_form_errors_come_back_next_to_their_fields(alice) -> None:
 def test_editing_keeps_the_webhook_secret_unless_a_new_one_is_typed(alice, make_job) -> None:
     job = make_job(alice.org, "hooked", webhook_url="https://hooks.example.com/x", webhook_secret="s" * 24)
     before = job.webhook_secret_encrypted
-    page = browser(alice).get(f"/jobs/{job.pk}/edit/").content.decode()
+    page = web(alice).get(f"/jobs/{job.pk}/edit/").content.decode()
     assert "s" * 24 not in page and "leave empty to keep" in page
-    response = browser(alice).post(f"/jobs/{job.pk}/edit/", {
+    response = web(alice).post(f"/jobs/{job.pk}/edit/", {
         "name": "hooked", "kind": "noop", "schedule_type": "interval", "interval_s": "120",
         "webhook_url": "https://hooks.example.com/x", "webhook_secret": ""}, **HTMX)
     assert response.status_code == 200, response.content.decode()
@@ -91,7 +83,7 @@ def test_editing_keeps_the_webhook_secret_unless_a_new_one_is_typed(alice, make_
 
 def test_run_now_and_pause_from_the_list(alice, make_job) -> None:
     job = make_job(alice.org, "clicky")
-    client = browser(alice)
+    client = web(alice)
     row = client.post(f"/jobs/{job.pk}/run/", {"from": "list"}, **HTMX)
     assert row.status_code == 200 and f'id="job-{job.pk}"' in row.content.decode()
     assert JobRun.objects.filter(job=job, trigger="manual").count() == 1
@@ -106,7 +98,7 @@ def test_run_now_and_pause_from_the_list(alice, make_job) -> None:
 
 def test_the_detail_page_shows_the_history(alice, make_job) -> None:
     job = make_job(alice.org, "historic")
-    client = browser(alice)
+    client = web(alice)
     client.post(f"/jobs/{job.pk}/run/", **HTMX)
     html = client.get(f"/jobs/{job.pk}/").content.decode()
     assert "Run history" in html and "manual" in html and "badge badge-pending" in html
@@ -117,7 +109,7 @@ def test_the_detail_page_shows_the_history(alice, make_job) -> None:
 
 def test_a_viewer_sees_jobs_but_cannot_act(alice, vera, make_job) -> None:
     job = make_job(alice.org, "look-dont-touch")
-    client = browser(vera)
+    client = web(vera)
     html = client.get("/jobs/").content.decode()
     assert "look-dont-touch" in html and "Run now" not in html
     assert client.post(f"/jobs/{job.pk}/run/", **HTMX).status_code == 403
@@ -128,7 +120,7 @@ def test_a_viewer_sees_jobs_but_cannot_act(alice, vera, make_job) -> None:
 
 def test_an_outsider_gets_404_and_an_empty_list(alice, charlie, make_job) -> None:
     job = make_job(alice.org, "private")
-    client = browser(charlie)
+    client = web(charlie)
     assert "private" not in client.get("/jobs/").content.decode()
     assert client.get(f"/jobs/{job.pk}/").status_code == 404
     assert client.get(f"/jobs/{job.pk}/edit/").status_code == 404
@@ -146,17 +138,17 @@ def test_a_job_acting_on_a_member_is_made_with_a_picker_and_shows_and_exports_na
     member = MemberFactory(pool=pool, region=region, name="m1")
     theirs = MemberFactory(pool=PoolFactory(lb=LoadBalancerFactory(org=charlie.org, name="gweb"), org=charlie.org,
                                             name="gapi"), region=region, name="g1")
-    form = browser(alice).get("/jobs/new/").content.decode()
+    form = web(alice).get("/jobs/new/").content.decode()
     assert "web/api/m1</option>" in form
     assert "gweb/gapi/g1" not in form  # another tenant's member is not offered
-    response = browser(alice).post("/jobs/new/", {
+    response = web(alice).post("/jobs/new/", {
         "name": "drain-m1", "kind": "member_set_state", "p.member_set_state.member": str(member.pk),
         "p.member_set_state.admin_state": "drain", "schedule_type": "once", "run_at": "2030-01-01T00:00:00",
         "timezone": "UTC"}, **HTMX)
     assert response.status_code == 200, response.content.decode()[:2000]
     job = Job.objects.get(name="drain-m1")
     assert job.params == {"member": member.pk, "admin_state": "drain"}
-    detail = browser(alice).get(f"/jobs/{job.pk}/").content.decode()
+    detail = web(alice).get(f"/jobs/{job.pk}/").content.decode()
     assert "web/api/m1" in detail and f">{member.pk}<" not in detail
     exported = alice.client.get("/api/v1/export/").json()["jobs"]
     assert exported[0]["params"] == {"member": "web/api/m1", "admin_state": "drain"}

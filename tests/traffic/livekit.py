@@ -1,21 +1,22 @@
 """A fleet of real HAProxy nodes over acme's two-region pool (`start`: 2 x 2 by default, one node per region for the
-overflow tests), paced load through them, the enforcement loop run in a thread, and what each node served: shared
-by the live traffic and capacity-drill tests."""
+overflow tests), paced load and sticky-session clients through them, the enforcement loop run in a thread, and what
+each node served: shared by the live traffic and capacity-drill tests (and bench-steering's clients)."""
 
 from __future__ import annotations
 
+import http.client
 import threading
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from apps.balancers.models import Listener, Member, Pool, PoolRegion
 from apps.capacity.engine import LoadPlan, RunResult, Target, run_plan
 from apps.fleets import selectors as fleet_selectors
 from apps.fleets.config.render import render
 from apps.fleets.config.render.chain import LIMITS_MAP
-from apps.fleets.config.spec import NodeSpec
+from apps.fleets.config.spec import ConfigBundle, NodeSpec
 from apps.fleets.enforcement import enforce
 from apps.fleets.models import Fleet, Node
 from apps.fleets.node.runtime_api import HAProxySocket
@@ -55,6 +56,12 @@ class Fleet4:
                 for node, conn in self.nodes.values()]
 
 
+def node_bundle(node: Node, conn: NodeConn, address: str) -> ConfigBundle:
+    """The node's config as the production path renders it for its fleet's current state."""
+    snap, _ = fleet_selectors.fleet_snapshot(node.fleet, 1)
+    return render(snap, NodeSpec(name=node.name, runtime_dir=conn.runtime_dir, bind_address=address))
+
+
 def start(two_regions, haproxy_node, tiny_backend, *, overload: str = "absorb", policy: str | None = None,
           nodes: Mapping[str, tuple[str, str]] = NODES) -> Fleet4:
     """Ra's members take A_CAPACITY in all and rb's B_CAPACITY; a fleet per region that has `nodes`, each node's
@@ -83,8 +90,7 @@ def start(two_regions, haproxy_node, tiny_backend, *, overload: str = "absorb", 
                                           runtime_dir=conn.runtime_dir, config_dir=conn.config_dir,
                                           bind_address=address), conn)
     for name, (node, conn) in rows.items():
-        snap, _ = fleet_selectors.fleet_snapshot(node.fleet, 1)
-        bundle = render(snap, NodeSpec(name=name, runtime_dir=conn.runtime_dir, bind_address=nodes[name][1]))
+        bundle = node_bundle(node, conn, nodes[name][1])
         extra = {k: v for k, v in bundle.files.items() if k != "haproxy.cfg"}
         haproxy_node(lambda _conn, text=bundle.main: text, name=name, files=extra)
     return Fleet4(pool=pool, port=port, nodes=rows, backends=backends)
@@ -123,6 +129,59 @@ def enforce_for(seconds: float) -> list[dict]:
         runs.append(enforce())
         time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
     return runs
+
+
+@dataclass
+class Session:
+    """One client: a cookie jar of one cookie, a request every `period_s`, the member of each answer."""
+
+    address: str
+    port: int
+    period_s: float
+    cookie: str = ""
+    served: list[tuple[float, str]] = field(default_factory=list)  # (time, member)
+
+    def run(self, stop: threading.Event) -> None:
+        conn = None
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                conn = conn or http.client.HTTPConnection(self.address, self.port, timeout=5)
+                conn.request("GET", "/", headers={"Cookie": self.cookie} if self.cookie else {})
+                answer = conn.getresponse()
+                body = answer.read().decode().strip()
+                set_cookie = answer.getheader("Set-Cookie")
+                if set_cookie:
+                    self.cookie = set_cookie.split(";", 1)[0]
+                if answer.status == 200:
+                    self.served.append((time.monotonic(), body))
+            except (OSError, http.client.HTTPException):
+                conn = None
+            stop.wait(max(0.0, self.period_s - (time.monotonic() - started)))
+
+
+class Clients:
+    def __init__(self) -> None:
+        self.stop: dict[int, threading.Event] = {}
+        self.sessions: list[Session] = []
+        self.threads: list[threading.Thread] = []
+
+    def add(self, session: Session) -> None:
+        stop = threading.Event()
+        self.stop[id(session)] = stop
+        self.sessions.append(session)
+        thread = threading.Thread(target=session.run, args=(stop,), daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def end(self, session: Session) -> None:
+        self.stop[id(session)].set()
+
+    def close(self) -> None:
+        for stop in self.stop.values():
+            stop.set()
+        for t in self.threads:
+            t.join(10)
 
 
 class EnforcerThread:

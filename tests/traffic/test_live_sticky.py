@@ -1,86 +1,22 @@
-"""Sticky sessions on a real fleet (2 regions x 2 HAProxy nodes, tests/traffic/test_live_enforce's): clients that
+"""Sticky sessions on a real fleet (2 regions x 2 HAProxy nodes, tests/traffic/livekit.py): clients that
 keep their cookie, all arriving at ra1; each response names the member that served it (tiny_backend).
 
 ra: 2 members, 40 req/s; rb: 2 members, 80 req/s. The enforcement loop runs in a thread 4 times a second."""
 
 from __future__ import annotations
 
-import http.client
 import itertools
-import threading
 import time
-from dataclasses import dataclass, field
 
 import pytest
 
 from apps.balancers.models import Member, Pool
-from apps.fleets import selectors as fleet_selectors
-from apps.fleets.config.render import render
 from apps.fleets.config.render.chain import ROOM_MAP, STICKY_DRAINED_MAP
-from apps.fleets.config.spec import NodeSpec
 from apps.fleets.node.hotchanges import hot_changes
 from apps.fleets.node.runtime_api import HAProxySocket
-from tests.traffic.livekit import NODES, EnforcerThread, start
+from tests.traffic.livekit import NODES, Clients, EnforcerThread, Session, node_bundle, start
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.haproxy]
-
-
-@dataclass
-class Session:
-    """One client: a cookie jar of one cookie, a request every `period_s`, the member of each answer."""
-
-    address: str
-    port: int
-    period_s: float
-    cookie: str = ""
-    served: list[tuple[float, str]] = field(default_factory=list)  # (time, member)
-
-    def run(self, stop: threading.Event) -> None:
-        conn = None
-        while not stop.is_set():
-            started = time.monotonic()
-            try:
-                conn = conn or http.client.HTTPConnection(self.address, self.port, timeout=5)
-                conn.request("GET", "/", headers={"Cookie": self.cookie} if self.cookie else {})
-                answer = conn.getresponse()
-                body = answer.read().decode().strip()
-                set_cookie = answer.getheader("Set-Cookie")
-                if set_cookie:
-                    self.cookie = set_cookie.split(";", 1)[0]
-                if answer.status == 200:
-                    self.served.append((time.monotonic(), body))
-            except (OSError, http.client.HTTPException):
-                conn = None
-            stop.wait(max(0.0, self.period_s - (time.monotonic() - started)))
-
-
-class Clients:
-    def __init__(self) -> None:
-        self.stop: dict[int, threading.Event] = {}
-        self.sessions: list[Session] = []
-        self.threads: list[threading.Thread] = []
-
-    def add(self, session: Session) -> None:
-        stop = threading.Event()
-        self.stop[id(session)] = stop
-        self.sessions.append(session)
-        thread = threading.Thread(target=session.run, args=(stop,), daemon=True)
-        thread.start()
-        self.threads.append(thread)
-
-    def end(self, session: Session) -> None:
-        self.stop[id(session)].set()
-
-    def close(self) -> None:
-        for stop in self.stop.values():
-            stop.set()
-        for t in self.threads:
-            t.join(10)
-
-
-def _bundle(node, conn):
-    snap, _ = fleet_selectors.fleet_snapshot(node.fleet, 1)
-    return render(snap, NodeSpec(name=node.name, runtime_dir=conn.runtime_dir, bind_address=NODES[node.name][1]))
 
 
 def moves(session: Session, since: float, until: float) -> int:
@@ -173,9 +109,9 @@ def test_a_drained_member_gets_no_session_and_its_sessions_stay_in_the_region(st
     assert on_a1 and others, [s.served[-1] for s in clients.sessions]
 
     node, conn = fleet.nodes["ra1"]
-    before = _bundle(node, conn)
+    before = node_bundle(node, conn, NODES[node.name][1])
     Member.objects.filter(pk=a1.pk).update(admin_state="drain")
-    after = _bundle(node, conn)
+    after = node_bundle(node, conn, NODES[node.name][1])
     changes = hot_changes(before, after)
     assert changes is not None  # no reload: a server's weight and a map entry
     assert (f"m{a1.pk}", "1") in changes.maps[STICKY_DRAINED_MAP]

@@ -7,7 +7,7 @@ from django.core.cache import cache
 
 from apps.balancers.models import Pool, PoolRegion
 from apps.traffic.selectors import DECISION_KEY
-from tests.traffic.traffickit import browser
+from tests.personas import web
 
 WHAT_IF = "/api/v1/traffic/what-if/"
 
@@ -79,7 +79,7 @@ def test_what_if_shows_a_region_the_loop_failed_over(alice, two_regions) -> None
     try:
         body = alice.client.post(WHAT_IF, {"pool": pool.pk, "demand": {"ra": 15}}, format="json").json()
         assert body["steering"]["failed_over"] == ["ra"] and body["plan"]["served"]["ra"] == {"rb": 15.0}
-        text = browser(alice).get(f"/traffic/pools/{pool.pk}/").content.decode()
+        text = web(alice).get(f"/traffic/pools/{pool.pk}/").content.decode()
         assert "failed over now: ra" in text
         # The what-if form starts from it: ra's "failed over" box is ticked.
         assert 'name="failed_over_ra" checked' in text
@@ -132,4 +132,4 @@ def test_session_affinity_is_cookie_or_none_and_an_outsider_cannot_set_it(alice,
     assert Pool.objects.get(pk=pool.pk).session_affinity == "none"
     ok = alice.client.patch(f"/api/v1/pools/{pool.pk}/", {"session_affinity": "cookie"}, format="json")
     assert ok.status_code == 200 and ok.json()["session_affinity"] == "cookie"
-    assert "sticky sessions (cookie)" in browser(alice).get(f"/traffic/pools/{pool.pk}/").content.decode()
+    assert "sticky sessions (cookie)" in web(alice).get(f"/traffic/pools/{pool.pk}/").content.decode()

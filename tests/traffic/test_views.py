@@ -7,23 +7,24 @@ import re
 
 import pytest
 
-from tests.traffic.traffickit import browser, record_steady_load
+from tests.personas import web
+from tests.traffic.traffickit import record_steady_load
 
 pytestmark = pytest.mark.django_db
 
 
 def test_overview_lists_the_tenant_s_pools_with_capacity_per_region(alice, charlie, two_regions) -> None:
-    page = browser(alice).get("/traffic/")
+    page = web(alice).get("/traffic/")
     assert page.status_code == 200
     text = page.content.decode()
     assert f"/traffic/pools/{two_regions.pool.pk}/" in text and "ra: 20.0/s (2)" in text
-    assert f"/traffic/pools/{two_regions.pool.pk}/" not in browser(charlie).get("/traffic/").content.decode()
+    assert f"/traffic/pools/{two_regions.pool.pk}/" not in web(charlie).get("/traffic/").content.decode()
 
 
 def test_pool_page_shows_bars_per_region_and_carries_the_timeline(alice, two_regions) -> None:
     pool = two_regions.pool
     record_steady_load(pool.pk, a_local=20.0, a_out=10.0, b_local=5.0)
-    page = browser(alice).get(f"/traffic/pools/{pool.pk}/")
+    page = web(alice).get(f"/traffic/pools/{pool.pk}/")
     assert page.status_code == 200
     text = page.content.decode()
     for label in ("capacity", "demand", "served locally", "overflow out", "overflow in"):
@@ -37,7 +38,7 @@ def test_pool_page_shows_bars_per_region_and_carries_the_timeline(alice, two_reg
 
 
 def test_panel_partial_is_what_htmx_polls(alice, two_regions) -> None:
-    panel = browser(alice).get(f"/traffic/pools/{two_regions.pool.pk}/panel/?window=1h", HTTP_HX_REQUEST="true")
+    panel = web(alice).get(f"/traffic/pools/{two_regions.pool.pk}/panel/?window=1h", HTTP_HX_REQUEST="true")
     assert panel.status_code == 200
     text = panel.content.decode()
     assert "<html" not in text and "Over the last 1h" in text and 'id="overflow-series"' in text
@@ -47,7 +48,7 @@ def test_what_if_form_answers_with_the_plan_beside_today_s(bob, two_regions) -> 
     form = {"healthy_members_ra": "2", "max_rate_per_member_ra": "20", "capacity_scaler_ra": "1",
             "demand_ra": "50", "healthy_members_rb": "2", "max_rate_per_member_rb": "20",
             "capacity_scaler_rb": "1", "demand_rb": "0", "policy": "waterfall"}
-    result = browser(bob).post(f"/traffic/pools/{two_regions.pool.pk}/what-if/", form, HTTP_HX_REQUEST="true")
+    result = web(bob).post(f"/traffic/pools/{two_regions.pool.pk}/what-if/", form, HTTP_HX_REQUEST="true")
     assert result.status_code == 200
     text = result.content.decode()
     assert "Proposed plan" in text and "→rb 10.0" in text  # 40 local, 10 out; today 20 local, 30 out
@@ -55,14 +56,14 @@ def test_what_if_form_answers_with_the_plan_beside_today_s(bob, two_regions) -> 
 
 
 def test_what_if_form_shows_errors_next_to_the_form(alice, two_regions) -> None:
-    result = browser(alice).post(f"/traffic/pools/{two_regions.pool.pk}/what-if/",
+    result = web(alice).post(f"/traffic/pools/{two_regions.pool.pk}/what-if/",
                                  {"capacity_scaler_ra": "0.05"}, HTTP_HX_REQUEST="true")
     assert result.status_code == 200 and 'role="alert"' in result.content.decode()
     assert "capacity_scaler" in result.content.decode()
 
 
 def test_outsiders_get_404_on_every_pool_page(charlie, two_regions) -> None:
-    client, pk = browser(charlie), two_regions.pool.pk
+    client, pk = web(charlie), two_regions.pool.pk
     assert client.get(f"/traffic/pools/{pk}/").status_code == 404
     assert client.get(f"/traffic/pools/{pk}/panel/").status_code == 404
     assert client.post(f"/traffic/pools/{pk}/what-if/", {}).status_code == 404
@@ -80,7 +81,7 @@ def test_what_if_shows_the_per_node_shares_that_follow_demand(bob, two_regions) 
     form = {"healthy_members_ra": "2", "max_rate_per_member_ra": "20", "capacity_scaler_ra": "1",
             "demand_ra": "50", "healthy_members_rb": "2", "max_rate_per_member_rb": "20",
             "capacity_scaler_rb": "1", "demand_rb": "0", "policy": "waterfall"}
-    text = browser(bob).post(f"/traffic/pools/{two_regions.pool.pk}/what-if/", form,
+    text = web(bob).post(f"/traffic/pools/{two_regions.pool.pk}/what-if/", form,
                              HTTP_HX_REQUEST="true").content.decode()
     assert "in\nproportion to the demand that node receives" in text or "proportion to the demand" in text
     # 50 req/s spread over ra's two nodes: each gets half of ra's 40 and half of the 10 that overflow.

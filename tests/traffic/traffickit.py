@@ -1,11 +1,10 @@
-"""Helpers of the traffic tests: a logged-in page client, region capacities and random overflow scenarios for the
+"""Helpers of the traffic tests: region capacities and random overflow scenarios for the
 planner, and node readings recorded as the collector would."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from django.test import Client
 from django.utils import timezone
 from hypothesis import strategies as st
 
@@ -13,12 +12,6 @@ from apps.traffic import services
 from apps.traffic.observe import BackendReading
 from apps.traffic.overflow import RegionCapacity
 from apps.traffic.services import NodeReadings
-
-
-def browser(persona) -> Client:
-    client = Client()
-    client.force_login(persona.user)
-    return client
 
 
 def cap(region: str, capacity_rps: float | None, *, healthy: int = 1, scaler: float = 1.0) -> RegionCapacity:

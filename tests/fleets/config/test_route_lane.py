@@ -26,8 +26,16 @@ from apps.fleets import caches, selectors, services
 from apps.fleets.config import routelane
 from apps.fleets.config.render import render
 from apps.fleets.models import ConfigRevision, Fleet, Node, Rollout
-from tests.fleets.fleetkit import LocalFleet, add_pool, make_local_fleet, reconcile, serving_local_fleet
-from tests.fleets.node.test_hot_map_delta import live_maps_equal_a_full_render, rolled_out, workers
+from tests.fleets.fleetkit import (
+    LocalFleet,
+    add_pool,
+    live_maps_equal_a_full_render,
+    make_local_fleet,
+    reconcile,
+    rolled_out,
+    serving_local_fleet,
+    workers,
+)
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]

@@ -12,43 +12,23 @@ from collections.abc import Iterator
 import pytest
 
 from apps.balancers.models import Route, RouteTarget
-from apps.fleets import selectors
-from apps.fleets.config.render import render
 from apps.fleets.config.render.frontends import map_bucket, routes_map_name
-from apps.fleets.models import Node, Rollout
 from apps.fleets.node import apply as delivery
-from apps.fleets.node.runtime_api import HAProxySocket, MasterSocket
-from tests.fleets.fleetkit import LocalFleet, add_pool, add_route, reconcile, serving_local_fleet
+from tests.fleets.fleetkit import (
+    LocalFleet,
+    add_pool,
+    add_route,
+    live_maps_equal_a_full_render,
+    reconcile,
+    rolled_out,
+    serving_local_fleet,
+    workers,
+)
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
 
 # The bucket of the test routes' host class (frontends.MAP_BUCKETS).
 ROUTES_MAP = routes_map_name("maps/web.http", map_bucket("a.example.com"))
-
-
-def workers(local: LocalFleet) -> dict[str, int]:
-    return {n.name: MasterSocket(f"{n.runtime_dir}/master.sock").show_proc().current_worker.pid
-            for n in local.nodes}
-
-
-def live_maps_equal_a_full_render(local: LocalFleet) -> dict[str, list[tuple[str, str]]]:
-    """Assert every node's live maps are the full render's entries for the revision it recorded;
-    returns the first node's live maps in HAProxy's order."""
-    first: dict[str, list[tuple[str, str]]] = {}
-    for node in Node.objects.filter(fleet=local.fleet).select_related("applied_revision").order_by("name"):
-        bundle = render(selectors.revision_snapshot(node.applied_revision), selectors.node_spec(node))
-        stats = HAProxySocket(f"{node.runtime_dir}/stats.sock")
-        for name, entries in bundle.rendered_manifest.maps.items():
-            live = stats.show_map(name)
-            assert sorted(live) == sorted(entries), f"{node.name} {name}"
-            first.setdefault(name, live)
-    return first
-
-
-def rolled_out(local: LocalFleet) -> Rollout:
-    rollout = Rollout.objects.get(pk=reconcile(local.fleet)["rollouts"][-1])
-    assert rollout.status == Rollout.Status.SUCCEEDED, rollout.error
-    return rollout
 
 
 @pytest.fixture
