@@ -32,7 +32,7 @@ A_CAPACITY, B_CAPACITY = 40.0, 80.0
 
 
 @dataclass
-class Fleet4:
+class LiveFleet:
     pool: Pool
     port: int
     nodes: dict[str, tuple[Node, NodeConn]]
@@ -63,7 +63,7 @@ def node_bundle(node: Node, conn: NodeConn, address: str) -> ConfigBundle:
 
 
 def start(two_regions, haproxy_node, tiny_backend, *, overload: str = "absorb", policy: str | None = None,
-          nodes: Mapping[str, tuple[str, str]] = NODES) -> Fleet4:
+          nodes: Mapping[str, tuple[str, str]] = NODES) -> LiveFleet:
     """Ra's members take A_CAPACITY in all and rb's B_CAPACITY; a fleet per region that has `nodes`, each node's
     config rendered by the production path (`fleet_snapshot`, `render`) and served by a real HAProxy."""
     pool = two_regions.pool
@@ -93,7 +93,7 @@ def start(two_regions, haproxy_node, tiny_backend, *, overload: str = "absorb", 
         bundle = node_bundle(node, conn, nodes[name][1])
         extra = {k: v for k, v in bundle.files.items() if k != "haproxy.cfg"}
         haproxy_node(lambda _conn, text=bundle.main: text, name=name, files=extra)
-    return Fleet4(pool=pool, port=port, nodes=rows, backends=backends)
+    return LiveFleet(pool=pool, port=port, nodes=rows, backends=backends)
 
 
 class Load:
@@ -208,7 +208,7 @@ class EnforcerThread:
         self.thread.join(10)
 
 
-def served_between(fleet: Fleet4, seconds: float) -> dict[str, float]:
+def served_between(fleet: LiveFleet, seconds: float) -> dict[str, float]:
     """Enforce for `seconds`, then the members' req/s over that span (region -> req/s)."""
     before = fleet.hits()
     started = time.monotonic()

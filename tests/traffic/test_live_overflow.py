@@ -23,23 +23,23 @@ from apps.fleets.config.render.chain import USABLE_MAP, backend_name
 from apps.fleets.enforcement import sync_usable
 from apps.fleets.node.runtime_api import HAProxySocket
 from apps.traffic import selectors, services
-from tests.traffic.livekit import A_CAPACITY, ONE_PER_REGION, Fleet4, Load, start
+from tests.traffic.livekit import A_CAPACITY, ONE_PER_REGION, LiveFleet, Load, start
 
 pytestmark = [pytest.mark.django_db, pytest.mark.haproxy]
 
 
 def start_fleet(two_regions, haproxy_node, tiny_backend, *, regions_with_nodes=("ra", "rb"),
-                policy: str = "waterfall") -> Fleet4:
+                policy: str = "waterfall") -> LiveFleet:
     """One node per region in `regions_with_nodes` (named after its region), all traffic entering at ra's."""
     nodes = {name: spot for name, spot in ONE_PER_REGION.items() if name in regions_with_nodes}
     return start(two_regions, haproxy_node, tiny_backend, policy=policy, nodes=nodes)
 
 
-def load_into_ra(fleet: Fleet4, rate: float, duration_s: float) -> Load:
+def load_into_ra(fleet: LiveFleet, rate: float, duration_s: float) -> Load:
     return Load(ONE_PER_REGION["ra"][1], fleet.port, rate, duration_s)
 
 
-def observe(fleet: Fleet4, load: Load, *, warmup_s: float, measure_s: float, every_s: float = 1.0) -> dict:
+def observe(fleet: LiveFleet, load: Load, *, warmup_s: float, measure_s: float, every_s: float = 1.0) -> dict:
     """Record both nodes' `show stat` every second after warm-up; the observed overflow over that span."""
     time.sleep(max(0.0, load.started + warmup_s - time.monotonic()))
     first = timezone.now()
