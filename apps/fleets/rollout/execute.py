@@ -20,7 +20,7 @@ from django.db.models import Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from apps.core import wakeups
+from apps.core import gcpause, wakeups
 from apps.core.bulk import bulk_set
 from apps.core.commits import asynchronous_commit
 from apps.core.prepared import ID_LIST_PROBES, TIME_PROBES, PreparedQuery, PreparedUpdate
@@ -66,14 +66,21 @@ class _BundleLRU(OrderedDict):
         self._lock = threading.Lock()
 
     def put(self, key: tuple, bundle: ConfigBundle) -> None:
+        evicted: list[ConfigBundle] = []
         with self._lock:
             old = self.pop(key, None)
             if old is not None:
                 self.held -= _weight(old)
+                evicted.append(old)
             self[key] = bundle
             self.held += _weight(bundle)
             while len(self) > 1 and (len(self) > _BUNDLE_CACHE_SIZE or self.held > _BUNDLE_CACHE_ENTRIES):
-                self.held -= _weight(self.popitem(last=False)[1])
+                evicted.append(self.popitem(last=False)[1])
+                self.held -= _weight(evicted[-1])
+            old = None  # the list holds the only references left
+        if evicted:
+            gcpause.release_later(evicted)  # a 100k-route bundle took ~30 ms to free, in the rollout's thread
+            del evicted
 
     def touch(self, key: tuple) -> None:
         with self._lock, contextlib.suppress(KeyError):  # evicted meanwhile by a reconcile in another thread

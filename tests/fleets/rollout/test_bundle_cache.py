@@ -1,12 +1,16 @@
 """The rollout's bundle cache (rollout/execute.py `_BundleLRU`): bounded by count and by the map entries it holds,
-with the total kept as it goes (summing it on every insert made a route change's rollout O(cache) per node)."""
+with the total kept as it goes (summing it on every insert made a route change's rollout O(cache) per node), and
+what it evicts freed in a thread of its own, not in the rollout's."""
 
 from __future__ import annotations
 
+import threading
+import weakref
 from types import SimpleNamespace
 
 import pytest
 
+from apps.core import gcpause
 from apps.fleets import caches
 from apps.fleets.rollout import execute
 
@@ -48,3 +52,21 @@ def test_the_one_reset_empties_it_and_its_total() -> None:
     execute._BUNDLE_CACHE.put(("t",), bundle(5))
     caches.reset("bundles")
     assert not execute._BUNDLE_CACHE and execute._BUNDLE_CACHE.held == 0
+
+
+class _Bundle(SimpleNamespace):
+    """A bundle that can be watched being freed (SimpleNamespace takes no weak reference)."""
+
+
+def test_an_evicted_bundle_is_freed_off_the_rollouts_thread(lru) -> None:
+    freed_in: list[str] = []
+    done = threading.Event()
+    old = _Bundle(rendered_manifest=SimpleNamespace(maps={"maps/a.map": [("k", "v")] * 60}))
+    weakref.finalize(old, lambda: (freed_in.append(threading.current_thread().name), done.set()))
+    lru.put(("a",), old)
+    del old
+    lru.put(("b",), bundle(60))  # 122 > 100: a goes
+    assert list(lru) == [("b",)]
+    assert done.wait(5), "the evicted bundle was never freed"
+    assert freed_in == ["spillway-release"], freed_in
+    assert gcpause.released_pending() == 0
