@@ -111,12 +111,12 @@ def freeze_startup_heap() -> int:
 
 _released: queue.SimpleQueue = queue.SimpleQueue()
 _releaser_lock = threading.Lock()
-_releaser_pid = 0  # the process whose releaser thread runs: a forked child starts its own
+_releaser_pid = 0  # the process whose releaser thread runs (a forked child starts its own: _forget_releaser)
 
 
-def _release_loop() -> None:
+def _release_loop(released: queue.SimpleQueue) -> None:
     while True:
-        item = _released.get()
+        item = released.get()
         del item  # the last reference: freed here, in this thread
 
 
@@ -126,11 +126,16 @@ def release_later(obj: object) -> None:
     if _releaser_pid != os.getpid():
         with _releaser_lock:
             if _releaser_pid != os.getpid():
-                threading.Thread(target=_release_loop, name="spillway-release", daemon=True).start()
+                threading.Thread(target=_release_loop, args=(_released,), name="spillway-release",
+                                 daemon=True).start()
                 _releaser_pid = os.getpid()
     _released.put(obj)
 
 
-def released_pending() -> int:
-    """Structures handed to release_later and not yet dropped (approximate, as SimpleQueue.qsize is)."""
-    return _released.qsize()
+def _forget_releaser() -> None:
+    """In a forked child: the parent's thread is not there, and its queue and lock may have been copied taken."""
+    global _released, _releaser_lock, _releaser_pid
+    _released, _releaser_lock, _releaser_pid = queue.SimpleQueue(), threading.Lock(), 0
+
+
+os.register_at_fork(after_in_child=_forget_releaser)

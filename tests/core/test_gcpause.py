@@ -1,10 +1,16 @@
-"""Long garbage-collection pauses are logged (apps.core.gcpause), so a slow route change can be matched to one."""
+"""Long garbage-collection pauses are logged (apps.core.gcpause), so a slow route change can be matched to one; what
+is handed to release_later is freed in a thread of its own, in a forked child too."""
 
 from __future__ import annotations
 
 import gc
 import logging
+import os
+import select
+import signal
+import threading
 import time
+import weakref
 
 import pytest
 
@@ -142,3 +148,40 @@ print(frozen_at_import, gc.get_freeze_count(), len(gc.get_objects()), 'apps.flee
     assert tasks_loaded == "True"  # frozen with the task modules (and what they import) in it
     assert int(frozen) > 100_000, done.stdout
     assert int(tracked) < int(frozen) // 20, done.stdout  # what a full collection still walks
+
+
+class _Big:
+    pass
+
+
+def _freed_in_thread() -> str:
+    """release_later an object; the name of the thread its last reference died in."""
+    died = threading.Event()
+    names: list[str] = []
+    big = _Big()
+    weakref.finalize(big, lambda: (names.append(threading.current_thread().name), died.set()))
+    gcpause.release_later(big)
+    del big
+    assert died.wait(5), "never freed"
+    return names[0]
+
+
+def test_release_later_frees_in_its_thread_in_this_process_and_in_a_forked_child() -> None:
+    assert _freed_in_thread() == "spillway-release"  # the parent's thread runs now
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's thread is not here; its own must start
+        try:
+            os.write(write, _freed_in_thread().encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        ready, _, _ = select.select([read], [], [], 10.0)
+        answer = os.read(read, 100).decode() if ready else "(no answer within 10 s)"
+    finally:
+        os.close(read)
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert answer == "spillway-release", answer

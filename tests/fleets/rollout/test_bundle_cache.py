@@ -10,7 +10,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from apps.core import gcpause
 from apps.fleets import caches
 from apps.fleets.rollout import execute
 
@@ -69,4 +68,3 @@ def test_an_evicted_bundle_is_freed_off_the_rollouts_thread(lru) -> None:
     assert list(lru) == [("b",)]
     assert done.wait(5), "the evicted bundle was never freed"
     assert freed_in == ["spillway-release"], freed_in
-    assert gcpause.released_pending() == 0
