@@ -1,4 +1,4 @@
-"""Failover drills on a real fleet (2 regions x 2 HAProxy nodes, tests/traffic/test_live_enforce's): the drill
+"""Failover drills on a real fleet (2 regions x 2 HAProxy nodes, tests/traffic/livekit.py): the drill
 drains ra while 30 req/s arrive at ra1, and its report is compared with what the members themselves served.
 
 The enforcement loop runs in a thread 4 times a second, as the enforcer process does; the drill runs in

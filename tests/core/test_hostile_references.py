@@ -3,9 +3,9 @@
 For each writable reference of the API (relation fields and the plain-id references the services
 resolve), acme's owner sends a valid payload with one reference swapped for one of globex's objects,
 then for an id that does not exist. Both must be refused, with the same status and the same code, and
-nothing must be created. The last test checks that this table covers every writable relation field
-the serializers have (tests/core/test_relation_scoping.py walks them), so a new field needs an attack
-case here before the suite passes.
+nothing must be created. The last test checks that the cases (`CASES`, tests/core/relationkit.py, which also walks
+the serializers) cover every writable relation field the serializers have, so a new field needs an attack case
+there before the suite passes.
 """
 
 from __future__ import annotations

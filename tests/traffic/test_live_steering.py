@@ -1,4 +1,4 @@
-"""Steering policies enforced on a real fleet (2 regions x 2 HAProxy nodes, tests/traffic/test_live_enforce's):
+"""Steering policies enforced on a real fleet (2 regions x 2 HAProxy nodes, tests/traffic/livekit.py):
 what each region's members serve, counted by the members themselves, against the planner's prediction.
 
 ra: 2 members x 20 req/s = 40 req/s; rb: 2 members x 40 req/s = 80 req/s; ingress skewed onto ra1.
