@@ -53,6 +53,7 @@ from apps.fleets.node.transports.base import NodeConn
 from apps.fleets.node.transports.local import LocalTransport
 from tests import deps
 from tests.netutil import pick_free_port
+from tests.processes import stop_process
 
 HAPROXY_BIN = shutil.which("haproxy") or "/usr/sbin/haproxy"
 SSHD_BIN = "/usr/sbin/sshd"
@@ -388,9 +389,4 @@ LogLevel ERROR
         )
     finally:
         # sshd forks one child per connection into its own session; the listener is our PID.
-        proc.terminate()
-        try:
-            proc.wait(5.0)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5.0)
+        stop_process(proc, timeout_s=5.0)

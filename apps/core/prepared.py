@@ -273,7 +273,7 @@ class AnyOf(In):
     array parameter (`= ANY(%s::bigint[])`) whatever the list's length, so that a prepared query can take a list of
     ids as one named value (an `__in` list compiles to another SQL text for each length). An empty list matches
     nothing. Elsewhere (SQLite: `make run`) it is `__in`. Registered on integer and text fields and relations
-(apps.core.apps), not on JSON fields."""
+    (apps.core.apps), not on JSON fields."""
 
     lookup_name = "any"
 
