@@ -116,12 +116,15 @@ _releaser_pid = 0  # the process whose releaser thread runs (a forked child star
 
 def _release_loop(released: queue.SimpleQueue) -> None:
     while True:
-        item = released.get()
-        del item  # the last reference: freed here, in this thread
+        items = released.get()
+        while items:
+            items.pop()  # the last reference to each: freed here, in this thread
 
 
-def release_later(obj: object) -> None:
-    """Drop `obj` in a thread of its own (the caller must hold no other reference it keeps)."""
+def release_later(items: list) -> None:
+    """Drop `items`' contents in a thread of its own, which empties the list (the caller must hold no other
+    reference to them, and may keep the list: a reference the caller still held when the thread dropped its own
+    would free them in the caller's thread after all, as handing over the objects themselves did now and then)."""
     global _releaser_pid
     if _releaser_pid != os.getpid():
         with _releaser_lock:
@@ -129,7 +132,7 @@ def release_later(obj: object) -> None:
                 threading.Thread(target=_release_loop, args=(_released,), name="spillway-release",
                                  daemon=True).start()
                 _releaser_pid = os.getpid()
-    _released.put(obj)
+    _released.put(items)
 
 
 def _forget_releaser() -> None:

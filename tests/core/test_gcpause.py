@@ -154,16 +154,24 @@ class _Big:
     pass
 
 
-def _freed_in_thread() -> str:
-    """release_later an object; the name of the thread its last reference died in."""
+def _freed_in_thread(keep_list_s: float = 0.0) -> str:
+    """release_later a list holding an object; the name of the thread the object's last reference died in. The
+    caller keeps the list `keep_list_s` longer (the release thread has long run by then)."""
     died = threading.Event()
     names: list[str] = []
-    big = _Big()
-    weakref.finalize(big, lambda: (names.append(threading.current_thread().name), died.set()))
-    gcpause.release_later(big)
-    del big
+    box = [_Big()]
+    weakref.finalize(box[0], lambda: (names.append(threading.current_thread().name), died.set()))
+    gcpause.release_later(box)
+    time.sleep(keep_list_s)
+    del box
     assert died.wait(5), "never freed"
     return names[0]
+
+
+def test_release_later_frees_in_its_thread_even_when_the_caller_drops_its_list_last() -> None:
+    # Handing over the object itself freed it in the caller's thread whenever the release thread dropped its
+    # reference before the caller had (a full make test saw it once): the release thread empties the list instead.
+    assert [_freed_in_thread(keep_list_s=0.05) for _ in range(3)] == ["spillway-release"] * 3
 
 
 def test_release_later_frees_in_its_thread_in_this_process_and_in_a_forked_child() -> None:

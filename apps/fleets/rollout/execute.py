@@ -80,7 +80,6 @@ class _BundleLRU(OrderedDict):
             old = None  # the list holds the only references left
         if evicted:
             gcpause.release_later(evicted)  # a 100k-route bundle took ~30 ms to free, in the rollout's thread
-            del evicted
 
     def touch(self, key: tuple) -> None:
         with self._lock, contextlib.suppress(KeyError):  # evicted meanwhile by a reconcile in another thread
