@@ -44,7 +44,10 @@ def test_the_recommendation_counts_only_what_the_pools_members_served(
     assert run.status == CapacityRun.Status.SUCCEEDED, (run.error_code, run.error)
     assert run.sent == 20 * 2 + 40 * 2 and run.pool_served is not None
     share = run.pool_served / run.sent
-    assert 0.35 <= share <= 0.65, (run.pool_served, run.sent)
+    # Each request draws its pool (rand() on the node): over 120 requests half is 60 +- 5.5, so 0.35-0.65 (2.7
+    # sigma) failed about one run in 150 (79 of 120 in one make test). 0.25-0.75 is 5.5 sigma, and still far from
+    # counting everything the test sent (1.0), which is what this test is for.
+    assert 0.25 <= share <= 0.75, (run.pool_served, run.sent)
     assert mine.hits + canary.hits >= run.sent  # both pools took the test's requests
     assert run.recommended_max_rate_per_member == pytest.approx(run.knee_capacity_rps * share * 0.8, rel=0.02)
     assert f"that the pool's us-east members served ({run.pool_served} of {run.sent} requests" in \
