@@ -35,7 +35,8 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/1
 # per core where a core is about as fast as the reference machine's and the machine is not busy (most of a
 # worker's time is spent waiting on real processes: 2 workers 634 s, 4 workers 427-446 s on 2 cores, measured),
 # otherwise one per core, so a slower machine does not starve the tests that measure under load.
-# Files run longest first (tests/file_durations.json, tests/conftest.py), not xdist's most-tests-first.
+# Files mostly waiting and files keeping the CPU busy are handed out in step, each longest first
+# (tests/ordering.py, from tests/file_durations.json), not xdist's most-tests-first.
 # `make test PYTEST_XDIST=` runs serially; SPILLWAY_TEST_WORKERS=N sets the count.
 PYTEST_XDIST ?= $(shell scripts/test-workers)
 

@@ -7,13 +7,11 @@ otto: admin of the operator org `ops` (sees everything).
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from rest_framework.test import APIClient
 
 from apps.accounts.models import Organization, Role
-from tests import deps
+from tests import deps, ordering
 from tests.factories import OrganizationFactory
 from tests.personas import Persona, persona
 
@@ -71,7 +69,6 @@ import os  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Iterator  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 from tests.processes import (  # noqa: E402
     CeleryWorker,
@@ -147,25 +144,21 @@ PROCESS_FIXTURES = frozenset({"celery_worker_factory", "live_server", "page", "b
                               "tiny_backend", "haproxy_bin", "sshd", "demo_fleet_addresses", "cdktf_worker"})
 
 
-# Seconds each test file took in a full run (`make test-durations` writes it). The xdist workers take whole
-# files in collection order (Makefile: --dist loadfile --no-loadscope-reorder), so the longest files go first and
-# the short ones fill in at the end: ordered by test count instead (xdist's default), a 45 s file that started in
-# the last minute left one worker idle for minutes.
-FILE_DURATIONS = Path(__file__).with_name("file_durations.json")
-RECORD_DURATIONS_ENV = "SPILLWAY_RECORD_DURATIONS"
+# `make test-durations`: each file's wall time and CPU go to tests/file_durations.json, which orders the next runs.
+RECORDING = os.environ.get(ordering.RECORD_ENV) == "1"
+_CPU_AT_START = pytest.StashKey[float]()
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.process)
-    try:
-        durations = json.loads(FILE_DURATIONS.read_text())
-    except (OSError, ValueError):
-        return
-    unknown = 5.0  # a new file: somewhere in the middle, not last
-    position = {item: index for index, item in enumerate(items)}
-    items.sort(key=lambda item: (-durations.get(item.location[0], unknown), position[item]))
+    times = ordering.recorded()
+    if times:
+        files = list(dict.fromkeys(item.location[0] for item in items))
+        rank = {name: index for index, name in enumerate(ordering.file_order(files, times))}
+        position = {item: index for index, item in enumerate(items)}
+        items.sort(key=lambda item: (rank[item.location[0]], position[item]))
 
 
 # Files that load cdktf (its node process: 9-10 s per xdist worker to start) go to one worker together, so the
@@ -197,6 +190,12 @@ def pytest_collection_finish(session):
     gcpause.freeze_startup_heap()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if RECORDING:
+        item.stash[_CPU_AT_START] = ordering.cpu_now()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """A skip for a missing dependency (tests.deps.missing) is a failure unless SPILLWAY_ALLOW_SKIPS=1."""
@@ -205,19 +204,26 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "failed"
         report.longrepr = (f"{report.longrepr[2]}\n(make test installs it: scripts/setup-system; "
                            f"{deps.ALLOW_ENV}=1 allows a partial run)")
+    if RECORDING and call.when == "teardown" and _CPU_AT_START in item.stash:
+        # A new list: the report's is the item's own (junit and other reports read it).
+        report.user_properties = [*report.user_properties,
+                                  (ordering.CPU_PROPERTY, ordering.cpu_now() - item.stash[_CPU_AT_START])]
     return report
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if os.environ.get(RECORD_DURATIONS_ENV) == "1" and not hasattr(config, "workerinput"):
-        totals: dict[str, float] = {}
+    if RECORDING and not hasattr(config, "workerinput"):
+        totals: dict[str, tuple[float, float]] = {}
         for reports in terminalreporter.stats.values():
             for report in reports:
                 if isinstance(report, pytest.TestReport):
-                    path = report.location[0]
-                    totals[path] = totals.get(path, 0.0) + report.duration
-        FILE_DURATIONS.write_text(json.dumps({k: round(v, 1) for k, v in sorted(totals.items())}, indent=0) + "\n")
-        terminalreporter.write_line(f"wrote {FILE_DURATIONS} ({len(totals)} files, {sum(totals.values()):.0f} s)")
+                    wall, cpu = totals.get(report.location[0], (0.0, 0.0))
+                    cpu += sum(value for key, value in report.user_properties if key == ordering.CPU_PROPERTY)
+                    totals[report.location[0]] = (wall + report.duration, cpu)
+        ordering.write(totals)
+        wall, cpu = (sum(column) for column in zip(*totals.values(), strict=True))
+        terminalreporter.write_line(f"wrote {ordering.FILE_DURATIONS} ({len(totals)} files, {wall:.0f} s, "
+                                    f"CPU {cpu:.0f} s)")
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         from tests.dbsetup import drop_template
 
