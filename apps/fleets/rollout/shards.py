@@ -120,9 +120,24 @@ class _QueueLeaseThread(threading.Thread):
         super().__init__(name=name, daemon=True)
         self.consumer, self.queue = consumer, queue
         self.stopped = threading.Event()
+        self.again = False
 
     def step(self) -> None:
         raise NotImplementedError
+
+    def taken_over(self) -> None:
+        """Queue the shard's reconciles now, and once more at the next step: a holder killed a moment ago may
+        still have a BRPOP waiting in Redis, which Redis answers with the next message until it has seen the
+        connection close. A takeover on the same host comes within milliseconds of the kill, and its reconcile
+        went to the dead worker that way and was lost (a make test saw it once): the change waited for the
+        periodic converge. The second costs a reconcile that finds nothing to do."""
+        _take_over_here(self.queue)
+        self.again = True
+
+    def still_holding(self) -> None:
+        if self.again:
+            self.again = False
+            _take_over_here(self.queue)
 
     def run(self) -> None:
         if self.stopped.wait(self.start_after_s):
@@ -157,8 +172,10 @@ class ShardKeeper(_QueueLeaseThread):
             if self.holding is False:
                 self.consumer.call_soon(self.consumer.add_task_queue, self.queue)
             self.holding = True
-            _take_over_here(self.queue)
-        elif not held:
+            self.taken_over()
+        elif held:
+            self.still_holding()
+        else:
             if self.holding is not False:
                 logger.warning("fleet shard %s: held by another worker (%s); this one stands by", self.queue,
                                lease_holder(self.queue))
@@ -193,6 +210,7 @@ class ShardCover(_QueueLeaseThread):
     def step(self) -> None:
         if self.holding:
             if not own_worker_waiting(self.queue) and lease_try(self.queue, self.token):
+                self.still_holding()
                 return
             logger.warning("fleet shard %s: %s hands the queue back", self.queue, self.consumer.hostname)
             self.consumer.call_soon(self.consumer.cancel_task_queue, self.queue)
@@ -211,7 +229,7 @@ class ShardCover(_QueueLeaseThread):
                        self.consumer.hostname)
         self.consumer.call_soon(self.consumer.add_task_queue, self.queue)
         self.holding = True
-        _take_over_here(self.queue)
+        self.taken_over()
 
 
 
