@@ -125,14 +125,15 @@ class _QueueLeaseThread(threading.Thread):
     def step(self) -> None:
         raise NotImplementedError
 
-    def taken_over(self) -> None:
-        """Queue the shard's reconciles now, and once more at the next step: a holder killed a moment ago may
-        still have a BRPOP waiting in Redis, which Redis answers with the next message until it has seen the
-        connection close. A takeover on the same host comes within milliseconds of the kill, and its reconcile
-        went to the dead worker that way and was lost (a make test saw it once): the change waited for the
-        periodic converge. The second costs a reconcile that finds nothing to do."""
+    def taken_over(self, *, again: bool) -> None:
+        """Queue the shard's reconciles now and, `again`, once more at the next step. A standby on the same host
+        takes over within milliseconds of its holder's death (process_gone), when the dead worker may still have a
+        BRPOP waiting in Redis, which Redis answers with the next message until it has seen the connection close:
+        the takeover's reconcile went to the dead worker that way and was lost (a make test saw it once), and the
+        change waited for the periodic converge. The second costs a reconcile that finds nothing to do. A worker
+        just started or a cover comes seconds after any death (a boot, COVER_GRACE_S): once is enough."""
         _take_over_here(self.queue)
-        self.again = True
+        self.again = again
 
     def still_holding(self) -> None:
         if self.again:
@@ -169,10 +170,11 @@ class ShardKeeper(_QueueLeaseThread):
         if held and not self.holding:
             logger.warning("fleet shard %s: this worker (%s) takes the queue over", self.queue,
                            self.consumer.hostname)
-            if self.holding is False:
+            standby = self.holding is False
+            if standby:
                 self.consumer.call_soon(self.consumer.add_task_queue, self.queue)
             self.holding = True
-            self.taken_over()
+            self.taken_over(again=standby)
         elif held:
             self.still_holding()
         else:
@@ -229,7 +231,7 @@ class ShardCover(_QueueLeaseThread):
                        self.consumer.hostname)
         self.consumer.call_soon(self.consumer.add_task_queue, self.queue)
         self.holding = True
-        self.taken_over()
+        self.taken_over(again=False)
 
 
 

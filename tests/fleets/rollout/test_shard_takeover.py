@@ -1,4 +1,4 @@
-"""A worker that takes a fleet shard queue over queues the shard's reconciles twice: at once, and again one lease
+"""A standby that takes a fleet shard queue over queues the shard's reconciles twice: at once, and again one lease
 step later. A holder killed a moment before can still have a BRPOP waiting in Redis, which takes the first message
 until Redis has seen its connection close; that reconcile was lost once (tests/fleets/rollout/test_shard_standby.py
 failed in a make test: the change waited for the periodic converge)."""
@@ -27,11 +27,15 @@ def _consumer() -> SimpleNamespace:
                            add_task_queue=lambda queue: None, cancel_task_queue=lambda queue: None)
 
 
-def test_a_takeover_queues_the_shards_reconciles_now_and_once_more_at_the_next_step(queued) -> None:
+def test_a_standby_that_takes_over_queues_the_shards_reconciles_now_and_once_more_at_the_next_step(queued) -> None:
     queue = shards.settings.FLEET_QUEUES[0]
-    cache.delete(shards._KEY.format(queue))
+    key = shards._KEY.format(queue)
+    cache.set(key, "elsewhere:1:other@host:abcd", timeout=30)
     keeper = shards.ShardKeeper(_consumer(), queue)
     try:
+        keeper.step()
+        assert keeper.holding is False and queued == []
+        cache.delete(key)  # the holder is gone
         keeper.step()
         assert keeper.holding and queued == [queue]
         keeper.step()
@@ -39,6 +43,18 @@ def test_a_takeover_queues_the_shards_reconciles_now_and_once_more_at_the_next_s
         keeper.step()
         keeper.step()
         assert queued == [queue, queue]  # holding on costs nothing more
+    finally:
+        shards.lease_release(queue, keeper.token)
+
+
+def test_a_worker_just_started_queues_them_once(queued) -> None:
+    queue = shards.settings.FLEET_QUEUES[0]
+    cache.delete(shards._KEY.format(queue))
+    keeper = shards.ShardKeeper(_consumer(), queue)
+    try:
+        for _ in range(3):
+            keeper.step()
+        assert keeper.holding and queued == [queue]
     finally:
         shards.lease_release(queue, keeper.token)
 
