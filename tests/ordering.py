@@ -9,7 +9,7 @@ worker-seconds are in files whose CPU is under WAITING of their wall time) toget
 were busy 65% of the first three minutes, and left the busy ones (PostgreSQL-heavy unit tests, renders) to the end,
 four workers on two cores at 99% for two minutes. So waiting and busy files are merged: each kind longest first,
 taken in step by the share of its own time handed out so far, and the two kinds end together with their shortest
-files. On a machine as fast as the reference, at four workers (2026-11-28): 305-306 s before, 290-298 s after.
+files. On a machine as fast as the reference, at four workers (2026-11-28): 305-306 s before, 283-298 s after.
 
 `tests/file_durations.json` holds, per file, [seconds of wall time, seconds of CPU] (the worker's and the children
 it reaped: a session's browser is left out, and a worker reaped late counts in the test that reaped it, which makes
