@@ -220,10 +220,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                     wall, cpu = totals.get(report.location[0], (0.0, 0.0))
                     cpu += sum(value for key, value in report.user_properties if key == ordering.CPU_PROPERTY)
                     totals[report.location[0]] = (wall + report.duration, cpu)
-        ordering.write(totals)
-        wall, cpu = (sum(column) for column in zip(*totals.values(), strict=True))
-        terminalreporter.write_line(f"wrote {ordering.FILE_DURATIONS} ({len(totals)} files, {wall:.0f} s, "
-                                    f"CPU {cpu:.0f} s)")
+        if totals:  # a run that ran nothing (a collection error, `-k` matching nothing) keeps the record
+            ordering.write(totals)
+            wall, cpu = sum(w for w, _ in totals.values()), sum(c for _, c in totals.values())
+            terminalreporter.write_line(f"wrote {ordering.FILE_DURATIONS} ({len(totals)} files, {wall:.0f} s, "
+                                        f"CPU {cpu:.0f} s)")
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         from tests.dbsetup import drop_template
 

@@ -40,10 +40,10 @@ def recorded(path: Path = FILE_DURATIONS) -> dict[str, tuple[float, float]]:
     the wall time of a busy file."""
     try:
         raw = json.loads(path.read_text())
-    except (OSError, ValueError):
+        return {name: (float(value), float(value)) if isinstance(value, int | float)
+                else (float(value[0]), float(value[1])) for name, value in raw.items()}
+    except (OSError, ValueError, TypeError, AttributeError, IndexError):  # unreadable: xdist's own order, not a crash
         return {}
-    return {name: (float(value), float(value)) if isinstance(value, int | float) else (float(value[0]), float(value[1]))
-            for name, value in raw.items()}
 
 
 def file_order(files: list[str], times: dict[str, tuple[float, float]]) -> list[str]:

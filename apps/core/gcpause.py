@@ -117,8 +117,11 @@ _releaser_pid = 0  # the process whose releaser thread runs (a forked child star
 def _release_loop(released: queue.SimpleQueue) -> None:
     while True:
         items = released.get()
-        while items:
-            items.pop()  # the last reference to each: freed here, in this thread
+        try:
+            while items:
+                items.pop()  # the last reference to each: freed here, in this thread
+        except Exception:  # a thread that died would leave every later release queued for good
+            logger.exception("release_later was handed a %s, not a list", type(items).__name__)
 
 
 def release_later(items: list) -> None:

@@ -193,3 +193,11 @@ def test_release_later_frees_in_its_thread_in_this_process_and_in_a_forked_child
             os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
     assert answer == "spillway-release", answer
+
+
+def test_the_release_thread_outlives_a_caller_that_hands_it_no_list(caplog) -> None:
+    # A thread that died would leave every later release queued for good: evicted bundles piling up.
+    with caplog.at_level(logging.ERROR, logger="spillway.gc"):
+        gcpause.release_later(("not", "a", "list"))  # type: ignore[arg-type]
+        assert _freed_in_thread() == "spillway-release"
+    assert "not a list" in caplog.text

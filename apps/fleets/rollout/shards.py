@@ -134,8 +134,8 @@ class _QueueLeaseThread(threading.Thread):
         BRPOP's process a zombie was lost 117 times in 200; sent after the process was reaped, 0 in 200. The
         second costs a reconcile that finds nothing to do. A worker just started or a cover comes seconds after any
         death (a boot, COVER_GRACE_S): once is enough."""
-        _take_over_here(self.queue)
         self.again = again
+        _take_over_here(self.queue)
 
     def still_holding(self) -> None:
         if self.again:
