@@ -120,27 +120,9 @@ class _QueueLeaseThread(threading.Thread):
         super().__init__(name=name, daemon=True)
         self.consumer, self.queue = consumer, queue
         self.stopped = threading.Event()
-        self.again = False
 
     def step(self) -> None:
         raise NotImplementedError
-
-    def taken_over(self, *, again: bool) -> None:
-        """Queue the shard's reconciles now and, `again`, once more at the next step. A standby on the same host
-        takes over within milliseconds of its holder's death (process_gone), when the dead worker may still have a
-        BRPOP waiting in Redis, which Redis answers with the next message until it has seen the connection close:
-        the takeover's reconcile went to the dead worker that way and was lost (a make test saw it once), and the
-        change waited for the periodic converge. Measured on Redis 7: an LPUSH sent as soon as /proc shows the
-        BRPOP's process a zombie was lost 117 times in 200; sent after the process was reaped, 0 in 200. The
-        second costs a reconcile that finds nothing to do. A worker just started or a cover comes seconds after any
-        death (a boot, COVER_GRACE_S): once is enough."""
-        self.again = again
-        _take_over_here(self.queue)
-
-    def still_holding(self) -> None:
-        if self.again:
-            self.again = False
-            _take_over_here(self.queue)
 
     def run(self) -> None:
         if self.stopped.wait(self.start_after_s):
@@ -166,6 +148,15 @@ class ShardKeeper(_QueueLeaseThread):
         self.token = process_token(consumer.hostname)
         # None: just started, consuming the queue (a worker restarted by a supervisor takes over like a standby)
         self.holding = None
+        # A standby that takes over queues the shard's reconciles once more at its next step: it comes within
+        # milliseconds of its holder's death (process_gone), when the dead worker may still have a BRPOP waiting in
+        # Redis, which Redis answers with the next message until it has seen the connection close. The takeover's
+        # reconcile went to the dead worker that way and was lost (a make test saw it once), and the change waited
+        # for the periodic converge. Measured on Redis 7: an LPUSH sent as soon as /proc shows the BRPOP's process
+        # a zombie was lost 117 times in 200; sent after the process was reaped, 0 in 200. The second costs a
+        # reconcile that finds nothing to do. A worker just started or a cover comes seconds after any death (a
+        # boot, COVER_GRACE_S): once is enough.
+        self.again = False
 
     def step(self) -> None:
         held = lease_try(self.queue, self.token)
@@ -175,10 +166,12 @@ class ShardKeeper(_QueueLeaseThread):
             standby = self.holding is False
             if standby:
                 self.consumer.call_soon(self.consumer.add_task_queue, self.queue)
-            self.holding = True
-            self.taken_over(again=standby)
+            self.holding, self.again = True, standby
+            _take_over_here(self.queue)
         elif held:
-            self.still_holding()
+            if self.again:
+                self.again = False
+                _take_over_here(self.queue)
         else:
             if self.holding is not False:
                 logger.warning("fleet shard %s: held by another worker (%s); this one stands by", self.queue,
@@ -214,7 +207,6 @@ class ShardCover(_QueueLeaseThread):
     def step(self) -> None:
         if self.holding:
             if not own_worker_waiting(self.queue) and lease_try(self.queue, self.token):
-                self.still_holding()
                 return
             logger.warning("fleet shard %s: %s hands the queue back", self.queue, self.consumer.hostname)
             self.consumer.call_soon(self.consumer.cancel_task_queue, self.queue)
@@ -233,7 +225,7 @@ class ShardCover(_QueueLeaseThread):
                        self.consumer.hostname)
         self.consumer.call_soon(self.consumer.add_task_queue, self.queue)
         self.holding = True
-        self.taken_over(again=False)
+        _take_over_here(self.queue)
 
 
 
