@@ -119,9 +119,9 @@ def celery_worker_factory(tmp_path) -> Iterator[Callable[..., subprocess.Popen |
             time.sleep(0.05)
         raise RuntimeError(f"celery worker {name} did not become ready in 30 s")
 
-    def stop(*procs: subprocess.Popen | ForkedProcess) -> None:
+    def stop(*procs: subprocess.Popen | ForkedProcess, timeout_s: float = 10.0) -> None:
         """Stop these workers now, as the teardown would (before what their tasks talk to goes away)."""
-        stop_celery_workers([w for w in workers if w.proc in procs])
+        stop_celery_workers([w for w in workers if w.proc in procs], timeout_s)
 
     start.stop = stop  # type: ignore[attr-defined]
     yield start
