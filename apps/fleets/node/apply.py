@@ -12,6 +12,7 @@ node back on its last good bundle (re-pushed from the revision it last verified,
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -167,7 +168,8 @@ def transport_of(conn: NodeConn, prevalidated: bool = False) -> FileSetTransport
     return transport
 
 
-def verify(transport: FileSetTransport, bundle: ConfigBundle, node_address: str) -> str | None:
+def verify(transport: FileSetTransport, bundle: ConfigBundle, node_address: str,
+           worker_pid: int | None = None) -> str | None:
     """None when the node serves `bundle`'s listeners and backends; otherwise what is wrong.
 
     Called after a reload `show proc` confirmed: every bind answers a TCP connect (a reload racing a
@@ -175,6 +177,8 @@ def verify(transport: FileSetTransport, bundle: ConfigBundle, node_address: str)
     `show stat -1 1 -1` (their rows only), backends from `show backend` (names only). The whole `show stat`
     lists every server too: at 20k pools of 2 servers, 14 MB that took ~190 ms to answer and ~680 ms to
     parse, per node and reload; these two take ~20 ms.
+
+    `worker_pid`: the worker expected to answer (the one a reload just started), for a failure's account.
     """
     floating = floating_binds(bundle)
     binds = [probe_address(b, node_address) for b in bundle_binds(bundle) if b not in floating]
@@ -191,11 +195,40 @@ def verify(transport: FileSetTransport, bundle: ConfigBundle, node_address: str)
     missing = [f"frontend {f}" for f in frontends if f not in statuses]
     missing += [f"backend {b}" for b in backends if b not in present_backends]
     if missing:
-        return f"the worker does not list {', '.join(missing[:10])}" + (" ..." if len(missing) > 10 else "")
+        listed = f"{', '.join(missing[:10])}" + (" ..." if len(missing) > 10 else "")
+        return f"the worker does not list {listed} ({_whose_answer(transport, missing, worker_pid)})"
     # A frontend stopped over the socket still answers the probe's connect: the master holds its listening
     # socket for the next reload, so the kernel completes handshakes that no worker accepts.
     closed = [f"{f} ({statuses[f]})" for f in frontends if statuses[f] not in SERVING_FRONTEND]
     return f"frontend(s) not accepting connections: {', '.join(closed)}" if closed else None
+
+
+def _whose_answer(transport: FileSetTransport, missing: list[str], worker_pid: int | None) -> str:
+    """The node's own account of proxies its worker does not list: which process answered on the stats socket, and
+    whether the haproxy.cfg the node serves from disk declares them (a worker that loaded other files, or an answer
+    from a worker other than the new one). Only on a failure's path: an operator, and whoever reads a failed
+    rollout, learns which of the two it was."""
+    said = []
+    try:
+        pid = transport.stats().show_info().get("Pid", "?")
+        whose = "" if worker_pid is None else (
+            ", the one expected" if pid == str(worker_pid) else f", not worker {worker_pid} as expected")
+        said.append(f"answered by worker {pid}{whose}")
+    except NODE_ERRORS as exc:
+        said.append(f"`show info` failed: {exc}")
+    try:
+        config = (transport.read_config() or b"").decode("utf-8", errors="replace")
+    except NODE_ERRORS as exc:
+        said.append(f"its haproxy.cfg could not be read: {exc}")
+    else:
+        declared = sum(
+            re.search(rf"^\s*{re.escape(kind)}\s+{re.escape(name)}\s*$", config, re.M) is not None
+            for kind, _, name in (m.partition(" ") for m in missing))
+        said.append(
+            "the node's haproxy.cfg declares them all" if declared == len(missing)
+            else "the node's haproxy.cfg declares none of them" if not declared
+            else f"the node's haproxy.cfg declares {declared} of them")
+    return "; ".join(said)
 
 
 def _push(transport: FileSetTransport, bundle: ConfigBundle, outcome: NodeOutcome, validate: bool = True) -> bool:
@@ -384,7 +417,8 @@ def _reload_from_disk(transport: FileSetTransport, plan: NodePlan, outcome: Node
             outcome.steps.append(f"reload onto the last good files failed: {result.error}")
             return
         restore_challenges(transport, plan, held, outcome)
-        problem = verify(transport, plan.last_good, plan.conn.address) if plan.last_good is not None else None
+        problem = (verify(transport, plan.last_good, plan.conn.address, result.new_worker_pid)
+                   if plan.last_good is not None else None)
         if problem:
             outcome.steps.append(f"after reloading onto the last good files {problem}")
             return
@@ -524,7 +558,7 @@ def _rollback(transport: FileSetTransport, plan: NodePlan, outcome: NodeOutcome)
             return
         restore_challenges(transport, plan, held, outcome)
         if target is not None:
-            problem = verify(transport, target, plan.conn.address)
+            problem = verify(transport, target, plan.conn.address, result.new_worker_pid)
             if problem:
                 outcome.steps.append(f"rollback verification failed: {problem}")
                 return
@@ -571,7 +605,7 @@ def apply_node(plan: NodePlan) -> NodeOutcome:
             and proc.failed_reloads == 0
         )
         if running_it:
-            problem = verify(transport, plan.bundle, plan.conn.address)
+            problem = verify(transport, plan.bundle, plan.conn.address, current.pid)
             if problem is None:
                 outcome.status, outcome.sha256 = "succeeded", plan.bundle.sha256
                 outcome.worker_pid = current.pid
@@ -602,7 +636,7 @@ def apply_node(plan: NodePlan) -> NodeOutcome:
             outcome.error = f"reload failed: {result.error}"
         else:
             restore_challenges(transport, plan, held, outcome)
-            problem = verify(transport, plan.bundle, plan.conn.address)
+            problem = verify(transport, plan.bundle, plan.conn.address, result.new_worker_pid)
             if problem is None and KEEPALIVED_FILE in plan.bundle.files:
                 problem = transport.reload_keepalived()
             if problem is None:

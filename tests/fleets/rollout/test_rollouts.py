@@ -1050,7 +1050,23 @@ def test_verify_finds_every_proxy_the_bundle_declares_and_names_the_ones_the_wor
             manifest = bundle.rendered_manifest
             ghost = replace(bundle, manifest=replace(manifest, frontends=(*manifest.frontends, "fe_ghost"),
                                                      backends=(*bundle.rendered_manifest.backends, "p999_ghost")))
-            problem = verify(transport, ghost, node.address)
-            assert problem == "the worker does not list frontend fe_ghost, backend p999_ghost", problem
+            worker = MasterSocket(f"{node.runtime_dir}/master.sock").show_proc().current_worker.pid
+            problem = verify(transport, ghost, node.address, worker)
+            # The failure says what the node itself shows: who answered, and what its config on disk declares.
+            assert problem == ("the worker does not list frontend fe_ghost, backend p999_ghost (answered by worker "
+                               f"{worker}, the one expected; the node's haproxy.cfg declares none of them)"), problem
+            assert f"not worker {worker + 1} as expected" in verify(transport, ghost, node.address, worker + 1)
+            # Files that moved on disk without a reload: the config declares what the worker never loaded.
+            config = Path(node.config_dir) / "current" / "haproxy.cfg"
+            served = config.read_bytes()
+            moved = config.with_name("haproxy.cfg.moved")
+            moved.write_bytes(served + b"\nbackend p999_ghost\n  server s 127.0.0.1:9\n")
+            moved.replace(config)  # by rename: sets share unchanged files through hard links
+            try:
+                problem = verify(transport, ghost, node.address, worker)
+                assert problem.endswith("the node's haproxy.cfg declares 1 of them)"), problem
+            finally:
+                moved.write_bytes(served)
+                moved.replace(config)
         finally:
             transport.close()
