@@ -12,7 +12,6 @@ node back on its last good bundle (re-pushed from the revision it last verified,
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -196,17 +195,17 @@ def verify(transport: FileSetTransport, bundle: ConfigBundle, node_address: str,
     missing += [f"backend {b}" for b in backends if b not in present_backends]
     if missing:
         listed = f"{', '.join(missing[:10])}" + (" ..." if len(missing) > 10 else "")
-        return f"the worker does not list {listed} ({_whose_answer(transport, missing, worker_pid)})"
+        return f"the worker does not list {listed} ({_whose_answer(transport, bundle, worker_pid)})"
     # A frontend stopped over the socket still answers the probe's connect: the master holds its listening
     # socket for the next reload, so the kernel completes handshakes that no worker accepts.
     closed = [f"{f} ({statuses[f]})" for f in frontends if statuses[f] not in SERVING_FRONTEND]
     return f"frontend(s) not accepting connections: {', '.join(closed)}" if closed else None
 
 
-def _whose_answer(transport: FileSetTransport, missing: list[str], worker_pid: int | None) -> str:
+def _whose_answer(transport: FileSetTransport, bundle: ConfigBundle, worker_pid: int | None) -> str:
     """The node's own account of proxies its worker does not list: which process answered on the stats socket, and
-    whether the haproxy.cfg the node serves from disk declares them (a worker that loaded other files, or an answer
-    from a worker other than the new one). Only on a failure's path: an operator, and whoever reads a failed
+    whether the files the node serves from disk are the bundle's (a worker that loaded other files, or an answer
+    from a worker other than the expected one). Only on a failure's path: an operator, and whoever reads a failed
     rollout, learns which of the two it was."""
     said = []
     try:
@@ -217,17 +216,12 @@ def _whose_answer(transport: FileSetTransport, missing: list[str], worker_pid: i
     except NODE_ERRORS as exc:
         said.append(f"`show info` failed: {exc}")
     try:
-        config = (transport.read_config() or b"").decode("utf-8", errors="replace")
+        on_disk = transport.config_sha256(fresh=True)
     except NODE_ERRORS as exc:
-        said.append(f"its haproxy.cfg could not be read: {exc}")
+        said.append(f"its files could not be read: {exc}")
     else:
-        declared = sum(
-            re.search(rf"^\s*{re.escape(kind)}\s+{re.escape(name)}\s*$", config, re.M) is not None
-            for kind, _, name in (m.partition(" ") for m in missing))
-        said.append(
-            "the node's haproxy.cfg declares them all" if declared == len(missing)
-            else "the node's haproxy.cfg declares none of them" if not declared
-            else f"the node's haproxy.cfg declares {declared} of them")
+        said.append("the node's files on disk are the bundle's" if on_disk == bundle.sha256
+                    else f"the node's files on disk are not the bundle's ({(on_disk or 'none')[:12]})")
     return "; ".join(said)
 
 

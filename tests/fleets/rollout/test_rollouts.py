@@ -1054,7 +1054,7 @@ def test_verify_finds_every_proxy_the_bundle_declares_and_names_the_ones_the_wor
             problem = verify(transport, ghost, node.address, worker)
             # The failure says what the node itself shows: who answered, and what its config on disk declares.
             assert problem == ("the worker does not list frontend fe_ghost, backend p999_ghost (answered by worker "
-                               f"{worker}, the one expected; the node's haproxy.cfg declares none of them)"), problem
+                               f"{worker}, the one expected; the node's files on disk are the bundle's)"), problem
             assert f"not worker {worker + 1} as expected" in verify(transport, ghost, node.address, worker + 1)
             # Files that moved on disk without a reload: the config declares what the worker never loaded.
             config = Path(node.config_dir) / "current" / "haproxy.cfg"
@@ -1064,7 +1064,7 @@ def test_verify_finds_every_proxy_the_bundle_declares_and_names_the_ones_the_wor
             moved.replace(config)  # by rename: sets share unchanged files through hard links
             try:
                 problem = verify(transport, ghost, node.address, worker)
-                assert problem.endswith("the node's haproxy.cfg declares 1 of them)"), problem
+                assert "; the node's files on disk are not the bundle's (" in problem, problem
             finally:
                 moved.write_bytes(served)
                 moved.replace(config)

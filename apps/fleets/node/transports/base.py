@@ -587,10 +587,6 @@ class FileSetTransport(ABC):
         self._write_file(tmp, data, file_mode(name))
         self._rename(tmp, path)
 
-    def read_config(self) -> bytes | None:
-        """haproxy.cfg as the node serves it from disk (under `current`); None when it has none."""
-        return self._read_file(self.node.config_path)
-
     def read_served(self) -> bytes | None:
         return self._read_file(posixpath.join(self.node.config_dir, SERVED_NAME))
 
