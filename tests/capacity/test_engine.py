@@ -87,6 +87,16 @@ def test_a_linear_ramp_is_reported_as_slices_with_rising_offered_rate(ok_server)
 # --- knee on a server whose capacity is known ------------------------------------------------------
 
 
+def stalled(step) -> bool:
+    """A step under capacity that missed its p99 to a stall of the machine: served in full, without errors. Its
+    median may move: at 80 req/s of 100 a stall's backlog drains at only 20 req/s, so a 200 ms stall delays about
+    half the step's requests (a whole-suite run saw the 80 req/s step at p99 233 ms); at 40 and 60 req/s the median
+    stays within twice the service time (capacitykit.stalled_not_queued, which says so)."""
+    if step.offered_rate >= 0.7 * CAPACITY_RPS:
+        return step.achieved_rate >= 0.95 * step.offered_rate and step.error_count == 0
+    return stalled_not_queued(step, SERVICE_MS)
+
+
 def test_the_knee_is_found_within_one_step_of_a_servers_known_capacity():
     """GIVEN a server that serves exactly 100 req/s (one at a time, 10 ms each) and queues the rest
     WHEN open-loop steps run below and above 100 req/s
@@ -107,10 +117,10 @@ def test_the_knee_is_found_within_one_step_of_a_servers_known_capacity():
 
     result, knee = measure()
     missed = [s for s in result.steps if s.offered_rate < CAPACITY_RPS and s.p99_ms > SLO_P99_MS]
-    if missed and all(stalled_not_queued(s, SERVICE_MS) for s in missed):
+    if missed and all(stalled(s) for s in missed):
         # A stall of the whole machine under capacity (four test workers on 2 cores once gave the 40 req/s step a
         # p99 of 207 ms, every request served): the run judged right on what it measured; where the knee is, is
-        # measured once more.
+        # measured once more. A server short of capacity fails the second measurement too.
         warnings.warn(f"engine knee: a stall's signature under capacity, measured again: {knee.reason}",
                       stacklevel=1)
         result, knee = measure()
