@@ -1052,11 +1052,11 @@ def test_verify_finds_every_proxy_the_bundle_declares_and_names_the_ones_the_wor
                                                      backends=(*bundle.rendered_manifest.backends, "p999_ghost")))
             worker = MasterSocket(f"{node.runtime_dir}/master.sock").show_proc().current_worker.pid
             problem = verify(transport, ghost, node.address, worker)
-            # The failure says what the node itself shows: who answered, and what its config on disk declares.
+            # The failure says what the node itself shows: who answered, and whether its files on disk are the bundle's.
             assert problem == ("the worker does not list frontend fe_ghost, backend p999_ghost (answered by worker "
                                f"{worker}, the one expected; the node's files on disk are the bundle's)"), problem
             assert f"not worker {worker + 1} as expected" in verify(transport, ghost, node.address, worker + 1)
-            # Files that moved on disk without a reload: the config declares what the worker never loaded.
+            # Files that moved on disk without a reload: the node's files are no longer the bundle's.
             config = Path(node.config_dir) / "current" / "haproxy.cfg"
             served = config.read_bytes()
             moved = config.with_name("haproxy.cfg.moved")
