@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 
 import pytest
 
@@ -74,6 +75,16 @@ def test_two_shard_run_over_two_workers_merges_to_the_sum_of_its_shards(world, a
     assert f"no knee found up to {run.knee_capacity_rps:.1f} req/s" in text and event.data["knee_rps"] is None
 
 
+def _stalled_under_capacity(run: CapacityRun) -> bool:
+    """The knee came a step early, at the 100 req/s step of a 150 req/s server, with every request of it served
+    without an error: a stall's backlog at two thirds of capacity moves the tail (and may move the median), but the
+    step is served in full; a server short of capacity serves less than it was sent."""
+    if run.knee_step_index != 0:
+        return False
+    step = run.step_results.filter(shard__isnull=True, index=1).first()
+    return step is not None and step.achieved_rate >= 0.95 * step.offered_rate and step.error_count == 0
+
+
 def test_knee_is_found_through_celery_and_applying_it_bumps_the_lb_revision(world, alice):
     """GIVEN a server that serves at most 150 req/s behind acme's listener, and a pool with 2 active
     members (a third drained), WHEN a 50 -> 100 -> 250 req/s test runs, THEN the knee is the 100 req/s
@@ -87,6 +98,15 @@ def test_knee_is_found_through_celery_and_applying_it_bumps_the_lb_revision(worl
                                    steps=[[50, 1.5], [100, 1.5], [250, 1.5]], slo_p99_ms=200,
                                    slo_error_rate=0.01, pool=world.pool.pk, region="us-east", safety_factor=0.8)
         run = wait_for_run(run_id)
+        if _stalled_under_capacity(run):
+            # A stall of the machine, not a queue: a whole-suite run saw the 100 req/s step at p99 200.7 ms with
+            # every request served. The test runs again (a server short of capacity misses the second run too).
+            warnings.warn(f"capacity knee: a stall's signature under capacity, run again: {run.knee_reason}",
+                          stacklevel=1)
+            started = alice.client.post(f"/api/v1/capacity-tests/{run.test_id}/start/")
+            assert started.status_code == 201, started.content
+            run_id = started.json()["id"]
+            run = wait_for_run(run_id)
     assert run.status == CapacityRun.Status.SUCCEEDED, (run.error_code, run.error)
     assert run.knee_step_index == 1, run.knee_reason
     assert run.knee_capacity_rps == pytest.approx(100, rel=0.05)
