@@ -54,3 +54,23 @@ def test_two_dispatchers_at_once_run_every_slot_exactly_once(acme, make_job, dis
     # within a tick or two, not after a lease expires.
     after_kill = [(created - slot).total_seconds() for _, slot, _, created in runs if slot > killed_at]
     assert after_kill and max(after_kill) < 2.5
+
+
+def test_a_starting_dispatcher_sends_at_once_the_runs_a_dead_one_committed_and_never_sent(
+        acme, make_job, dispatcher_factory, celery_worker_factory) -> None:
+    """GIVEN a run committed pending whose message never left (its dispatcher was killed between commit and send)
+    WHEN a dispatcher starts
+    THEN the run is sent and done within seconds, not after the reaper's 2 minutes for a lost message."""
+    from django.utils import timezone
+
+    from apps.scheduling import services
+    from controlplane.celery import app as celery_app
+    from tests.waiting import wait_for
+
+    run = services.job_run_now(principal=None, job=make_job(acme, "orphan"))
+    celery_app.control.purge()  # the message that never went out
+    JobRun.objects.filter(pk=run.pk).update(enqueued_at=timezone.now() - timedelta(seconds=10))
+    celery_worker_factory(name="orphan-w", concurrency=1)
+    dispatcher_factory("restarted")
+    assert wait_for(lambda: JobRun.objects.get(pk=run.pk).status == "succeeded", 20), \
+        JobRun.objects.filter(pk=run.pk).values("status", "enqueued_at").first()
