@@ -22,12 +22,17 @@ def wait_for_run(run_id: int, timeout_s: float = 30.0) -> CapacityRun:
     return wait_until(finished, timeout_s, 0.1, what=f"capacity run {run_id} finished")
 
 
+def served_in_full(step) -> bool:
+    """A step (the engine's or a stored one) that served what it was sent, without errors: a target past its
+    capacity serves less."""
+    return step.achieved_rate >= 0.95 * step.offered_rate and step.error_count == 0
+
+
 def stalled_not_queued(step, median_below_ms: float) -> bool:
     """A step (the engine's or a stored one) that missed its p99 to a stall of this shared machine, not to a queue:
     served in full, without errors, its median within twice `median_below_ms` (the steps below it, or the server's
     service time). A target past its capacity moves the median too: requests queue."""
-    return (step.achieved_rate >= 0.95 * step.offered_rate and step.error_count == 0
-            and step.p50_ms <= 2 * median_below_ms)
+    return served_in_full(step) and step.p50_ms <= 2 * median_below_ms
 
 
 def step_result(offered: float, achieved: float, latency_ms: float, ok: int, errors: int = 0) -> engine.StepResult:

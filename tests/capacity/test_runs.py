@@ -13,7 +13,7 @@ from apps.capacity.engine import decode_histogram
 from apps.capacity.models import CapacityRun, CapacityShard, StepResult
 from apps.events import types
 from apps.events.models import Event
-from tests.capacity.capacitykit import wait_for_run
+from tests.capacity.capacitykit import served_in_full, wait_for_run
 from tests.capacity.servers import ServerProcess
 from tests.waiting import wait_until
 
@@ -82,7 +82,7 @@ def _stalled_under_capacity(run: CapacityRun) -> bool:
     if run.knee_step_index != 0:
         return False
     step = run.step_results.filter(shard__isnull=True, index=1).first()
-    return step is not None and step.achieved_rate >= 0.95 * step.offered_rate and step.error_count == 0
+    return step is not None and served_in_full(step)
 
 
 def test_knee_is_found_through_celery_and_applying_it_bumps_the_lb_revision(world, alice):
