@@ -11,10 +11,12 @@ One tick (`dispatch_once`), repeated until nothing is due:
 3. ``INSERT ... ON CONFLICT (job_id, scheduled_for) DO NOTHING RETURNING id``: the unique
    constraint is the last word on "this slot already has a run" (say, a dispatcher that
    read an old next_fire_at before a restore from backup).
-4. next_fire_at advances in the same transaction; the run messages go out on commit.
+4. next_fire_at advances in the same transaction; the run messages go out on commit, and
+   the runs' enqueued_at is set once the broker took them.
 
-If a dispatcher dies between commit and send, the runs stay pending and the reaper sends
-them again; the workers' conditional claim makes a doubled message harmless.
+If a dispatcher dies between commit and send, its runs stay pending with no enqueued_at, and
+any dispatcher's reaper sends them within seconds; the workers' conditional claim makes a
+doubled message harmless.
 """
 
 from __future__ import annotations
@@ -221,7 +223,7 @@ def _insert_values(rows: list[_Row], now: datetime) -> list[tuple[int, int, str,
         final = row.status == JobRun.Status.SKIPPED
         params += [row.job_id, ops.adapt_datetimefield_value(row.scheduled_for), row.trigger,
                    ops.adapt_datetimefield_value(row.missed_since), row.status, 1, row.max_attempts,
-                   json.dumps([]), ops.adapt_datetimefield_value(now),
+                   json.dumps([]), None,
                    ops.adapt_datetimefield_value(now) if final else None, row.error, "", "",
                    ops.adapt_datetimefield_value(now)]
     table = ops.quote_name(JobRun._meta.db_table)

@@ -168,6 +168,8 @@ class JobRun(models.Model):
     max_attempts = models.PositiveIntegerField(default=1)
     attempts = models.JSONField(default=list, blank=True)
     not_before = models.DateTimeField(null=True, blank=True)  # a retry waits for its backoff
+    # When its message left for the workers; NULL from the commit that made it pending until the send is
+    # confirmed, so a run whose sender died in between is found and sent again within seconds (runner.reap).
     enqueued_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

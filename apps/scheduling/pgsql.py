@@ -25,7 +25,7 @@ from django.db import connection
 INSERT_RUNS = """
 INSERT INTO scheduling_jobrun (job_id, scheduled_for, "trigger", missed_since, status, attempt, max_attempts,
                                attempts, enqueued_at, finished_at, error, worker, webhook_status, created_at)
-SELECT job_id, scheduled_for, "trigger", missed_since, status, 1, max_attempts, '[]'::jsonb, %s,
+SELECT job_id, scheduled_for, "trigger", missed_since, status, 1, max_attempts, '[]'::jsonb, NULL,
        CASE WHEN status = 'skipped' THEN %s::timestamptz END, error, '', '', %s
 FROM unnest(%s::bigint[], %s::timestamptz[], %s::text[], %s::timestamptz[], %s::text[], %s::integer[], %s::text[])
      AS r(job_id, scheduled_for, "trigger", missed_since, status, max_attempts, error)
@@ -42,7 +42,7 @@ WHERE j.id = v.id
 
 def insert_runs(rows: Iterable[Any], now: datetime) -> list[tuple[int, int, str, str]]:
     rows = list(rows)
-    params = [now, now, now, [r.job_id for r in rows], [r.scheduled_for for r in rows], [r.trigger for r in rows],
+    params = [now, now, [r.job_id for r in rows], [r.scheduled_for for r in rows], [r.trigger for r in rows],
               [r.missed_since for r in rows], [r.status for r in rows], [r.max_attempts for r in rows],
               [r.error for r in rows]]
     with connection.cursor() as cursor:

@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 HEARTBEAT_INTERVAL_S = 2.0
 STALE_AFTER_S = 20.0  # no heartbeat for this long: the worker is gone
 REENQUEUE_AFTER_S = 120.0  # a pending run whose message should have arrived by now is sent again
+UNSENT_AFTER_S = 5.0  # a pending run whose send was never confirmed (its sender died) is sent again
 HARD_LIMIT_MARGIN_S = 30  # Celery kills the process this long after the soft timeout
 CHUNK_SIZE = 50  # at most this many quick runs per message
 CHUNK_SPREAD = 4  # a small burst is still split over this many messages, so several workers start at once
@@ -112,10 +113,20 @@ def warm_producer() -> None:
             producer.maybe_declare(queue)
 
 
+def send_and_mark(tickets: list[Ticket], send: Callable[[list[Ticket]], Any] | None = None) -> None:
+    """Send, then record that the messages left: a run still unmarked a few seconds after it became
+    pending lost its sender between commit and send, and the reaper sends it again."""
+    if not tickets:
+        return
+    (send or enqueue)(tickets)
+    # Not indexed, so a HOT update; the runs a worker already claimed get the mark too, harmlessly.
+    JobRun.objects.filter(pk__in=[t.run_id for t in tickets], enqueued_at__isnull=True).update(
+        enqueued_at=timezone.now())
+
+
 def enqueue_on_commit(tickets: list[Ticket], send: Callable[[list[Ticket]], Any] | None = None) -> None:
     if tickets:
-        sender = send or enqueue
-        transaction.on_commit(lambda: sender(tickets))
+        transaction.on_commit(lambda: send_and_mark(tickets, send))
 
 
 # --- heartbeat: one thread per worker process for all the runs it holds ------------------------
@@ -389,10 +400,9 @@ def release(runs: list[JobRun], *, send: Callable[[list[Ticket]], Any] | None = 
     for run in runs:
         HEARTBEAT.discard(run.pk)
         mine = JobRun.objects.filter(pk=run.pk, status=JobRun.Status.RUNNING, attempt=run.attempt, worker=run.worker)
-        if mine.update(status=JobRun.Status.PENDING, started_at=None, heartbeat_at=None, enqueued_at=timezone.now()):
+        if mine.update(status=JobRun.Status.PENDING, started_at=None, heartbeat_at=None, enqueued_at=None):
             tickets.append(Ticket(run.pk, run.job.timeout_s))
-    if tickets:
-        (send or enqueue)(tickets)
+    send_and_mark(tickets, send)
 
 
 # --- record ---------------------------------------------------------------------------------
@@ -470,7 +480,7 @@ def _record_one(outcome: Outcome, now: datetime, retries: list[Ticket]) -> str:
     if status in (JobRun.Status.FAILED, JobRun.Status.TIMED_OUT) and run.attempt < run.max_attempts:
         delay_s = planning.retry_delay_s(backoff_s=job.retry_backoff_s, failed_attempt=run.attempt)
         if not mine.update(status=JobRun.Status.PENDING, attempt=run.attempt + 1, attempts=[*run.attempts, entry],
-                           not_before=now + timedelta(seconds=delay_s), enqueued_at=now, error=error,
+                           not_before=now + timedelta(seconds=delay_s), enqueued_at=None, error=error,
                            output=outcome.output, duration_ms=outcome.duration_ms, started_at=started_at,
                            heartbeat_at=None):
             return "discarded"
@@ -506,7 +516,7 @@ class ReapResult:
 
 
 def reap(*, now: datetime | None = None, stale_after_s: float = STALE_AFTER_S,
-         reenqueue_after_s: float = REENQUEUE_AFTER_S, limit: int = 200,
+         reenqueue_after_s: float = REENQUEUE_AFTER_S, unsent_after_s: float = UNSENT_AFTER_S, limit: int = 200,
          send: Callable[[list[Ticket]], Any] | None = None) -> ReapResult:
     """Retry or fail runs whose worker died or overran its hard limit; resend lost pending messages."""
     now = now or timezone.now()
@@ -533,8 +543,11 @@ def reap(*, now: datetime | None = None, stale_after_s: float = STALE_AFTER_S,
                 outcomes[-1].duration_ms = int((now - run.started_at).total_seconds() * 1000)
         result.retried = record(outcomes, now=now, send=send).count("retry")
     due = Q(not_before__isnull=True) | Q(not_before__lte=now)
-    lost_messages = list(JobRun.objects.filter(due, status=JobRun.Status.PENDING,
-                                               enqueued_at__lt=now - timedelta(seconds=reenqueue_after_s))
+    # Never sent (the sender died between commit and send), or sent and not taken in minutes (the broker lost it).
+    # A retry's row is old by created_at, but its mark follows its commit by milliseconds.
+    unsent = Q(enqueued_at__isnull=True, created_at__lt=now - timedelta(seconds=unsent_after_s))
+    lost = Q(enqueued_at__lt=now - timedelta(seconds=reenqueue_after_s))
+    lost_messages = list(JobRun.objects.filter(due, unsent | lost, status=JobRun.Status.PENDING)
                          .values_list("pk", "job__timeout_s")[:limit])
     if lost_messages:
         resend_ids = [pk for pk, _ in lost_messages]

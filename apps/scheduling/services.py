@@ -162,7 +162,7 @@ def job_run_now(*, principal: Principal | None, job: Job) -> JobRun:
         now = now.replace(microsecond=1)
     with transaction.atomic():
         run = JobRun(job=job, scheduled_for=now, trigger=JobRun.Trigger.MANUAL,
-                     max_attempts=job.max_retries + 1, enqueued_at=now)
+                     max_attempts=job.max_retries + 1)
         save_or_conflict(run, Conflict("run_exists", "A run of this job was just requested; try again."))
         audit_record(principal=principal, org=job.org, action="job.run", obj=job,
                      after={"run": run.pk, "scheduled_for": now})

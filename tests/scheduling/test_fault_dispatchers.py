@@ -56,21 +56,27 @@ def test_two_dispatchers_at_once_run_every_slot_exactly_once(acme, make_job, dis
     assert after_kill and max(after_kill) < 2.5
 
 
-def test_a_starting_dispatcher_sends_at_once_the_runs_a_dead_one_committed_and_never_sent(
+def test_a_running_dispatcher_sends_within_seconds_the_runs_whose_sender_died_between_commit_and_send(
         acme, make_job, dispatcher_factory, celery_worker_factory) -> None:
-    """GIVEN a run committed pending whose message never left (its dispatcher was killed between commit and send)
-    WHEN a dispatcher starts
+    """GIVEN a dispatcher that keeps running (the standby) and a run committed pending whose message never left:
+    its sender (the other dispatcher, an API process) was killed between the commit and the send
+    WHEN the standby's reaper next looks
     THEN the run is sent and done within seconds, not after the reaper's 2 minutes for a lost message."""
-    from django.utils import timezone
-
-    from apps.scheduling import services
+    from apps.scheduling import runner, services
     from controlplane.celery import app as celery_app
     from tests.waiting import wait_for
 
-    run = services.job_run_now(principal=None, job=make_job(acme, "orphan"))
-    celery_app.control.purge()  # the message that never went out
-    JobRun.objects.filter(pk=run.pk).update(enqueued_at=timezone.now() - timedelta(seconds=10))
     celery_worker_factory(name="orphan-w", concurrency=1)
-    dispatcher_factory("restarted")
+    dispatcher_factory("standby")
+    time.sleep(1)  # the standby's first reap has passed: what follows is its routine, not its start
+    dropped: list[runner.Ticket] = []
+    with pytest.MonkeyPatch.context() as mp:  # the sender "dies" after its commit: nothing leaves, nothing is marked
+        mp.setattr(runner, "send_and_mark", lambda tickets, send=None: dropped.extend(tickets))
+        run = services.job_run_now(principal=None, job=make_job(acme, "orphan"))
+    assert [t.run_id for t in dropped] == [run.pk] and JobRun.objects.get(pk=run.pk).enqueued_at is None
+    assert celery_app.control.purge() == 0  # no message is on its way
+    started = time.monotonic()
     assert wait_for(lambda: JobRun.objects.get(pk=run.pk).status == "succeeded", 20), \
         JobRun.objects.filter(pk=run.pk).values("status", "enqueued_at").first()
+    waited = time.monotonic() - started
+    assert waited < runner.UNSENT_AFTER_S + 5 + 5, waited  # its age to be called unsent, a reap period, the run

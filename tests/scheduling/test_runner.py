@@ -264,6 +264,46 @@ def test_the_reaper_leaves_live_runs_alone_and_resends_lost_messages(acme, make_
     assert JobRun.objects.get(pk=live.pk).status == "running"
 
 
+def test_the_reaper_sends_again_within_seconds_a_run_whose_send_was_never_confirmed(
+        acme, make_job, django_capture_on_commit_callbacks) -> None:
+    """A run stays without enqueued_at from its commit until its message has left; one still unmarked after
+    UNSENT_AFTER_S lost its sender in between and is sent again, long before a lost message's 2 minutes."""
+    sent: list[runner.Ticket] = []
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:  # committed; the sender dies here
+        orphan = manual_run(make_job(acme, "orphan"))
+        fresh = manual_run(make_job(acme, "fresh"))
+    assert len(callbacks) == 2
+    assert JobRun.objects.filter(pk__in=[orphan.pk, fresh.pk], enqueued_at__isnull=True).count() == 2
+    aged = now() - timedelta(seconds=runner.UNSENT_AFTER_S + 1)
+    JobRun.objects.filter(pk=orphan.pk).update(created_at=aged)
+    queued = manual_run(make_job(acme, "queued"))  # sent and still in the queue behind other work
+    JobRun.objects.filter(pk=queued.pk).update(created_at=aged, enqueued_at=aged)
+
+    result = runner.reap(send=sent.extend)
+    assert [t.run_id for t in sent] == [orphan.pk] and result.resent == 1  # a fresh one may still be on its way
+    assert JobRun.objects.get(pk=orphan.pk).enqueued_at is not None
+    assert runner.reap(send=sent.extend).resent == 0  # once
+
+
+def test_a_run_is_marked_sent_only_once_its_message_has_left(acme, make_job, monkeypatch,
+                                                             django_capture_on_commit_callbacks) -> None:
+    left: list[runner.Ticket] = []
+    monkeypatch.setattr(runner, "enqueue", left.extend)  # the broker, as far as this test needs one
+
+    def broker_down(tickets: list[runner.Ticket]) -> None:
+        raise ConnectionError("broker unreachable")
+
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        run = manual_run(make_job(acme))
+    assert len(callbacks) == 1 and [t.run_id for t in left] == [run.pk]
+    assert JobRun.objects.get(pk=run.pk).enqueued_at is not None
+    released = manual_run(make_job(acme, "second"))
+    JobRun.objects.filter(pk=released.pk).update(enqueued_at=None)
+    with pytest.raises(ConnectionError):
+        runner.send_and_mark([runner.Ticket(released.pk, 60)], broker_down)
+    assert JobRun.objects.get(pk=released.pk).enqueued_at is None  # the reaper will send it when the broker is back
+
+
 # --- kinds that change load balancers --------------------------------------------------------
 
 

@@ -24,7 +24,6 @@ log = logging.getLogger("apps.scheduling.dispatcher")
 TICK_OFFSET_S = 0.003
 RECHECK_DELAY_S = 0.05
 RECHECKS = 5
-STARTUP_REENQUEUE_AFTER_S = 2.0  # older pending runs have no message on their way at a start (handle)
 
 
 class Command(BaseCommand):
@@ -42,11 +41,6 @@ class Command(BaseCommand):
         stopping = stop_on_signals()
         tick_s: float = max(0.05, opts["tick_s"])
         next_reap = 0.0
-        # The first reap, at start: the runs a dispatcher that died between commit and send left pending have no
-        # message, and a dispatcher starts most often after one died. They are sent again at once instead of
-        # after REENQUEUE_AFTER_S (2 minutes); a run whose message is only queued gets a second one, which the
-        # workers' conditional claim makes harmless.
-        reenqueue_after_s = STARTUP_REENQUEUE_AFTER_S
         try:
             runner.warm_producer()
         except Exception as exc:  # the broker may come later; sends retry then
@@ -57,8 +51,7 @@ class Command(BaseCommand):
             try:
                 self._tick(opts["batch"])
                 if time.monotonic() >= next_reap:
-                    reaped = runner.reap(stale_after_s=opts["stale_after_s"], reenqueue_after_s=reenqueue_after_s)
-                    reenqueue_after_s = runner.REENQUEUE_AFTER_S
+                    reaped = runner.reap(stale_after_s=opts["stale_after_s"])
                     if reaped.lost or reaped.timed_out or reaped.resent:
                         log.info("reaper: %s", reaped)
                     next_reap = time.monotonic() + opts["reap_every_s"]
