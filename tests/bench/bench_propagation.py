@@ -35,13 +35,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def stage_report(marks: list[tuple[float, float]]) -> None:
+def stage_report(marks: list[tuple[float, float]], totals: list[float] | None = None) -> None:
     """Where the time goes, from database timestamps: write -> revision -> rollout start -> end, and the end on the
-    last fleet (a change is applied when every fleet serving its LB has it)."""
+    last fleet (a change is applied when every fleet serving its LB has it). With `totals` (each change's
+    write -> seen applied, in the order of `marks`), the same stages of the slowest changes: where the tail is."""
     from apps.fleets.models import ConfigRevision, Rollout
 
     to_revision, to_start, to_end, to_every = [], [], [], []
-    for (wall, _mono), (until, _) in zip(marks, [*marks[1:], (float("inf"), 0.0)], strict=True):
+    slow: list[tuple[float, float, float, float, float]] = []
+    for k, ((wall, _mono), (until, _)) in enumerate(zip(marks, [*marks[1:], (float("inf"), 0.0)], strict=True)):
         revision = ConfigRevision.objects.filter(created_at__gte=_dt(wall)).order_by("created_at").first()
         window = Rollout.objects.filter(created_at__gte=_dt(wall)).order_by("created_at")
         if until != float("inf"):
@@ -56,10 +58,15 @@ def stage_report(marks: list[tuple[float, float]]) -> None:
         to_start.append((rollouts[0].started_at.timestamp() - wall) * 1000.0)
         to_end.append((rollouts[0].finished_at.timestamp() - wall) * 1000.0)
         to_every.append((max(r.finished_at for r in rollouts).timestamp() - wall) * 1000.0)
+        if totals is not None:
+            slow.append((totals[k], to_revision[-1], to_start[-1], to_end[-1], to_every[-1]))
     if to_end:
         print(f"stages p50 (ms after the write): revision stored {statistics.median(to_revision):.0f}, "
               f"rollout started {statistics.median(to_start):.0f}, rollout finished {statistics.median(to_end):.0f}, "
               f"on every fleet {statistics.median(to_every):.0f}")
+    if slow:
+        print("slowest changes, ms after the write (revision / started / finished / every fleet -> seen): " + "; ".join(
+            f"{r:.0f} / {s:.0f} / {f:.0f} / {e:.0f} -> {t:.0f}" for t, r, s, f, e in sorted(slow, reverse=True)[:6]))
 
 
 def _dt(wall: float):

@@ -327,7 +327,8 @@ def main() -> None:
               + " ".join(f"{w:.0f}" for w in warm))
         marks: list[tuple[float, float]] = []
         changes = [one_change(fb, i, marks) for i in range(args.changes)]
-        stage_report(marks)
+        stage_report(marks, changes)
+        pipeline_report(marks[0][0])
         print(f"POST (201) ms: p50 {percentile(POST_MS[-args.changes:], 50):.0f} "
               f"p99 {percentile(POST_MS[-args.changes:], 99):.0f}")
         print(f"{args.changes} changes, POST -> applied on 6 nodes, ms: "
