@@ -75,8 +75,8 @@ def test_a_running_dispatcher_sends_within_seconds_the_runs_whose_sender_died_be
         run = services.job_run_now(principal=None, job=make_job(acme, "orphan"))
     assert [t.run_id for t in dropped] == [run.pk] and JobRun.objects.get(pk=run.pk).enqueued_at is None
     assert celery_app.control.purge() == 0  # no message is on its way
-    started = time.monotonic()
-    assert wait_for(lambda: JobRun.objects.get(pk=run.pk).status == "succeeded", 20), \
+    # Expected within UNSENT_AFTER_S (5 s, its age to be called unsent) + a reap period (5 s); a lost message's
+    # resend (REENQUEUE_AFTER_S, 120 s) is far past this bound, which leaves room for a loaded machine.
+    assert runner.UNSENT_AFTER_S + 5 < 30 < runner.REENQUEUE_AFTER_S
+    assert wait_for(lambda: JobRun.objects.get(pk=run.pk).status == "succeeded", 30), \
         JobRun.objects.filter(pk=run.pk).values("status", "enqueued_at").first()
-    waited = time.monotonic() - started
-    assert waited < runner.UNSENT_AFTER_S + 5 + 5, waited  # its age to be called unsent, a reap period, the run
