@@ -546,12 +546,15 @@ def reap(*, now: datetime | None = None, stale_after_s: float = STALE_AFTER_S,
     # Never sent (the sender died between commit and send), or sent and not taken in minutes (the broker lost it).
     # A retry's row is old by created_at, but its mark follows its commit by milliseconds.
     unsent = Q(enqueued_at__isnull=True, created_at__lt=now - timedelta(seconds=unsent_after_s))
-    lost = Q(enqueued_at__lt=now - timedelta(seconds=reenqueue_after_s))
+    # A retry's message is held back until not_before (countdown): its age counts from then, not from its send.
+    long_ago = now - timedelta(seconds=reenqueue_after_s)
+    lost = Q(enqueued_at__lt=long_ago) & (Q(not_before__isnull=True) | Q(not_before__lt=long_ago))
     lost_messages = list(JobRun.objects.filter(due, unsent | lost, status=JobRun.Status.PENDING)
                          .values_list("pk", "job__timeout_s")[:limit])
     if lost_messages:
-        resend_ids = [pk for pk, _ in lost_messages]
-        JobRun.objects.filter(pk__in=resend_ids, status=JobRun.Status.PENDING).update(enqueued_at=now)
+        # Sent, then marked: a send that fails (broker down) leaves them as they were, resent at the next reap.
         (send or enqueue)([Ticket(pk, timeout_s) for pk, timeout_s in lost_messages])
+        JobRun.objects.filter(pk__in=[pk for pk, _ in lost_messages], status=JobRun.Status.PENDING).update(
+            enqueued_at=timezone.now())
         result.resent = len(lost_messages)
     return result

@@ -285,6 +285,28 @@ def test_the_reaper_sends_again_within_seconds_a_run_whose_send_was_never_confir
     assert runner.reap(send=sent.extend).resent == 0  # once
 
 
+def test_a_reaper_whose_resend_fails_leaves_the_run_to_the_next_reap_and_a_late_retry_gets_one_message(
+        acme, make_job) -> None:
+    def broker_down(tickets: list[runner.Ticket]) -> None:
+        raise ConnectionError("broker unreachable")
+
+    orphan = manual_run(make_job(acme, "orphan"))  # not marked: on_commit does not run in this test's transaction
+    JobRun.objects.filter(pk=orphan.pk).update(created_at=now() - timedelta(seconds=runner.UNSENT_AFTER_S + 1))
+    with pytest.raises(ConnectionError):
+        runner.reap(send=broker_down)
+    assert JobRun.objects.get(pk=orphan.pk).enqueued_at is None  # not 2 minutes more: the next reap sends it
+    sent: list[runner.Ticket] = []
+    assert runner.reap(send=sent.extend).resent == 1 and [t.run_id for t in sent] == [orphan.pk]
+
+    # A retry sent 5 minutes ago with a 5-minute countdown comes due now: its message is arriving, not lost.
+    retry = manual_run(make_job(acme, "retry"))
+    long_ago = now() - timedelta(minutes=5)
+    JobRun.objects.filter(pk=retry.pk).update(enqueued_at=long_ago, created_at=long_ago,
+                                              not_before=now() - timedelta(seconds=1))
+    sent.clear()
+    assert runner.reap(send=sent.extend).resent == 0 and sent == []
+
+
 def test_a_run_is_marked_sent_only_once_its_message_has_left(acme, make_job, monkeypatch,
                                                              django_capture_on_commit_callbacks) -> None:
     left: list[runner.Ticket] = []
