@@ -94,7 +94,9 @@ def dispatch_once(*, now: datetime | None = None, batch_size: int = DEFAULT_BATC
                 continue
             rows += _rows_for(job, plan)
             advanced.setdefault(plan.next_fire_at, []).append(job.pk)
-        created = _insert(rows, now)
+        # Stamped with the insert's own moment, not the burst's planning instant: a reaper judges an unsent run
+        # by its created_at, and a later batch of a long burst is seconds younger than the tick that planned it.
+        created = _insert(rows, timezone.now())
         _advance(advanced)
         result.jobs = len(jobs)
         by_id = {job.pk: job for job in jobs}
