@@ -119,8 +119,9 @@ def send_and_mark(tickets: list[Ticket], send: Callable[[list[Ticket]], Any] | N
     if not tickets:
         return
     (send or enqueue)(tickets)
-    # Not indexed, so a HOT update; the runs a worker already claimed get the mark too, harmlessly.
-    JobRun.objects.filter(pk__in=[t.run_id for t in tickets], enqueued_at__isnull=True).update(
+    # Not indexed, so a HOT update. Pending runs only: one a worker claimed meanwhile needs no mark (a run that goes
+    # back to pending is unmarked again, and sent again through here).
+    JobRun.objects.filter(pk__in=[t.run_id for t in tickets], status=JobRun.Status.PENDING).update(
         enqueued_at=timezone.now())
 
 
@@ -553,8 +554,6 @@ def reap(*, now: datetime | None = None, stale_after_s: float = STALE_AFTER_S,
                          .values_list("pk", "job__timeout_s")[:limit])
     if lost_messages:
         # Sent, then marked: a send that fails (broker down) leaves them as they were, resent at the next reap.
-        (send or enqueue)([Ticket(pk, timeout_s) for pk, timeout_s in lost_messages])
-        JobRun.objects.filter(pk__in=[pk for pk, _ in lost_messages], status=JobRun.Status.PENDING).update(
-            enqueued_at=timezone.now())
+        send_and_mark([Ticket(pk, timeout_s) for pk, timeout_s in lost_messages], send)
         result.resent = len(lost_messages)
     return result

@@ -32,6 +32,11 @@ def manual_run(job: Job) -> JobRun:
     return services.job_run_now(principal=None, job=job)
 
 
+def broker_down(tickets: list[runner.Ticket]) -> None:
+    """A send that fails as kombu's does when the broker cannot be reached."""
+    raise ConnectionError("broker unreachable")
+
+
 def pretend_running(run: JobRun, *, heartbeat_age_s: float = 0.0, worker: str = "w-old") -> None:
     """GIVEN a worker that claimed the run (and, with an old heartbeat, then vanished)."""
     beat = now() - timedelta(seconds=heartbeat_age_s)
@@ -287,9 +292,6 @@ def test_the_reaper_sends_again_within_seconds_a_run_whose_send_was_never_confir
 
 def test_a_reaper_whose_resend_fails_leaves_the_run_to_the_next_reap_and_a_late_retry_gets_one_message(
         acme, make_job) -> None:
-    def broker_down(tickets: list[runner.Ticket]) -> None:
-        raise ConnectionError("broker unreachable")
-
     orphan = manual_run(make_job(acme, "orphan"))  # not marked: on_commit does not run in this test's transaction
     JobRun.objects.filter(pk=orphan.pk).update(created_at=now() - timedelta(seconds=runner.UNSENT_AFTER_S + 1))
     with pytest.raises(ConnectionError):
@@ -311,9 +313,6 @@ def test_a_run_is_marked_sent_only_once_its_message_has_left(acme, make_job, mon
                                                              django_capture_on_commit_callbacks) -> None:
     left: list[runner.Ticket] = []
     monkeypatch.setattr(runner, "enqueue", left.extend)  # the broker, as far as this test needs one
-
-    def broker_down(tickets: list[runner.Ticket]) -> None:
-        raise ConnectionError("broker unreachable")
 
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         run = manual_run(make_job(acme))
