@@ -136,7 +136,8 @@ def one_change(fb: FleetBench, i: int, marks: list[tuple[float, float]]) -> floa
     return (time.monotonic() - started) * 1000.0
 
 
-def sustained(fb: FleetBench, rate_per_min: int, duration_s: float) -> tuple[int, list[float], int, str]:
+def sustained(fb: FleetBench, rate_per_min: int, duration_s: float,
+              senders_n: int = 4) -> tuple[int, list[float], int, str]:
     """Open loop: a change is due every 60/rate s and is sent then by one of a few concurrent senders (as
     several pipelines would), so a slow answer does not lower the rate; each latency runs from the moment
     the change was due (a change waiting for a free sender counts that wait too)."""
@@ -201,7 +202,7 @@ def sustained(fb: FleetBench, rate_per_min: int, duration_s: float) -> tuple[int
     watcher.start()
     sent = 0
     due = time.monotonic()
-    senders = ThreadPoolExecutor(max_workers=4)
+    senders = ThreadPoolExecutor(max_workers=senders_n)
     while due < deadline:
         time.sleep(max(0.0, due - time.monotonic()))
         senders.submit(send, sent, due)
@@ -316,6 +317,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=6)
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--sustained-s", type=float, default=180.0, help="0: the single changes only")
+    parser.add_argument("--senders", type=int, default=4, help="sustained: changes in flight at most")
     parser.add_argument("--no-beat", action="store_true",
                         help="without Celery beat (no periodic converge/drift checks and health collection)")
     args = parser.parse_args()
@@ -354,7 +356,7 @@ def main() -> None:
                   f"{percentile(changes, 50):.0f} change_p99_ms_100k={percentile(changes, 99):.0f}")
             return
         since = time.time()
-        sent, latencies, change_errors, wrk_out = sustained(fb, args.rate, args.sustained_s)
+        sent, latencies, change_errors, wrk_out = sustained(fb, args.rate, args.sustained_s, args.senders)
         pipeline_report(since)
         stalls_report(since)
         if SENT_POST_MS:
