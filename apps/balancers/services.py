@@ -288,7 +288,8 @@ def route_save(*, principal: Principal, route: Route, data: dict[str, Any]) -> R
 
 
 def _prefetched(obj, name: str, rows: list) -> None:
-    """Set `rows` as `obj`'s prefetched reverse relation `name`, as prefetch_related_objects leaves it."""
+    """Set `rows` as `obj`'s prefetched reverse relation `name`, as prefetch_related_objects leaves it (Django's
+    prefetch_one_level sets the same two attributes; tests/balancers/test_route_save.py fails if a read comes back)."""
     cache = obj.__dict__.setdefault("_prefetched_objects_cache", {})
     cache.pop(name, None)  # else the manager answers the cached queryset
     found = getattr(obj, name).all()

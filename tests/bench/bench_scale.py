@@ -203,16 +203,20 @@ def sustained(fb: FleetBench, rate_per_min: int, duration_s: float,
     sent = 0
     due = time.monotonic()
     senders = ThreadPoolExecutor(max_workers=senders_n)
-    while due < deadline:
-        time.sleep(max(0.0, due - time.monotonic()))
-        senders.submit(send, sent, due)
-        sent += 1
-        due += interval
-    # Read at the deadline, before waiting for the senders' backlog: what was used over `duration_s` seconds
-    # (read after the backlog it counted a minute or more of sending as 30 s, and reported 1.3-1.9 cores for
-    # processes that used 0.4-0.5). wrk is still running: its share is counted too.
-    cpu_after = cpu_by_process()
-    busy = machine_busy_s() - busy_before
+    try:
+        while due < deadline:
+            time.sleep(max(0.0, due - time.monotonic()))
+            senders.submit(send, sent, due)
+            sent += 1
+            due += interval
+        # Read at the deadline, before waiting for the senders' backlog: what was used over `duration_s` seconds
+        # (read after the backlog it counted a minute or more of sending as 30 s, and reported 1.3-1.9 cores for
+        # processes that used 0.4-0.5). wrk is still running: its share is counted too.
+        cpu_after = cpu_by_process()
+        busy = machine_busy_s() - busy_before
+    except BaseException:
+        senders.shutdown(wait=False, cancel_futures=True)  # a failed run does not send its backlog first
+        raise
     senders.shutdown(wait=True)
     print(f"CPU while changes were sent ({duration_s:.0f} s), cores: " + ", ".join(
         f"{kind} {(cpu_after[kind] - cpu_before.get(kind, 0.0)) / duration_s:.2f}"
