@@ -20,7 +20,8 @@ p95 and the worst page p95 at full size; the ratio: below). Goals (issue 40): ap
 <= 300, the same query counts at both sizes (exits 1 when they differ), and noisy_neighbour_p99_ratio <= 1.2:
 one tenant's route-create p99 through a real gunicorn while another tenant writes 3,000 creates a minute plus
 a burst of ~500 at once (its clients in a process of their own), over the same tenant's p99 alone
-(`--noisy-seconds 0` leaves the phase out).
+(`--noisy-seconds 0` leaves the phase out; `--rounds N` splits the phases into N alone/beside pairs, each with
+its own burst, and pools their samples, so a stall of the machine is as likely in either phase).
 """
 
 from __future__ import annotations
@@ -197,10 +198,14 @@ def measure(built: dict, requests: int) -> dict[str, dict[str, tuple[float, floa
 
 
 def noisy_neighbour(built: dict, seconds: float, noisy_per_min: int, burst: int,
-                    quiet_gap_s: float = 0.1) -> dict[str, float]:
+                    quiet_gap_s: float = 0.1, rounds: int = 1) -> dict[str, float]:
     """One tenant's route creates through a real web server (gunicorn, as `make run` starts it), `seconds` alone
     and then `seconds` while another tenant writes `noisy_per_min` creates a minute on its own LB plus one
-    burst of `burst` at once: the quiet tenant's write p99, both times (client-side, POST to 201)."""
+    burst of `burst` at once: the quiet tenant's write p99, both times (client-side, POST to 201).
+
+    `rounds` > 1 splits both phases into that many alone/beside pairs, each beside window starting with its own
+    burst, and pools each phase's samples: a stall of the machine is then as likely to land in either phase (one
+    pair of 30 s phases gave ratios from 1.17 to 3.76 for the same code, and 120 s phases 0.65 with a stall alone)."""
     import http.client
     import json
     import multiprocessing
@@ -231,10 +236,10 @@ def noisy_neighbour(built: dict, seconds: float, noisy_per_min: int, burst: int,
             errors[who] += 1
         return (time.perf_counter() - started) * 1000.0
 
-    def quiet_tenant(base: str) -> list[float]:
+    def quiet_tenant(base: str, window_s: float) -> list[float]:
         host, port = base.removeprefix("http://").split(":")
         conn = http.client.HTTPConnection(host, int(port), timeout=30)
-        took, deadline = [], time.monotonic() + seconds
+        took, deadline = [], time.monotonic() + window_s
         while time.monotonic() < deadline:
             took.append(post(conn, built["token"], quiet_lb, quiet_slug, "quiet"))
             time.sleep(quiet_gap_s)
@@ -267,32 +272,40 @@ def noisy_neighbour(built: dict, seconds: float, noisy_per_min: int, burst: int,
     def p99(values: list[float], share: float = 0.99) -> float:
         return values[max(0, round(share * len(values)) - 1)]
 
-    def noisy_process(base: str, stop, failed, made) -> None:
+    def noisy_process(base: str, stop, failed, made, start: int) -> None:
+        nonlocal serial
+        serial = count(start)  # hostnames of its own: a later round's process must not repeat an earlier one's
         noisy_tenant(base, stop)
         failed.value = errors["noisy"]
-        made.value = next(serial)  # this process's posts, all the noisy tenant's
+        made.value = next(serial) - start  # this process's posts, all the noisy tenant's
 
     # The noisy tenant's 24 client threads run in a process of their own: in this one they would hold the GIL
     # against the quiet tenant's client and its timings would measure that.
     context = multiprocessing.get_context("fork")
+    window_s = seconds / rounds
+    quiet, noisy, noisy_made, noisy_failed, noisy_s = [], [], 0, 0, 0.0
     with gunicorn() as base:
-        quiet = quiet_tenant(base)
-        stop, failed, made = context.Event(), context.Value("i", 0), context.Value("i", 0)
-        serial_at_fork = next(serial)
-        noise = context.Process(target=noisy_process, args=(base, stop, failed, made))
-        noisy_started = time.monotonic()
-        noise.start()
-        time.sleep(1.0)
-        noisy = quiet_tenant(base)
-        stop.set()
-        noise.join()
-        noisy_s = time.monotonic() - noisy_started
+        for round_ in range(rounds):
+            quiet += quiet_tenant(base, window_s)
+            stop, failed, made = context.Event(), context.Value("i", 0), context.Value("i", 0)
+            noise = context.Process(target=noisy_process, args=(base, stop, failed, made, 10_000_000 * (round_ + 1)))
+            noisy_started = time.monotonic()
+            noise.start()
+            time.sleep(1.0)
+            noisy += quiet_tenant(base, window_s)
+            stop.set()
+            noise.join()
+            noisy_s += time.monotonic() - noisy_started
+            noisy_made += made.value
+            noisy_failed += failed.value
+    quiet.sort()
+    noisy.sort()
     return {"quiet_p50": statistics.median(quiet), "quiet_p99": p99(quiet), "noisy_p50": statistics.median(noisy),
             "noisy_p99": p99(noisy), "ratio": p99(noisy) / p99(quiet), "samples": len(noisy),
             "ratio_p50": statistics.median(noisy) / statistics.median(quiet),
             "ratio_p95": p99(noisy, 0.95) / p99(quiet, 0.95),
-            "quiet_errors": errors["quiet"], "noisy_errors": failed.value,
-            "noisy_made": made.value - serial_at_fork - 1, "noisy_s": noisy_s}
+            "quiet_errors": errors["quiet"], "noisy_errors": noisy_failed,
+            "noisy_made": noisy_made, "noisy_s": noisy_s}
 
 
 def main() -> None:
@@ -300,6 +313,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--sizes", default="small,full")
     parser.add_argument("--noisy-seconds", type=float, default=30.0, help="0: no noisy-neighbour phase")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="alone/beside pairs the noisy-neighbour phases are split into (samples pooled)")
     parser.add_argument("--noisy-per-min", type=int, default=3000, help="the noisy tenant's paced creates a minute")
     parser.add_argument("--burst", type=int, default=500, help="the noisy tenant's creates sent at once")
     # 0.25 s until 2026-11-26: ~90 creates a phase, so its p99 was its second slowest and the ratio moved 1.0-2.4
@@ -344,7 +359,7 @@ def main() -> None:
     ratio = "n/a"
     if args.noisy_seconds > 0:
         nn = noisy_neighbour(built, args.noisy_seconds, noisy_per_min=args.noisy_per_min, burst=args.burst,
-                             quiet_gap_s=args.quiet_gap_s)
+                             quiet_gap_s=args.quiet_gap_s, rounds=args.rounds)
         ratio = f"{nn['ratio']:.2f}"
         print(f"\nnoisy neighbour (real gunicorn; another tenant {args.noisy_per_min:,} creates/min + a burst of "
               f"{args.burst}): quiet tenant's "
