@@ -84,17 +84,10 @@ def usage(pids: list[int]) -> tuple[float, float, int]:
     return cpu, rss, sockets
 
 
-def machine_cpu_s() -> float:
-    """CPU seconds every process on this machine has used so far (/proc/stat: user, nice, system, irq, softirq)."""
-    with open("/proc/stat") as stat:
-        values = [int(v) for v in stat.readline().split()[1:8]]
-    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
-
-
 def one_size(nodes: int, changes: int, idle_s: float) -> dict[str, float]:
     from _fleetbench import FleetBench
     from bench_propagation import percentile
-    from bench_scale import cpu_by_process, one_change, rollout_all, seed_routes
+    from bench_scale import cpu_by_process, machine_cpu_s, one_change, rollout_all, seed_routes
 
     fb = FleetBench("spillway_bench_fleet_size", nodes_per_region=-(-nodes // REGIONS), worker_concurrency=2,
                     beat=True, regions=REGIONS)

@@ -37,6 +37,15 @@ def _create_and_start(client, **fields) -> int:
     return started.json()["id"]
 
 
+def _run_again(client, run: CapacityRun, why: str) -> CapacityRun:
+    """Start the run's test once more, after a miss that a loaded machine explains (`why`, said as a warning), and
+    wait for the new run: the caller checks that one."""
+    warnings.warn(f"{why}, run again: {run.knee_reason}", stacklevel=2)
+    started = client.post(f"/api/v1/capacity-tests/{run.test_id}/start/")
+    assert started.status_code == 201, started.content
+    return wait_for_run(started.json()["id"])
+
+
 def test_two_shard_run_over_two_workers_merges_to_the_sum_of_its_shards(world, alice):
     with ServerProcess("ok") as srv:
         listener = world.listener(srv.port)
@@ -51,11 +60,7 @@ def test_two_shard_run_over_two_workers_merges_to_the_sum_of_its_shards(world, a
             # they ran late on a loaded machine (two whole-suite runs on a machine at 1.12x the reference's time
             # saw 188 of 200 req/s, and the run again passed). A merge that lost or doubled requests fails the
             # checks below either way.
-            warnings.warn(f"two-shard run: every request served, some late, run again: {run.knee_reason}",
-                          stacklevel=1)
-            started = alice.client.post(f"/api/v1/capacity-tests/{run.test_id}/start/")
-            assert started.status_code == 201, started.content
-            run = wait_for_run(started.json()["id"])
+            run = _run_again(alice.client, run, "two-shard run: every request served, some late")
     assert run.status == CapacityRun.Status.SUCCEEDED, (run.error_code, run.error)
     shards = list(CapacityShard.objects.filter(run=run))
     assert len({s.worker for s in shards}) == 2, "each shard ran on its own worker"
@@ -111,12 +116,8 @@ def test_knee_is_found_through_celery_and_applying_it_bumps_the_lb_revision(worl
         if _stalled_under_capacity(run):
             # A stall of the machine, not a queue: a whole-suite run saw the 100 req/s step at p99 200.7 ms with
             # every request served. The test runs again (a server short of capacity misses the second run too).
-            warnings.warn(f"capacity knee: a stall's signature under capacity, run again: {run.knee_reason}",
-                          stacklevel=1)
-            started = alice.client.post(f"/api/v1/capacity-tests/{run.test_id}/start/")
-            assert started.status_code == 201, started.content
-            run_id = started.json()["id"]
-            run = wait_for_run(run_id)
+            run = _run_again(alice.client, run, "capacity knee: a stall's signature under capacity")
+            run_id = run.pk
     assert run.status == CapacityRun.Status.SUCCEEDED, (run.error_code, run.error)
     assert run.knee_step_index == 1, run.knee_reason
     assert run.knee_capacity_rps == pytest.approx(100, rel=0.05)
