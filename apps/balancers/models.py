@@ -85,6 +85,16 @@ class LoadBalancer(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def save(self, *args, **kwargs) -> None:
+        """An update never writes `revision`: only services.lb_touch moves it, in the database, and an instance read
+        before a bump would set it back (a config-code apply saves the LB it read without a lock). Its readers count
+        on it only growing: the fleets' route lane, and a route write keeping the routes it read before the LB's
+        lock when the revision has not moved (route_rules.early_peers)."""
+        if not self._state.adding and not kwargs.get("force_insert") and kwargs.get("update_fields") is None:
+            kwargs["update_fields"] = [f.name for f in self._meta.concrete_fields
+                                       if not f.primary_key and f.name != "revision"]
+        super().save(*args, **kwargs)
+
 
 class IpPool(models.Model):
     name = models.SlugField(max_length=63, unique=True)

@@ -101,3 +101,17 @@ def test_a_bump_the_journal_does_not_name_reads_the_routes_again_under_the_lock(
     with pytest.raises(DomainError) as refused:
         _check_under_lock(alice, route, early)
     assert refused.value.code == "route_shadowed"
+
+
+def test_saving_an_lb_read_before_a_bump_never_sets_its_revision_back(world, alice):
+    """A config-code apply updates an LB it read without its lock (object_save): the revision a route write compares
+    (and the fleets' journal readers follow) keeps growing."""
+    from apps.balancers.services import object_save
+
+    stale = LoadBalancer.objects.get(pk=world.acme_lb.pk)
+    lb_touch(world.acme_lb.pk)
+    bumped = LoadBalancer.objects.values_list("revision", flat=True).get(pk=world.acme_lb.pk)
+    assert bumped == stale.revision + 1
+    principal = Principal(org=alice.org, role=alice.role, user_id=alice.user.pk)
+    object_save(principal=principal, obj=stale, data={"name": "acme-renamed"})
+    assert LoadBalancer.objects.values_list("name", "revision").get(pk=world.acme_lb.pk) == ("acme-renamed", bumped)
