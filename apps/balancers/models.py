@@ -91,8 +91,9 @@ class LoadBalancer(models.Model):
         on it only growing: the fleets' route lane, and a route write keeping the routes it read before the LB's
         lock when the revision has not moved (route_rules.early_peers)."""
         if not self._state.adding and not kwargs.get("force_insert") and kwargs.get("update_fields") is None:
-            kwargs["update_fields"] = [f.name for f in self._meta.concrete_fields
-                                       if not f.primary_key and f.name != "revision"]
+            deferred = self.get_deferred_fields()  # as Django leaves them out of a save, not read to be written
+            kwargs["update_fields"] = [f.attname for f in self._meta.concrete_fields
+                                       if not f.primary_key and f.name != "revision" and f.attname not in deferred]
         super().save(*args, **kwargs)
 
 

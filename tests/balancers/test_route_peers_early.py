@@ -115,3 +115,12 @@ def test_saving_an_lb_read_before_a_bump_never_sets_its_revision_back(world, ali
     principal = Principal(org=alice.org, role=alice.role, user_id=alice.user.pk)
     object_save(principal=principal, obj=stale, data={"name": "acme-renamed"})
     assert LoadBalancer.objects.values_list("name", "revision").get(pk=world.acme_lb.pk) == ("acme-renamed", bumped)
+
+
+def test_an_lb_loaded_with_some_fields_saves_those_and_reads_nothing_more(world):
+    partial = LoadBalancer.objects.only("id", "name").get(pk=world.acme_lb.pk)
+    partial.name = "acme-partial"
+    with CaptureQueriesContext(connection) as queries:
+        partial.save()
+    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["UPDATE"]
+    assert LoadBalancer.objects.get(pk=world.acme_lb.pk).name == "acme-partial"
