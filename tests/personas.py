@@ -9,6 +9,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from apps.accounts.models import Organization
+from apps.accounts.principal import Principal
 from apps.accounts.services import token_create
 from tests.factories import MembershipFactory, UserFactory
 
@@ -20,6 +21,11 @@ class Persona:
     role: str
     client: APIClient
     token: str
+
+    @property
+    def principal(self) -> Principal:
+        """The persona as a service call sees it (what the API builds from its token's user and role)."""
+        return Principal(org=self.org, role=self.role, user_id=self.user.pk)
 
 
 def persona(username: str, org: Organization, role: str) -> Persona:

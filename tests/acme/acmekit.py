@@ -14,4 +14,4 @@ def approve(org, hostname: str) -> HostnameClaim:
 
 
 def principal_of(persona) -> Principal:
-    return Principal(org=persona.org, role=persona.role, user_id=persona.user.pk)
+    return persona.principal

@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from apps.accounts.principal import Principal
 from apps.audit.models import AuditEvent
 from apps.audit.services import AuditAction, audit_snapshot, audited_delete, audited_save
 from apps.balancers.models import Pool
@@ -52,7 +51,7 @@ def test_what_the_log_keeps_is_what_the_model_declares(acme) -> None:
 
 
 def test_a_save_that_hits_a_unique_constraint_is_a_conflict_and_leaves_no_audit_row(alice, acme) -> None:
-    principal = Principal(org=alice.org, role=alice.role, user_id=alice.user.pk)
+    principal = alice.principal
     pool = PoolFactory(lb__org=acme, org=acme, name="web")
     before = AuditEvent.objects.count()
     with pytest.raises(Conflict) as refused:

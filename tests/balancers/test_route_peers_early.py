@@ -10,7 +10,6 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from apps.accounts.principal import Principal
 from apps.balancers.models import LoadBalancer, Route
 from apps.balancers.route_rules import check_peers, early_peers
 from apps.balancers.services import lb_touch
@@ -41,7 +40,7 @@ def _write(world, alice, path: str, priority: int) -> None:
 def _check_under_lock(alice, route: Route, early) -> list[str]:
     """check_peers as route_save runs it: under the LB's row lock, at the revision read with it. The peer reads it
     made (the statements loading routes by their rule columns)."""
-    principal = Principal(org=alice.org, role=alice.role, user_id=alice.user.pk)
+    principal = alice.principal
     with transaction.atomic(), CaptureQueriesContext(connection) as queries:
         revision = LoadBalancer.objects.select_for_update().values_list("revision", flat=True).get(pk=route.lb_id)
         check_peers(principal, route, early, revision)
@@ -112,7 +111,7 @@ def test_saving_an_lb_read_before_a_bump_never_sets_its_revision_back(world, ali
     lb_touch(world.acme_lb.pk)
     bumped = LoadBalancer.objects.values_list("revision", flat=True).get(pk=world.acme_lb.pk)
     assert bumped == stale.revision + 1
-    principal = Principal(org=alice.org, role=alice.role, user_id=alice.user.pk)
+    principal = alice.principal
     object_save(principal=principal, obj=stale, data={"name": "acme-renamed"})
     assert LoadBalancer.objects.values_list("name", "revision").get(pk=world.acme_lb.pk) == ("acme-renamed", bumped)
 

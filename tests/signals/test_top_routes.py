@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from apps.accounts.principal import Principal
 from apps.signals.selectors import top_routes
 from tests.factories import LoadBalancerFactory, PoolFactory, RouteFactory
 from tests.signals.signalkit import signal_bucket
@@ -27,11 +26,11 @@ def routes(ops, acme, globex):
 
 
 def test_each_tenant_sees_its_own_worst_routes_in_order(routes, alice, otto):
-    mine = top_routes(Principal(org=alice.org, role=alice.role, user_id=alice.user.pk))
+    mine = top_routes(alice.principal)
     assert [e["route"].path for e in mine["errors"]] == ["/cart"] and mine["errors"][0]["error_pct"] == 10.0
     assert [e["route"].path for e in mine["latency"]] == ["/slow", "/cart"]
     assert mine["latency"][0]["p99_ms"] >= 900 * 0.88
-    everyone = top_routes(Principal(org=otto.org, role=otto.role, user_id=otto.user.pk))
+    everyone = top_routes(otto.principal)
     assert [e["route"].path for e in everyone["errors"]] == ["/gx", "/cart"]
 
 

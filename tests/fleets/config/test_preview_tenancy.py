@@ -72,7 +72,6 @@ def test_previewing_a_change_does_not_hold_the_lb_lock_while_haproxy_checks_it(s
     import psycopg
     from django.db import connection
 
-    from apps.accounts.principal import Principal
     from apps.balancers.models import RouteTarget as Target
     from apps.balancers.services import route_save
     from apps.fleets.config import preview as fleet_preview
@@ -100,7 +99,7 @@ def test_previewing_a_change_does_not_hold_the_lb_lock_while_haproxy_checks_it(s
             "path": "/preview-only", "priority": 50, "targets": [{"pool": pool, "weight": 100}]}
 
     HostnameClaimFactory(org=alice.org, hostname="acme.example.com")
-    principal = Principal(org=alice.org, role=alice.role, user_id=alice.user.pk)
+    principal = alice.principal
     previews = fleet_preview.lb_preview_change(
         lb=shared["lb"], principal=principal,
         change=lambda: route_save(principal=principal, route=Route(), data=dict(data)))

@@ -180,13 +180,12 @@ def test_push_and_check_drift_say_so_when_they_find_nothing_to_do(fleet2: LocalF
 
 def test_a_node_address_change_re_renders_and_re_verifies_it(fleet2: LocalFleet, otto,
                                                              django_capture_on_commit_callbacks) -> None:
-    from apps.accounts.principal import Principal
 
     reconcile(fleet2.fleet)
     n2 = fleet2.nodes[1]
     old_address = n2.address
     with django_capture_on_commit_callbacks(execute=True):
-        services.node_save(principal=Principal(org=otto.org, role=otto.role, user_id=otto.user.pk), node=n2,
+        services.node_save(principal=otto.principal, node=n2,
                            data={"address": "127.0.72.9", "bind_address": "127.0.72.9"})
     n2.refresh_from_db()
     assert n2.status == Node.Status.DRIFTED and "re-verifying" in n2.status_detail
