@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from controlplane.fairturns import CROWD_S, LEARNED_MAX, FairTurns, credential
+from controlplane.fairturns import CROWD_S, LEARNED_MAX, PRECEDENCE_S, FairTurns, credential
 from tests.waiting import run_coroutine
 
 
@@ -111,6 +111,70 @@ def test_the_crowd_is_other_tenants_only() -> None:
         assert turns.share_of("org:a") == 1  # b just ended
         clock.now += CROWD_S + 0.01
         assert turns.share_of("org:a") == 3
+
+    run_coroutine(scenario())
+
+
+async def _ran(jobs: Jobs, key: str, names: list[str]) -> None:
+    """`names` run one after the other under `key`, each to its end."""
+    for name in names:
+        jobs.submit(key, name)
+        await _settle()
+        await jobs.finish(name)
+
+
+def test_a_busy_tenant_waits_for_a_light_tenants_request_for_at_most_a_moment() -> None:
+    """GIVEN 4 threads and tenant A having started 6 requests lately, B one: A's next request waits while B's runs
+    (it starts as B's ends), B's starts at once while A's runs (B is the lighter), and a B request that runs past
+    PRECEDENCE_S holds A no longer (a slow page of a light tenant does not stop a busy one)."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        jobs = Jobs(FairTurns(4, clock=clock))
+        await _ran(jobs, "org:a", [f"a{i}" for i in range(6)])
+        jobs.submit("org:b", "b0")
+        await _settle()
+        jobs.submit("org:a", "a6")
+        await _settle()
+        assert jobs.started[-1] == "b0" and jobs.turns.free == 3  # a thread free, and A waits for b0
+        await jobs.finish("b0")
+        assert jobs.started[-1] == "a6"
+        jobs.submit("org:b", "b1")
+        await _settle()
+        assert jobs.started[-1] == "b1"  # beside A's request: B is the lighter
+        jobs.submit("org:a", "a7")
+        await jobs.finish("a6")
+        assert "a7" not in jobs.started  # b1 runs
+        clock.now += PRECEDENCE_S + 0.01
+        await asyncio.sleep(PRECEDENCE_S + 0.1)  # the re-check: nothing else happens meanwhile
+        assert jobs.started[-1] == "a7"  # b1 still runs, for longer than the precedence lasts
+        await jobs.finish("b1")
+        jobs.submit("ip:10.0.0.9", "x0")  # a request no credential has proved: it holds no tenant back
+        jobs.submit("org:a", "a8")
+        await jobs.finish("a7")
+        assert jobs.started[-2:] == ["x0", "a8"]
+        await jobs.finish("x0")
+        await jobs.finish("a8")
+        assert jobs.turns.free == 4 and not jobs.turns.running and not jobs.turns.turn
+
+    run_coroutine(scenario())
+
+
+def test_tenants_about_as_busy_do_not_hold_each_other() -> None:
+    """A with 3 recent requests, C with 2 (its second running): A's next starts beside C's at once."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        jobs = Jobs(FairTurns(4, clock=clock))
+        await _ran(jobs, "org:a", ["a0", "a1", "a2"])
+        await _ran(jobs, "org:c", ["c0"])
+        jobs.submit("org:c", "c1")
+        jobs.submit("org:a", "a3")
+        await _settle()
+        assert jobs.started[-2:] == ["c1", "a3"]
+        assert jobs.turns.load("org:a") == pytest.approx(4) and jobs.turns.load("org:c") == pytest.approx(2)
+        await jobs.finish("c1")
+        await jobs.finish("a3")
 
     run_coroutine(scenario())
 
