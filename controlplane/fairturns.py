@@ -213,10 +213,13 @@ class FairTurns:
             ready = [k for k in below_share if not self._yields(k)]
             if not ready:
                 loop = asyncio.get_running_loop()
-                if self.turn and (self._regrant is None or self._regrant[0] is not loop):
-                    # Held by a lighter key's precedence: that ends within PRECEDENCE_S, the crowd within CROWD_S.
-                    self._regrant = (loop, loop.call_later(PRECEDENCE_S if below_share else CROWD_S / 4,
-                                                           self._regranted))
+                # Held by a lighter key's precedence: that ends within PRECEDENCE_S, the crowd within CROWD_S.
+                due = loop.time() + (PRECEDENCE_S if below_share else CROWD_S / 4)
+                pending = self._regrant
+                if self.turn and (pending is None or pending[0] is not loop or pending[1].when() > due):
+                    if pending is not None and pending[0] is loop:
+                        pending[1].cancel()  # a later re-check for the crowd: the precedence ends sooner
+                    self._regrant = (loop, loop.call_at(due, self._regranted))
                 return
             key = min(ready, key=lambda k: self.running.get(k, 0))
             self.turn.remove(key)
