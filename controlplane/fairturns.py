@@ -28,8 +28,10 @@ With a `crowd` (controlplane.crowd), "another tenant" is one any process of the 
 One at a time still let the busy tenant's next request start the moment its last one ended, beside the quiet
 tenant's request already running, whose time then went half to it. So a tenant that started at least HEAVIER times
 as many requests lately as one running here (starts, each weighing less as it ages, by e every CROWD_S) waits for
-that request to end, for at most PRECEDENCE_S of it; the lighter tenant's request starts beside the busy one's as
-before. bench-tenants --sizes small --noisy-seconds 60 --rounds 3, alternating (2026-11-28, 2 cores): the quiet
+that request to end, for at most PRECEDENCE_S in all, however many lighter tenants take turns; the lighter tenant's
+request starts beside the busy one's as before. A tenant's requests take one server-wide lane while crowded
+(controlplane/asgi.py), so a hold in one process holds its next request in the others too, as a wait for its share
+already did. bench-tenants --sizes small --noisy-seconds 60 --rounds 3, alternating (2026-11-28, 2 cores): the quiet
 tenant's create p50 beside the busy one over its p50 alone 1.12-1.15 in 4 runs against 1.26 in 4, p95 1.19-1.35
 against 1.28-1.50; the p99 ratio 1.19-1.50 against 1.33-1.59 (not reliably lower: the machine's stalls); the busy
 tenant answered at 3,392-3,910 writes a minute against 3,521-3,825.
@@ -55,7 +57,7 @@ ADDRESS_PREFIX = "ip:"  # the key of a request whose credential no answered requ
 CROWD_S = 1.0  # another tenant's request started or ended this recently: the room is still crowded
 # Precedence of the lighter tenant: a tenant that started at least HEAVIER times as many requests lately (decayed over
 # CROWD_S) as one running here waits for that one's request to end before starting one of its own, for at most
-# PRECEDENCE_S of it (a slow page or export of the light tenant does not hold the busy one longer than that).
+# PRECEDENCE_S a request in all (a slow page of a light tenant, or many light tenants in turn, hold it no longer).
 HEAVIER = 2.0
 PRECEDENCE_S = 0.1
 
@@ -90,6 +92,7 @@ class FairTurns:
         self._seen: OrderedDict[str, float] = OrderedDict()  # key -> its last start or end, oldest first
         self._load: dict[str, tuple[float, float]] = {}  # key -> (starts, decayed over CROWD_S, as of when)
         self._ahead_until: dict[str, float] = {}  # running key -> until when a heavier key waits for it
+        self._held_since: dict[str, float] = {}  # waiting key -> since when lighter keys hold its next request
         # The pending re-check and the loop it is on: a handle left on a closed loop must not stand for one pending.
         self._regrant: tuple[asyncio.AbstractEventLoop, asyncio.TimerHandle] | None = None
 
@@ -123,15 +126,22 @@ class FairTurns:
         value, at = self._load.get(key, (0.0, 0.0))
         return value * math.exp(-(self._clock() - at) / CROWD_S) if value else 0.0
 
-    def _yields(self, key: str) -> bool:
-        """`key` waits for a running request of a key it is HEAVIER than, started less than PRECEDENCE_S ago. Not for
-        a client address's: requests no credential has proved yet (a flood of made-up tokens from many addresses)
-        hold no tenant back."""
+    def _held_until(self, key: str) -> float:
+        """0.0 when `key` may start now; else when to look again (the turns' clock): the first end of a hold on it.
+        `key` is held by a running request of a key it is HEAVIER than, started less than PRECEDENCE_S ago, and for
+        PRECEDENCE_S at most in all, however many lighter keys take turns (ten quiet tenants must not cut a busy one
+        to a few requests a second). An address's request holds no one: no credential has proved it yet (a flood of
+        made-up tokens from many addresses)."""
         if len(self.running) <= (key in self.running):
-            return False
+            return 0.0
         now, mine = self._clock(), self.load(key)
-        return any(other != key and not other.startswith(ADDRESS_PREFIX) and self._ahead_until.get(other, 0.0) > now
-                   and self.load(other) * HEAVIER <= mine for other in self.running)
+        ends = [self._ahead_until[other] for other in self.running
+                if other != key and not other.startswith(ADDRESS_PREFIX) and self._ahead_until[other] > now
+                and self.load(other) * HEAVIER <= mine]
+        if not ends:
+            return 0.0
+        last = self._held_since.setdefault(key, now) + PRECEDENCE_S
+        return 0.0 if now >= last else min(*ends, last)
 
     def _touch(self, key: str) -> None:
         self._seen[key] = self._clock()
@@ -166,7 +176,8 @@ class FairTurns:
             self._release(key)
 
     async def _acquire(self, key: str) -> None:
-        if not self.turn and self.free > 0 and self.running.get(key, 0) < self.share_of(key) and not self._yields(key):
+        if not self.turn and self.free > 0 and self.running.get(key, 0) < self.share_of(key) \
+                and not self._held_until(key):
             self._start(key)
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -190,6 +201,7 @@ class FairTurns:
         now = self._clock()
         self._load[key] = (self.load(key) + 1.0, now)
         self._ahead_until[key] = now + PRECEDENCE_S
+        self._held_since.pop(key, None)
         self._touch(key)
 
     def _release(self, key: str) -> None:
@@ -209,12 +221,14 @@ class FairTurns:
         once it has (a re-check every quarter of CROWD_S: nothing else may happen meanwhile)."""
         self._forget_seen()
         while self.free > 0:
-            below_share = [k for k in self.turn if self.running.get(k, 0) < self._share(k)]
-            ready = [k for k in below_share if not self._yields(k)]
+            holds = {k: self._held_until(k) for k in self.turn if self.running.get(k, 0) < self._share(k)}
+            ready = [k for k, until in holds.items() if not until]
             if not ready:
                 loop = asyncio.get_running_loop()
-                # Held by a lighter key's precedence: that ends within PRECEDENCE_S, the crowd within CROWD_S.
-                due = loop.time() + (PRECEDENCE_S if below_share else CROWD_S / 4)
+                # Held by lighter keys: look again as the first hold ends (a few ms late: uvloop's clock counts whole
+                # milliseconds, and a look a moment early would find the hold still standing and wait once more);
+                # waiting for the crowd to pass: every quarter of CROWD_S.
+                due = loop.time() + (max(0.0, min(holds.values()) - self._clock()) + 0.002 if holds else CROWD_S / 4)
                 pending = self._regrant
                 if self.turn and (pending is None or pending[0] is not loop or pending[1].when() > due):
                     if pending is not None and pending[0] is loop:
@@ -248,3 +262,4 @@ class FairTurns:
         if not queue:
             del self.waiting[key]
             self.turn.remove(key)
+            self._held_since.pop(key, None)

@@ -4,6 +4,7 @@ same under a real gunicorn with two tenants' requests: tests/core/test_fair_serv
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 
@@ -157,6 +158,47 @@ def test_a_busy_tenant_waits_for_a_light_tenants_request_for_at_most_a_moment() 
         await jobs.finish("x0")
         await jobs.finish("a8")
         assert jobs.turns.free == 4 and not jobs.turns.running and not jobs.turns.turn
+
+    run_coroutine(scenario())
+
+
+def test_light_tenants_taking_turns_hold_a_busy_one_for_a_moment_in_all() -> None:
+    """B's request holds A's; C's, started just before B's hold ends, holds A only for what is left of A's
+    PRECEDENCE_S: A starts then, with C's request still within its own hold."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        jobs = Jobs(FairTurns(4, clock=clock))
+        await _ran(jobs, "org:a", [f"a{i}" for i in range(6)])
+        jobs.submit("org:b", "b0")
+        await _settle()
+        jobs.submit("org:a", "a6")
+        await _settle()
+        clock.now += PRECEDENCE_S * 0.8
+        jobs.submit("org:c", "c0")
+        await _settle()
+        assert jobs.started[-1] == "c0" and "a6" not in jobs.started
+        clock.now += PRECEDENCE_S * 0.3  # b0's hold and A's moment are over; c0's hold is not
+        await asyncio.sleep(PRECEDENCE_S + 0.1)
+        assert jobs.started[-1] == "a6"
+        for name in ("b0", "c0", "a6"):
+            await jobs.finish(name)
+        assert jobs.turns.free == 4 and not jobs.turns._held_since
+
+    run_coroutine(scenario())
+
+
+def test_a_tenants_load_fades_by_e_every_crowd_s_and_is_forgotten_once_gone() -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        jobs = Jobs(FairTurns(4, clock=clock))
+        await _ran(jobs, "org:a", ["a0", "a1"])
+        assert jobs.turns.load("org:a") == pytest.approx(2)
+        clock.now += CROWD_S / 2
+        assert jobs.turns.load("org:a") == pytest.approx(2 * math.exp(-0.5))
+        clock.now += CROWD_S
+        jobs.turns.share_of("org:b")  # forgets what it saw over CROWD_S ago
+        assert jobs.turns.load("org:a") == 0.0
 
     run_coroutine(scenario())
 
