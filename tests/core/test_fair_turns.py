@@ -124,6 +124,17 @@ async def _ran(jobs: Jobs, key: str, names: list[str]) -> None:
         await jobs.finish(name)
 
 
+async def _busy_a_behind_light_b(clock: Clock) -> Jobs:
+    """4 threads; A has started 6 requests lately, B's first (b0) runs, and A's next (a6) is submitted."""
+    jobs = Jobs(FairTurns(4, clock=clock))
+    await _ran(jobs, "org:a", [f"a{i}" for i in range(6)])
+    jobs.submit("org:b", "b0")
+    await _settle()
+    jobs.submit("org:a", "a6")
+    await _settle()
+    return jobs
+
+
 def test_a_busy_tenant_waits_for_a_light_tenants_request_for_at_most_a_moment() -> None:
     """GIVEN 4 threads and tenant A having started 6 requests lately, B one: A's next request waits while B's runs
     (it starts as B's ends), B's starts at once while A's runs (B is the lighter), and a B request that runs past
@@ -131,12 +142,7 @@ def test_a_busy_tenant_waits_for_a_light_tenants_request_for_at_most_a_moment() 
 
     async def scenario() -> None:
         clock = Clock()
-        jobs = Jobs(FairTurns(4, clock=clock))
-        await _ran(jobs, "org:a", [f"a{i}" for i in range(6)])
-        jobs.submit("org:b", "b0")
-        await _settle()
-        jobs.submit("org:a", "a6")
-        await _settle()
+        jobs = await _busy_a_behind_light_b(clock)
         assert jobs.started[-1] == "b0" and jobs.turns.free == 3  # a thread free, and A waits for b0
         await jobs.finish("b0")
         assert jobs.started[-1] == "a6"
@@ -168,12 +174,7 @@ def test_light_tenants_taking_turns_hold_a_busy_one_for_a_moment_in_all() -> Non
 
     async def scenario() -> None:
         clock = Clock()
-        jobs = Jobs(FairTurns(4, clock=clock))
-        await _ran(jobs, "org:a", [f"a{i}" for i in range(6)])
-        jobs.submit("org:b", "b0")
-        await _settle()
-        jobs.submit("org:a", "a6")
-        await _settle()
+        jobs = await _busy_a_behind_light_b(clock)
         clock.now += PRECEDENCE_S * 0.8
         jobs.submit("org:c", "c0")
         await _settle()
