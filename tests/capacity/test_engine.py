@@ -66,9 +66,9 @@ def test_open_loop_delivers_200_rps_for_2_s_within_2_percent(ok_server):
     assert step.ok == 400 and no_errors(step)
     assert abs(step.achieved_rate - 200) <= 4, step
     assert step.offered_rate == 200
-    # Keep-alive: a few connections carry all 400 requests (more only if this shared machine
-    # pauses the engine long enough for sends to pile up).
-    assert result.connections_opened <= 40
+    # Keep-alive: a few connections carry all 400 requests; without it there would be one per request. More only
+    # if this shared machine pauses the engine long enough for sends to pile up: a whole suite on 2 cores saw 47.
+    assert result.connections_opened <= step.sent // 4, result.connections_opened
     assert 0 < step.p50_ms < 20
 
 
