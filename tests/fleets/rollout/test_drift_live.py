@@ -180,7 +180,6 @@ def test_push_and_check_drift_say_so_when_they_find_nothing_to_do(fleet2: LocalF
 
 def test_a_node_address_change_re_renders_and_re_verifies_it(fleet2: LocalFleet, otto,
                                                              django_capture_on_commit_callbacks) -> None:
-
     reconcile(fleet2.fleet)
     n2 = fleet2.nodes[1]
     old_address = n2.address
