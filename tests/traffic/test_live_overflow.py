@@ -97,8 +97,13 @@ def test_with_a_node_in_each_region_the_static_shares_keep_each_region_for_its_o
     seen = observe(fleet, load, warmup_s=2.0, measure_s=4.5)
     load.finish()
     observed = by_region(seen["regions"])
-    assert within(observed["ra"]["local"], A_CAPACITY + (60.0 - A_CAPACITY) / 3, 0.15), observed["ra"]
-    assert within(observed["rb"]["in"], (60.0 - A_CAPACITY) * 2 / 3, 0.3), observed["rb"]
+    # The split is of the demand HAProxy saw: a load engine that lagged on a busy machine catches up in
+    # bursts, so the window can hold more than 60 req/s (CI saw rb take 17.9 of a ~67 req/s demand).
+    demand = observed["ra"]["demand"]
+    assert within(demand, 60.0, 0.15), observed["ra"]
+    excess = demand - A_CAPACITY
+    assert within(observed["ra"]["local"], A_CAPACITY + excess / 3, 0.15), observed["ra"]
+    assert within(observed["rb"]["in"], excess * 2 / 3, 0.3), (observed["rb"], observed["ra"])
     expected = by_region(seen["expected"]["regions"])
     ideal = by_region(seen["plan"]["regions"])
     assert within(expected["ra"]["local"], ideal["ra"]["local"], 0.05)

@@ -27,6 +27,13 @@ pytestmark = [pytest.mark.haproxy]
 ELSEWHERE = "another-host:4242:1:abcd1234"  # a reconciler on another host: never taken over as "gone"
 
 
+def _rollouts_told(before: set[int], local: LocalFleet) -> list[tuple]:
+    rollouts = Rollout.objects.filter(fleet=local.fleet).exclude(pk__in=before).order_by("pk")
+    return [(r.pk, r.revision.number, r.status, r.error[:300],
+             [(n.node.name, n.status, n.error[:200]) for n in r.results.select_related("node").order_by("pk")])
+            for r in rollouts.select_related("revision")]
+
+
 @pytest.fixture
 def fleet3(haproxy_bin, tiny_backend) -> Iterator[LocalFleet]:
     with serving_local_fleet(tiny_backend("old"), name="settle", subnet=77, node_count=3) as local:
@@ -117,7 +124,8 @@ def test_a_settle_during_a_rollout_returns_once_its_change_is_served_and_no_two_
     in_flight.join()
 
     assert not result.get("busy") and result["waited_s"] > 0, result
-    assert served == {"n1": "b", "n2": "b", "n3": "b"}
+    # A failure once seen only in a whole suite (n1 served /b, n2 and n3 did not): say what the rollouts did.
+    assert served == {"n1": "b", "n2": "b", "n3": "b"}, (served, result, _rollouts_told(before, fleet3))
     assert fleet3.bodies("/a") == {"n1": "a", "n2": "a", "n3": "a"}
     rollouts = list(Rollout.objects.filter(fleet=fleet3.fleet).exclude(pk__in=before).order_by("started_at"))
     assert rollouts and all(r.status == "succeeded" for r in rollouts), [(r.pk, r.status) for r in rollouts]
