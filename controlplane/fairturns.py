@@ -131,7 +131,8 @@ class FairTurns:
         `key` is held by a running request of a key it is HEAVIER than, started less than PRECEDENCE_S ago, and for
         PRECEDENCE_S at most in all, however many lighter keys take turns (ten quiet tenants must not cut a busy one
         to a few requests a second). An address's request holds no one: no credential has proved it yet (a flood of
-        made-up tokens from many addresses)."""
+        made-up tokens from many addresses). The first call that finds `key` held starts its PRECEDENCE_S (_held_since);
+        its next start, or its leaving the turn, clears it."""
         if len(self.running) <= (key in self.running):
             return 0.0
         now, mine = self._clock(), self.load(key)
