@@ -91,12 +91,17 @@ def test_two_shard_run_over_two_workers_merges_to_the_sum_of_its_shards(world, a
 
 
 def _stalled_under_capacity(run: CapacityRun) -> bool:
-    """The knee came a step early, at the 100 req/s step of a 150 req/s server, with every request of it served
-    without an error: a stall's backlog at two thirds of capacity moves the tail (and may move the median), but the
-    step is served in full; a server short of capacity serves less than it was sent."""
-    if run.knee_step_index != 0:
+    """The knee came early, at a step under the 150 req/s server's capacity (the 50 or 100 req/s one), with every
+    request of the step that missed served without an error: a stall's backlog under capacity moves the tail (and
+    may move the median), but the step is served in full; a server short of capacity serves less than it was
+    sent."""
+    if run.knee_code == "first_step_failed":
+        missed = 0
+    elif run.knee_step_index == 0:
+        missed = 1
+    else:
         return False
-    step = run.step_results.filter(shard__isnull=True, index=1).first()
+    step = run.step_results.filter(shard__isnull=True, index=missed).first()
     return step is not None and served_in_full(step)
 
 
@@ -105,17 +110,21 @@ def test_knee_is_found_through_celery_and_applying_it_bumps_the_lb_revision(worl
     members (a third drained), WHEN a 50 -> 100 -> 250 req/s test runs, THEN the knee is the 100 req/s
     step, the recommendation is 100 / 2 x 0.8 = 40 req/s per member, and applying it writes the
     pool's regional capacity and bumps the LB's revision."""
-    # SLO 200 ms: wide enough for a loaded CI machine at 50-100 req/s (p99 51 ms was seen), while
-    # 250 req/s against a 150 req/s server queues ~150 requests in 1.5 s (p99 near a second).
+    # SLO 500 ms: the steps under capacity hold it through a stall of this shared machine (a whole-suite run with
+    # four test workers on 2 cores saw the 50 req/s step at p99 420.6 ms, every request served), while 250 req/s
+    # against a 150 req/s server misses it twice over: 100 req/s more than it serves queue up, ~1 s of wait by the
+    # step's end, and it achieves ~150 req/s, 60% of what it is sent (the knee rule wants 95%).
     with ServerProcess("capacity", "--rate", "150") as srv:
         listener = world.listener(srv.port)
         run_id = _create_and_start(alice.client, name="knee", listener=listener.pk,
-                                   steps=[[50, 1.5], [100, 1.5], [250, 1.5]], slo_p99_ms=200,
+                                   steps=[[50, 1.5], [100, 1.5], [250, 1.5]], slo_p99_ms=500,
                                    slo_error_rate=0.01, pool=world.pool.pk, region="us-east", safety_factor=0.8)
         run = wait_for_run(run_id)
-        if _stalled_under_capacity(run):
+        for _ in range(2):
+            if not _stalled_under_capacity(run):
+                break
             # A stall of the machine, not a queue: a whole-suite run saw the 100 req/s step at p99 200.7 ms with
-            # every request served. The test runs again (a server short of capacity misses the second run too).
+            # every request served. The test runs again (a server short of capacity misses every run).
             run = _run_again(alice.client, run, "capacity knee: a stall's signature under capacity")
             run_id = run.pk
     assert run.status == CapacityRun.Status.SUCCEEDED, (run.error_code, run.error)
