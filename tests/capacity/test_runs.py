@@ -91,10 +91,11 @@ def test_two_shard_run_over_two_workers_merges_to_the_sum_of_its_shards(world, a
 
 
 def _stalled_under_capacity(run: CapacityRun) -> bool:
-    """The knee came early, at a step under the 150 req/s server's capacity (the 50 or 100 req/s one), with every
-    request of the step that missed served without an error: a stall's backlog under capacity moves the tail (and
-    may move the median), but the step is served in full; a server short of capacity serves less than it was
-    sent."""
+    """The knee came early, at a step under the 150 req/s server's capacity (the 50 or 100 req/s one), and the step
+    that missed answered every request it sent with a 2xx: a stall's backlog under capacity moves the tail (and may
+    move the median), or makes answers land past the step's window (a four-worker suite on 2 cores saw the 50 req/s
+    step achieve 46.7 req/s, 95% wanted), but loses nothing. Run again, a server short of capacity misses every
+    time: whatever decides the knee, the checks after the runs want it at the 100 req/s step."""
     if run.knee_code == "first_step_failed":
         missed = 0
     elif run.knee_step_index == 0:
@@ -102,7 +103,10 @@ def _stalled_under_capacity(run: CapacityRun) -> bool:
     else:
         return False
     step = run.step_results.filter(shard__isnull=True, index=missed).first()
-    return step is not None and served_in_full(step)
+    if step is None:
+        return False
+    answered_all = step.sent > 0 and step.ok == step.sent and step.error_count == 0
+    return served_in_full(step) or answered_all
 
 
 def test_knee_is_found_through_celery_and_applying_it_bumps_the_lb_revision(world, alice):
