@@ -9,6 +9,8 @@ current capacity that way).
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from apps.balancers.models import RouteTarget
@@ -18,6 +20,14 @@ from tests.capacity.capacitykit import wait_for_run
 from tests.fleets.fleetkit import add_pool, add_route, make_local_fleet, reconcile
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db(transaction=True)]
+
+
+def _missed_with_nothing_lost(run: CapacityRun) -> bool:
+    """The run failed at its lowest step (p99 or late answers) while every request it sent there got a 2xx."""
+    if run.status != CapacityRun.Status.FAILED or run.knee_code != "first_step_failed":
+        return False
+    step = run.step_results.filter(shard__isnull=True, index=0).first()
+    return step is not None and step.sent > 0 and step.ok == step.sent and step.error_count == 0
 
 
 def test_the_recommendation_counts_only_what_the_pools_members_served(
@@ -38,6 +48,15 @@ def test_the_recommendation_counts_only_what_the_pools_members_served(
             shards=1, safety_factor=0.8, pool=pool, region=pool.regions.get().region, max_connections=20)
         celery_worker_factory(name="share-w1", concurrency=2)
         run = wait_for_run(capacity_run_start(principal=None, test=test).pk, timeout_s=60.0)
+        for _ in range(2):
+            if not _missed_with_nothing_lost(run):
+                break
+            # What is checked here is the share of requests the pool served, not latency: a four-worker suite on 2
+            # cores saw the 20 req/s step at p99 1027 ms (a stall of the machine) and the run failed before any
+            # share was counted. Run again; a run that lost requests is not retried and fails below.
+            warnings.warn(f"pool share: the lowest step missed with nothing lost, run again: {run.knee_reason}",
+                          stacklevel=1)
+            run = wait_for_run(capacity_run_start(principal=None, test=test).pk, timeout_s=60.0)
     finally:
         local.stop_all()
 
