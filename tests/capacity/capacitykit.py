@@ -28,6 +28,12 @@ def served_in_full(step) -> bool:
     return step.achieved_rate >= 0.95 * step.offered_rate and step.error_count == 0
 
 
+def answered_all(step) -> bool:
+    """A step (the engine's or a stored one) whose every request sent got a 2xx, some perhaps past its window: a
+    stall of this shared machine makes answers late, it loses none."""
+    return step.sent > 0 and step.ok == step.sent and step.error_count == 0
+
+
 def stalled_not_queued(step, median_below_ms: float) -> bool:
     """A step (the engine's or a stored one) that missed its p99 to a stall of this shared machine, not to a queue:
     served in full, without errors, its median within twice `median_below_ms` (the steps below it, or the server's

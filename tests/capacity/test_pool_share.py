@@ -14,9 +14,10 @@ import warnings
 import pytest
 
 from apps.balancers.models import RouteTarget
+from apps.capacity.knee import FIRST_STEP_FAILED
 from apps.capacity.models import CapacityRun, CapacityTest, TargetAllowlist
 from apps.capacity.services import capacity_run_start
-from tests.capacity.capacitykit import wait_for_run
+from tests.capacity.capacitykit import answered_all, wait_for_run
 from tests.fleets.fleetkit import add_pool, add_route, make_local_fleet, reconcile
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db(transaction=True)]
@@ -24,10 +25,10 @@ pytestmark = [pytest.mark.haproxy, pytest.mark.django_db(transaction=True)]
 
 def _missed_with_nothing_lost(run: CapacityRun) -> bool:
     """The run failed at its lowest step (p99 or late answers) while every request it sent there got a 2xx."""
-    if run.status != CapacityRun.Status.FAILED or run.knee_code != "first_step_failed":
+    if run.status != CapacityRun.Status.FAILED or run.knee_code != FIRST_STEP_FAILED:
         return False
     step = run.step_results.filter(shard__isnull=True, index=0).first()
-    return step is not None and step.sent > 0 and step.ok == step.sent and step.error_count == 0
+    return step is not None and answered_all(step)
 
 
 def test_the_recommendation_counts_only_what_the_pools_members_served(

@@ -10,10 +10,11 @@ import pytest
 from apps.audit.models import AuditEvent
 from apps.balancers.models import LoadBalancer, PoolRegion
 from apps.capacity.engine import decode_histogram
+from apps.capacity.knee import FIRST_STEP_FAILED
 from apps.capacity.models import CapacityRun, CapacityShard, StepResult
 from apps.events import types
 from apps.events.models import Event
-from tests.capacity.capacitykit import served_in_full, wait_for_run
+from tests.capacity.capacitykit import answered_all, served_in_full, wait_for_run
 from tests.capacity.servers import ServerProcess
 from tests.waiting import wait_until
 
@@ -96,17 +97,14 @@ def _stalled_under_capacity(run: CapacityRun) -> bool:
     move the median), or makes answers land past the step's window (a four-worker suite on 2 cores saw the 50 req/s
     step achieve 46.7 req/s, 95% wanted), but loses nothing. Run again, a server short of capacity misses every
     time: whatever decides the knee, the checks after the runs want it at the 100 req/s step."""
-    if run.knee_code == "first_step_failed":
+    if run.knee_code == FIRST_STEP_FAILED:
         missed = 0
     elif run.knee_step_index == 0:
         missed = 1
     else:
         return False
     step = run.step_results.filter(shard__isnull=True, index=missed).first()
-    if step is None:
-        return False
-    answered_all = step.sent > 0 and step.ok == step.sent and step.error_count == 0
-    return served_in_full(step) or answered_all
+    return step is not None and (served_in_full(step) or answered_all(step))
 
 
 def test_knee_is_found_through_celery_and_applying_it_bumps_the_lb_revision(world, alice):
