@@ -16,7 +16,7 @@ from tests.factories import OrganizationFactory
 from tests.personas import Persona, persona
 
 # Fixtures any test may ask for by name, wherever it lives (a test module imports helpers, never fixtures).
-pytest_plugins = ["tests.haproxykit", "tests.worlds", "tests.fleets.drainkit"]
+pytest_plugins = ["tests.haproxykit", "tests.worlds", "tests.fleets.drainkit", "tests.quiet"]
 
 @pytest.fixture
 def acme(db) -> Organization:

@@ -88,6 +88,7 @@ def _steps(run: CapacityRun) -> list[str]:
             f"max {s.max_ms:.0f} ms" for s in _merged_steps(run)]
 
 
+@pytest.mark.quiet
 def test_the_demo_edge_knee_test_measures_us_east_of_the_demo_fleet_through_a_worker(
         haproxy_bin, demo_fleet_addresses, celery_worker_factory, settings, tmp_path, page) -> None:
     """GIVEN `make run`'s demo (loaddemo, the demo fleet started, a worker with 2 slots)

@@ -58,6 +58,7 @@ def no_errors(step: StepResult) -> bool:
 # --- rate accuracy --------------------------------------------------------------------------------
 
 
+@pytest.mark.quiet
 def test_open_loop_delivers_200_rps_for_2_s_within_2_percent(ok_server):
     result = run_plan(LoadPlan.constant(target(ok_server.port), 200, 2.0))
     step = result.steps[0]
@@ -97,6 +98,7 @@ def stalled(step) -> bool:
     return stalled_not_queued(step, SERVICE_MS)
 
 
+@pytest.mark.quiet
 def test_the_knee_is_found_within_one_step_of_a_servers_known_capacity():
     """GIVEN a server that serves exactly 100 req/s (one at a time, 10 ms each) and queues the rest
     WHEN open-loop steps run below and above 100 req/s
@@ -137,6 +139,7 @@ def test_the_knee_is_found_within_one_step_of_a_servers_known_capacity():
 # --- coordinated omission ------------------------------------------------------------------------
 
 
+@pytest.mark.quiet
 def test_a_one_second_stall_shows_in_open_loop_p99_but_hides_from_a_closed_loop():
     """GIVEN a server that answers at once except for one 1 s stall
     WHEN an open loop sends 100 req/s through it

@@ -31,6 +31,7 @@ def _missed_with_nothing_lost(run: CapacityRun) -> bool:
     return step is not None and answered_all(step)
 
 
+@pytest.mark.quiet
 def test_the_recommendation_counts_only_what_the_pools_members_served(
         haproxy_bin, tiny_backend, celery_worker_factory):
     mine, canary = tiny_backend("mine"), tiny_backend("canary")

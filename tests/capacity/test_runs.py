@@ -47,6 +47,7 @@ def _run_again(client, run: CapacityRun, why: str) -> CapacityRun:
     return wait_for_run(started.json()["id"])
 
 
+@pytest.mark.quiet
 def test_two_shard_run_over_two_workers_merges_to_the_sum_of_its_shards(world, alice):
     with ServerProcess("ok") as srv:
         listener = world.listener(srv.port)
@@ -107,6 +108,7 @@ def _stalled_under_capacity(run: CapacityRun) -> bool:
     return step is not None and (served_in_full(step) or answered_all(step))
 
 
+@pytest.mark.quiet
 def test_knee_is_found_through_celery_and_applying_it_bumps_the_lb_revision(world, alice):
     """GIVEN a server that serves at most 150 req/s behind acme's listener, and a pool with 2 active
     members (a third drained), WHEN a 50 -> 100 -> 250 req/s test runs, THEN the knee is the 100 req/s
