@@ -1,20 +1,26 @@
-"""Tests marked `quiet` measure latency or rates under load; while one runs, no other test does.
+"""Tests marked `quiet` measure latency or rates under load: while one runs, at most one other test does.
 
 With more xdist workers than cores, a test that finds a knee or checks a p99 shares the CPU with three others and
-fails on slow machines (2026-11-28/29: three of nine four-worker suites failed one, never the same way). Here each
-worker holds a shared lock around every test it runs (setup, call and teardown, which is where module fixtures
-start and stop their processes), and a quiet test's call holds it exclusively. A turnstile in front gives the
-quiet test precedence: once it is waiting, no worker starts another test, so it waits at most for the tests
-already running to end.
+fails on slow machines (2026-11-28/29: three of nine four-worker suites failed one, never the same way). With one
+other test beside it, as in a run of one worker per core, none did. So every test a worker runs (setup, call and
+teardown, which is where module fixtures start and stop their processes) sits in one of the run's seats, one per
+worker, and a quiet test's call takes all seats but one (BESIDE) for itself:
 
-Both locks are flock(2) on files every worker of one run shares (the parent of the workers' temporary
-directories), so two runs on one machine never wait on each other, and a worker that dies drops its locks.
+* `intent`: a quiet test that wants its seats holds it; no test starts meanwhile, so the quiet test waits only for
+  the tests already running to end, down to BESIDE of them;
+* `queue`: one quiet test at a time wants seats, so a second one waits without stopping the rest.
+
+All are flock(2) on files every worker of one run shares (the parent of the workers' temporary directories), so two
+runs on one machine never wait on each other, and a worker that dies drops its locks. Each wait is written down and
+the run's summary says what quiet tests cost (pytest_terminal_summary).
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,67 +28,124 @@ from pathlib import Path
 import pytest
 
 MARK = "quiet"
+BESIDE = 1  # tests that may run beside a quiet one: a run of one worker per core never failed one
+POLL_S = 0.02
+WAITS_FILE = "quiet-waits.jsonl"
 
 
 class QuietLock:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, seats: int) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        self._turnstile = os.open(directory / "quiet-turnstile.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        self._room = os.open(directory / "quiet-room.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        self._sharing = False
+
+        def lock_file(name: str) -> int:
+            return os.open(directory / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+        self._intent, self._queue = lock_file("quiet-intent.lock"), lock_file("quiet-queue.lock")
+        self._seats = [lock_file(f"quiet-seat-{n}.lock") for n in range(seats)]
+        self._seat: int | None = None
+        self._log = directory / WAITS_FILE
 
     @contextmanager
-    def shared(self) -> Iterator[None]:
-        """Any number of workers at once, but none starts while a quiet test waits or runs."""
-        self._enter_shared()
+    def seat(self) -> Iterator[None]:
+        """One of the run's seats for a test: taken at once, unless a quiet test wants or holds them."""
+        waited = self._sit()
+        if waited >= POLL_S:
+            self._note("test", waited)
         try:
             yield
         finally:
-            if self._sharing:
-                fcntl.flock(self._room, fcntl.LOCK_UN)
-                self._sharing = False
+            self._stand()
 
     @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        """No other worker in a test meanwhile. Inside shared() it steps out first: two quiet tests each keeping
-        their shared hold while waiting for the other's to end would wait for ever."""
-        was_sharing = self._sharing
-        if was_sharing:
-            fcntl.flock(self._room, fcntl.LOCK_UN)
-            self._sharing = False
-        fcntl.flock(self._turnstile, fcntl.LOCK_EX)
+    def quiet(self) -> Iterator[None]:
+        """All seats but BESIDE. Inside seat() it gives up its own first: two quiet tests each keeping a seat while
+        waiting for the other's would wait for ever."""
+        had_seat = self._seat is not None
+        if had_seat:
+            self._stand()
+        started = time.monotonic()
+        fcntl.flock(self._queue, fcntl.LOCK_EX)
+        held: list[int] = []
         try:
-            fcntl.flock(self._room, fcntl.LOCK_EX)
+            fcntl.flock(self._intent, fcntl.LOCK_EX)
+            try:
+                while True:
+                    for fd in self._seats:
+                        if fd not in held and _try(fd):
+                            held.append(fd)
+                    if len(held) >= len(self._seats) - BESIDE:
+                        break
+                    time.sleep(POLL_S)
+            finally:
+                fcntl.flock(self._intent, fcntl.LOCK_UN)
+            waited = time.monotonic() - started
             try:
                 yield
             finally:
-                fcntl.flock(self._room, fcntl.LOCK_UN)
+                self._note("quiet", waited, time.monotonic() - started - waited)
         finally:
-            fcntl.flock(self._turnstile, fcntl.LOCK_UN)
-        if was_sharing:
-            self._enter_shared()
+            for fd in held:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            fcntl.flock(self._queue, fcntl.LOCK_UN)
+        if had_seat:
+            self._sit()
 
-    def _enter_shared(self) -> None:
-        fcntl.flock(self._turnstile, fcntl.LOCK_SH)
+    def _sit(self) -> float:
+        started = time.monotonic()
+        fcntl.flock(self._intent, fcntl.LOCK_SH)
         try:
-            fcntl.flock(self._room, fcntl.LOCK_SH)
+            while self._seat is None:
+                self._seat = next((n for n, fd in enumerate(self._seats) if _try(fd)), None)
+                if self._seat is None:
+                    time.sleep(POLL_S)
         finally:
-            fcntl.flock(self._turnstile, fcntl.LOCK_UN)
-        self._sharing = True
+            fcntl.flock(self._intent, fcntl.LOCK_UN)
+        return time.monotonic() - started
+
+    def _stand(self) -> None:
+        if self._seat is not None:
+            fcntl.flock(self._seats[self._seat], fcntl.LOCK_UN)
+            self._seat = None
+
+    def _note(self, kind: str, waited: float, held: float = 0.0) -> None:
+        with open(self._log, "a") as log:
+            log.write(json.dumps([kind, round(waited, 3), round(held, 3)]) + "\n")
 
     def close(self) -> None:
-        os.close(self._turnstile)
-        os.close(self._room)
+        for fd in [self._intent, self._queue, *self._seats]:
+            os.close(fd)
+
+
+def _try(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def cost(directory: Path) -> str | None:
+    """What the run's quiet tests cost, from the waits its workers wrote down; None when none ran beside others."""
+    try:
+        rows = [json.loads(line) for line in (directory / WAITS_FILE).read_text().splitlines()]
+    except FileNotFoundError:
+        return None
+    quiet = [row for row in rows if row[0] == "quiet"]
+    if not quiet:
+        return None
+    waited = sum(row[1] for row in rows if row[0] == "test")
+    return (f"quiet tests: {len(quiet)} ran with at most {BESIDE} other beside, {sum(r[2] for r in quiet):.1f} s; "
+            f"they waited {sum(r[1] for r in quiet):.1f} s for tests to end, other tests {waited:.1f} s for seats")
 
 
 # --- the plugin (tests/conftest.py's pytest_plugins) ---------------------------------------------------------------
 
-_LOCK = pytest.StashKey["QuietLock"]()
+_LOCK = pytest.StashKey[QuietLock]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"{MARK}: measures latency or rates under load, so no other test runs "
-                                       "meanwhile (tests/quiet.py)")
+    config.addinivalue_line("markers", f"{MARK}: measures latency or rates under load, so at most {BESIDE} other "
+                                       "test runs meanwhile (tests/quiet.py)")
 
 
 def _lock(config: pytest.Config) -> QuietLock | None:
@@ -90,7 +153,7 @@ def _lock(config: pytest.Config) -> QuietLock | None:
         return None  # one process: nothing runs beside a test anyway
     if _LOCK not in config.stash:
         # xdist gives each worker <the run's temporary directory>/popen-gwN.
-        config.stash[_LOCK] = QuietLock(Path(config.option.basetemp).parent)
+        config.stash[_LOCK] = QuietLock(Path(config.option.basetemp).parent, config.workerinput["workercount"])
     return config.stash[_LOCK]
 
 
@@ -99,7 +162,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     lock = _lock(item.config)
     if lock is None:
         return (yield)
-    with lock.shared():
+    with lock.seat():
         return (yield)
 
 
@@ -108,8 +171,15 @@ def pytest_runtest_call(item: pytest.Item):
     lock = _lock(item.config)
     if lock is None or item.get_closest_marker(MARK) is None:
         return (yield)
-    with lock.exclusive():
+    with lock.quiet():
         return (yield)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        line = cost(config._tmp_path_factory.getbasetemp())
+        if line:
+            terminalreporter.write_line(line)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
