@@ -28,13 +28,13 @@ from pathlib import Path
 import pytest
 
 MARK = "quiet"
-BESIDE = 1  # tests that may run beside a quiet one: a run of one worker per core never failed one
+BESIDE = 1  # tests that may run beside a quiet one (--quiet-beside): a run of one worker per core never failed one
 POLL_S = 0.02
 WAITS_FILE = "quiet-waits.jsonl"
 
 
 class QuietLock:
-    def __init__(self, directory: Path, seats: int) -> None:
+    def __init__(self, directory: Path, seats: int, beside: int = BESIDE) -> None:
         directory.mkdir(parents=True, exist_ok=True)
 
         def lock_file(name: str) -> int:
@@ -43,6 +43,7 @@ class QuietLock:
         self._intent, self._queue = lock_file("quiet-intent.lock"), lock_file("quiet-queue.lock")
         self._seats = [lock_file(f"quiet-seat-{n}.lock") for n in range(seats)]
         self._seat: int | None = None
+        self._beside = beside
         self._log = directory / WAITS_FILE
 
     @contextmanager
@@ -58,7 +59,7 @@ class QuietLock:
 
     @contextmanager
     def quiet(self) -> Iterator[None]:
-        """All seats but BESIDE. Inside seat() it gives up its own first: two quiet tests each keeping a seat while
+        """All seats but `beside`. Inside seat() it gives up its own first: two quiet tests each keeping a seat while
         waiting for the other's would wait for ever."""
         had_seat = self._seat is not None
         if had_seat:
@@ -73,7 +74,7 @@ class QuietLock:
                     for fd in self._seats:
                         if fd not in held and _try(fd):
                             held.append(fd)
-                    if len(held) >= len(self._seats) - BESIDE:
+                    if len(held) >= len(self._seats) - self._beside:
                         break
                     time.sleep(POLL_S)
             finally:
@@ -82,7 +83,7 @@ class QuietLock:
             try:
                 yield
             finally:
-                self._note("quiet", waited, time.monotonic() - started - waited)
+                self._note("quiet", waited, time.monotonic() - started - waited, self._beside)
         finally:
             for fd in held:
                 fcntl.flock(fd, fcntl.LOCK_UN)
@@ -107,9 +108,9 @@ class QuietLock:
             fcntl.flock(self._seats[self._seat], fcntl.LOCK_UN)
             self._seat = None
 
-    def _note(self, kind: str, waited: float, held: float = 0.0) -> None:
+    def _note(self, kind: str, waited: float, held: float = 0.0, beside: int | None = None) -> None:
         with open(self._log, "a") as log:
-            log.write(json.dumps([kind, round(waited, 3), round(held, 3)]) + "\n")
+            log.write(json.dumps([kind, round(waited, 3), round(held, 3), beside]) + "\n")
 
     def close(self) -> None:
         for fd in [self._intent, self._queue, *self._seats]:
@@ -134,8 +135,10 @@ def cost(directory: Path) -> str | None:
     if not quiet:
         return None
     waited = sum(row[1] for row in rows if row[0] == "test")
-    return (f"quiet tests: {len(quiet)} ran with at most {BESIDE} other beside, {sum(r[2] for r in quiet):.1f} s; "
-            f"they waited {sum(r[1] for r in quiet):.1f} s for tests to end, other tests {waited:.1f} s for seats")
+    beside = max(row[3] for row in quiet)
+    return (f"quiet tests: {len(quiet)} ran with at most {beside} other{'s' * (beside != 1)} beside, "
+            f"{sum(r[2] for r in quiet):.1f} s; they waited {sum(r[1] for r in quiet):.1f} s for room, "
+            f"other tests {waited:.1f} s for seats")
 
 
 # --- the plugin (tests/conftest.py's pytest_plugins) ---------------------------------------------------------------
@@ -143,9 +146,14 @@ def cost(directory: Path) -> str | None:
 _LOCK = pytest.StashKey[QuietLock]()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--quiet-beside", type=int, default=BESIDE, metavar="N",
+                     help=f"tests that may run beside a quiet one (default {BESIDE}; scripts/test-workers sets it)")
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"{MARK}: measures latency or rates under load, so at most {BESIDE} other "
-                                       "test runs meanwhile (tests/quiet.py)")
+    config.addinivalue_line("markers", f"{MARK}: measures latency or rates under load, so few other tests run "
+                                       "meanwhile (tests/quiet.py)")
 
 
 def _lock(config: pytest.Config) -> QuietLock | None:
@@ -153,7 +161,8 @@ def _lock(config: pytest.Config) -> QuietLock | None:
         return None  # one process: nothing runs beside a test anyway
     if _LOCK not in config.stash:
         # xdist gives each worker <the run's temporary directory>/popen-gwN.
-        config.stash[_LOCK] = QuietLock(Path(config.option.basetemp).parent, config.workerinput["workercount"])
+        config.stash[_LOCK] = QuietLock(Path(config.option.basetemp).parent, config.workerinput["workercount"],
+                                        config.getoption("quiet_beside"))
     return config.stash[_LOCK]
 
 

@@ -24,6 +24,14 @@ def test_two_workers_per_core_only_on_a_fast_idle_machine() -> None:
     assert workers.choose(64, reference, 0.0) == workers.MAX_WORKERS  # Redis has 16 databases
 
 
+def test_quiet_tests_wait_for_room_only_on_a_slower_machine() -> None:
+    reference = workers.REFERENCE_S
+    assert workers.quiet_beside(4, reference) == 3  # beside all three others
+    assert workers.quiet_beside(4, reference * 2) is None  # the suite's rule: one beside (tests/quiet.py)
+    assert workers.xdist_args(4, 3) == "-n 4 --dist loadfile --no-loadscope-reorder --quiet-beside 3"
+    assert workers.xdist_args(4) == "-n 4 --dist loadfile --no-loadscope-reorder"
+
+
 def test_the_count_can_be_set_and_one_worker_runs_without_xdist() -> None:
     def run(count: str) -> str:
         env = {**os.environ, "SPILLWAY_TEST_WORKERS": count}
