@@ -17,6 +17,7 @@ the run's summary says what quiet tests cost (pytest_terminal_summary).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -45,51 +46,62 @@ class QuietLock:
         self._seat: int | None = None
         self._beside = beside
         self._log = directory / WAITS_FILE
+        self._open = True
+        # A child forked from the worker (a test's fork) must not keep its seat held should the worker die first.
+        os.register_at_fork(after_in_child=self._forget)
 
     @contextmanager
     def seat(self) -> Iterator[None]:
         """One of the run's seats for a test: taken at once, unless a quiet test wants or holds them."""
-        waited = self._sit()
-        if waited >= POLL_S:
-            self._note("test", waited)
+        self._note("test", self._sit())
         try:
             yield
         finally:
             self._stand()
 
+    @property
+    def limits(self) -> bool:
+        """Whether a quiet test has to wait for anything: not when every other worker may run beside it."""
+        return self._beside < len(self._seats) - 1
+
     @contextmanager
-    def quiet(self) -> Iterator[None]:
-        """All seats but `beside`. Inside seat() it gives up its own first: two quiet tests each keeping a seat while
-        waiting for the other's would wait for ever."""
+    def quiet(self) -> Iterator[dict[str, float]]:
+        """All seats but `beside`. Inside seat() it gives up its own first (two quiet tests each keeping a seat while
+        waiting for the other's would wait for ever) and takes one again after, whatever the test did. Yields its
+        waits in seconds: "room" now, "seat" once it is back in one."""
         had_seat = self._seat is not None
+        waits = {"room": 0.0, "seat": 0.0}
         if had_seat:
             self._stand()
-        started = time.monotonic()
-        fcntl.flock(self._queue, fcntl.LOCK_EX)
-        held: list[int] = []
         try:
-            fcntl.flock(self._intent, fcntl.LOCK_EX)
+            started = time.monotonic()
+            fcntl.flock(self._queue, fcntl.LOCK_EX)
+            held: list[int] = []
             try:
-                while True:
-                    for fd in self._seats:
-                        if fd not in held and _try(fd):
-                            held.append(fd)
-                    if len(held) >= len(self._seats) - self._beside:
-                        break
-                    time.sleep(POLL_S)
+                fcntl.flock(self._intent, fcntl.LOCK_EX)
+                try:
+                    while True:
+                        for fd in self._seats:
+                            if fd not in held and _try(fd):
+                                held.append(fd)
+                        if len(held) >= len(self._seats) - self._beside:
+                            break
+                        time.sleep(POLL_S)
+                finally:
+                    fcntl.flock(self._intent, fcntl.LOCK_UN)
+                waits["room"] = time.monotonic() - started
+                try:
+                    yield waits
+                finally:
+                    self._note("quiet", waits["room"], time.monotonic() - started - waits["room"], self._beside)
             finally:
-                fcntl.flock(self._intent, fcntl.LOCK_UN)
-            waited = time.monotonic() - started
-            try:
-                yield
-            finally:
-                self._note("quiet", waited, time.monotonic() - started - waited, self._beside)
+                for fd in held:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                fcntl.flock(self._queue, fcntl.LOCK_UN)
         finally:
-            for fd in held:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            fcntl.flock(self._queue, fcntl.LOCK_UN)
-        if had_seat:
-            self._sit()
+            if had_seat:
+                waits["seat"] = self._sit()
+                self._note("test", waits["seat"])
 
     def _sit(self) -> float:
         started = time.monotonic()
@@ -109,12 +121,20 @@ class QuietLock:
             self._seat = None
 
     def _note(self, kind: str, waited: float, held: float = 0.0, beside: int | None = None) -> None:
+        if kind == "test" and waited < POLL_S:
+            return  # sat at once
         with open(self._log, "a") as log:
             log.write(json.dumps([kind, round(waited, 3), round(held, 3), beside]) + "\n")
 
     def close(self) -> None:
-        for fd in [self._intent, self._queue, *self._seats]:
-            os.close(fd)
+        self._forget()
+
+    def _forget(self) -> None:
+        if self._open:  # once: the numbers may name other files afterwards
+            self._open = False
+            for fd in [self._intent, self._queue, *self._seats]:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
 
 def _try(fd: int) -> bool:
@@ -126,7 +146,8 @@ def _try(fd: int) -> bool:
 
 
 def cost(directory: Path) -> str | None:
-    """What the run's quiet tests cost, from the waits its workers wrote down; None when none ran beside others."""
+    """What the run's quiet tests cost, from the waits its workers wrote down; None when no quiet test waited for
+    room (none ran, or every other worker could run beside them)."""
     try:
         rows = [json.loads(line) for line in (directory / WAITS_FILE).read_text().splitlines()]
     except FileNotFoundError:
@@ -136,9 +157,9 @@ def cost(directory: Path) -> str | None:
         return None
     waited = sum(row[1] for row in rows if row[0] == "test")
     beside = max(row[3] for row in quiet)
-    return (f"quiet tests: {len(quiet)} ran with at most {beside} other{'s' * (beside != 1)} beside, "
+    return (f"quiet tests: {len(quiet)} ran with room for at most {beside} other{'s' * (beside != 1)} beside, "
             f"{sum(r[2] for r in quiet):.1f} s; they waited {sum(r[1] for r in quiet):.1f} s for room, "
-            f"other tests {waited:.1f} s for seats")
+            f"tests {waited:.1f} s for seats")
 
 
 # --- the plugin (tests/conftest.py's pytest_plugins) ---------------------------------------------------------------
@@ -152,6 +173,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("quiet_beside") < 0:
+        raise pytest.UsageError("--quiet-beside: a count of tests, 0 or more")
     config.addinivalue_line("markers", f"{MARK}: measures latency or rates under load, so few other tests run "
                                        "meanwhile (tests/quiet.py)")
 
@@ -175,13 +198,27 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         return (yield)
 
 
+_WAITS = pytest.StashKey[dict[str, float]]()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
     lock = _lock(item.config)
-    if lock is None or item.get_closest_marker(MARK) is None:
+    if lock is None or not lock.limits or item.get_closest_marker(MARK) is None:
         return (yield)
-    with lock.quiet():
+    with lock.quiet() as waits:
+        item.stash[_WAITS] = waits
         return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A quiet test's call lasted as long as it ran, not as long as it waited: --durations and
+    tests/file_durations.json (which orders the files) read it."""
+    report = yield
+    if call.when == "call" and _WAITS in item.stash:
+        report.duration = max(report.duration - sum(item.stash[_WAITS].values()), 0.0)
+    return report
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
