@@ -80,13 +80,13 @@ class QuietLock:
             try:
                 fcntl.flock(self._intent, fcntl.LOCK_EX)
                 try:
-                    while True:
+                    wanted = len(self._seats) - self._beside
+                    while len(held) < wanted:
                         for fd in self._seats:
-                            if fd not in held and _try(fd):
-                                held.append(fd)
-                        if len(held) >= len(self._seats) - self._beside:
-                            break
-                        time.sleep(POLL_S)
+                            if len(held) < wanted and fd not in held and _try(fd):
+                                held.append(fd)  # no more than wanted: the seats left are the room beside it
+                        if len(held) < wanted:
+                            time.sleep(POLL_S)
                 finally:
                     fcntl.flock(self._intent, fcntl.LOCK_UN)
                 waits["room"] = time.monotonic() - started

@@ -15,6 +15,8 @@ from tests import quiet
 
 REPO = Path(__file__).resolve().parents[1]
 
+PLAIN_TESTS = 5  # in each of 4 files
+
 RECORDER = '''
 import json, os, time
 
@@ -29,19 +31,19 @@ def ran(name, seconds):
 '''
 
 
-def _write_suite(root: Path) -> None:
+def _write_suite(root: Path, quiet_files: tuple[str, ...]) -> None:
     (root / "pytest.ini").write_text("[pytest]\naddopts = --strict-markers\n")
     (root / "conftest.py").write_text('pytest_plugins = ["tests.quiet"]\n')
     (root / "recorder.py").write_text(RECORDER)
-    for name in ("q1", "q2"):
-        (root / f"test_{name}.py").write_text(
+    for name in quiet_files:
+        (root / f"test_0_{name}.py").write_text(  # handed out first: plain tests are left to run beside it
             "import pytest\nfrom recorder import ran\n\n"
             f"@pytest.mark.quiet\ndef test_{name}():\n    ran('{name}', 0.5)\n\n"
             f"def test_{name}_neighbour():\n    ran('{name}-neighbour', 0.2)\n")
     for plain in range(4):
         (root / f"test_plain{plain}.py").write_text(
             "from recorder import ran\n\n"
-            + "".join(f"def test_{n}():\n    ran('p{plain}-{n}', 0.2)\n\n" for n in range(3)))
+            + "".join(f"def test_{n}():\n    ran('p{plain}-{n}', 0.2)\n\n" for n in range(PLAIN_TESTS)))
 
 
 def _overlap(a: list, b: list) -> bool:
@@ -59,32 +61,38 @@ def _most_at_once(window: list, runs: list[list]) -> int:
     return most
 
 
-@pytest.mark.parametrize("beside", [None, 2], ids=["suite-rule", "option"])
-def test_a_quiet_test_runs_with_few_others_and_the_others_run_side_by_side(tmp_path, beside) -> None:
-    """The suite's rule (one beside), and --quiet-beside as scripts/test-workers gives it on a fast machine."""
+@pytest.mark.slow  # five pytest processes: not for `make test-fast`
+@pytest.mark.parametrize(("beside", "quiet_files"), [(None, ("q1", "q2")), (2, ("q1",))], ids=["suite-rule", "option"])
+def test_a_quiet_test_runs_with_few_others_and_the_others_run_side_by_side(tmp_path, beside, quiet_files) -> None:
+    """The suite's rule (one beside; two quiet tests, which never overlap), and --quiet-beside as scripts/test-workers
+    gives it (one quiet test, so the three other workers all run plain tests and one too many beside would show)."""
     allowed = quiet.BESIDE if beside is None else beside
     suite = tmp_path / "suite"
     suite.mkdir()
-    _write_suite(suite)
+    _write_suite(suite, quiet_files)
     log = tmp_path / "ran.jsonl"
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{suite}", "QUIET_LOG": str(log)}
+    # Only xdist and the plugin: the project's other pytest plugins cost each of the five processes ~1 s of CPU.
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{suite}", "QUIET_LOG": str(log),
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "4", "--dist", "loadfile",
+        [sys.executable, "-m", "pytest", "-q", "-p", "xdist.plugin", "-p", "no:cacheprovider", "-n", "4",
+         "--dist", "loadfile", "--no-loadscope-reorder",
          "--basetemp", str(tmp_path / "basetemp"), "-c", str(suite / "pytest.ini"), str(suite),
          *([] if beside is None else ["--quiet-beside", str(beside)])],
         cwd=suite, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "16 passed" in done.stdout
+    assert f"{4 * PLAIN_TESTS + 2 * len(quiet_files)} passed" in done.stdout
 
     runs = [json.loads(line) for line in log.read_text().splitlines()]
-    quiets = [r for r in runs if r[0] in ("q1", "q2")]
+    quiets = [r for r in runs if r[0] in quiet_files]
     others = [r for r in runs if r not in quiets]
-    assert len(quiets) == 2 and len(others) == 14
+    assert len(quiets) == len(quiet_files) and len(others) == 4 * PLAIN_TESTS + len(quiet_files)
     for q in quiets:
         assert _most_at_once(q, others) <= allowed, f"{q[0]} shared the machine with more"
-    assert not _overlap(*quiets)
+    assert not any(_overlap(a, b) for i, a in enumerate(quiets) for b in quiets[i + 1:])
     # Not everything in a line: tests ran beside the quiet ones, and the plain ones side by side.
     assert any(_overlap(q, o) for q in quiets for o in others)
     assert _most_at_once([None, min(r[1] for r in runs), max(r[2] for r in runs)], others) >= 2
     # The summary says what they cost.
-    assert f"quiet tests: 2 ran with room for at most {allowed} other{'s' * (allowed != 1)} beside" in done.stdout
+    room = f"room for at most {allowed} other{'s' * (allowed != 1)} beside"
+    assert f"quiet tests: {len(quiet_files)} ran with {room}" in done.stdout
