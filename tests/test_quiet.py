@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests import quiet
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.processes import REPO
 
 PLAIN_TESTS = 5  # in each of 4 files
 
@@ -52,8 +51,9 @@ def _overlap(a: list, b: list) -> bool:
 
 def _most_at_once(window: list, runs: list[list]) -> int:
     """The most of `runs` running at one moment inside `window`."""
-    edges = sorted([(max(r[1], window[1]), 1) for r in runs if _overlap(window, r)]
-                   + [(min(r[2], window[2]), -1) for r in runs if _overlap(window, r)], key=lambda e: (e[0], e[1]))
+    inside = [r for r in runs if _overlap(window, r)]
+    # An end sorts before a start at the same moment: (t, -1) < (t, 1).
+    edges = sorted([(max(r[1], window[1]), 1) for r in inside] + [(min(r[2], window[2]), -1) for r in inside])
     most = running = 0
     for _, step in edges:
         running += step
