@@ -61,3 +61,12 @@ def login(page, username: str, password: str) -> None:
     page.get_by_label("Password").fill(password)
     page.get_by_role("button", name="Log in").click()
     page.wait_for_url("**/")
+
+
+def wait_for_result(page, expected) -> None:
+    """Wait for what a form's request should show (`expected`, a locator); when the request failed instead, fail
+    with the note the page shows for it (frontend/static/js/spillway.js), not with a bare timeout."""
+    failed = page.locator(".request-error")
+    expected.or_(failed).first.wait_for()
+    if not expected.count() and failed.count():
+        raise AssertionError(f"the request failed; the page says: {failed.first.inner_text()}")

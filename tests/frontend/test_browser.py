@@ -6,7 +6,7 @@ import pytest
 
 from apps.balancers.demo import DEMO_PASSWORDS, load_demo
 from apps.balancers.models import LoadBalancer, Member, Route
-from tests.browser import login, shot
+from tests.browser import login, shot, wait_for_result
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -41,7 +41,7 @@ def test_customer_creates_a_route_with_inline_errors_then_success(page, demo):
     page.get_by_label("Priority").fill("50")  # ahead of acme's "/" at 100, or /api could never serve
     page.get_by_role("button", name="Add route").click()
     error = page.locator("#rf-path-err")
-    error.wait_for()
+    wait_for_result(page, error)
     assert "forbidden character" in error.inner_text()
     shot(page, "route-form-error")
     page.get_by_label("Path").fill("/api")
@@ -58,7 +58,7 @@ def test_customer_cannot_route_another_tenants_hostname(page, demo):
     page.get_by_label("Path").fill("/steal")
     page.get_by_label("Priority").fill("151")
     page.get_by_role("button", name="Add route").click()
-    page.locator("#rf-hosts-err").wait_for()
+    wait_for_result(page, page.locator("#rf-hosts-err"))
     assert "not covered by an approved hostname claim" in page.locator("#rf-hosts-err").inner_text()
     assert not Route.objects.filter(path="/steal").exists()
 
