@@ -76,7 +76,7 @@ run: install
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py runall --bind $(RUN_BIND)
 
 # Benchmarks: each prints its figures and a last line `RESULT key=value ...`.
-bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-overflow-fleet bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui bench-vip-failover bench-events bench-dataplane bench-acme bench-scale bench-tenants bench-fleet-size bench-node-cost bench-scaleout bench-fuzz bench-longpoll bench-signals bench-chaos bench-steering bench-prepared
+bench: bench-render bench-runtime bench-propagation bench-hitless bench-overflow bench-overflow-fleet bench-loadgen bench-capacity-runs bench-scheduler bench-synth bench-ui bench-vip-failover bench-events bench-dataplane bench-acme bench-scale bench-tenants bench-fleet-size bench-node-cost bench-scaleout bench-fuzz bench-longpoll bench-signals bench-chaos bench-steering bench-prepared bench-applied-state
 
 # --- benchmark targets (one per line pair; keep this section at the end) ---
 bench-runtime: install-dev
@@ -132,3 +132,5 @@ bench-steering: install-dev
 	$(BIN)/python tests/bench/bench_steering.py
 bench-prepared: install-dev
 	$(BIN)/python tests/bench/bench_prepared.py
+bench-applied-state: install-dev
+	$(BIN)/python tests/bench/bench_applied_state.py

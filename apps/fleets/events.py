@@ -72,7 +72,7 @@ def rollout_finished(rollout: Rollout, status: str, error: str = "") -> None:
                     "fleet": fleet.name})
         for lb in lbs:
             lb_revision = changed[lb.pk]
-            done, _ = queries.lb_applied_state(lb, lb_revision)
+            done, _ = queries.lb_applied_state(lb, lb_revision, known=(revision,))
             if done and not _APPLIED_EVENT.first(lb_id=str(lb.pk), revision=lb_revision):
                 event_emit("change.applied", org=lb.org, obj=lb, data={"revision": lb_revision, "fleet": fleet.name})
 

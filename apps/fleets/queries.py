@@ -420,22 +420,34 @@ def fleet_pin(fleet: Fleet) -> dict[str, Any] | None:
 def _lb_nodes(lb_id: int, fleet_id: int | None) -> QuerySet:
     return (Node.objects.filter(fleet__in=_fleets_serving(lb_id, fleet_id), enabled=True)
             .order_by("fleet__name", "name")
-            .values_list("fleet__name", "name", "status", "applied_revision__number", "applied_revision__lb_revisions"))
+            .values_list("fleet__name", "name", "status", "applied_revision__number", "applied_revision_id"))
 
 
 # Read by every `applied` long-poll every few hundred milliseconds, and when a rollout finishes: compiled once. An LB
 # without a fleet of its own (None: `IS NULL` in SQL) runs through the ORM.
 _LB_NODES = PreparedQuery(_lb_nodes, {"lb_id": (1, 2), "fleet_id": (3, 4)})
+_LB_REVISIONS_OF = PreparedQuery(
+    lambda ids: ConfigRevision.objects.filter(pk__any=ids).order_by().values_list("pk", "lb_revisions"),
+    {"ids": ID_LIST_PROBES})
 
 
-def lb_applied_state(lb: LoadBalancer, revision: int) -> tuple[bool, list[dict[str, Any]]]:
-    """(every enabled node of every fleet serving `lb` serves LB revision >= `revision`, per node)."""
+def lb_applied_state(lb: LoadBalancer, revision: int,
+                     known: Iterable[ConfigRevision] = ()) -> tuple[bool, list[dict[str, Any]]]:
+    """(every enabled node of every fleet serving `lb` serves LB revision >= `revision`, per node). `known`: fleet
+    revisions the caller holds with their lb_revisions (a finished rollout's own), not read again."""
     # Only the few columns it answers with: a revision row at 100k routes carries megabytes of text and
-    # snapshot, and a long-poll asks this every few hundred milliseconds for every node.
+    # snapshot, and a long-poll asks this every few hundred milliseconds for every node. Each applied revision's LB
+    # revisions are read once, not once per node: a fleet serving 10,000 LBs holds 10,000 entries in every revision,
+    # and decoding them on every node's row took 174 ms a call at 67 nodes and 497 ms at 200 (bench-applied-state).
     nodes = _LB_NODES.all(lb_id=lb.pk, fleet_id=lb.fleet_id)
+    key = str(lb.pk)
+    covers = {held.pk: int((held.lb_revisions or {}).get(key, 0)) for held in known}
+    unread = sorted({revision_id for *_, revision_id in nodes if revision_id is not None} - covers.keys())
+    covers.update((pk, int((lb_revisions or {}).get(key, 0)))
+                  for pk, lb_revisions in (_LB_REVISIONS_OF.all(ids=unread) if unread else ()))
     states = []
-    for fleet_name, name, node_status, number, lb_revisions in nodes:
-        covered = int((lb_revisions or {}).get(str(lb.pk), 0)) if number is not None else 0
+    for fleet_name, name, node_status, number, revision_id in nodes:
+        covered = covers.get(revision_id, 0) if number is not None else 0
         states.append({
             "fleet": fleet_name, "node": name, "status": node_status,
             "applied_revision": number, "lb_revision": covered, "done": covered >= revision,
