@@ -22,6 +22,7 @@ from apps.fleets.models import (
     NodeResult,
     Rollout,
     fleets_visible_to,
+    revision_deferred,
 )
 from apps.fleets.queries import SUMMARY_ROWS, lb_applied_state, lb_fleets, render_problems_for
 from apps.traffic.observe import parse_backend
@@ -243,7 +244,8 @@ def history(fleets: list[Fleet], is_operator: bool) -> list[dict[str, Any]]:
     for fleet in fleets:
         entry: dict[str, Any] = {
             "fleet": fleet,
-            "rollouts": fleet.rollouts.select_related("revision").order_by("-id")[:HISTORY_ROLLOUTS],
+            "rollouts": (fleet.rollouts.select_related("revision").defer(*revision_deferred("revision"))
+                         .order_by("-id")[:HISTORY_ROLLOUTS]),
         }
         if is_operator:
             entry["revisions"] = (ConfigRevision.objects.filter(fleet=fleet).order_by("-number")

@@ -47,13 +47,13 @@ from apps.fleets.config.spec import (
 )
 from apps.fleets.config.stored import apply_lane_delta, snapshot_from_json
 from apps.fleets.models import (
-    REVISION_BULK_FIELDS,
     ChallengeAnswer,
     ConfigRevision,
     Fleet,
     Node,
     NodeHealth,
     Rollout,
+    revision_deferred,
 )
 from apps.fleets.node.transports import NodeConn
 from apps.traffic.overflow import NO_STEERING, PlanInputError
@@ -111,7 +111,7 @@ _FLEET_IDS_FOR_LB = (
 
 def enabled_nodes(fleet: Fleet | int) -> QuerySet[Node]:
     return (Node.objects.filter(fleet=fleet, enabled=True).select_related("applied_revision")
-            .defer(*(f"applied_revision__{f}" for f in REVISION_BULK_FIELDS)).order_by("name"))
+            .defer(*revision_deferred("applied_revision")).order_by("name"))
 
 
 def health_rows(since: datetime) -> Iterator[tuple[str, str, str]]:

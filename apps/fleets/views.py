@@ -20,7 +20,7 @@ from apps.fleets import selectors, services
 from apps.fleets.config import preview
 from apps.fleets.config.stored import diff_lines
 from apps.fleets.health.collect import health_cache_key
-from apps.fleets.models import ConfigRevision, Fleet, Node, NodeResult, Rollout
+from apps.fleets.models import ConfigRevision, Fleet, Node, NodeResult, Rollout, revision_deferred
 
 RECENT_ROLLOUTS = 15
 RECENT_REVISIONS = 30
@@ -38,7 +38,8 @@ class FleetAccessMixin:
             raise Http404("Not found.")
 
     def fleet_context(self, fleet: Fleet) -> dict:
-        nodes = list(Node.objects.filter(fleet=fleet).select_related("applied_revision").order_by("name"))
+        nodes = list(Node.objects.filter(fleet=fleet).select_related("applied_revision")
+                     .defer(*revision_deferred("applied_revision")).order_by("name"))
         health = cache.get(health_cache_key(fleet.pk)) or {}
         operator = self.principal.is_operator
         for index, node in enumerate(nodes, start=1):
@@ -75,11 +76,12 @@ class FleetDetailView(FleetAccessMixin, PrincipalView):
     def get(self, request, pk: int):
         fleet = self.get_fleet(pk)
         context = self.fleet_context(fleet)
-        context["rollouts"] = fleet.rollouts.select_related("revision").order_by("-id")[:RECENT_ROLLOUTS]
+        context["rollouts"] = (fleet.rollouts.select_related("revision").defer(*revision_deferred("revision"))
+                               .order_by("-id")[:RECENT_ROLLOUTS])
         context["lbs"] = selectors.fleet_lbs(fleet).filter(
             pk__in=LoadBalancer.objects.visible_to(self.principal).values("pk"))
         if self.principal.is_operator:
-            context["revisions"] = fleet.revisions.order_by("-number")[:RECENT_REVISIONS]
+            context["revisions"] = fleet.revisions.defer(*revision_deferred()).order_by("-number")[:RECENT_REVISIONS]
             context["pending_changes"] = fleet.change_seq > fleet.rendered_seq
         return render(request, "fleets/detail.html", context)
 
@@ -94,7 +96,8 @@ class FleetNodesPartial(FleetAccessMixin, PrincipalView):
 class FleetRolloutsPartial(FleetAccessMixin, PrincipalView):
     def get(self, request, pk: int):
         fleet = self.get_fleet(pk)
-        rollouts = fleet.rollouts.select_related("revision").order_by("-id")[:RECENT_ROLLOUTS]
+        rollouts = (fleet.rollouts.select_related("revision").defer(*revision_deferred("revision"))
+                    .order_by("-id")[:RECENT_ROLLOUTS])
         return render(request, "fleets/_rollouts.html", {"fleet": fleet, "rollouts": rollouts,
                                                          "is_operator": self.principal.is_operator})
 

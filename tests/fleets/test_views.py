@@ -112,3 +112,38 @@ def test_a_node_of_a_fleet_with_nothing_rendered_is_not_called_behind(ops, otto)
     Fleet.objects.filter(pk=fleet.pk).update(desired_revision=1)
     page = web(otto).get(f"/fleets/{fleet.pk}/").content.decode()
     assert "behind" in page.split(f'id="node-{node.pk}"', 1)[1].split("</tr>", 1)[0]
+
+
+def test_fleet_pages_and_lists_leave_each_revisions_bulk_unread(edge, otto) -> None:
+    """A full revision at 100k routes holds megabytes of text and snapshot, and a fleet serving many LBs an entry per
+    LB: joined to every node and rollout row, the fleet page and its panels (polled every 2-3 s) read them all, 0.9 s
+    a node. What the pages and lists show comes from the other columns: their statements never select the bulk."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    fleet, revision = edge["fleet"], edge["revision"]
+    for i in range(2, 6):
+        Node.objects.create(fleet=fleet, name=f"n{i}", address="127.0.0.1", runtime_dir=f"/run/spw/n{i}",
+                            config_dir=f"/etc/spw/n{i}", status="up", applied_revision=revision)
+    Fleet.objects.filter(pk=fleet.pk).update(desired_revision=revision.number)
+    bulk = ('"snapshot"', '"text"', '"diff"', '"validation_output"', '"lb_revisions"', '"problems"')
+    page, api = web(otto), otto.client
+    with CaptureQueriesContext(connection) as captured:
+        shown = {
+            "page": page.get(f"/fleets/{fleet.pk}/").content.decode(),
+            "nodes": page.get(f"/fleets/{fleet.pk}/nodes/").content.decode(),
+            "rollouts": page.get(f"/fleets/{fleet.pk}/rollouts/").content.decode(),
+            "api nodes": api.get(f"/api/v1/nodes/?fleet={fleet.pk}").json(),
+            "api rollouts": api.get(f"/api/v1/rollouts/?fleet={fleet.pk}").json(),
+        }
+    revision_selects = [q["sql"] for q in captured.captured_queries
+                        if q["sql"].startswith("SELECT") and '"fleets_configrevision"' in q["sql"]]
+    assert revision_selects
+    assert not [sql for sql in revision_selects if any(f'"fleets_configrevision".{col}' in sql for col in bulk)]
+    # What they show is still there: every node on the desired revision, the rollout's revision number.
+    assert shown["nodes"].count(f"<td>{revision.number} / {revision.number}</td>") == 5
+    assert "behind" not in shown["nodes"]
+    assert {n["name"] for n in shown["api nodes"]["results"]} == {"n1", "n2", "n3", "n4", "n5"}
+    assert {n["applied_revision"] for n in shown["api nodes"]["results"]} == {revision.number}
+    assert [r["revision"] for r in shown["api rollouts"]["results"]] == [revision.number]
+    assert f"#{revision.number}" in shown["page"] and "→ 1" in shown["rollouts"]

@@ -25,7 +25,15 @@ from apps.fleets.config import certificates as certs
 from apps.fleets.config import preview, route_tester
 from apps.fleets.health.collect import health_cache_key
 from apps.fleets.health.vips import listener_vip
-from apps.fleets.models import Certificate, ConfigRevision, Fleet, Node, NodeHealth, Rollout
+from apps.fleets.models import (
+    Certificate,
+    ConfigRevision,
+    Fleet,
+    Node,
+    NodeHealth,
+    Rollout,
+    revision_deferred,
+)
 
 APPLIED_MAX_TIMEOUT_S = 60.0
 APPLIED_POLL_S = 0.05
@@ -104,6 +112,9 @@ class NodeViewSet(TenantViewSet):
     select_related = ("fleet", "applied_revision")
     filterset_fields = ["fleet", "status", "transport", "enabled"]
 
+    def get_queryset(self):
+        return super().get_queryset().defer(*revision_deferred("applied_revision"))
+
     def perform_create(self, serializer):
         serializer.instance = services.node_save(principal=self.principal, node=Node(),
                                                  data=serializer.validated_data)
@@ -123,6 +134,9 @@ class ConfigRevisionViewSet(TenantViewSet):
     ordering_fields = ["number", "created_at"]
     http_method_names = ["get", "head", "options"]
 
+    def get_queryset(self):
+        return super().get_queryset().defer("snapshot")  # never answered; megabytes at 100k routes
+
     def get_serializer_class(self):
         return s.ConfigRevisionDetailSerializer if self.action == "retrieve" else s.ConfigRevisionSerializer
 
@@ -137,6 +151,9 @@ class RolloutViewSet(TenantViewSet):
     filterset_fields = ["fleet", "status", "kind"]
     http_method_names = ["get", "post", "head", "options"]
     operator_only_write = True
+
+    def get_queryset(self):
+        return super().get_queryset().defer(*revision_deferred("revision"))  # its number only
 
     def _create(self, request, *args, **kwargs):
         serializer = self.get_serializer(data=request.data)

@@ -25,7 +25,7 @@ from django.db.models import F
 
 from apps.balancers.demo import DEMO_BACKENDS
 from apps.balancers.models import LoadBalancer, Region
-from apps.fleets.models import Fleet, Node
+from apps.fleets.models import Fleet, Node, revision_deferred
 
 BACKEND_SCRIPT = Path(__file__).with_name("backend.py")  # the demo backends' process
 
@@ -140,7 +140,8 @@ def start_demo_processes() -> str | None:
 
 def _serving_message(fleets: list[Fleet], problems: list[str]) -> str:
     """What the console says after the roll-out: only nodes that took it count as serving."""
-    nodes = list(Node.objects.filter(fleet__in=fleets).select_related("fleet", "applied_revision"))
+    nodes = list(Node.objects.filter(fleet__in=fleets).select_related("fleet", "applied_revision")
+                 .defer(*revision_deferred("applied_revision")))
     serving = [n for n in nodes if n.status == Node.Status.UP and n.applied_revision_id is not None
                and n.applied_revision.number == n.fleet.desired_revision and n.fleet.desired_revision > 0]
     failed = [n for n in nodes if n not in serving]

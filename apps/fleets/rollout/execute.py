@@ -32,7 +32,14 @@ from apps.fleets.config.render.chain import ENFORCER_MAPS
 from apps.fleets.config.spec import ConfigBundle, FleetSnapshot, NodeSpec
 from apps.fleets.enforcement import enforcer_running
 from apps.fleets.fanout import parallel
-from apps.fleets.models import REVISION_BULK_FIELDS, ConfigRevision, Fleet, Node, NodeResult, Rollout
+from apps.fleets.models import (
+    ConfigRevision,
+    Fleet,
+    Node,
+    NodeResult,
+    Rollout,
+    revision_deferred,
+)
 from apps.fleets.node.apply import NodeOutcome, NodePlan, apply_node, new_binds, precheck_binds, reachable
 from apps.fleets.node.hotchanges import hot_changes
 from apps.fleets.rollout import canary, restore
@@ -204,7 +211,7 @@ _FINISHED = PreparedUpdate(_finished, {
 _NOT_ATTEMPTED = PreparedUpdate(_not_attempted, {"rollout_id": (1, 2)})
 _RESULTS = PreparedQuery(
     lambda rollout_id: NodeResult.objects.filter(rollout_id=rollout_id).select_related("node__applied_revision")
-    .defer(*(f"node__applied_revision__{f}" for f in REVISION_BULK_FIELDS)).order_by("node__name"),
+    .defer(*revision_deferred("node__applied_revision")).order_by("node__name"),
     {"rollout_id": (1, 2)})
 _NEWER_PENDING = PreparedQuery(
     lambda fleet_id, rollout_id: Rollout.objects.filter(fleet_id=fleet_id, status=Rollout.Status.PENDING,
