@@ -438,7 +438,7 @@ def lb_applied_state(lb: LoadBalancer, revision: int,
     # Only the few columns it answers with: a revision row at 100k routes carries megabytes of text and
     # snapshot, and a long-poll asks this every few hundred milliseconds for every node. Each applied revision's LB
     # revisions are read once, not once per node: a fleet serving 10,000 LBs holds 10,000 entries in every revision,
-    # and decoding them on every node's row took 174 ms a call at 67 nodes and 497 ms at 200 (bench-applied-state).
+    # and decoding them on every node's row took 157 ms a call at 67 nodes and 473 ms at 200 (bench-applied-state).
     nodes = _LB_NODES.all(lb_id=lb.pk, fleet_id=lb.fleet_id)
     key = str(lb.pk)
     covers = {held.pk: int((held.lb_revisions or {}).get(key, 0)) for held in known}
