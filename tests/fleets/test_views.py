@@ -146,4 +146,13 @@ def test_fleet_pages_and_lists_leave_each_revisions_bulk_unread(edge, otto) -> N
     assert {n["name"] for n in shown["api nodes"]["results"]} == {"n1", "n2", "n3", "n4", "n5"}
     assert {n["applied_revision"] for n in shown["api nodes"]["results"]} == {revision.number}
     assert [r["revision"] for r in shown["api rollouts"]["results"]] == [revision.number]
+    # The revisions list answers each revision's lb_revisions, not its text, diff, check output or snapshot.
+    with CaptureQueriesContext(connection) as captured:
+        revisions = api.get(f"/api/v1/config-revisions/?fleet={fleet.pk}").json()
+    assert not [q["sql"] for q in captured.captured_queries if q["sql"].startswith("SELECT") and any(
+        f'"fleets_configrevision".{col}' in q["sql"] for col in bulk[:4])]
+    listed = [(r["number"], r["sha256"]) for r in revisions["results"]]
+    assert listed == [(revision.number, revision.sha256)]
+    detail = api.get(f"/api/v1/config-revisions/{revision.pk}/").json()  # the one that answers the bulk still does
+    assert detail["text"] == revision.text and detail["diff"] == revision.diff
     assert f"#{revision.number}" in shown["page"] and "→ 1" in shown["rollouts"]

@@ -26,6 +26,7 @@ from apps.fleets.config import preview, route_tester
 from apps.fleets.health.collect import health_cache_key
 from apps.fleets.health.vips import listener_vip
 from apps.fleets.models import (
+    REVISION_BULK_FIELDS,
     Certificate,
     ConfigRevision,
     Fleet,
@@ -135,7 +136,10 @@ class ConfigRevisionViewSet(TenantViewSet):
     http_method_names = ["get", "head", "options"]
 
     def get_queryset(self):
-        return super().get_queryset().defer("snapshot")  # never answered; megabytes at 100k routes
+        # Megabytes each at 100k routes: the snapshot is never answered, the text, diff and check output only by
+        # the detail (ConfigRevisionDetailSerializer).
+        bulk = ("snapshot",) if self.action == "retrieve" else REVISION_BULK_FIELDS
+        return super().get_queryset().defer(*bulk)
 
     def get_serializer_class(self):
         return s.ConfigRevisionDetailSerializer if self.action == "retrieve" else s.ConfigRevisionSerializer
