@@ -5,6 +5,7 @@ Screenshots of the main pages go to test-output/screenshots/ (not committed).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -38,16 +39,26 @@ def browser() -> Iterator[object]:
         b.close()
 
 
+@contextlib.contextmanager
+def open_page(browser, base_url: str) -> Iterator[object]:
+    """A page in a browser context of its own at `base_url`, as every browser test has one: its window size, its
+    10 s timeout, and the console errors kept on it (`page.console_errors`)."""
+    context = browser.new_context(base_url=base_url, viewport={"width": 1280, "height": 900})
+    try:
+        pg = context.new_page()
+        pg.set_default_timeout(10_000)
+        errors: list[str] = []
+        pg.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        pg.console_errors = errors  # type: ignore[attr-defined]
+        yield pg
+    finally:
+        context.close()
+
+
 @pytest.fixture
 def page(browser, live_server):
-    context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
-    pg = context.new_page()
-    pg.set_default_timeout(10_000)
-    errors: list[str] = []
-    pg.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-    pg.console_errors = errors  # type: ignore[attr-defined]
-    yield pg
-    context.close()
+    with open_page(browser, live_server.url) as pg:
+        yield pg
 
 
 def shot(page, name: str) -> None:

@@ -41,8 +41,8 @@ def test_a_cloud_lb_or_a_missing_one_marks_no_fleet(alice) -> None:
 def test_applied_state_reads_each_applied_revisions_lb_revisions_once_whatever_the_node_count(
         alice, django_assert_num_queries) -> None:
     """A fleet serving many LBs holds every one of them in each revision's lb_revisions: read on each node's row, a
-    10,000-LB fleet's 200 nodes decoded two million entries per long-poll check (497 ms). Nodes on the same revision
-    share one read; the answer per node is as before."""
+    10,000-LB fleet's 200 nodes decoded two million entries per long-poll check (473 ms, bench-applied-state). Nodes
+    on the same revision share one read; the answer per node is as before."""
     region = Region.objects.create(slug="as", name="as")
     fleet = Fleet.objects.create(name="edge", region=region)
     lb = LoadBalancer.objects.create(org=alice.org, name="web", fleet=fleet)

@@ -15,7 +15,7 @@ import pytest
 from apps.accounts.models import Membership
 from apps.balancers.demo import DEMO_PASSWORDS, load_demo
 from apps.balancers.models import LoadBalancer, Member, Route
-from tests.browser import login, shot
+from tests.browser import login, open_page, shot
 from tests.relay import Relay
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -30,13 +30,10 @@ def demo(transactional_db) -> LoadBalancer:
 @pytest.fixture
 def relayed(browser, live_server) -> Iterator[tuple[object, Relay]]:
     relay = Relay(("127.0.0.1", urlparse(live_server.url).port))
-    context = browser.new_context(base_url=f"http://127.0.0.1:{relay.port}", viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(10_000)
     try:
-        yield page, relay
+        with open_page(browser, f"http://127.0.0.1:{relay.port}") as page:
+            yield page, relay
     finally:
-        context.close()
         relay.cut()
 
 
