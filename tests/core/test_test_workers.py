@@ -24,11 +24,12 @@ def test_two_workers_per_core_only_on_a_fast_idle_machine() -> None:
     assert workers.choose(64, reference, 0.0) == workers.MAX_WORKERS  # Redis has 16 databases
 
 
-def test_quiet_tests_wait_for_room_only_on_a_slower_machine() -> None:
-    reference = workers.REFERENCE_S
-    assert workers.quiet_beside(4, reference) == 3  # beside all three others
-    assert workers.quiet_beside(4, reference * 2) is None  # the suite's rule: one beside (tests/quiet.py)
-    assert workers.xdist_args(4, 3) == "-n 4 --dist loadfile --no-loadscope-reorder --quiet-beside 3"
+def test_quiet_tests_keep_one_beside_on_every_machine() -> None:
+    # A fast machine once let quiet tests run beside all the others; three of seven such runs failed one.
+    env = {k: v for k, v in os.environ.items() if k != "SPILLWAY_TEST_WORKERS"}
+    chosen = subprocess.run([str(SCRIPT)], env=env, capture_output=True, text=True, check=True).stdout
+    assert "--dist loadfile" in chosen or chosen.strip() == ""
+    assert "--quiet-beside" not in chosen
     assert workers.xdist_args(4) == "-n 4 --dist loadfile --no-loadscope-reorder"
 
 
