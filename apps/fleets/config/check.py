@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,8 +100,45 @@ def validate_bundle(bundle: ConfigBundle, haproxy_bin: str = "haproxy") -> Valid
 _TCP_LISTEN = "0A"
 
 
+# The kernel lists each task's children (CONFIG_PROC_CHILDREN): a process's descendants are then found by walking
+# down from it, not by reading the stat of every process on the host.
+_CHILDREN_LISTED = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+
+
 def _descendants(pids: set[int]) -> set[int]:
-    """The given pids and all their descendants (HAProxy workers are children of the master)."""
+    """The given pids and all their descendants (HAProxy workers are children of the master).
+
+    Walked down through /proc/<pid>/task/*/children where the kernel has it: reading every process's stat instead
+    cost each local node's pre-check one read per process on the host, and a rollout's pre-check of 200 local nodes
+    (~600 processes) spent 85% of its 24 s there."""
+    if not _CHILDREN_LISTED:
+        return _descendants_by_scan(pids)
+    found, todo = set(), list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(_children(pid))
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    """pid's children, from each of its threads' list (a child is listed under the thread that forked it)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []  # gone
+    children = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as listing:
+                children.extend(int(child) for child in listing.read().split())
+        except OSError:
+            continue  # the thread ended meanwhile
+    return children
+
+
+def _descendants_by_scan(pids: set[int]) -> set[int]:
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -169,6 +207,23 @@ def _listeners() -> dict[int, list[tuple[str, int]]]:
     return by_port
 
 
+class HostListeners:
+    """This host's LISTEN sockets (_listeners), read at the first question and kept for one round of pre-checks:
+    a rollout checks every local node's new binds before it touches any, and each node reading /proc/net/tcp{,6}
+    again made the round grow with nodes x sockets. Nothing is pushed during the round, so what listens then is
+    what listened at its start, as far as any one read could tell."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._table: dict[int, list[tuple[str, int]]] | None = None
+
+    def table(self) -> dict[int, list[tuple[str, int]]]:
+        with self._lock:
+            if self._table is None:
+                self._table = _listeners()
+            return self._table
+
+
 def _listening_inodes(listeners: dict[int, list[tuple[str, int]]], address: str, port: int) -> set[int]:
     """Inodes of LISTEN sockets that block a bind on address:port (same address or a wildcard)."""
     wildcards = {"0.0.0.0", "::"}
@@ -189,7 +244,8 @@ def _bind_error(address: str, port: int) -> int | None:
     return None
 
 
-def bind_conflicts(addresses: list[tuple[str, int]], owned_by_pids: set[int]) -> list[tuple[str, int]]:
+def bind_conflicts(addresses: list[tuple[str, int]], owned_by_pids: set[int],
+                   host: HostListeners | None = None) -> list[tuple[str, int]]:
     """Which of `addresses` HAProxy could not bind on this host, or would share with a stranger.
 
     HAProxy binds with SO_REUSEADDR and SO_REUSEPORT. So a plain probe bind is not enough: a stranger
@@ -203,9 +259,10 @@ def bind_conflicts(addresses: list[tuple[str, int]], owned_by_pids: set[int]) ->
        (measured on 2.6), on a socket bound without listening, on TIME_WAIT connections left by a
        server that did not set SO_REUSEADDR, and on an address this host does not have.
     A privileged port refusing an unprivileged probe (EACCES) is not reported: HAProxy starts as root.
+    `host`: the listening sockets as read once for a round of checks; by default read now.
     """
     owned_inodes = _socket_inodes(_descendants(set(owned_by_pids))) if owned_by_pids else set()
-    listeners = _listeners()
+    listeners = host.table() if host is not None else _listeners()
     conflicts = []
     for address, port in sorted(set(addresses)):
         holders = _listening_inodes(listeners, address, port)

@@ -16,7 +16,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from apps.fleets.config.check import bind_conflicts, parse_ss_listeners, remote_bind_conflicts
+from apps.fleets.config.check import HostListeners, bind_conflicts, parse_ss_listeners, remote_bind_conflicts
 from apps.fleets.config.render.frontends import ACME_CHALLENGE_MAP
 from apps.fleets.config.spec import KEEPALIVED_FILE, ConfigBundle
 from apps.fleets.node.hotchanges import HotChanges, hot_changes
@@ -487,22 +487,25 @@ def new_binds(bundle: ConfigBundle, last_good: ConfigBundle | None) -> list[tupl
     return [b for b in bundle_binds(bundle) if b not in kept and b not in floating]
 
 
-def precheck_binds(conn: NodeConn, bundle: ConfigBundle, last_good: ConfigBundle | None) -> list[str]:
+def precheck_binds(conn: NodeConn, bundle: ConfigBundle, last_good: ConfigBundle | None, *,
+                   proc: ProcInfo | None = None, host: HostListeners | None = None) -> list[str]:
     """Bind addresses of `bundle` another process already holds on the node (HAPROXY.md hazard).
 
     Local nodes: a probe bind on this host, ignoring sockets the node's own HAProxy holds
     (validate.bind_conflicts). SSH nodes: a TCP connect from the node's side to every address the
-    node does not bind yet; an answer means someone else listens there.
+    node does not bind yet; an answer means someone else listens there. `proc`: the node's `show proc` when the
+    caller has it; `host`: this host's listeners as read once for a rollout's round of local nodes.
     """
     new = new_binds(bundle, last_good)
     if not new:
         return []
     if conn.transport == "local":
         owned: set[int] = set()
-        proc, _ = reachable(conn)
+        if proc is None:
+            proc, _ = reachable(conn)
         if proc is not None:
             owned.add(proc.master_pid)
-        return [f"{a}:{p}" for a, p in bind_conflicts(new, owned)]
+        return [f"{a}:{p}" for a, p in bind_conflicts(new, owned, host)]
     if last_good is None:
         return _remote_listener_conflicts(conn, new)
     transport = transport_of(conn)

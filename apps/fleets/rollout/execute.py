@@ -27,6 +27,7 @@ from apps.core.prepared import ID_LIST_PROBES, TIME_PROBES, PreparedQuery, Prepa
 from apps.fleets import caches, queries
 from apps.fleets import events as emit
 from apps.fleets.config import routelane
+from apps.fleets.config.check import HostListeners
 from apps.fleets.config.render import UnsafeValue, render, with_revision_header
 from apps.fleets.config.render.chain import ENFORCER_MAPS
 from apps.fleets.config.spec import ConfigBundle, FleetSnapshot, NodeSpec
@@ -385,12 +386,14 @@ def execute(rollout: Rollout, owner: str) -> Rollout:
     # without a canary whose nodes bind nothing new (a route change) has nothing to find there that the apply does
     # not: a node the apply cannot reach is left untouched and counted down below, as here. Skipping it saves a
     # round of every node (a runtime-API exchange each) before the first change goes live.
+    host = HostListeners()
+
     def preflight(result: NodeResult) -> tuple[str, list[str]]:
         plan = plans[result.pk]
         proc, why = reachable(plan.conn)
         if proc is None:
             return why, []
-        return "", precheck_binds(plan.conn, plan.bundle, plan.last_good)
+        return "", precheck_binds(plan.conn, plan.bundle, plan.last_good, proc=proc, host=host)
 
     needed = rollout.canary or any(new_binds(plans[r.pk].bundle, plans[r.pk].last_good) for r in todo)
     checks = dict(zip([r.pk for r in todo], parallel(preflight, todo), strict=True)) if todo and needed else {}

@@ -147,6 +147,32 @@ def test_a_port_held_by_a_child_of_an_owned_process_is_ours() -> None:
         parent.wait(timeout=5)
 
 
+def test_descendants_are_found_by_walking_down_including_children_a_thread_started() -> None:
+    """The walk reads each process's own children lists (one per thread: a child is listed under the thread that
+    forked it), not every process's stat; it finds what the scan of all /proc finds."""
+    from apps.fleets.config import check
+
+    code = (
+        "import subprocess,sys,threading\n"
+        "kids,started,done=[],threading.Event(),threading.Event()\n"
+        "def fork(): kids.append(subprocess.Popen(['sleep','30'])); started.set(); done.wait()\n"
+        "t=threading.Thread(target=fork); t.start(); started.wait()\n"  # the thread lives on: its list holds it
+        "kids.append(subprocess.Popen(['sleep','30']))\n"
+        "print(' '.join(str(k.pid) for k in kids),flush=True); sys.stdin.read()\n"
+        "[k.kill() for k in kids]; done.set()\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert parent.stdout is not None
+        kids = {int(pid) for pid in parent.stdout.readline().split()}
+        assert len(kids) == 2
+        assert check._CHILDREN_LISTED
+        found = check._descendants({parent.pid})
+        assert found == {parent.pid, *kids} == check._descendants_by_scan({parent.pid})
+    finally:
+        parent.communicate(b"", timeout=10)
+
+
 def _leave_time_wait(reuse_address: bool) -> int:
     """A port whose server closed a connection first: a TIME_WAIT socket stays on that port."""
     with socket.socket() as server:

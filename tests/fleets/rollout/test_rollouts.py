@@ -435,8 +435,20 @@ def _hold(address: str, port: int):
     return sock
 
 
-def test_a_port_conflict_is_refused_before_anything_is_pushed(fleet3: LocalFleet) -> None:
+@pytest.fixture
+def listener_reads(monkeypatch) -> list[int]:
+    """One entry per read of this host's listening sockets (/proc/net/tcp{,6}) by the bind pre-check."""
+    from apps.fleets.config import check
+
+    reads: list[int] = []
+    real = check._listeners
+    monkeypatch.setattr(check, "_listeners", lambda: reads.append(1) or real())
+    return reads
+
+
+def test_a_port_conflict_is_refused_before_anything_is_pushed(fleet3: LocalFleet, listener_reads) -> None:
     reconcile(fleet3.fleet)
+    listener_reads.clear()
     before = {n.name: (n.applied_revision_id, n.worker_pid) for n in fleet3.nodes}
     from apps.balancers.models import Listener
     from tests.fleets.fleetkit import free_port_on
@@ -452,9 +464,31 @@ def test_a_port_conflict_is_refused_before_anything_is_pushed(fleet3: LocalFleet
     rollout = Rollout.objects.get(pk=result["rollouts"][-1])
     assert rollout.status == Rollout.Status.FAILED
     assert "bind conflict" in rollout.error and f"127.0.71.2:{port}" in rollout.error
+    assert f"127.0.71.1:{port}" not in rollout.error and f"127.0.71.3:{port}" not in rollout.error
+    assert len(listener_reads) == 1  # for all three nodes
     assert {n.name: (n.applied_revision_id, n.worker_pid) for n in fleet3.nodes} == before
     assert set(fleet3.bodies("/").values()) == {"old"}
     assert not rollout.results.filter(push_ms__isnull=False).exists()
+
+
+def test_a_new_listener_is_checked_on_every_node_with_one_read_of_the_hosts_sockets(fleet3: LocalFleet,
+                                                                                    listener_reads) -> None:
+    """Each local node's pre-check used to read /proc/net/tcp{,6} and every process's stat on the host again: a
+    rollout's pre-check of 200 local nodes took 85% of its 24 s there. The round now reads the sockets once (and a
+    stranger is still told from each node's own HAProxy: test_a_port_conflict_is_refused_before_anything_is_pushed)."""
+    from apps.balancers.models import Listener
+    from tests.fleets.fleetkit import free_port_on
+    from tests.netutil import http_get
+
+    reconcile(fleet3.fleet)
+    listener_reads.clear()
+    port = free_port_on([n.bind_address for n in fleet3.nodes])
+    Listener.objects.create(lb=fleet3.lb, name="second", port=port, default_pool=fleet3.listener.default_pool)
+    assert_succeeded(reconcile(fleet3.fleet)["rollouts"][-1])
+    assert len(listener_reads) == 1
+    # Served on every node, each node's own HAProxy holding the port it binds (not a conflict at the next check).
+    assert {n.name: http_get(f"http://{n.bind_address}:{port}/")[1] for n in fleet3.nodes} == {
+        "n1": "old", "n2": "old", "n3": "old"}
 
 
 def test_a_node_killed_mid_rollout_fails_alone_and_catches_up_when_it_returns(
@@ -964,7 +998,7 @@ def test_a_canary_whose_reload_fails_is_rolled_back_and_the_rollout_stops(fleet3
 
     port = free_port_on([n.bind_address for n in fleet3.nodes])
     Listener.objects.create(lb=fleet3.lb, name="second", port=port, default_pool=fleet3.listener.default_pool)
-    monkeypatch.setattr(execute, "precheck_binds", lambda *args: [])
+    monkeypatch.setattr(execute, "precheck_binds", lambda *args, **kwargs: [])
     stray = _hold("127.0.71.1", port)
     try:
         result = reconcile(fleet3.fleet)
