@@ -147,7 +147,7 @@ def test_a_port_held_by_a_child_of_an_owned_process_is_ours() -> None:
         parent.wait(timeout=5)
 
 
-def test_descendants_are_found_by_walking_down_including_children_a_thread_started() -> None:
+def test_descendants_are_found_by_walking_down_including_children_a_thread_started(monkeypatch) -> None:
     """The walk reads each process's own children lists (one per thread: a child is listed under the thread that
     forked it), not every process's stat; it finds what the scan of all /proc finds."""
     from apps.fleets.config import check
@@ -168,7 +168,8 @@ def test_descendants_are_found_by_walking_down_including_children_a_thread_start
         assert len(kids) == 2
         assert check._CHILDREN_LISTED
         found = check._descendants({parent.pid})
-        assert found == {parent.pid, *kids} == check._descendants_by_scan({parent.pid})
+        monkeypatch.setattr(check, "_CHILDREN_LISTED", False)  # a kernel without the lists: every stat is read
+        assert found == {parent.pid, *kids} == check._descendants({parent.pid})
     finally:
         parent.communicate(b"", timeout=10)
 
