@@ -108,6 +108,8 @@ class BundleRenderer:
 
     def __init__(self) -> None:
         self._snaps: dict[int, FleetSnapshot] = {}
+        # Per revision, each map as the first node rendered in full holds it: (file, entries, owners).
+        self._maps: dict[int, dict[str, tuple[bytes, list, Any]]] = {}
         # Whether a node's haproxy binary is the central one, by its path: looked up once per rollout, not per node
         # (two PATH searches and two realpaths were a tenth of a local node's plan).
         self.same_binary: dict[str, bool] = {}
@@ -125,9 +127,35 @@ class BundleRenderer:
             snap = self._snaps.get(revision.pk)
             if snap is None:
                 snap = self._snaps[revision.pk] = queries.revision_snapshot(revision)
-            bundle = render(snap, spec)
+            bundle = self._share_maps(revision.pk, render(snap, spec))
         _BUNDLE_CACHE.put(key, bundle)
         return bundle
+
+    def _share_maps(self, revision_id: int, bundle: ConfigBundle) -> ConfigBundle:
+        """`bundle` holding the very map files and entries of the revision's nodes rendered before it, wherever
+        its own are equal (most are: a map names no node). Each node rendered in full held its own copy of every
+        map (1,000 routes: ~2,000 entries a node; 100k: ~400k), and every such copy was kept, hashed as a large
+        file and freed again per node."""
+        seen = self._maps.setdefault(revision_id, {})
+        manifest = bundle.rendered_manifest
+        files, maps, owners = dict(bundle.files), dict(manifest.maps), dict(manifest.map_owners)
+        shared = False
+        for name, entries in manifest.maps.items():
+            content = files.get(name)
+            first = seen.get(name)
+            if content is None:
+                continue
+            if first is None:
+                seen[name] = (content, entries, owners.get(name))
+            elif first[0] is not content and first[0] == content:  # the same bytes: the same entries, owners
+                files[name], maps[name] = first[0], first[1]
+                if name in owners:
+                    owners[name] = first[2]
+                shared = True
+        if not shared:
+            return bundle
+        return ConfigBundle(files=files, sha256=bundle.sha256, map_deltas=bundle.map_deltas,
+                            manifest=replace(manifest, maps=maps, map_owners=owners))
 
     def applied(self, node: Node, spec: NodeSpec | None = None, *, drained_as_was: bool = True) -> ConfigBundle:
         """The bundle of the node's applied revision that its recorded digest (applied_sha256) names; the one

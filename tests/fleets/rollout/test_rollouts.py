@@ -107,6 +107,30 @@ def test_a_route_only_change_is_served_through_runtime_map_updates_without_a_rel
     assert set(fleet3.bodies("/other/x").values()) == {"other"}
 
 
+def test_a_fleets_nodes_hold_one_copy_of_each_map_a_revision_renders_alike(fleet3: LocalFleet) -> None:
+    """Each node rendered in full used to hold its own copy of every map: ~400k entries a node at 100k routes, kept
+    in every worker's bundle cache (10 nodes at 20k routes: 260 MB of RSS, 204 MB with one copy)."""
+    from apps.fleets import caches
+    from apps.fleets.config.digest import set_digest
+    from apps.fleets.rollout.execute import BundleRenderer
+
+    assert_succeeded(reconcile(fleet3.fleet)["rollouts"][-1])
+    caches.reset("bundles")
+    revision = ConfigRevision.objects.filter(fleet=fleet3.fleet).order_by("-number").first()
+    renderer = BundleRenderer()
+    first, *others = [renderer.bundle(revision, node) for node in fleet3.nodes]
+    maps = first.rendered_manifest.maps
+    assert [name for name, entries in maps.items() if entries]  # maps with entries to share
+    for bundle in others:
+        assert bundle.main != first.main  # each node's haproxy.cfg binds its own address
+        assert bundle.sha256 == set_digest(bundle.files) != first.sha256
+        for name, entries in maps.items():
+            assert bundle.files[name] == first.files[name]
+            if first.files[name]:
+                assert bundle.files[name] is first.files[name], name
+                assert bundle.rendered_manifest.maps[name] is entries, name
+
+
 def test_local_nodes_take_a_route_change_in_turn_and_a_reload_on_threads(
     fleet3: LocalFleet, tiny_backend, monkeypatch
 ) -> None:
