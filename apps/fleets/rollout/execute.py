@@ -56,35 +56,49 @@ REVALIDATE_LOCAL_NODES = getattr(settings, "FLEET_REVALIDATE_LOCAL_NODES", False
 # Enough for two revisions of a fleet of ~2,000 nodes (a rollout's bundles and its rollback targets).
 _BUNDLE_CACHE_SIZE = 4096
 # Also bounded by map entries held: a 100k-route bundle holds ~400k (tens of MB), and a sustained run of
-# route changes renders a revision per change for every node.
+# route changes renders a revision per change for every node. Entries several bundles share (a revision's nodes hold
+# one copy of each map: BundleRenderer._share_maps; a route-lane bundle keeps its base's unmoved maps) count once.
 _BUNDLE_CACHE_ENTRIES = 3_000_000
-
-
-def _weight(bundle: ConfigBundle) -> int:
-    return 1 + sum(len(entries) for entries in bundle.rendered_manifest.maps.values())
 
 
 class _BundleLRU(OrderedDict):
     """Least recently used bundles, with the map entries they hold kept as a running total: summing them on
-    every insert cost a rollout O(cache) per node (bench-fleet-size: ~1 s of a 100-node fleet's route change)."""
+    every insert cost a rollout O(cache) per node (bench-fleet-size: ~1 s of a 100-node fleet's route change).
+    `held` is one per bundle plus each distinct entry list's length once, however many bundles hold it: counted
+    per bundle, a 200-node fleet at 100k routes would have filled the bound with ~7 nodes' bundles of one revision
+    and rendered the others again at every rollout."""
 
     def __init__(self) -> None:
         super().__init__()
         self.held = 0
+        self._lists: dict[int, list[int]] = {}  # id of an entry list a bundle here holds -> [bundles, its length]
         self._lock = threading.Lock()
+
+    def _count(self, bundle: ConfigBundle, step: int) -> None:
+        self.held += step
+        for entries in bundle.rendered_manifest.maps.values():
+            counted = self._lists.get(id(entries))
+            if counted is None:  # step is 1: a list no bundle here holds (alive while this one is held)
+                self._lists[id(entries)] = [1, len(entries)]
+                self.held += len(entries)
+                continue
+            counted[0] += step
+            if counted[0] == 0:  # its last holder here goes: its id may be another list's once it is freed
+                del self._lists[id(entries)]
+                self.held -= counted[1]
 
     def put(self, key: tuple, bundle: ConfigBundle) -> None:
         evicted: list[ConfigBundle] = []
         with self._lock:
             old = self.pop(key, None)
             if old is not None:
-                self.held -= _weight(old)
+                self._count(old, -1)
                 evicted.append(old)
             self[key] = bundle
-            self.held += _weight(bundle)
+            self._count(bundle, 1)
             while len(self) > 1 and (len(self) > _BUNDLE_CACHE_SIZE or self.held > _BUNDLE_CACHE_ENTRIES):
                 evicted.append(self.popitem(last=False)[1])
-                self.held -= _weight(evicted[-1])
+                self._count(evicted[-1], -1)
             old = None  # the list holds the only references left
         if evicted:
             gcpause.release_later(evicted)  # a 100k-route bundle took ~30 ms to free, in the rollout's thread
@@ -96,6 +110,7 @@ class _BundleLRU(OrderedDict):
     def clear(self) -> None:
         with self._lock:
             super().clear()
+            self._lists.clear()
             self.held = 0
 
 

@@ -47,6 +47,21 @@ def test_bundles_go_while_their_entries_pass_the_bound_and_the_total_stays_exact
     lru.touch(("gone",))  # evicted meanwhile by another thread: no error
 
 
+def test_entries_several_bundles_share_count_once_until_their_last_holder_goes(lru) -> None:
+    """A revision's nodes hold one copy of each map (BundleRenderer._share_maps): counted per bundle, 200 nodes at
+    100k routes would have passed the bound with ~7 of them."""
+    routes = [("k", "v")] * 60
+    for key in "abc":
+        lru.put((key,), SimpleNamespace(rendered_manifest=SimpleNamespace(maps={"maps/r.map": routes,
+                                                                                "maps/own.map": [("n", key)]})))
+    assert list(lru) == [("a",), ("b",), ("c",)] and lru.held == 3 + 60 + 3  # not 3 x 62 > 100: all three stay
+    lru.put(("a",), bundle(1))  # a's bundle replaced: the shared list still held by b and c
+    assert lru.held == 2 + 60 + 2 + (1 + 1)
+    lru.put(("d",), bundle(1))  # the count bound: b goes
+    lru.put(("e",), bundle(1))  # c goes, the last holder of the shared list
+    assert list(lru) == [("a",), ("d",), ("e",)] and lru.held == 3 * 2
+
+
 def test_the_one_reset_empties_it_and_its_total() -> None:
     execute._BUNDLE_CACHE.put(("t",), bundle(5))
     caches.reset("bundles")
