@@ -109,8 +109,8 @@ def _descendants(pids: set[int]) -> set[int]:
     """The given pids and all their descendants (HAProxy workers are children of the master).
 
     Walked down through /proc/<pid>/task/*/children where the kernel has it: reading every process's stat instead
-    cost each local node's pre-check one read per process on the host, and a rollout's pre-check of 200 local nodes
-    (~600 processes) spent 85% of its 26 s there."""
+    cost each local node's pre-check one read per process on the host, and with /proc/net/tcp read again per node
+    (HostListeners), a rollout's pre-check of 200 local nodes (~600 processes) spent 85% of its 26 s there."""
     table = None if _CHILDREN_LISTED else _children_by_scan()
     found, todo = set(), list(pids)
     while todo:
@@ -204,8 +204,10 @@ def _listeners() -> dict[int, list[tuple[str, int]]]:
 class HostListeners:
     """This host's LISTEN sockets (_listeners), read at the first question and kept for one round of pre-checks:
     a rollout checks every local node's new binds before it touches any, and each node reading /proc/net/tcp{,6}
-    again made the round grow with nodes x sockets. Nothing is pushed during the round, so what listens then is
-    what listened at its start, as far as any one read could tell."""
+    again made the round grow with nodes x sockets. The rollout pushes nothing during the round, but other
+    processes (another fleet's rollout, a stranger) may start or stop listening: bind_conflicts confirms a conflict
+    the table shows with a fresh read, and a stranger that starts meanwhile is found by the probe bind unless it set
+    SO_REUSEPORT, as one that started after a per-node read always could be."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -253,10 +255,18 @@ def bind_conflicts(addresses: list[tuple[str, int]], owned_by_pids: set[int],
        (measured on 2.6), on a socket bound without listening, on TIME_WAIT connections left by a
        server that did not set SO_REUSEADDR, and on an address this host does not have.
     A privileged port refusing an unprivileged probe (EACCES) is not reported: HAProxy starts as root.
-    `host`: the listening sockets as read once for a round of checks; by default read now.
+    `host`: the listening sockets as read once for a round of checks (by default read now); a conflict found in
+    that table is confirmed with a fresh read, so a holder that has exited since is no conflict.
     """
     owned_inodes = _socket_inodes(_descendants(set(owned_by_pids))) if owned_by_pids else set()
-    listeners = host.table() if host is not None else _listeners()
+    conflicts = _conflicts(addresses, owned_inodes, host.table() if host is not None else _listeners())
+    if conflicts and host is not None:
+        conflicts = _conflicts(conflicts, owned_inodes, _listeners())
+    return conflicts
+
+
+def _conflicts(addresses: list[tuple[str, int]], owned_inodes: set[int],
+               listeners: dict[int, list[tuple[str, int]]]) -> list[tuple[str, int]]:
     conflicts = []
     for address, port in sorted(set(addresses)):
         holders = _listening_inodes(listeners, address, port)

@@ -493,8 +493,8 @@ def precheck_binds(conn: NodeConn, bundle: ConfigBundle, last_good: ConfigBundle
 
     Local nodes: a probe bind on this host, ignoring sockets the node's own HAProxy holds
     (validate.bind_conflicts). SSH nodes: a TCP connect from the node's side to every address the
-    node does not bind yet; an answer means someone else listens there. `proc`: the node's `show proc` when the
-    caller has it; `host`: this host's listeners as read once for a rollout's round of local nodes.
+    node does not bind yet; an answer means someone else listens there. For a local node, `proc` is its `show
+    proc` when the caller has it, and `host` this host's listeners as read once for a rollout's round of nodes.
     """
     new = new_binds(bundle, last_good)
     if not new:

@@ -149,8 +149,8 @@ class BundleRenderer:
     def _share_maps(self, revision_id: int, bundle: ConfigBundle) -> ConfigBundle:
         """`bundle` holding the very map files and entries of the revision's nodes rendered before it, wherever
         its own are equal (most are: a map names no node). Each node rendered in full held its own copy of every
-        map (1,000 routes: ~2,000 entries a node; 100k: ~400k), and every such copy was kept, hashed as a large
-        file and freed again per node."""
+        map (1,000 routes: ~2,000 entries a node), kept in the bundle cache and freed again per node. Each node's
+        own copy is still rendered and hashed (render), then dropped here."""
         seen = self._maps.setdefault(revision_id, {})
         manifest = bundle.rendered_manifest
         files, maps, owners = dict(bundle.files), dict(manifest.maps), dict(manifest.map_owners)

@@ -174,6 +174,25 @@ def test_descendants_are_found_by_walking_down_including_children_a_thread_start
         parent.communicate(b"", timeout=10)
 
 
+def test_a_round_of_checks_reads_the_hosts_sockets_once_and_confirms_a_conflict_afresh() -> None:
+    """A rollout's pre-checks share one read of the host's sockets (HostListeners); a listener that has gone since
+    that read is no conflict, one still there is."""
+    from apps.fleets.config.check import HostListeners
+
+    with socket.socket() as gone, socket.socket() as staying:
+        for stranger in (gone, staying):
+            stranger.bind(("127.0.0.1", 0))
+            stranger.listen()
+        ports = gone.getsockname()[1], staying.getsockname()[1]
+        host = HostListeners()
+        assert bind_conflicts([("127.0.0.1", port) for port in ports], set(), host) == [
+            ("127.0.0.1", port) for port in sorted(ports)]
+        table = host.table()
+        gone.close()
+        assert host.table() is table  # the round's read, kept
+        assert bind_conflicts([("127.0.0.1", port) for port in ports], set(), host) == [("127.0.0.1", ports[1])]
+
+
 def _leave_time_wait(reuse_address: bool) -> int:
     """A port whose server closed a connection first: a TIME_WAIT socket stays on that port."""
     with socket.socket() as server:
