@@ -65,8 +65,8 @@ class _BundleLRU(OrderedDict):
     """Least recently used bundles, with the map entries they hold kept as a running total: summing them on
     every insert cost a rollout O(cache) per node (bench-fleet-size: ~1 s of a 100-node fleet's route change).
     `held` is one per bundle plus each distinct entry list's length once, however many bundles hold it: counted
-    per bundle, a 200-node fleet at 100k routes would have filled the bound with ~7 nodes' bundles of one revision
-    and rendered the others again at every rollout."""
+    per bundle, a 200-node fleet at 100k routes (~205k entries a bundle in bench-scale's shape) would have filled the
+    bound with ~14 nodes' bundles of one revision and rendered the others again at every rollout."""
 
     def __init__(self) -> None:
         super().__init__()

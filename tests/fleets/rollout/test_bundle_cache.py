@@ -49,7 +49,7 @@ def test_bundles_go_while_their_entries_pass_the_bound_and_the_total_stays_exact
 
 def test_entries_several_bundles_share_count_once_until_their_last_holder_goes(lru) -> None:
     """A revision's nodes hold one copy of each map (BundleRenderer._share_maps): counted per bundle, 200 nodes at
-    100k routes would have passed the bound with ~7 of them."""
+    100k routes would have passed the bound with ~14 of them."""
     routes = [("k", "v")] * 60
     for key in "abc":
         lru.put((key,), SimpleNamespace(rendered_manifest=SimpleNamespace(maps={"maps/r.map": routes,
