@@ -105,7 +105,7 @@ _TCP_LISTEN = "0A"
 _CHILDREN_LISTED = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
 
 
-def _descendants(pids: set[int]) -> set[int]:
+def descendants(pids: set[int]) -> set[int]:
     """The given pids and all their descendants (HAProxy workers are children of the master).
 
     Walked down through /proc/<pid>/task/*/children where the kernel has it: reading every process's stat instead
@@ -258,7 +258,7 @@ def bind_conflicts(addresses: list[tuple[str, int]], owned_by_pids: set[int],
     `host`: the listening sockets as read once for a round of checks (by default read now); a conflict found in
     that table is confirmed with a fresh read, so a holder that has exited since is no conflict.
     """
-    owned_inodes = _socket_inodes(_descendants(set(owned_by_pids))) if owned_by_pids else set()
+    owned_inodes = _socket_inodes(descendants(set(owned_by_pids))) if owned_by_pids else set()
     conflicts = _conflicts(addresses, owned_inodes, host.table() if host is not None else _listeners())
     if conflicts and host is not None:
         conflicts = _conflicts(conflicts, owned_inodes, _listeners())

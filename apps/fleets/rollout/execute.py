@@ -157,9 +157,9 @@ class BundleRenderer:
         shared = False
         for name, entries in manifest.maps.items():
             content = files.get(name)
-            first = seen.get(name)
             if content is None:
                 continue
+            first = seen.get(name)
             if first is None:
                 seen[name] = (content, entries, owners.get(name))
             elif first[0] is not content and first[0] == content:  # the same bytes: the same entries, owners

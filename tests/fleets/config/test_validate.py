@@ -167,9 +167,9 @@ def test_descendants_are_found_by_walking_down_including_children_a_thread_start
         kids = {int(pid) for pid in parent.stdout.readline().split()}
         assert len(kids) == 2
         assert check._CHILDREN_LISTED
-        found = check._descendants({parent.pid})
+        found = check.descendants({parent.pid})
         monkeypatch.setattr(check, "_CHILDREN_LISTED", False)  # a kernel without the lists: every stat is read
-        assert found == {parent.pid, *kids} == check._descendants({parent.pid})
+        assert found == {parent.pid, *kids} == check.descendants({parent.pid})
     finally:
         parent.communicate(b"", timeout=10)
 

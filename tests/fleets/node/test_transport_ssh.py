@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from apps.fleets import caches
+from apps.fleets.config.check import descendants
 from apps.fleets.config.digest import set_digest
 from apps.fleets.node.runtime_api import HAProxySocket
 from apps.fleets.node.transports.base import HostKeyMismatch, NodeConn, TransportError
@@ -226,7 +227,7 @@ def test_a_command_whose_connection_is_lost_is_run_again_not_read_as_a_refusal(s
 
     _node, transport, _port = ssh_node
     assert transport._run(["true"], "/", 10) == (0, "")  # connected
-    sessions = _descendants(sshd.pid)
+    sessions = descendants({sshd.pid}) - {sshd.pid}
     assert sessions, "no sshd session process for the transport's connection"
     answer: list[tuple[int, str]] = []
     runner = threading.Thread(target=lambda: answer.append(transport._run(["sleep", "1"], "/", 30)))
@@ -236,20 +237,3 @@ def test_a_command_whose_connection_is_lost_is_run_again_not_read_as_a_refusal(s
         os.kill(pid, signal.SIGKILL)  # the connection goes, as with a node that reboots
     runner.join(30)
     assert answer == [(0, "")]
-
-
-def _descendants(pid: int) -> list[int]:
-    found, frontier = [], [pid]
-    while frontier:
-        parent = frontier.pop()
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            if ppid == parent:
-                found.append(int(entry.name))
-                frontier.append(int(entry.name))
-    return found
