@@ -4,13 +4,38 @@ no pytest)."""
 from __future__ import annotations
 
 import http.client
+import secrets
 import socket
 import threading
 import time
 
+# Picked ports lie below the kernel's ephemeral range: a port the kernel chose there and this helper let go could be
+# handed to any process's outgoing connection before the test bound it again (a suite run saw HAProxy refuse its
+# frontend, "Address already in use", that way). Below the range only another pick can take it, ~1 in 12,000.
+_BELOW_EPHEMERAL = 12_000
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
 
 def pick_free_port(address: str = "127.0.0.1") -> int:
-    """A port free on ``address`` right now (the kernel's choice, so parallel runs don't collide)."""
+    """A port free on ``address`` right now, outside the range the kernel gives outgoing connections (random, so
+    parallel runs don't collide; the kernel's choice where none is free there)."""
+    high = _ephemeral_low()
+    low = max(1024, high - _BELOW_EPHEMERAL)
+    for _ in range(100):
+        port = low + secrets.randbelow(high - low)
+        with socket.socket() as sock:
+            try:
+                sock.bind((address, port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as sock:
         sock.bind((address, 0))
         return int(sock.getsockname()[1])
