@@ -49,7 +49,7 @@ def free_udp_port() -> int:
 
 
 def free_port_on(addresses: list[str], attempts: int = 100) -> int:
-    """A port free on every address (the kernel picks it on the first, the others are checked)."""
+    """A port free on every address (picked on the first, the others are checked)."""
     for _ in range(attempts):
         port = pick_free_port(addresses[0])
         ok = True

@@ -7,6 +7,8 @@ import contextlib
 import socket
 import threading
 
+from tests.netutil import pick_free_port
+
 
 class Relay:
     """A TCP relay to PostgreSQL that can be cut (every connection closed, new ones refused) and mended."""
@@ -15,9 +17,7 @@ class Relay:
         self.target = target
         self.conns: list[socket.socket] = []
         self.lock = threading.Lock()
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = pick_free_port()
         self.listener: socket.socket | None = None
         self.mend()
 

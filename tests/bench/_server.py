@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.netutil import pick_free_port
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -28,16 +30,10 @@ def fresh_database(url: str) -> None:
     ensure_database(url, "the API under test runs on PostgreSQL")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def gunicorn() -> Iterator[str]:
     """Yield the base URL of the web server exactly as runall starts it (apps.core.webserver)."""
-    port = free_port()
+    port = pick_free_port()
     from apps.core.webserver import gunicorn_command
 
     cmd = gunicorn_command(f"127.0.0.1:{port}")

@@ -41,7 +41,6 @@ import json
 import math
 import os
 import random
-import socket
 import subprocess
 import sys
 import threading
@@ -53,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("BENCH_REDIS_URL", "redis://127.0.0.1:6379/9")
 
 from tests.bench import _fleetbench
+from tests.netutil import free_udp_port
 
 DB_NAME = os.environ.get("BENCH_DB_NAME", "spillway_bench_signals")
 STEP_S = 5  # services.FINE_STEP_S (asserted in main)
@@ -170,12 +170,6 @@ class CollectorProc:
             with open(self.log_path, "rb") as src, open(f"/tmp/spillway-bench-{os.getpid()}-collector-"
                                                          f"{self.starts}.log", "wb") as dst:
                 dst.write(src.read())
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # --- topology ------------------------------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.error
@@ -23,6 +22,7 @@ from django.test import Client
 
 from apps.balancers.models import LoadBalancer
 from apps.core.webserver import gunicorn_command
+from tests.netutil import pick_free_port
 from tests.processes import REPO, process_env, stop_process
 from tests.relay import Relay
 
@@ -48,9 +48,7 @@ def _request(url: str, *, token: str | None = None, cookie: str | None = None, d
 @contextlib.contextmanager
 def _web_server(relay: Relay, **env: str) -> Iterator[str]:
     """Real gunicorn (as `make run` serves) with `env` pointing it at the relay; its base URL once it answers."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = pick_free_port()
     proc = subprocess.Popen(gunicorn_command(f"127.0.0.1:{port}", workers=1), cwd=REPO,
                             env=process_env(DEBUG="0", WEB_THREADS="2", **env),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

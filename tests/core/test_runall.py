@@ -10,6 +10,7 @@ from django.core.management import CommandError, call_command
 
 from apps.core import ports
 from apps.fleets import demo
+from tests.netutil import pick_free_port
 
 
 def test_a_taken_port_is_reported_with_the_process_holding_it() -> None:
@@ -31,9 +32,7 @@ def test_a_taken_demo_address_stops_the_start_naming_it(monkeypatch, settings, t
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        with socket.socket() as web:
-            web.bind(("127.0.0.1", 0))
-            free_web = web.getsockname()[1]
+        free_web = pick_free_port()
         monkeypatch.setattr(demo, "demo_addresses", lambda: [("127.0.0.1", port)])
         with pytest.raises(CommandError, match=rf"demo fleet, its addresses are taken:\n  127.0.0.1:{port} held by "
                                                rf"\S+ \(pid {os.getpid()}\)"):
@@ -80,9 +79,7 @@ def test_a_running_make_run_is_named_with_the_pid_to_stop() -> None:
     import sys
     import time
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = pick_free_port()
     code = ("import subprocess, sys; c = subprocess.Popen([sys.executable, '-m', 'http.server', '--bind', "
             f"'127.0.0.1', '{port}'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); print(c.pid, flush=True); "
             "c.wait()")

@@ -3,7 +3,6 @@ drain, the time of the last state change — what the pool table and the dashboa
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
@@ -14,14 +13,9 @@ from apps.fleets import services
 from apps.fleets.health.members import member_health
 from apps.fleets.models import NodeHealth
 from tests.fleets.fleetkit import make_local_fleet, reconcile
+from tests.netutil import pick_free_port
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db]
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed again when the with block ends: nothing listens there
 
 
 def _collect_until(fleet, members, predicate, timeout_s: float = 15.0):
@@ -43,7 +37,7 @@ def test_up_down_and_drain_as_the_nodes_report_them(haproxy_bin, tiny_backend) -
         pool.save()
         alive = Member.objects.get(pool=pool, name="old-1")
         dead = Member.objects.create(pool=pool, region=alive.region, name="dead-1", address="127.0.0.1",
-                                     port=_closed_port())
+                                     port=pick_free_port())  # nothing listens there
         reconcile(local.fleet)
         health = _collect_until(local.fleet, [alive, dead],
                                 lambda h: h[dead.pk].state == "down" and h[alive.pk].state == "up")
