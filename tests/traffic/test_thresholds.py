@@ -69,21 +69,31 @@ REGIONS = ["a", "b", "c", "d"]
 Fleet = tuple[list[RegionCapacity], dict[tuple[str, str], float], dict[str, int]]
 
 
+_PAIRS = [(x, y) for i, x in enumerate(REGIONS) for y in REGIONS[i + 1 :]]
+# Built once, not on every draw (see traffickit's scenarios).
+_POOL_REGIONS = st.lists(st.sampled_from(REGIONS), min_size=1, max_size=4, unique=True)
+_HEALTHY = st.integers(0, 5)
+_ONE_IN_TEN = st.integers(0, 9)
+_PER_MEMBER = st.floats(0, 500)
+_SCALER = st.sampled_from([0.0, 0.1, 0.5, 1.0])
+_DISTANCES = st.dictionaries(st.sampled_from(_PAIRS), st.integers(1, 5).map(float))
+_NODES = st.dictionaries(st.sampled_from(REGIONS), st.integers(0, 6), min_size=1)
+
+
 @st.composite
 def fleets(draw: st.DrawFn) -> Fleet:
-    pool_regions = draw(st.lists(st.sampled_from(REGIONS), min_size=1, max_size=4, unique=True))
+    pool_regions = draw(_POOL_REGIONS)
     pool = [
         RegionCapacity(
             region,
-            draw(st.integers(0, 5)),
-            None if draw(st.integers(0, 9)) == 0 else draw(st.floats(0, 500)),
-            draw(st.sampled_from([0.0, 0.1, 0.5, 1.0])),
+            draw(_HEALTHY),
+            None if draw(_ONE_IN_TEN) == 0 else draw(_PER_MEMBER),
+            draw(_SCALER),
         )
         for region in pool_regions
     ]
-    pairs = [(x, y) for i, x in enumerate(REGIONS) for y in REGIONS[i + 1 :]]
-    distances = draw(st.dictionaries(st.sampled_from(pairs), st.integers(1, 5).map(float)))
-    nodes = draw(st.dictionaries(st.sampled_from(REGIONS), st.integers(0, 6), min_size=1))
+    distances = draw(_DISTANCES)
+    nodes = draw(_NODES)
     return pool, distances, nodes
 
 
