@@ -1,14 +1,21 @@
-"""Tests marked `quiet` measure latency or rates under load: while one runs, at most one other test does.
+"""Tests marked `quiet` measure latency or rates under load: while one runs, it runs ahead of the other tests, or
+with at most one other test beside it.
 
 With more xdist workers than cores, a test that finds a knee or checks a p99 shares the CPU with three others and
 fails on slow machines (2026-11-28/29: three of nine four-worker suites failed one, never the same way). With one
-other test beside it, as in a run of one worker per core, none did. So every test a worker runs (setup, call and
-teardown, which is where module fixtures start and stop their processes) sits in one of the run's seats, one per
-worker, and a quiet test's call takes all seats but one (BESIDE) for itself:
+other test beside it, as in a run of one worker per core, none did, but the two idle workers cost a run ~30-60 s.
+
+Where the machine allows it (CAP_SYS_NICE and the kernel's autogroups: root on CI's machines), a quiet test's call
+runs ahead instead (`boosted`): each worker is a session of its own, and for the call the quiet test's session and
+those of its children run at nice -10 while the other workers go on at 0 (the kernel shares the CPU between
+sessions by their nice). Elsewhere, every test a worker runs (setup, call and teardown, which is where module
+fixtures start and stop their processes) sits in one of the run's seats, one per worker, and a quiet test's call
+takes all seats but one (BESIDE) for itself:
 
 * `intent`: a quiet test that wants its seats holds it; no test starts meanwhile, so the quiet test waits only for
   the tests already running to end, down to BESIDE of them;
-* `queue`: one quiet test at a time wants seats, so a second one waits without stopping the rest.
+* `queue`: one quiet test at a time wants seats, so a second one waits without stopping the rest. Boosted quiet tests
+  take the queue too: two of them never run at once.
 
 All are flock(2) on files every worker of one run shares (the parent of the workers' temporary directories), so two
 runs on one machine never wait on each other, and a worker that dies drops its locks. Each wait is written down and
@@ -21,6 +28,7 @@ import contextlib
 import fcntl
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,7 +43,7 @@ WAITS_FILE = "quiet-waits.jsonl"
 
 
 class QuietLock:
-    def __init__(self, directory: Path, seats: int, beside: int = BESIDE) -> None:
+    def __init__(self, directory: Path, seats: int, beside: int = BESIDE, boost: bool = False) -> None:
         directory.mkdir(parents=True, exist_ok=True)
 
         def lock_file(name: str) -> int:
@@ -45,6 +53,7 @@ class QuietLock:
         self._seats = [lock_file(f"quiet-seat-{n}.lock") for n in range(seats)]
         self._seat: int | None = None
         self._beside = beside
+        self._boost = boost
         self._log = directory / WAITS_FILE
         self._open = True
         # A child forked from the worker (a test's fork) must not keep its seat held should the worker die first.
@@ -59,16 +68,12 @@ class QuietLock:
         finally:
             self._stand()
 
-    @property
-    def limits(self) -> bool:
-        """Whether a quiet test has to wait for anything: not when every other worker may run beside it."""
-        return self._beside < len(self._seats) - 1
-
     @contextmanager
     def quiet(self) -> Iterator[dict[str, float]]:
-        """All seats but `beside`. Inside seat() it gives up its own first (two quiet tests each keeping a seat while
-        waiting for the other's would wait for ever) and takes one again after, whatever the test did. Yields its
-        waits in seconds: "room" now, "seat" once it is back in one."""
+        """All seats but `beside`, and its sessions ahead of the others' if it boosts. Inside seat() it gives up its
+        own first (two quiet tests each keeping a seat while waiting for the other's would wait for ever) and takes
+        one again after, whatever the test did. Yields its waits in seconds: "room" now, "seat" once it is back in
+        one."""
         had_seat = self._seat is not None
         waits = {"room": 0.0, "seat": 0.0}
         if had_seat:
@@ -91,9 +96,11 @@ class QuietLock:
                     fcntl.flock(self._intent, fcntl.LOCK_UN)
                 waits["room"] = time.monotonic() - started
                 try:
-                    yield waits
+                    with boosted() if self._boost else contextlib.nullcontext():
+                        yield waits
                 finally:
-                    self._note("quiet", waits["room"], time.monotonic() - started - waits["room"], self._beside)
+                    self._note("quiet", waits["room"], time.monotonic() - started - waits["room"], self._beside,
+                               self._boost)
             finally:
                 for fd in held:
                     fcntl.flock(fd, fcntl.LOCK_UN)
@@ -120,11 +127,12 @@ class QuietLock:
             fcntl.flock(self._seats[self._seat], fcntl.LOCK_UN)
             self._seat = None
 
-    def _note(self, kind: str, waited: float, held: float = 0.0, beside: int | None = None) -> None:
+    def _note(self, kind: str, waited: float, held: float = 0.0, beside: int | None = None,
+              boosted: bool = False) -> None:
         if kind == "test" and waited < POLL_S:
             return  # sat at once
         with open(self._log, "a") as log:
-            log.write(json.dumps([kind, round(waited, 3), round(held, 3), beside]) + "\n")
+            log.write(json.dumps([kind, round(waited, 3), round(held, 3), beside, boosted]) + "\n")
 
     def close(self) -> None:
         self._forget()
@@ -137,6 +145,106 @@ class QuietLock:
                     os.close(fd)
 
 
+# --- ahead of the others: the kernel's autogroups ------------------------------------------------------------------
+# Linux shares the CPU between sessions first (autogroups: sched_autogroup_enabled), then between the processes of a
+# session by their nice. Each worker is a session of its own (_own_session), so a quiet test's worker, and the
+# sessions its children started (a node's HAProxy, a load generator's server), can be set ahead of every other
+# session for the test's call: at nice -10 a busy session there gets ~9 times the CPU of one at 0 when both want it.
+# A busy loop beside three others on 2 cores got 0.99 of a core that way instead of 2/3 (2026-11-29). Setting a
+# session below 0 takes CAP_SYS_NICE: without it (or without autogroups) quiet tests keep the seats' rule alone.
+
+BOOST_NICE = -10
+CAP_SYS_NICE = 23
+BOOST_OPTION = "quiet_boost"
+
+
+def can_boost() -> bool:
+    """Whether this machine lets the suite set a session ahead of the others."""
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled") as handle:
+            if handle.read().strip() != "1":
+                return False
+        with open("/proc/self/status") as handle:
+            caps = next(line for line in handle if line.startswith("CapEff:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(caps.split()[1], 16) >> CAP_SYS_NICE & 1)
+
+
+def _own_session() -> None:
+    """This worker in a session of its own, so that boosting it boosts no other worker."""
+    if os.getsid(0) != os.getpid():
+        with contextlib.suppress(OSError):  # already a process group's leader: it stays where it is
+            os.setsid()
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{current}/task"):
+                with contextlib.suppress(OSError), open(f"/proc/{current}/task/{tid}/children") as handle:
+                    children = [int(c) for c in handle.read().split()]
+                    found.extend(children)
+                    todo.extend(children)
+    return found
+
+
+def autogroup(pid: int) -> tuple[str, int] | None:
+    """`pid`'s session as the kernel names it, and its nice ("/autogroup-85 nice 0"); None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/autogroup") as handle:
+            name, _, nice = handle.read().split()
+        return name, int(nice)
+    except (OSError, ValueError):
+        return None
+
+
+def _set_nice(pid: int, nice: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as handle:
+            handle.write(str(nice))
+    except OSError:
+        return False
+    return True
+
+
+@contextmanager
+def boosted(follow_s: float = 0.2) -> Iterator[None]:
+    """This process's session and every session its descendants are in at BOOST_NICE, looked for again every
+    `follow_s` (a session started meanwhile); each back to the nice it had after."""
+    before: dict[str, int] = {}  # session -> its nice before
+    members: dict[str, dict[int, None]] = {}  # session -> the processes seen in it (any one still running sets it)
+
+    def boost() -> None:
+        for pid in [os.getpid(), *_descendants(os.getpid())]:
+            found = autogroup(pid)
+            if found is None:
+                continue
+            name, nice = found
+            members.setdefault(name, {})[pid] = None
+            if name not in before and _set_nice(pid, BOOST_NICE):
+                before[name] = nice
+
+    boost()
+    done = threading.Event()
+
+    def follow() -> None:
+        while not done.wait(follow_s):
+            boost()
+
+    follower = threading.Thread(target=follow, name="quiet-boost", daemon=True)
+    follower.start()
+    try:
+        yield
+    finally:
+        done.set()
+        follower.join()
+        for name, nice in before.items():
+            any(autogroup(pid) == (name, BOOST_NICE) and _set_nice(pid, nice) for pid in members[name])
+
+
 def _try(fd: int) -> bool:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -146,8 +254,7 @@ def _try(fd: int) -> bool:
 
 
 def cost(directory: Path) -> str | None:
-    """What the run's quiet tests cost, from the waits its workers wrote down; None when no quiet test waited for
-    room (none ran, or every other worker could run beside them)."""
+    """What the run's quiet tests cost, from the waits its workers wrote down; None when no quiet test ran."""
     try:
         rows = [json.loads(line) for line in (directory / WAITS_FILE).read_text().splitlines()]
     except FileNotFoundError:
@@ -157,7 +264,9 @@ def cost(directory: Path) -> str | None:
         return None
     waited = sum(row[1] for row in rows if row[0] == "test")
     beside = max(row[3] for row in quiet)
-    return (f"quiet tests: {len(quiet)} ran with room for at most {beside} other{'s' * (beside != 1)} beside, "
+    ahead = f" ahead of the others (their sessions at nice {BOOST_NICE})" if all(row[4] for row in quiet) else ""
+    return (f"quiet tests: {len(quiet)} ran{ahead} with room for at most {beside} "
+            f"other{'s' * (beside != 1)} beside, "
             f"{sum(r[2] for r in quiet):.1f} s; they waited {sum(r[1] for r in quiet):.1f} s for room, "
             f"tests {waited:.1f} s for seats")
 
@@ -168,24 +277,38 @@ _LOCK = pytest.StashKey[QuietLock]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--quiet-beside", type=int, default=BESIDE, metavar="N",
-                     help=f"tests that may run beside a quiet one (default {BESIDE}; scripts/test-workers sets it)")
+    parser.addoption("--quiet-beside", type=int, default=None, metavar="N",
+                     help=f"tests that may run beside a quiet one (default: all where quiet tests are boosted, else "
+                          f"{BESIDE})")
+    parser.addoption("--quiet-boost", choices=("auto", "off"), default="auto",
+                     help="set a quiet test's sessions ahead of the others' where the machine allows it (auto)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if config.getoption("quiet_beside") < 0:
+    beside = config.getoption("quiet_beside")
+    if beside is not None and beside < 0:
         raise pytest.UsageError("--quiet-beside: a count of tests, 0 or more")
+    if _boosting(config):
+        _own_session()
     config.addinivalue_line("markers", f"{MARK}: measures latency or rates under load, so few other tests run "
                                        "meanwhile (tests/quiet.py)")
+
+
+def _boosting(config: pytest.Config) -> bool:
+    """Only a worker of a run boosts: one process alone has no other test beside it, and no session of its own."""
+    return hasattr(config, "workerinput") and config.getoption("quiet_boost") == "auto" and can_boost()
 
 
 def _lock(config: pytest.Config) -> QuietLock | None:
     if not hasattr(config, "workerinput"):
         return None  # one process: nothing runs beside a test anyway
     if _LOCK not in config.stash:
+        seats = config.workerinput["workercount"]
+        beside = config.getoption("quiet_beside")
+        if beside is None:
+            beside = seats - 1 if _boosting(config) else BESIDE
         # xdist gives each worker <the run's temporary directory>/popen-gwN.
-        config.stash[_LOCK] = QuietLock(Path(config.option.basetemp).parent, config.workerinput["workercount"],
-                                        config.getoption("quiet_beside"))
+        config.stash[_LOCK] = QuietLock(Path(config.option.basetemp).parent, seats, beside, _boosting(config))
     return config.stash[_LOCK]
 
 
@@ -204,8 +327,9 @@ _WAITS = pytest.StashKey[dict[str, float]]()
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
     lock = _lock(item.config)
-    if lock is None or not lock.limits or item.get_closest_marker(MARK) is None:
+    if lock is None or item.get_closest_marker(MARK) is None:
         return (yield)
+    # Its queue even where every other test may run beside it: two quiet tests never run at once.
     with lock.quiet() as waits:
         item.stash[_WAITS] = waits
         return (yield)

@@ -1,5 +1,6 @@
-"""A `quiet` test (tests/quiet.py) runs with at most one other test beside it, and the rest still run side by side:
-a real pytest-xdist run of four workers over files that write down when each test ran."""
+"""A `quiet` test (tests/quiet.py) runs ahead of the other tests, or with at most one other test beside it, and the
+rest still run side by side: a real pytest-xdist run of four workers over files that write down when each test ran,
+and at what nice the kernel ran its session."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -25,8 +27,10 @@ import pytest
 def ran(name, seconds):
     started = time.monotonic()
     time.sleep(seconds)
+    with open("/proc/self/autogroup") as group:
+        nice = int(group.read().split()[-1])
     with open(os.environ["QUIET_LOG"], "a") as log:
-        log.write(json.dumps([name, started, time.monotonic()]) + "\\n")
+        log.write(json.dumps([name, started, time.monotonic(), nice]) + "\\n")
 '''
 
 
@@ -61,12 +65,7 @@ def _most_at_once(window: list, runs: list[list]) -> int:
     return most
 
 
-@pytest.mark.slow  # five pytest processes: not for `make test-fast`
-@pytest.mark.parametrize(("beside", "quiet_files"), [(None, ("q1", "q2")), (2, ("q1",))], ids=["suite-rule", "option"])
-def test_a_quiet_test_runs_with_few_others_and_the_others_run_side_by_side(tmp_path, beside, quiet_files) -> None:
-    """The suite's rule (one beside; two quiet tests, which never overlap), and --quiet-beside as scripts/test-workers
-    gives it (one quiet test, so the three other workers all run plain tests and one too many beside would show)."""
-    allowed = quiet.BESIDE if beside is None else beside
+def _run_suite(tmp_path: Path, quiet_files: tuple[str, ...], *options: str) -> tuple[str, list[list]]:
     suite = tmp_path / "suite"
     suite.mkdir()
     _write_suite(suite, quiet_files)
@@ -77,13 +76,22 @@ def test_a_quiet_test_runs_with_few_others_and_the_others_run_side_by_side(tmp_p
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "xdist.plugin", "-p", "no:cacheprovider", "-n", "4",
          "--dist", "loadfile", "--no-loadscope-reorder",
-         "--basetemp", str(tmp_path / "basetemp"), "-c", str(suite / "pytest.ini"), str(suite),
-         *([] if beside is None else ["--quiet-beside", str(beside)])],
+         "--basetemp", str(tmp_path / "basetemp"), "-c", str(suite / "pytest.ini"), str(suite), *options],
         cwd=suite, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{4 * PLAIN_TESTS + 2 * len(quiet_files)} passed" in done.stdout
+    return done.stdout, [json.loads(line) for line in log.read_text().splitlines()]
 
-    runs = [json.loads(line) for line in log.read_text().splitlines()]
+
+@pytest.mark.slow  # five pytest processes: not for `make test-fast`
+@pytest.mark.parametrize(("beside", "quiet_files"), [(None, ("q1", "q2")), (2, ("q1",))], ids=["seats-rule", "option"])
+def test_a_quiet_test_runs_with_few_others_and_the_others_run_side_by_side(tmp_path, beside, quiet_files) -> None:
+    """Where quiet tests cannot be set ahead (--quiet-boost off stands for a machine without CAP_SYS_NICE or
+    autogroups): the seats' rule (one beside; two quiet tests, which never overlap), and --quiet-beside (one quiet
+    test, so the three other workers all run plain tests and one too many beside would show)."""
+    allowed = quiet.BESIDE if beside is None else beside
+    stdout, runs = _run_suite(tmp_path, quiet_files, "--quiet-boost", "off",
+                              *([] if beside is None else ["--quiet-beside", str(beside)]))
     quiets = [r for r in runs if r[0] in quiet_files]
     others = [r for r in runs if r not in quiets]
     assert len(quiets) == len(quiet_files) and len(others) == 4 * PLAIN_TESTS + len(quiet_files)
@@ -93,6 +101,52 @@ def test_a_quiet_test_runs_with_few_others_and_the_others_run_side_by_side(tmp_p
     # Not everything in a line: tests ran beside the quiet ones, and the plain ones side by side.
     assert any(_overlap(q, o) for q in quiets for o in others)
     assert _most_at_once([None, min(r[1] for r in runs), max(r[2] for r in runs)], others) >= 2
+    assert {r[3] for r in runs} == {0}  # nobody set ahead
     # The summary says what they cost.
     room = f"room for at most {allowed} other{'s' * (allowed != 1)} beside"
-    assert f"quiet tests: {len(quiet_files)} ran with {room}" in done.stdout
+    assert f"quiet tests: {len(quiet_files)} ran with {room}" in stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not quiet.can_boost(), reason="needs CAP_SYS_NICE and the kernel's autogroups (root in CI)")
+def test_a_boosted_quiet_test_runs_ahead_while_the_others_go_on_and_its_worker_comes_back_after(tmp_path) -> None:
+    """Where the machine allows it (the suite's default), a quiet test's session runs at nice -10 for its call, the
+    other workers' tests go on beside it at 0, two quiet tests still never overlap, and the test after a quiet one
+    in the same worker runs at 0 again."""
+    stdout, runs = _run_suite(tmp_path, ("q1", "q2"))
+    quiets = [r for r in runs if r[0] in ("q1", "q2")]
+    others = [r for r in runs if r not in quiets]
+    assert [r[3] for r in quiets] == [quiet.BOOST_NICE] * 2
+    assert {r[3] for r in others} == {0}, "only the quiet test's own session runs ahead"
+    assert not _overlap(*quiets)
+    assert max(_most_at_once(q, others) for q in quiets) >= 2, "the other workers waited for the quiet tests"
+    assert ("quiet tests: 2 ran ahead of the others (their sessions at nice -10) with room for at most 3 others"
+            in stdout)
+
+
+@pytest.mark.skipif(not quiet.can_boost(), reason="needs CAP_SYS_NICE and the kernel's autogroups (root in CI)")
+def test_boosting_follows_sessions_started_meanwhile_and_puts_each_back(tmp_path) -> None:
+    """A node's HAProxy or a load generator's server runs in a session of its own: the ones there before the call
+    and the ones started during it run at nice -10 until the call ends, and every session is back at its own nice
+    after (this process's too)."""
+    def child() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+
+    mine = quiet.autogroup(os.getpid())
+    before = child()
+    try:
+        with quiet.boosted(follow_s=0.05):
+            assert quiet.autogroup(os.getpid())[1] == quiet.BOOST_NICE
+            assert quiet.autogroup(before.pid)[1] == quiet.BOOST_NICE
+            meanwhile = child()
+            deadline = time.monotonic() + 5
+            while quiet.autogroup(meanwhile.pid)[1] != quiet.BOOST_NICE and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert quiet.autogroup(meanwhile.pid)[1] == quiet.BOOST_NICE
+        assert quiet.autogroup(os.getpid()) == mine
+        assert quiet.autogroup(before.pid)[1] == 0 and quiet.autogroup(meanwhile.pid)[1] == 0
+    finally:
+        for proc in (before, locals().get("meanwhile")):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
