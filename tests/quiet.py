@@ -155,7 +155,6 @@ class QuietLock:
 
 BOOST_NICE = -10
 CAP_SYS_NICE = 23
-BOOST_OPTION = "quiet_boost"
 
 
 def can_boost() -> bool:
@@ -242,7 +241,9 @@ def boosted(follow_s: float = 0.2) -> Iterator[None]:
         done.set()
         follower.join()
         for name, nice in before.items():
-            any(autogroup(pid) == (name, BOOST_NICE) and _set_nice(pid, nice) for pid in members[name])
+            for pid in members[name]:  # the first still in that session sets it back
+                if autogroup(pid) == (name, BOOST_NICE) and _set_nice(pid, nice):
+                    break
 
 
 def _try(fd: int) -> bool:
