@@ -275,6 +275,7 @@ def cost(directory: Path) -> str | None:
 # --- the plugin (tests/conftest.py's pytest_plugins) ---------------------------------------------------------------
 
 _LOCK = pytest.StashKey[QuietLock]()
+_BOOSTING = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -289,15 +290,27 @@ def pytest_configure(config: pytest.Config) -> None:
     beside = config.getoption("quiet_beside")
     if beside is not None and beside < 0:
         raise pytest.UsageError("--quiet-beside: a count of tests, 0 or more")
-    if _boosting(config):
+    # Only a worker of a run boosts: one process alone has no other test beside it, and no session of its own.
+    boosting = hasattr(config, "workerinput") and config.getoption("quiet_boost") == "auto" and can_boost()
+    if boosting:
         _own_session()
+        boosting = _boost_works()
+    config.stash[_BOOSTING] = boosting
     config.addinivalue_line("markers", f"{MARK}: measures latency or rates under load, so few other tests run "
                                        "meanwhile (tests/quiet.py)")
 
 
+def _boost_works() -> bool:
+    """Whether this worker leads its own session and the kernel takes a nice below 0 for it (tried, then undone):
+    where it does not, quiet tests keep the seats' rule rather than run beside every other test unboosted."""
+    found = autogroup(os.getpid())
+    if os.getsid(0) != os.getpid() or found is None or not _set_nice(os.getpid(), BOOST_NICE):
+        return False
+    return _set_nice(os.getpid(), found[1])
+
+
 def _boosting(config: pytest.Config) -> bool:
-    """Only a worker of a run boosts: one process alone has no other test beside it, and no session of its own."""
-    return hasattr(config, "workerinput") and config.getoption("quiet_boost") == "auto" and can_boost()
+    return config.stash.get(_BOOSTING, False)
 
 
 def _lock(config: pytest.Config) -> QuietLock | None:
