@@ -177,19 +177,6 @@ def _own_session() -> None:
             os.setsid()
 
 
-def _descendants(pid: int) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        with contextlib.suppress(OSError):
-            for tid in os.listdir(f"/proc/{current}/task"):
-                with contextlib.suppress(OSError), open(f"/proc/{current}/task/{tid}/children") as handle:
-                    children = [int(c) for c in handle.read().split()]
-                    found.extend(children)
-                    todo.extend(children)
-    return found
-
-
 def autogroup(pid: int) -> tuple[str, int] | None:
     """`pid`'s session as the kernel names it, and its nice ("/autogroup-85 nice 0"); None once it is gone."""
     try:
@@ -213,11 +200,13 @@ def _set_nice(pid: int, nice: int) -> bool:
 def boosted(follow_s: float = 0.2) -> Iterator[None]:
     """This process's session and every session its descendants are in at BOOST_NICE, looked for again every
     `follow_s` (a session started meanwhile); each back to the nice it had after."""
+    from apps.fleets.config.check import descendants  # the walk down /proc that local nodes' pre-checks use
+
     before: dict[str, int] = {}  # session -> its nice before
     members: dict[str, dict[int, None]] = {}  # session -> the processes seen in it (any one still running sets it)
 
     def boost() -> None:
-        for pid in [os.getpid(), *_descendants(os.getpid())]:
+        for pid in descendants({os.getpid()}):
             found = autogroup(pid)
             if found is None:
                 continue
