@@ -36,6 +36,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.autogroups import can_boost
+
 MARK = "quiet"
 BESIDE = 1  # tests that may run beside a quiet one (--quiet-beside): a run of one worker per core never failed one
 POLL_S = 0.02
@@ -154,20 +156,6 @@ class QuietLock:
 # session below 0 takes CAP_SYS_NICE: without it (or without autogroups) quiet tests keep the seats' rule alone.
 
 BOOST_NICE = -10
-CAP_SYS_NICE = 23
-
-
-def can_boost() -> bool:
-    """Whether this machine lets the suite set a session ahead of the others."""
-    try:
-        with open("/proc/sys/kernel/sched_autogroup_enabled") as handle:
-            if handle.read().strip() != "1":
-                return False
-        with open("/proc/self/status") as handle:
-            caps = next(line for line in handle if line.startswith("CapEff:"))
-    except (OSError, StopIteration):
-        return False
-    return bool(int(caps.split()[1], 16) >> CAP_SYS_NICE & 1)
 
 
 def _own_session() -> None:

@@ -24,6 +24,16 @@ def test_two_workers_per_core_only_on_a_fast_idle_machine() -> None:
     assert workers.choose(64, reference, 0.0) == workers.MAX_WORKERS  # Redis has 16 databases
 
 
+def test_three_workers_per_core_only_where_quiet_tests_run_ahead_on_a_fast_idle_machine() -> None:
+    reference = workers.REFERENCE_S
+    assert workers.choose(2, reference, 0.0, boost=True) == 6
+    assert workers.choose(2, reference * 1.25, 0.0, boost=True) == 6
+    assert workers.choose(2, reference, 0.0, boost=False) == 4  # quiet tests would wait for five seats to empty
+    assert workers.choose(2, reference * 1.5, 0.0, boost=True) == 4
+    assert workers.choose(2, reference * 2.5, 0.0, boost=True) == 2
+    assert workers.choose(2, reference, 0.9, boost=True) == 2
+
+
 def test_the_same_rule_for_quiet_tests_on_every_machine() -> None:
     # A fast machine once let quiet tests run beside all the others at equal priority; three of seven such runs failed
     # one. tests/quiet.py alone decides how they run (ahead of the others, or with one beside), whatever the count.
