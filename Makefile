@@ -34,8 +34,8 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/1
 # copy of one migrated template: tests/dbsetup.py) and Redis database. scripts/test-workers picks how many: two
 # per core where a core is at most 2.2x slower than the reference machine's and the machine is not busy (most of a
 # worker's time is spent waiting on real processes: 2 workers 634 s, 4 workers 427-446 s on 2 cores, measured),
-# three within 1.3x where quiet tests run ahead of the others, otherwise one per core. Tests that measure under load (marked `quiet`) keep the rest out of their way
-# (tests/quiet.py), so a slower machine does not starve them.
+# three within 1.3x where quiet tests run ahead of the others, otherwise one per core. Tests that measure under load
+# (marked `quiet`) keep the rest out of their way (tests/quiet.py), so a slower machine does not starve them.
 # Files mostly waiting and files keeping the CPU busy are handed out in step, each longest first
 # (tests/ordering.py, from tests/file_durations.json), not xdist's most-tests-first.
 # `make test PYTEST_XDIST=` runs serially; SPILLWAY_TEST_WORKERS=N sets the count.

@@ -8,13 +8,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests import quiet
 from tests.processes import REPO
+from tests.waiting import wait_for
 
 PLAIN_TESTS = 5  # in each of 4 files
 
@@ -133,20 +133,17 @@ def test_boosting_follows_sessions_started_meanwhile_and_puts_each_back(tmp_path
         return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
 
     mine = quiet.autogroup(os.getpid())
-    before = child()
+    before, meanwhile = child(), None
     try:
         with quiet.boosted(follow_s=0.05):
             assert quiet.autogroup(os.getpid())[1] == quiet.BOOST_NICE
             assert quiet.autogroup(before.pid)[1] == quiet.BOOST_NICE
             meanwhile = child()
-            deadline = time.monotonic() + 5
-            while quiet.autogroup(meanwhile.pid)[1] != quiet.BOOST_NICE and time.monotonic() < deadline:
-                time.sleep(0.02)
-            assert quiet.autogroup(meanwhile.pid)[1] == quiet.BOOST_NICE
+            assert wait_for(lambda: quiet.autogroup(meanwhile.pid)[1] == quiet.BOOST_NICE, 5, 0.02)
         assert quiet.autogroup(os.getpid()) == mine
         assert quiet.autogroup(before.pid)[1] == 0 and quiet.autogroup(meanwhile.pid)[1] == 0
     finally:
-        for proc in (before, locals().get("meanwhile")):
+        for proc in (before, meanwhile):
             if proc is not None:
                 proc.kill()
                 proc.wait()
