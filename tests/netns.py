@@ -36,6 +36,7 @@ from apps.fleets.config.spec import ConfigBundle
 from apps.fleets.node.process import start_master
 from apps.fleets.node.transports.base import KEEPALIVED_NAME, KEEPALIVED_PID_NAME, NodeConn
 from apps.fleets.node.transports.local import LocalTransport
+from tests.waiting import wait_for
 
 HAPROXY_BIN = shutil.which("haproxy") or "/usr/sbin/haproxy"
 KEEPALIVED_BIN = shutil.which("keepalived") or "/usr/sbin/keepalived"
@@ -225,10 +226,16 @@ class Topology:
         # What those started inside the namespace and outlived them: sshd's sessions (one per SSH connection a
         # test's control plane held) stayed forever once the veth was gone, their client's FIN never arriving:
         # 3 sshd + 3 sftp processes left behind by every `make test`.
-        left = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True, check=False)
-        for pid in (int(p) for p in left.stdout.split()):
+        def left() -> list[int]:
+            found = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True, check=False)
+            return [int(pid) for pid in found.stdout.split()]
+
+        for pid in left():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        # A killed process is in the namespace until it has exited, which takes a moment on a busy machine (a full
+        # run at six workers once found an sshd session there right after down(), gone a second later).
+        wait_for(lambda: not left(), 5.0)
 
     def _bootstrap_config(self, host: Host) -> None:
         """What a freshly installed node has before Spillway's first push: an empty HAProxy config and a
